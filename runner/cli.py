@@ -1,0 +1,201 @@
+"""``tb-attn-run`` / ``python -m runner``: profile attention into a TensorBoard log directory.
+
+Comma-separated ``--impl``, ``--seq`` and ``--dtype`` make a sweep: one run per combination,
+named ``<model>/<impl>/seq<S>[-<dtype>]``. Bad input gets one line on stderr and exit code 2,
+before anything is written. Exit code 1 means some run failed (unsupported is not a failure);
+130 means Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import logging
+import os
+import sys
+import tempfile
+from pathlib import Path
+from typing import TYPE_CHECKING, NoReturn, Sequence
+
+from runner.config import DTYPES, IMPLS, MODES, ConfigError, ModelConfig, ProfileConfig
+
+if TYPE_CHECKING:
+    from runner.session import RunSpec
+
+__all__ = ["main", "build_parser", "plan_sweep", "DEMO_ARGS"]
+
+PROG = "tb-attn-run"
+
+#: The demo: a small CPU sweep of four implementations at two lengths, plus a Hugging Face model.
+DEMO_ARGS: tuple[list[str], ...] = (
+    ["--model", "builtin", "--impl", "naive,naive-inplace,sdpa-math,sdpa", "--seq", "128,256"],
+    ["--model", "hf:gpt2", "--impl", "sdpa", "--seq", "128"],
+)
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def _csv(kind: type) -> object:
+    def parse(text: str) -> list[object]:
+        items = [t.strip() for t in text.split(",") if t.strip()]
+        if not items:
+            raise argparse.ArgumentTypeError(f"empty list: {text!r}")
+        try:
+            return [kind(t) for t in items]
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a list of {kind.__name__}: {text!r}") from None
+
+    return parse
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog=PROG, description="Profile transformer attention into TensorBoard traces.")
+    p.add_argument("--logdir", default="runs", help="TensorBoard log directory (default: runs)")
+    p.add_argument("--model", default="builtin",
+                   help="builtin, hf:bert, hf:gpt2, hf:llama, torch:encoder or torch:mha (default: builtin)")
+    p.add_argument("--impl", type=_csv(str), default=["naive"],
+                   help=f"attention implementation(s), comma-separated: {', '.join(IMPLS)}")
+    p.add_argument("--seq", type=_csv(int), default=None, help="sequence length(s), comma-separated")
+    p.add_argument("--dtype", type=_csv(str), default=["float32"], help=f"dtype(s): {', '.join(DTYPES)}")
+    p.add_argument("--size", choices=("tiny", "small", "base"), default="tiny",
+                   help="named model size: layers, heads and d_model (default: tiny)")
+    p.add_argument("--layers", type=int)
+    p.add_argument("--heads", type=int)
+    p.add_argument("--kv-heads", type=int, help="key/value heads for grouped-query attention")
+    p.add_argument("--d-model", type=int)
+    p.add_argument("--batch", type=int, default=2)
+    p.add_argument("--vocab", type=int, default=1024)
+    p.add_argument("--causal", action=argparse.BooleanOptionalAction, default=True)
+    p.add_argument("--dropout", type=float, default=0.0)
+    p.add_argument("--device", default="auto", help="cpu, cuda or auto (cuda when present)")
+    p.add_argument("--mode", choices=MODES, default="training")
+    p.add_argument("--per-head", action="store_true", help="compute each head in its own scope")
+    p.add_argument("--hf-config", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a Hugging Face config field (repeatable)")
+    g = p.add_argument_group("profiler")
+    g.add_argument("--wait", type=int, default=1)
+    g.add_argument("--warmup", type=int, default=1)
+    g.add_argument("--active", type=int, default=2)
+    g.add_argument("--repeat", type=int, default=1)
+    g.add_argument("--no-record-shapes", dest="record_shapes", action="store_false")
+    g.add_argument("--no-profile-memory", dest="profile_memory", action="store_false")
+    g.add_argument("--with-stack", action="store_true")
+    g.add_argument("--gzip", action="store_true", help="write .pt.trace.json.gz (fast, level --gzip-level)")
+    g.add_argument("--gzip-level", type=int, default=1)
+    o = p.add_argument_group("output")
+    o.add_argument("--name", default="", help="prefix for run names, e.g. a date or an experiment")
+    o.add_argument("--overwrite", action="store_true", help="replace runs that already exist")
+    o.add_argument("--seed", type=int, default=0)
+    o.add_argument("--no-progress", dest="progress", action="store_false")
+    o.add_argument("--demo", action="store_true", help="run the built-in demo sweep into --logdir")
+    return p
+
+
+def _resolve_device(device: str) -> str:
+    if device != "auto":
+        return device
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def _model_label(model: str) -> str:
+    return model.replace(":", "-")
+
+
+def run_name(model: str, cfg: ModelConfig, prefix: str = "") -> str:
+    impl = cfg.impl + ("-per-head" if cfg.per_head else "")
+    name = f"{_model_label(model)}/{impl}/seq{cfg.seq}"
+    if cfg.dtype != "float32":
+        name += f"-{cfg.dtype}"
+    return f"{prefix.strip('/')}/{name}" if prefix.strip("/") else name
+
+
+def plan_sweep(args: argparse.Namespace) -> list[RunSpec]:
+    """Every run the arguments ask for, validated. Raises ConfigError."""
+    from runner.models import SIZES, check_model_spec, parse_hf_overrides
+    from runner.session import RunSpec
+
+    layers, heads, d_model = SIZES[args.size]
+    device = _resolve_device(args.device)
+    hf = parse_hf_overrides(args.hf_config)
+    seqs = args.seq if args.seq is not None else [128]
+    specs: list[RunSpec] = []
+    names: set[str] = set()
+    for impl, seq, dtype in itertools.product(args.impl, seqs, args.dtype):
+        cfg = ModelConfig(
+            layers=args.layers if args.layers is not None else layers,
+            heads=args.heads if args.heads is not None else heads,
+            kv_heads=args.kv_heads,
+            d_model=args.d_model if args.d_model is not None else d_model,
+            seq=seq, batch=args.batch, vocab=args.vocab, dtype=dtype, causal=args.causal,
+            dropout=args.dropout, device=device, mode=args.mode, impl=impl, per_head=args.per_head,
+        )
+        check_model_spec(args.model, cfg, hf)
+        name = run_name(args.model, cfg, args.name)
+        if name in names:
+            raise ConfigError(f"the sweep lists {name} twice")
+        names.add(name)
+        specs.append(RunSpec(model=args.model, cfg=cfg, name=name, hf_overrides=hf))
+    return specs
+
+
+def check_logdir(logdir: Path) -> None:
+    """Fail before any work if runs could not be written under ``logdir``."""
+    probe = logdir
+    while not probe.exists():
+        if probe.parent == probe:
+            break
+        probe = probe.parent
+    if probe.exists() and not probe.is_dir():
+        raise ConfigError(f"logdir {logdir} is not a directory ({probe} is a file)")
+    try:
+        with tempfile.TemporaryFile(dir=probe):
+            pass
+    except OSError as exc:
+        raise ConfigError(f"cannot write to logdir {logdir}: {exc.strerror or exc}") from None
+
+
+def check_existing(logdir: Path, specs: Sequence[RunSpec], overwrite: bool) -> None:
+    from runner.traces import TRACE_FILE_RE
+
+    for spec in specs:
+        run_dir = logdir / spec.name
+        if run_dir.is_dir() and any(TRACE_FILE_RE.match(p.name) for p in run_dir.iterdir()):
+            if not overwrite:
+                raise ConfigError(f"run {spec.name} already has traces in {logdir}; pass --overwrite "
+                                  "to replace it, or --name to write beside it")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    logging.basicConfig(level=logging.WARNING, format=f"{PROG}: %(message)s")
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    groups = [args] if not args.demo else [parser.parse_args([*a, "--logdir", args.logdir, "--overwrite"])
+                                           for a in DEMO_ARGS]
+    logdir = Path(args.logdir)
+    try:
+        plans = [plan_sweep(g) for g in groups]
+        check_logdir(logdir)
+        specs = [s for plan in plans for s in plan]
+        for g, plan in zip(groups, plans):
+            check_existing(logdir, plan, g.overwrite)
+        profile_cfg = ProfileConfig(
+            wait=args.wait, warmup=args.warmup, active=args.active, repeat=args.repeat,
+            record_shapes=args.record_shapes, profile_memory=args.profile_memory,
+            with_stack=args.with_stack, gzip=args.gzip, gzip_level=args.gzip_level,
+        )
+    except ConfigError as exc:
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        return 2
+    from runner.sweep import run_sweep
+
+    return run_sweep(specs, logdir, profile_cfg, overwrite=any(g.overwrite for g in groups),
+                     progress=args.progress, seed=args.seed)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,130 @@
+"""Run configuration: the model, the attention implementation and the profiling schedule.
+
+Every value a user can pass is validated here, before anything runs or is written, so that
+bad input fails with one clear ``ConfigError`` message.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, Literal
+
+__all__ = [
+    "ConfigError",
+    "IMPLS",
+    "DTYPES",
+    "MODES",
+    "ModelConfig",
+    "ProfileConfig",
+]
+
+
+class ConfigError(ValueError):
+    """Invalid user input. The message is shown to the user as is."""
+
+
+#: Attention implementations of the built-in transformer, in the order the demo shows them.
+IMPLS: tuple[str, ...] = (
+    "naive",
+    "naive-inplace",
+    "sdpa",
+    "sdpa-math",
+    "sdpa-flash",
+    "sdpa-efficient",
+    "sdpa-cudnn",
+)
+DTYPES: tuple[str, ...] = ("float32", "bfloat16", "float16")
+MODES: tuple[str, ...] = ("training", "inference")
+
+Mode = Literal["training", "inference"]
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """The built-in transformer and how one run drives it (nanoGPT-like, pre-LayerNorm)."""
+
+    layers: int = 2
+    heads: int = 4
+    kv_heads: int | None = None  # None: same as heads (MHA); 1: MQA; in between: GQA
+    d_model: int = 128
+    seq: int = 128
+    batch: int = 2
+    vocab: int = 1024
+    dtype: str = "float32"
+    causal: bool = True
+    dropout: float = 0.0
+    device: str = "cpu"
+    mode: Mode = "training"
+    impl: str = "naive"
+    per_head: bool = False
+
+    def __post_init__(self) -> None:
+        for name in ("layers", "heads", "d_model", "seq", "batch", "vocab"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value <= 0:
+                raise ConfigError(f"{name} must be a positive integer, got {value!r}")
+        if self.d_model % self.heads:
+            raise ConfigError(f"heads ({self.heads}) must divide d_model ({self.d_model})")
+        if self.kv_heads is not None:
+            if self.kv_heads <= 0:
+                raise ConfigError(f"kv_heads must be a positive integer, got {self.kv_heads}")
+            if self.heads % self.kv_heads:
+                raise ConfigError(f"kv_heads ({self.kv_heads}) must divide heads ({self.heads})")
+        if self.dtype not in DTYPES:
+            raise ConfigError(f"unknown dtype {self.dtype!r}; choose from {', '.join(DTYPES)}")
+        if self.mode not in MODES:
+            raise ConfigError(f"unknown mode {self.mode!r}; choose from {', '.join(MODES)}")
+        if self.impl not in IMPLS:
+            raise ConfigError(f"unknown implementation {self.impl!r}; choose from {', '.join(IMPLS)}")
+        if not 0.0 <= self.dropout < 1.0:
+            raise ConfigError(f"dropout must be in [0, 1), got {self.dropout}")
+        if self.device not in ("cpu", "cuda") and not self.device.startswith("cuda:"):
+            raise ConfigError(f"unknown device {self.device!r}; use cpu or cuda")
+
+    @property
+    def n_kv_heads(self) -> int:
+        return self.kv_heads if self.kv_heads is not None else self.heads
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.heads
+
+    def replace(self, **changes: Any) -> ModelConfig:
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclass(frozen=True)
+class ProfileConfig:
+    """The ``torch.profiler`` session: schedule, what to record, and how traces are written."""
+
+    wait: int = 1
+    warmup: int = 1
+    active: int = 2
+    repeat: int = 1
+    record_shapes: bool = True
+    profile_memory: bool = True
+    with_stack: bool = False
+    gzip: bool = False
+    gzip_level: int = 1
+
+    def __post_init__(self) -> None:
+        for name in ("wait", "warmup"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"{name} must be >= 0, got {getattr(self, name)}")
+        for name in ("active", "repeat"):
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"{name} must be a positive integer, got {getattr(self, name)}")
+        if not 0 <= self.gzip_level <= 9:
+            raise ConfigError(f"gzip level must be in 0..9, got {self.gzip_level}")
+
+    @property
+    def steps(self) -> int:
+        """Steps to run so that every cycle of the schedule completes and is written."""
+        return (self.wait + self.warmup + self.active) * self.repeat
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)

@@ -1,0 +1,252 @@
+"""Models the runner can profile, and one training or inference step of each.
+
+Model specs:
+
+- ``builtin``: our transformer (``runner.model``), with explicit scopes for every phase;
+- ``hf:bert``, ``hf:gpt2``, ``hf:llama``: Hugging Face transformers models built from their
+  config classes with random weights (nothing is downloaded), scoped by ``instrument()``;
+- ``torch:encoder``: ``nn.TransformerEncoder`` of ``nn.TransformerEncoderLayer``;
+- ``torch:mha``: a stack of ``nn.MultiheadAttention`` blocks.
+
+For models other than ``builtin`` the implementation maps onto what the model can do: ``naive``
+is Hugging Face's ``eager`` attention or MHA's ``need_weights=True`` path (bmm + softmax), and
+the ``sdpa*`` implementations run ``F.scaled_dot_product_attention`` pinned by the runner.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from runner.config import ConfigError, ModelConfig
+from runner.model import TORCH_DTYPES, Transformer
+
+__all__ = [
+    "MODEL_SPECS",
+    "SIZES",
+    "Workload",
+    "Unsupported",
+    "build_workload",
+    "check_model_spec",
+    "parse_hf_overrides",
+]
+
+#: Named sizes: (layers, heads, d_model).
+SIZES: dict[str, tuple[int, int, int]] = {
+    "tiny": (2, 4, 128),
+    "small": (4, 8, 256),
+    "base": (12, 12, 768),
+}
+
+_HF_FAMILIES: dict[str, tuple[str, str, bool]] = {
+    # family: (config class, model class, causal)
+    "bert": ("BertConfig", "BertForMaskedLM", False),
+    "gpt2": ("GPT2Config", "GPT2LMHeadModel", True),
+    "llama": ("LlamaConfig", "LlamaForCausalLM", True),
+}
+MODEL_SPECS: tuple[str, ...] = ("builtin", *(f"hf:{f}" for f in _HF_FAMILIES), "torch:encoder", "torch:mha")
+
+
+class Unsupported(Exception):
+    """This model, implementation and device cannot run together; the message says why."""
+
+
+@dataclass
+class Workload:
+    """A model on its device and the step that the profiler times."""
+
+    spec: str
+    model: nn.Module
+    cfg: ModelConfig  # as actually run (e.g. causal is the model family's)
+    step: Callable[[], None]
+    needs_instrument: bool  # True when scopes come from runner.instrument()
+    optimizer: torch.optim.Optimizer | None = None
+
+
+def check_model_spec(spec: str, cfg: ModelConfig, hf_overrides: dict[str, Any]) -> None:
+    """Reject combinations that can never run, before anything is written."""
+    if spec not in MODEL_SPECS:
+        raise ConfigError(f"unknown model {spec!r}; choose from {', '.join(MODEL_SPECS)}")
+    if spec != "builtin" and cfg.per_head:
+        raise ConfigError("--per-head needs the builtin model (other models compute heads batched)")
+    if cfg.kv_heads not in (None, cfg.heads) and spec not in ("builtin", "hf:llama"):
+        raise ConfigError(f"kv_heads (grouped-query attention) is supported by builtin and hf:llama, not {spec}")
+    if hf_overrides and not spec.startswith("hf:"):
+        raise ConfigError("--hf-config applies to hf:* models only")
+    if spec.startswith("hf:"):
+        _hf_config(spec, cfg, hf_overrides)  # unknown keys raise here
+
+
+def parse_hf_overrides(items: list[str]) -> dict[str, Any]:
+    """Parse ``key=value`` pairs; values are Python literals where they parse, else strings."""
+    out: dict[str, Any] = {}
+    for item in items:
+        key, sep, raw = item.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"--hf-config takes key=value, got {item!r}")
+        try:
+            value: Any = ast.literal_eval(raw)
+        except (ValueError, SyntaxError):
+            value = {"true": True, "false": False}.get(raw.lower(), raw)
+        out[key.strip()] = value
+    return out
+
+
+def _hf_config(spec: str, cfg: ModelConfig, overrides: dict[str, Any]) -> Any:
+    family = spec.split(":", 1)[1]
+    config_cls_name, _, _ = _HF_FAMILIES[family]
+    try:
+        transformers = importlib.import_module("transformers")
+    except ImportError as exc:  # pragma: no cover - transformers is a declared dependency
+        raise ConfigError(f"{spec} needs the transformers package: {exc}") from exc
+    config_cls = getattr(transformers, config_cls_name)
+    d, L, H, p = cfg.d_model, cfg.layers, cfg.heads, cfg.dropout
+    common: dict[str, Any] = {"vocab_size": cfg.vocab}
+    if family == "bert":
+        kw = dict(hidden_size=d, num_hidden_layers=L, num_attention_heads=H, intermediate_size=4 * d,
+                  max_position_embeddings=max(512, cfg.seq), attention_probs_dropout_prob=p,
+                  hidden_dropout_prob=p)
+    elif family == "gpt2":
+        kw = dict(n_embd=d, n_layer=L, n_head=H, n_positions=max(1024, cfg.seq), attn_pdrop=p,
+                  resid_pdrop=p, embd_pdrop=p)
+    else:
+        kw = dict(hidden_size=d, num_hidden_layers=L, num_attention_heads=H,
+                  num_key_value_heads=cfg.n_kv_heads, intermediate_size=4 * d,
+                  max_position_embeddings=max(2048, cfg.seq), attention_dropout=p)
+    known = config_cls().to_dict()
+    unknown = sorted(k for k in overrides if k not in known and not hasattr(config_cls(), k))
+    if unknown:
+        raise ConfigError(f"unknown {config_cls_name} key(s) in --hf-config: {', '.join(unknown)}")
+    attn_impl = "eager" if cfg.impl.startswith("naive") else "sdpa"
+    return config_cls(**{**common, **kw, **overrides}, attn_implementation=attn_impl)
+
+
+def build_workload(
+    spec: str,
+    cfg: ModelConfig,
+    *,
+    hf_overrides: dict[str, Any] | None = None,
+    wrap: Callable[[nn.Module], nn.Module] | None = None,
+) -> Workload:
+    """Build the model on ``cfg.device`` in ``cfg.dtype`` and the step that runs it.
+
+    ``wrap`` (e.g. DistributedDataParallel) wraps the model that the step calls; scopes and
+    hooks stay on the inner model. Raises ``Unsupported`` when the model cannot run this
+    implementation at all.
+    """
+    hf_overrides = hf_overrides or {}
+    check_model_spec(spec, cfg, hf_overrides)
+    device = torch.device(cfg.device)
+    dtype = TORCH_DTYPES[cfg.dtype]
+    ids = torch.randint(cfg.vocab, (cfg.batch, cfg.seq), device=device)
+    model: nn.Module
+    if spec == "builtin":
+        model = Transformer(cfg)
+        needs_instrument = False
+    elif spec.startswith("hf:"):
+        if cfg.impl == "naive-inplace":
+            raise Unsupported("Hugging Face eager attention is fixed code; naive-inplace applies to builtin only")
+        family = spec.split(":", 1)[1]
+        config = _hf_config(spec, cfg, hf_overrides)
+        transformers = importlib.import_module("transformers")
+        model = getattr(transformers, _HF_FAMILIES[family][1])(config)
+        cfg = cfg.replace(causal=_HF_FAMILIES[family][2], vocab=config.vocab_size)
+        needs_instrument = True
+    else:
+        if cfg.impl == "naive-inplace" or (spec == "torch:encoder" and cfg.impl == "naive"):
+            raise Unsupported(
+                f"{spec} has no {cfg.impl} path: nn.TransformerEncoderLayer always calls attention "
+                "with need_weights=False (SDPA); use torch:mha with naive for the bmm + softmax path"
+                if cfg.impl == "naive"
+                else f"{spec} has no in-place masking path; naive-inplace applies to builtin only"
+            )
+        model = _TorchEncoder(cfg) if spec == "torch:encoder" else _MHAStack(cfg)
+        needs_instrument = True
+    model.to(device=device, dtype=dtype)
+    runnable = wrap(model) if wrap is not None else model
+    hf = spec.startswith("hf:")
+
+    def logits() -> torch.Tensor:
+        return runnable(input_ids=ids).logits if hf else runnable(ids)
+    optimizer = None
+    if cfg.mode == "training":
+        model.train()
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+
+        def step() -> None:
+            out = logits()
+            loss = F.cross_entropy(out.float().view(-1, out.size(-1)), ids.view(-1))
+            loss.backward()
+            assert optimizer is not None
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+    else:
+        model.eval()
+
+        def step() -> None:
+            with torch.inference_mode():
+                logits()
+
+    return Workload(spec=spec, model=model, cfg=cfg, step=step, needs_instrument=needs_instrument,
+                    optimizer=optimizer)
+
+
+def _causal_mask(seq: int) -> torch.Tensor:
+    return torch.ones(seq, seq, dtype=torch.bool).triu(1)  # True: masked out
+
+
+class _TorchEncoder(nn.Module):
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.causal = cfg.causal
+        self.emb = nn.Embedding(cfg.vocab, cfg.d_model)
+        layer = nn.TransformerEncoderLayer(cfg.d_model, cfg.heads, 4 * cfg.d_model, cfg.dropout,
+                                           batch_first=True, norm_first=True)
+        self.encoder = nn.TransformerEncoder(layer, cfg.layers, enable_nested_tensor=False)
+        self.head = nn.Linear(cfg.d_model, cfg.vocab)
+        self.register_buffer("mask", _causal_mask(cfg.seq), persistent=False)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        T = ids.size(1)
+        mask = self.mask[:T, :T] if self.causal else None
+        return self.head(self.encoder(self.emb(ids), mask=mask, is_causal=self.causal))
+
+
+class _MHABlock(nn.Module):
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.ln1 = nn.LayerNorm(cfg.d_model)
+        self.attn = nn.MultiheadAttention(cfg.d_model, cfg.heads, dropout=cfg.dropout, batch_first=True)
+        self.ln2 = nn.LayerNorm(cfg.d_model)
+        self.mlp = nn.Sequential(nn.Linear(cfg.d_model, 4 * cfg.d_model), nn.GELU(),
+                                 nn.Linear(4 * cfg.d_model, cfg.d_model))
+        self.need_weights = cfg.impl == "naive"
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+        h = self.ln1(x)
+        x = x + self.attn(h, h, h, attn_mask=mask, need_weights=self.need_weights)[0]
+        return x + self.mlp(self.ln2(x))
+
+
+class _MHAStack(nn.Module):
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.causal = cfg.causal
+        self.emb = nn.Embedding(cfg.vocab, cfg.d_model)
+        self.blocks = nn.ModuleList(_MHABlock(cfg) for _ in range(cfg.layers))
+        self.head = nn.Linear(cfg.d_model, cfg.vocab)
+        self.register_buffer("mask", _causal_mask(cfg.seq), persistent=False)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        T = ids.size(1)
+        mask = self.mask[:T, :T] if self.causal else None
+        x = self.emb(ids)
+        for block in self.blocks:
+            x = block(x, mask)
+        return self.head(x)

@@ -1,0 +1,177 @@
+"""Profile one configuration into one run directory.
+
+A run is ``LOGDIR/<name>/``: one trace file per worker and profiler cycle, plus
+``tb_attn_run.json``. A configuration the device cannot run is recorded as ``unsupported``
+with PyTorch's reason; any other failure as ``failed`` with its error. Neither raises, so a
+sweep goes on. Ctrl-C marks the run ``interrupted`` and propagates.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch.nn.attention import SDPBackend, sdpa_kernel
+from torch.profiler import ProfilerActivity, profile, schedule
+
+from runner.config import ModelConfig, ProfileConfig
+from runner.distributed import DistContext
+from runner.instrument import instrument
+from runner.metadata import environment, now_iso, write_metadata
+from runner.models import Unsupported, build_workload
+from runner.traces import default_worker_name, trace_handler
+
+__all__ = ["RunSpec", "RunResult", "run_one", "SDPA_BACKENDS"]
+
+SDPA_BACKENDS: dict[str, SDPBackend] = {
+    "sdpa-math": SDPBackend.MATH,
+    "sdpa-flash": SDPBackend.FLASH_ATTENTION,
+    "sdpa-efficient": SDPBackend.EFFICIENT_ATTENTION,
+    "sdpa-cudnn": SDPBackend.CUDNN_ATTENTION,
+}
+
+# PyTorch's messages when a pinned SDPA backend cannot run these inputs on this device.
+_UNSUPPORTED_MARKERS = ("No viable backend", "No available kernel")
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """One point of a sweep: which model, configured how, written where."""
+
+    model: str
+    cfg: ModelConfig
+    name: str  # the run's path relative to the logdir, as TensorBoard names runs
+    hf_overrides: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class RunResult:
+    name: str
+    status: str  # ok | unsupported | failed | interrupted
+    error: str | None = None
+    traces: list[Path] = field(default_factory=list)
+    seconds: float = 0.0
+
+
+def _is_unsupported(exc: BaseException) -> bool:
+    return isinstance(exc, RuntimeError) and any(m in str(exc) for m in _UNSUPPORTED_MARKERS)
+
+
+def _describe(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    first = text[0] if text else ""
+    if isinstance(exc, torch.OutOfMemoryError) or "can't allocate memory" in first:
+        return f"out of memory: {first}"
+    return f"{type(exc).__name__}: {first}" if first else type(exc).__name__
+
+
+def run_one(
+    spec: RunSpec,
+    logdir: Path,
+    prof: ProfileConfig,
+    *,
+    dist: DistContext | None = None,
+    seed: int = 0,
+) -> RunResult:
+    """Profile ``spec`` into ``logdir / spec.name``. Never raises except on Ctrl-C."""
+    run_dir = logdir / spec.name
+    writer = dist is None or dist.rank == 0
+    cfg = spec.cfg
+    meta: dict[str, Any] = {
+        "run": spec.name,
+        "model": spec.model,
+        "impl": cfg.impl,
+        "dtype": cfg.dtype,
+        "config": cfg.to_dict(),
+        "hf_config": spec.hf_overrides,
+        "profile": prof.to_dict(),
+        "world_size": dist.world_size if dist else 1,
+        "started_at": now_iso(),
+        "status": "running",
+        **environment(cfg.device),
+    }
+    result = RunResult(name=spec.name, status="running")
+    start = time.perf_counter()
+    if writer:
+        write_metadata(run_dir, meta)
+    try:
+        _profile(spec, run_dir, prof, dist, seed, meta, result)
+        result.status = "ok"
+    except KeyboardInterrupt:
+        result.status, result.error = "interrupted", "interrupted by the user (Ctrl-C)"
+        raise
+    except Unsupported as exc:
+        result.status, result.error = "unsupported", str(exc)
+    except Exception as exc:  # noqa: BLE001 - any failure is recorded and the sweep goes on
+        if _is_unsupported(exc):
+            result.status, result.error = "unsupported", f"{cfg.impl} on {cfg.device}: {_describe(exc)}"
+        else:
+            result.status, result.error = "failed", _describe(exc)
+    finally:
+        result.seconds = time.perf_counter() - start
+        meta.update(
+            status=result.status,
+            error=result.error,
+            finished_at=now_iso(),
+            traces=sorted(p.name for p in result.traces),
+        )
+        if writer:
+            write_metadata(run_dir, meta)
+    return result
+
+
+def _profile(
+    spec: RunSpec,
+    run_dir: Path,
+    prof_cfg: ProfileConfig,
+    dist: DistContext | None,
+    seed: int,
+    meta: dict[str, Any],
+    result: RunResult,
+) -> None:
+    torch.manual_seed(seed)
+    work = build_workload(spec.model, spec.cfg, hf_overrides=spec.hf_overrides)
+    meta["config"] = work.cfg.to_dict()
+    cuda = torch.device(work.cfg.device).type == "cuda"
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    worker = default_worker_name(dist.rank if dist else None)
+    with contextlib.ExitStack() as stack:
+        backend = SDPA_BACKENDS.get(spec.cfg.impl)
+        if backend is not None:
+            stack.enter_context(sdpa_kernel([backend]))
+        inst = stack.enter_context(instrument(work.model)) if work.needs_instrument else None
+        # One step outside the profiler: fails fast on an unsupported backend (before any trace
+        # is written) and keeps one-time allocations out of the profiled steps.
+        work.step()
+        if inst is not None:
+            meta["blocks"] = [{"layer": b.layer, "module": b.name} for b in inst.blocks]
+        handler = trace_handler(
+            run_dir,
+            worker,
+            use_gzip=prof_cfg.gzip,
+            gzip_level=prof_cfg.gzip_level,
+            on_written=result.traces.append,
+        )
+        with profile(
+            activities=activities,
+            schedule=schedule(
+                wait=prof_cfg.wait, warmup=prof_cfg.warmup, active=prof_cfg.active, repeat=prof_cfg.repeat
+            ),
+            on_trace_ready=handler,
+            record_shapes=prof_cfg.record_shapes,
+            profile_memory=prof_cfg.profile_memory,
+            with_stack=prof_cfg.with_stack,
+        ) as prof:
+            for _ in range(prof_cfg.steps):
+                work.step()
+                if cuda:
+                    torch.cuda.synchronize()
+                prof.step()
+        if inst is not None:
+            meta["blocks"] = [{"layer": b.layer, "module": b.name} for b in inst.blocks]
+            if not inst.blocks:
+                raise RuntimeError(f"no attention found in {spec.model}")

@@ -1,0 +1,88 @@
+"""Run a list of configurations one after another, with progress, and report the outcome.
+
+A failed or unsupported configuration is recorded and the sweep goes on. Ctrl-C stops the
+sweep: completed runs stay as they are, the run in progress is marked ``interrupted``, and no
+temporary file is left behind.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Sequence
+
+from runner.config import ProfileConfig
+from runner.distributed import barrier, init_from_env, shutdown
+from runner.metadata import METADATA_FILE
+from runner.session import RunResult, RunSpec, run_one
+from runner.traces import TMP_SUFFIX, TRACE_FILE_RE
+
+__all__ = ["run_sweep", "clear_run", "format_results"]
+
+
+def clear_run(run_dir: Path) -> None:
+    """Remove what an earlier run wrote into ``run_dir`` (traces, metadata, leftovers)."""
+    if not run_dir.is_dir():
+        return
+    for p in run_dir.iterdir():
+        if p.is_file() and (TRACE_FILE_RE.match(p.name) or p.name == METADATA_FILE or p.name.endswith(TMP_SUFFIX)):
+            p.unlink()
+
+
+def format_results(results: Sequence[RunResult]) -> str:
+    width = max((len(r.name) for r in results), default=3)
+    lines = [f"{'run':<{width}}  {'status':<11}  {'seconds':>7}  traces  note"]
+    for r in results:
+        note = r.error or ""
+        lines.append(f"{r.name:<{width}}  {r.status:<11}  {r.seconds:7.1f}  {len(r.traces):>6}  {note}")
+    return "\n".join(lines)
+
+
+def run_sweep(
+    specs: Sequence[RunSpec],
+    logdir: Path,
+    prof: ProfileConfig,
+    *,
+    overwrite: bool = False,
+    progress: bool = True,
+    seed: int = 0,
+) -> int:
+    """Run every spec; return the exit code (0 ok, 1 some run failed, 130 interrupted)."""
+    dist = init_from_env(specs[0].cfg.device) if specs else None
+    if dist is not None and specs[0].cfg.device.startswith("cuda"):
+        specs = [RunSpec(s.model, s.cfg.replace(device=f"cuda:{dist.local_rank}"), s.name, s.hf_overrides)
+                 for s in specs]
+    lead = dist is None or dist.rank == 0
+    results: list[RunResult] = []
+    bar = None
+    if progress and lead:
+        from tqdm import tqdm
+
+        bar = tqdm(total=len(specs), unit="run", file=sys.stderr, dynamic_ncols=True)
+    try:
+        for spec in specs:
+            if bar is not None:
+                bar.set_description(spec.name)
+            if overwrite and lead:
+                clear_run(logdir / spec.name)
+            barrier(dist)
+            results.append(run_one(spec, logdir, prof, dist=dist, seed=seed))
+            barrier(dist)
+            if bar is not None:
+                bar.update()
+    except KeyboardInterrupt:
+        if bar is not None:
+            bar.close()
+        if lead:
+            print(f"\ninterrupted: {len(results)} of {len(specs)} runs complete and kept in {logdir}; "
+                  "the run in progress is marked interrupted", file=sys.stderr)
+        return 130
+    finally:
+        if bar is not None:
+            bar.close()
+        shutdown(dist)
+    if lead:
+        print(format_results(results))
+        print(f"\nwrote {sum(len(r.traces) for r in results)} trace file(s) into {logdir}; "
+              f"view them with: tensorboard --logdir {logdir}")
+    return 1 if any(r.status == "failed" for r in results) else 0

@@ -1,0 +1,127 @@
+"""The scope grammar: how a ``record_function`` name encodes attention layer, head and phase.
+
+This module is the contract between the runner, which writes scopes, and the plugin, which
+reads them. It imports nothing heavy so that both sides (and TensorBoard's plugin loader) can
+use it freely. The grammar is documented in ``docs/scopes.md``; bump ``GRAMMAR_VERSION`` on
+any change that an older reader would misread.
+
+Grammar (version 1)::
+
+    scope  := PREFIX "/L" layer [ "/H" head ] [ "/" phase ] [ " " module ]
+    PREFIX := "tbattn.v1"
+    layer, head := non-negative decimal integer
+    phase  := one of PHASES
+    module := dotted module path (no spaces), only on block scopes
+
+Examples: ``tbattn.v1/L3`` (the whole attention block of layer 3),
+``tbattn.v1/L3/softmax``, ``tbattn.v1/L3/H5/qk_matmul``,
+``tbattn.v1/L0 encoder.layer.0.attention``.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from enum import Enum
+
+__all__ = [
+    "GRAMMAR_VERSION",
+    "PREFIX",
+    "Phase",
+    "PHASES",
+    "Scope",
+    "format_scope",
+    "parse_scope",
+    "is_scope_name",
+]
+
+GRAMMAR_VERSION = 1
+PREFIX = f"tbattn.v{GRAMMAR_VERSION}"
+
+
+class Phase(str, Enum):
+    """Phases of one attention block, in execution order."""
+
+    QKV_PROJ = "qkv_proj"  # q, k and v projections, and the split into heads
+    KV_EXPAND = "kv_expand"  # repeating k/v heads for grouped-query attention (naive only)
+    QK_MATMUL = "qk_matmul"  # q @ k^T -> (B, H, Sq, Sk) scores
+    SCALE = "scale"  # scores * 1/sqrt(head_dim)
+    MASK = "mask"  # causal or padding mask applied to the scores
+    SOFTMAX = "softmax"
+    DROPOUT = "dropout"  # attention-probability dropout (training with p > 0)
+    AV_MATMUL = "av_matmul"  # probs @ v
+    SDPA = "sdpa"  # a fused F.scaled_dot_product_attention call (all of the above)
+    OUT_PROJ = "out_proj"  # merging heads and the output projection
+
+
+PHASES: tuple[str, ...] = tuple(p.value for p in Phase)
+
+_SCOPE_RE = re.compile(
+    r"^tbattn\.v(?P<version>\d+)/L(?P<layer>\d+)"
+    r"(?:/H(?P<head>\d+))?"
+    r"(?:/(?P<phase>[a-z_]+))?"
+    r"(?: (?P<module>\S+))?$"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Scope:
+    """One parsed scope name. ``phase`` is None for a block (or head) scope."""
+
+    layer: int
+    head: int | None = None
+    phase: str | None = None
+    module: str | None = None
+    version: int = GRAMMAR_VERSION
+
+    @property
+    def is_block(self) -> bool:
+        return self.head is None and self.phase is None
+
+
+def format_scope(
+    layer: int, *, head: int | None = None, phase: Phase | str | None = None, module: str | None = None
+) -> str:
+    """Build the ``record_function`` name for a scope. Raises ValueError on bad parts."""
+    if layer < 0 or (head is not None and head < 0):
+        raise ValueError(f"layer and head must be >= 0, got layer={layer} head={head}")
+    name = f"{PREFIX}/L{layer}"
+    if head is not None:
+        name += f"/H{head}"
+    if phase is not None:
+        value = Phase(phase).value
+        name += f"/{value}"
+    if module:
+        if phase is not None or head is not None:
+            raise ValueError("a module path belongs on block scopes only")
+        if any(c.isspace() for c in module):
+            raise ValueError(f"module path must not contain whitespace: {module!r}")
+        name += f" {module}"
+    return name
+
+
+def is_scope_name(name: str) -> bool:
+    """Cheap prefix test, for filtering many event names before parsing."""
+    return name.startswith("tbattn.v")
+
+
+def parse_scope(name: str) -> Scope | None:
+    """Parse a scope name; None if it is not one of ours or uses an unknown phase.
+
+    Names written by a newer grammar version are still parsed when they fit this pattern;
+    readers should check ``Scope.version`` if they depend on newer semantics.
+    """
+    m = _SCOPE_RE.match(name)
+    if m is None:
+        return None
+    phase = m.group("phase")
+    if phase is not None and phase not in PHASES:
+        return None
+    head = m.group("head")
+    return Scope(
+        layer=int(m.group("layer")),
+        head=int(head) if head is not None else None,
+        phase=phase,
+        module=m.group("module"),
+        version=int(m.group("version")),
+    )

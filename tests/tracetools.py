@@ -1,0 +1,75 @@
+"""Minimal trace reading for tests of the runner: ops and the scopes that enclose them.
+
+Deliberately independent of the plugin's analysis engine, so runner tests do not depend on it.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tb_attn_plugin.scopes import Scope, parse_scope
+
+
+@dataclass(frozen=True)
+class Op:
+    name: str
+    tid: Any
+    ts: float
+    end: float
+    args: dict[str, Any]
+    scopes: tuple[Scope, ...]  # enclosing tb-attn scopes, outermost first
+
+    @property
+    def phase_scope(self) -> Scope | None:
+        return next((s for s in reversed(self.scopes) if s.phase is not None), None)
+
+    @property
+    def block_scope(self) -> Scope | None:
+        return next((s for s in self.scopes if s.is_block), None)
+
+
+def load_trace(path: Path) -> dict[str, Any]:
+    data = path.read_bytes()
+    if path.suffix == ".gz":
+        data = gzip.decompress(data)
+    return json.loads(data)
+
+
+def trace_files(run_dir: Path) -> list[Path]:
+    return sorted(p for p in run_dir.iterdir() if ".pt.trace.json" in p.name and not p.name.startswith("."))
+
+
+def ops_with_scopes(trace: dict[str, Any]) -> tuple[list[Op], list[dict[str, Any]]]:
+    """CPU ops with their enclosing scopes (time containment on the same thread), and the scopes."""
+    events = [e for e in trace["traceEvents"] if e.get("ph") == "X"]
+    scope_events = [e for e in events if e.get("cat") == "user_annotation" and parse_scope(e["name"])]
+    by_tid: dict[Any, list[dict[str, Any]]] = {}
+    for e in scope_events:
+        by_tid.setdefault(e["tid"], []).append(e)
+    ops = []
+    for e in events:
+        if e.get("cat") != "cpu_op":
+            continue
+        ts, end = float(e["ts"]), float(e["ts"]) + float(e["dur"])
+        enclosing = [s for s in by_tid.get(e["tid"], []) if float(s["ts"]) <= ts and end <= float(s["ts"]) + float(s["dur"])]
+        enclosing.sort(key=lambda s: (float(s["ts"]), -float(s["dur"])))
+        parsed = tuple(p for p in (parse_scope(s["name"]) for s in enclosing) if p is not None)
+        ops.append(Op(e["name"], e["tid"], ts, end, e.get("args", {}), parsed))
+    return ops, scope_events
+
+
+def step_windows(trace: dict[str, Any]) -> list[tuple[float, float]]:
+    return sorted(
+        (float(e["ts"]), float(e["ts"]) + float(e["dur"]))
+        for e in trace["traceEvents"]
+        if e.get("ph") == "X" and str(e.get("name", "")).startswith("ProfilerStep#")
+    )
+
+
+def scope_counts(scope_events: list[dict[str, Any]]) -> Counter[str]:
+    return Counter(e["name"] for e in scope_events)
