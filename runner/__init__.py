@@ -9,9 +9,9 @@ from runner.instrument import Instrumentation, NoAttentionFoundWarning, instrume
 
 __all__ = [
     "ConfigError",
-    "ModelConfig",
-    "ProfileConfig",
     "Instrumentation",
+    "ModelConfig",
     "NoAttentionFoundWarning",
+    "ProfileConfig",
     "instrument",
 ]

@@ -11,25 +11,25 @@ from __future__ import annotations
 import argparse
 import itertools
 import logging
-import os
 import sys
 import tempfile
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, NoReturn, Sequence
+from typing import TYPE_CHECKING, NoReturn
 
 from runner.config import DTYPES, IMPLS, MODES, ConfigError, ModelConfig, ProfileConfig
 
 if TYPE_CHECKING:
     from runner.session import RunSpec
 
-__all__ = ["main", "build_parser", "plan_sweep", "DEMO_ARGS"]
+__all__ = ["DEMO_ARGS", "build_parser", "main", "plan_sweep", "run_name"]
 
 PROG = "tb-attn-run"
 
 #: The demo: a small CPU sweep of four implementations at two lengths, plus a Hugging Face model.
 DEMO_ARGS: tuple[list[str], ...] = (
-    ["--model", "builtin", "--impl", "naive,naive-inplace,sdpa-math,sdpa", "--seq", "128,256"],
-    ["--model", "hf:gpt2", "--impl", "sdpa", "--seq", "128"],
+    ["--model", "builtin", "--size", "small", "--impl", "naive,naive-inplace,sdpa-math,sdpa", "--seq", "256,512"],
+    ["--model", "hf:gpt2", "--size", "small", "--impl", "naive,sdpa", "--seq", "256"],
 )
 
 
@@ -38,7 +38,7 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message}\n")
 
 
-def _csv(kind: type) -> object:
+def _csv(kind: Callable[[str], object]) -> Callable[[str], list[object]]:
     def parse(text: str) -> list[object]:
         items = [t.strip() for t in text.split(",") if t.strip()]
         if not items:
@@ -46,7 +46,7 @@ def _csv(kind: type) -> object:
         try:
             return [kind(t) for t in items]
         except ValueError:
-            raise argparse.ArgumentTypeError(f"not a list of {kind.__name__}: {text!r}") from None
+            raise argparse.ArgumentTypeError(f"not a list of {getattr(kind, '__name__', kind)}: {text!r}") from None
 
     return parse
 
@@ -181,7 +181,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         plans = [plan_sweep(g) for g in groups]
         check_logdir(logdir)
         specs = [s for plan in plans for s in plan]
-        for g, plan in zip(groups, plans):
+        for g, plan in zip(groups, plans, strict=True):
             check_existing(logdir, plan, g.overwrite)
         profile_cfg = ProfileConfig(
             wait=args.wait, warmup=args.warmup, active=args.active, repeat=args.repeat,

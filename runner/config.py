@@ -11,10 +11,10 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 __all__ = [
-    "ConfigError",
-    "IMPLS",
     "DTYPES",
+    "IMPLS",
     "MODES",
+    "ConfigError",
     "ModelConfig",
     "ProfileConfig",
 ]

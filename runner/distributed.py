@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as torch_dist
 
-__all__ = ["DistContext", "init_from_env", "barrier", "shutdown"]
+__all__ = ["DistContext", "barrier", "init_from_env", "shutdown"]
 
 
 @dataclass(frozen=True)

@@ -29,9 +29,10 @@ from __future__ import annotations
 import logging
 import sys
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import ModuleType
-from typing import Any, Callable
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -41,7 +42,7 @@ from torch.autograd.profiler import record_function
 from runner.scoping import profiler_enabled
 from tb_attn_plugin.scopes import Phase, format_scope
 
-__all__ = ["instrument", "Instrumentation", "Block", "NoAttentionFoundWarning"]
+__all__ = ["Block", "Instrumentation", "NoAttentionFoundWarning", "instrument"]
 
 log = logging.getLogger(__name__)
 
@@ -76,7 +77,7 @@ class Block:
 class _Active:
     """The state of one block while it runs under the profiler."""
 
-    __slots__ = ("block", "scope", "stage", "core_seen", "phase_depth", "phase_scopes")
+    __slots__ = ("block", "core_seen", "phase_depth", "phase_scopes", "scope", "stage")
 
     def __init__(self, block: Block) -> None:
         self.block = block

@@ -15,7 +15,7 @@ import shlex
 import socket
 import subprocess
 import sys
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -24,14 +24,14 @@ import torch
 from runner.traces import atomic_write_bytes
 from tb_attn_plugin.scopes import GRAMMAR_VERSION
 
-__all__ = ["METADATA_FILE", "METADATA_SCHEMA", "environment", "write_metadata", "read_metadata", "now_iso"]
+__all__ = ["METADATA_FILE", "METADATA_SCHEMA", "environment", "now_iso", "read_metadata", "write_metadata"]
 
 METADATA_FILE = "tb_attn_run.json"
 METADATA_SCHEMA = "tb-attn.run/1"
 
 
 def now_iso() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+    return datetime.now(UTC).isoformat(timespec="seconds")
 
 
 def _git_commit(cwd: Path) -> str | None:
@@ -52,13 +52,24 @@ def _user() -> str | None:
         return os.environ.get("USER")
 
 
+def _cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
 def environment(device: str) -> dict[str, Any]:
     """Facts about where the run happens: device, versions, host, user, commit, command."""
     dev = torch.device(device)
     if dev.type == "cuda" and torch.cuda.is_available():
         device_name = torch.cuda.get_device_name(dev)
     else:
-        device_name = platform.processor() or platform.machine()
+        device_name = _cpu_name()
     return {
         "device": str(dev),
         "device_name": device_name,
@@ -68,7 +79,7 @@ def environment(device: str) -> dict[str, Any]:
         "host": socket.gethostname(),
         "user": _user(),
         "git_commit": _git_commit(Path.cwd()),
-        "command": shlex.join(sys.argv),
+        "command": shlex.join(getattr(sys, "orig_argv", sys.argv)),
         "scope_grammar": GRAMMAR_VERSION,
     }
 

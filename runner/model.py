@@ -18,7 +18,7 @@ from runner.config import ModelConfig
 from runner.scoping import scope
 from tb_attn_plugin.scopes import Phase, format_scope
 
-__all__ = ["Attention", "Transformer", "TORCH_DTYPES"]
+__all__ = ["TORCH_DTYPES", "Attention", "Transformer"]
 
 TORCH_DTYPES: dict[str, torch.dtype] = {
     "float32": torch.float32,
@@ -65,6 +65,7 @@ class Attention(nn.Module):
         self.scale = 1.0 / math.sqrt(self.head_dim)
         # True above the diagonal: the positions a causal query must not see. Built once, not
         # per call, so that the mask phase measures masking rather than mask construction.
+        self.causal_mask: torch.Tensor
         self.register_buffer(
             "causal_mask", torch.ones(cfg.seq, cfg.seq, dtype=torch.bool).triu(1), persistent=False
         )
@@ -178,7 +179,7 @@ class Transformer(nn.Module):
         self.lm_head = nn.Linear(cfg.d_model, cfg.vocab, bias=False)
 
     def forward(self, idx: torch.Tensor) -> torch.Tensor:
-        B, T = idx.shape  # token ids (B, T) -> logits (B, T, vocab)
+        T = idx.size(1)  # token ids (B, T) -> logits (B, T, vocab)
         pos = torch.arange(T, device=idx.device)
         x = self.drop(self.wte(idx) + self.wpe(pos))
         for block in self.blocks:

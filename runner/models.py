@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import ast
 import importlib
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -30,8 +31,8 @@ from runner.model import TORCH_DTYPES, Transformer
 __all__ = [
     "MODEL_SPECS",
     "SIZES",
-    "Workload",
     "Unsupported",
+    "Workload",
     "build_workload",
     "check_model_spec",
     "parse_hf_overrides",
@@ -114,7 +115,7 @@ def _hf_config(spec: str, cfg: ModelConfig, overrides: dict[str, Any]) -> Any:
                   hidden_dropout_prob=p)
     elif family == "gpt2":
         kw = dict(n_embd=d, n_layer=L, n_head=H, n_positions=max(1024, cfg.seq), attn_pdrop=p,
-                  resid_pdrop=p, embd_pdrop=p)
+                  resid_pdrop=p, embd_pdrop=p, bos_token_id=cfg.vocab - 1, eos_token_id=cfg.vocab - 1)
     else:
         kw = dict(hidden_size=d, num_hidden_layers=L, num_attention_heads=H,
                   num_key_value_heads=cfg.n_kv_heads, intermediate_size=4 * d,
@@ -210,6 +211,7 @@ class _TorchEncoder(nn.Module):
                                            batch_first=True, norm_first=True)
         self.encoder = nn.TransformerEncoder(layer, cfg.layers, enable_nested_tensor=False)
         self.head = nn.Linear(cfg.d_model, cfg.vocab)
+        self.mask: torch.Tensor
         self.register_buffer("mask", _causal_mask(cfg.seq), persistent=False)
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
@@ -241,6 +243,7 @@ class _MHAStack(nn.Module):
         self.emb = nn.Embedding(cfg.vocab, cfg.d_model)
         self.blocks = nn.ModuleList(_MHABlock(cfg) for _ in range(cfg.layers))
         self.head = nn.Linear(cfg.d_model, cfg.vocab)
+        self.mask: torch.Tensor
         self.register_buffer("mask", _causal_mask(cfg.seq), persistent=False)
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:

@@ -7,7 +7,7 @@ runner asks the profiler first. With the profiler off a scope is a shared no-op 
 from __future__ import annotations
 
 import contextlib
-from typing import ContextManager
+from contextlib import AbstractContextManager
 
 import torch
 from torch.autograd.profiler import record_function
@@ -16,10 +16,10 @@ __all__ = ["profiler_enabled", "scope"]
 
 profiler_enabled = torch._C._autograd._profiler_enabled
 
-_NULL: ContextManager[None] = contextlib.nullcontext()
+_NULL: AbstractContextManager[None] = contextlib.nullcontext()
 
 
-def scope(name: str, enabled: bool = True) -> ContextManager[object]:
+def scope(name: str, enabled: bool = True) -> AbstractContextManager[object]:
     """A ``record_function(name)`` while a profiler records; otherwise a no-op."""
     if enabled and profiler_enabled():
         return record_function(name)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import time
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -19,13 +20,13 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.profiler import ProfilerActivity, profile, schedule
 
 from runner.config import ModelConfig, ProfileConfig
-from runner.distributed import DistContext
+from runner.distributed import DistContext, barrier
 from runner.instrument import instrument
 from runner.metadata import environment, now_iso, write_metadata
 from runner.models import Unsupported, build_workload
-from runner.traces import default_worker_name, trace_handler
+from runner.traces import TRACE_FILE_RE, default_worker_name, trace_handler
 
-__all__ = ["RunSpec", "RunResult", "run_one", "SDPA_BACKENDS"]
+__all__ = ["SDPA_BACKENDS", "RunResult", "RunSpec", "run_one"]
 
 SDPA_BACKENDS: dict[str, SDPBackend] = {
     "sdpa-math": SDPBackend.MATH,
@@ -106,22 +107,25 @@ def run_one(
         raise
     except Unsupported as exc:
         result.status, result.error = "unsupported", str(exc)
-    except Exception as exc:  # noqa: BLE001 - any failure is recorded and the sweep goes on
+    except Exception as exc:
         if _is_unsupported(exc):
             result.status, result.error = "unsupported", f"{cfg.impl} on {cfg.device}: {_describe(exc)}"
         else:
             result.status, result.error = "failed", _describe(exc)
     finally:
         result.seconds = time.perf_counter() - start
-        meta.update(
-            status=result.status,
-            error=result.error,
-            finished_at=now_iso(),
-            traces=sorted(p.name for p in result.traces),
-        )
+        if dist is not None and result.status != "interrupted":
+            barrier(dist)  # every rank's traces are written before rank 0 lists them
+        meta.update(status=result.status, error=result.error, finished_at=now_iso(), traces=_trace_names(run_dir))
         if writer:
             write_metadata(run_dir, meta)
     return result
+
+
+def _trace_names(run_dir: Path) -> list[str]:
+    if not run_dir.is_dir():
+        return []
+    return sorted(p.name for p in run_dir.iterdir() if TRACE_FILE_RE.match(p.name))
 
 
 def _profile(
@@ -156,6 +160,11 @@ def _profile(
             gzip_level=prof_cfg.gzip_level,
             on_written=result.traces.append,
         )
+        # One trace per cycle is what we want, so the profiler's advice on accumulating events
+        # across cycles is noise (and, under -W error, an exception in the middle of a cycle).
+        stack.enter_context(warnings.catch_warnings())
+        warnings.filterwarnings("ignore", message=".*Profiler clears events at the end of each cycle.*")
+        warnings.filterwarnings("ignore", message=".*Profiler won't be using warmup.*")
         with profile(
             activities=activities,
             schedule=schedule(

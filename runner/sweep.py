@@ -8,8 +8,8 @@ temporary file is left behind.
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 from runner.config import ProfileConfig
 from runner.distributed import barrier, init_from_env, shutdown
@@ -17,7 +17,7 @@ from runner.metadata import METADATA_FILE
 from runner.session import RunResult, RunSpec, run_one
 from runner.traces import TMP_SUFFIX, TRACE_FILE_RE
 
-__all__ = ["run_sweep", "clear_run", "format_results"]
+__all__ = ["clear_run", "format_results", "run_sweep"]
 
 
 def clear_run(run_dir: Path) -> None:

@@ -19,12 +19,12 @@ import re
 import socket
 import time
 import zlib
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from torch.profiler import profile
 
-__all__ = ["TRACE_FILE_RE", "TMP_SUFFIX", "trace_handler", "gzip_file", "default_worker_name", "atomic_write_bytes"]
+__all__ = ["TMP_SUFFIX", "TRACE_FILE_RE", "atomic_write_bytes", "default_worker_name", "gzip_file", "trace_handler"]
 
 #: A finished trace file; group 1 is the worker, group 2 the span's time stamp.
 TRACE_FILE_RE = re.compile(r"^(.+)\.(\d+)\.pt\.trace\.json(?:\.gz)?$")

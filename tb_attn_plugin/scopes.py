@@ -22,24 +22,24 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from enum import Enum
+from enum import StrEnum
 
 __all__ = [
     "GRAMMAR_VERSION",
+    "PHASES",
     "PREFIX",
     "Phase",
-    "PHASES",
     "Scope",
     "format_scope",
-    "parse_scope",
     "is_scope_name",
+    "parse_scope",
 ]
 
 GRAMMAR_VERSION = 1
 PREFIX = f"tbattn.v{GRAMMAR_VERSION}"
 
 
-class Phase(str, Enum):
+class Phase(StrEnum):
     """Phases of one attention block, in execution order."""
 
     QKV_PROJ = "qkv_proj"  # q, k and v projections, and the split into heads

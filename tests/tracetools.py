@@ -23,6 +23,7 @@ class Op:
     end: float
     args: dict[str, Any]
     scopes: tuple[Scope, ...]  # enclosing tb-attn scopes, outermost first
+    backward: bool  # runs inside an autograd engine function
 
     @property
     def phase_scope(self) -> Scope | None:
@@ -51,15 +52,21 @@ def ops_with_scopes(trace: dict[str, Any]) -> tuple[list[Op], list[dict[str, Any
     by_tid: dict[Any, list[dict[str, Any]]] = {}
     for e in scope_events:
         by_tid.setdefault(e["tid"], []).append(e)
+    backward_spans: dict[Any, list[tuple[float, float]]] = {}
+    for e in events:
+        if str(e.get("name", "")).startswith("autograd::engine::evaluate_function"):
+            backward_spans.setdefault(e["tid"], []).append((float(e["ts"]), float(e["ts"]) + float(e["dur"])))
     ops = []
     for e in events:
         if e.get("cat") != "cpu_op":
             continue
         ts, end = float(e["ts"]), float(e["ts"]) + float(e["dur"])
-        enclosing = [s for s in by_tid.get(e["tid"], []) if float(s["ts"]) <= ts and end <= float(s["ts"]) + float(s["dur"])]
+        enclosing = [s for s in by_tid.get(e["tid"], [])
+                     if float(s["ts"]) <= ts and end <= float(s["ts"]) + float(s["dur"])]
         enclosing.sort(key=lambda s: (float(s["ts"]), -float(s["dur"])))
         parsed = tuple(p for p in (parse_scope(s["name"]) for s in enclosing) if p is not None)
-        ops.append(Op(e["name"], e["tid"], ts, end, e.get("args", {}), parsed))
+        backward = any(b0 <= ts and end <= b1 for b0, b1 in backward_spans.get(e["tid"], []))
+        ops.append(Op(e["name"], e["tid"], ts, end, e.get("args", {}), parsed, backward))
     return ops, scope_events
 
 

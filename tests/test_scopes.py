@@ -1,0 +1,55 @@
+"""The scope grammar shared by the runner and the plugin."""
+
+from __future__ import annotations
+
+import pytest
+
+from tb_attn_plugin.scopes import GRAMMAR_VERSION, PHASES, Scope, format_scope, is_scope_name, parse_scope
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "name"),
+    [
+        ({"layer": 3}, "tbattn.v1/L3"),
+        ({"layer": 3, "phase": "softmax"}, "tbattn.v1/L3/softmax"),
+        ({"layer": 0, "head": 5, "phase": "qk_matmul"}, "tbattn.v1/L0/H5/qk_matmul"),
+        ({"layer": 11, "head": 2}, "tbattn.v1/L11/H2"),
+        ({"layer": 1, "module": "encoder.layer.1.attention"}, "tbattn.v1/L1 encoder.layer.1.attention"),
+    ],
+)
+def test_format_and_parse_round_trip(kwargs: dict[str, object], name: str) -> None:
+    assert format_scope(**kwargs) == name  # type: ignore[arg-type]
+    parsed = parse_scope(name)
+    assert parsed == Scope(version=GRAMMAR_VERSION, **kwargs)  # type: ignore[arg-type]
+    assert is_scope_name(name)
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["aten::softmax", "tbattn.v1", "tbattn.v1/Lx", "tbattn.v1/L1/not_a_phase", "tbattn.v1/L1/H/softmax",
+     "tbattn.v1/L-1", "xtbattn.v1/L1", "tbattn.v1/L1/softmax extra words", ""],
+)
+def test_other_names_do_not_parse(name: str) -> None:
+    assert parse_scope(name) is None
+
+
+def test_every_phase_is_formattable_and_block_flag() -> None:
+    for phase in PHASES:
+        scope = parse_scope(format_scope(2, phase=phase))
+        assert scope is not None and scope.phase == phase and not scope.is_block
+    assert parse_scope("tbattn.v1/L2").is_block  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [{"layer": -1}, {"layer": 0, "head": -2}, {"layer": 0, "phase": "nope"},
+     {"layer": 0, "phase": "softmax", "module": "a.b"}, {"layer": 0, "module": "has space"}],
+)
+def test_format_rejects_bad_parts(kwargs: dict[str, object]) -> None:
+    with pytest.raises(ValueError):
+        format_scope(**kwargs)  # type: ignore[arg-type]
+
+
+def test_newer_grammar_versions_still_parse() -> None:
+    scope = parse_scope("tbattn.v2/L4/sdpa")
+    assert scope is not None and scope.version == 2 and scope.phase == "sdpa"
