@@ -17,6 +17,8 @@ setup(
         "numpy",
         "tqdm",
         "transformers>=4.48",
+        "msgspec>=0.18",
+        "fsspec",
     ],
     extras_require={
         "test": ["pytest", "ruff", "mypy", "playwright"],
@@ -24,6 +26,7 @@ setup(
     entry_points={
         "console_scripts": [
             "tb-attn-run=runner.cli:main",
+            "tb-attn=tb_attn_plugin.cli:main",
         ],
     },
 )

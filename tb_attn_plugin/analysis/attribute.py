@@ -1,0 +1,273 @@
+"""Attribution: which layer, head, phase and step every event and memory event belongs to.
+
+Rules (``docs/analysis.md`` has the long form):
+
+- CPU events nest by time on their thread (events are sorted by track, start, longest first,
+  so one sweep with a stack finds every parent). An event inherits the layer, head and phase
+  of its innermost enclosing scope, and the step of its enclosing ``ProfilerStep#N``.
+- Backward work runs outside the forward scopes. An ``autograd::engine::evaluate_function``
+  event takes the layer and phase of the forward op with the same autograd sequence number,
+  and everything nested in it follows.
+- Device events (kernels, memcpy, memset) take the attribution of the runtime call that
+  launched them (``correlation``), or of the op with the same ``External id``.
+- A memory event belongs to the innermost event on its thread that contains its time.
+- FLOPs count at the outermost op of a nest that has a formula (``analysis.flops``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from tb_attn_plugin.analysis.flops import op_flops
+from tb_attn_plugin.scopes import PHASES, parse_scope
+from tb_attn_plugin.trace.events import Events
+from tb_attn_plugin.trace.schema import BACKWARD_PREFIX, STEP_PREFIX, Kind
+
+__all__ = ["DEVICE_KINDS", "PHASE_CODE", "Attribution", "attribute"]
+
+EPS_US = 1e-3  # timestamps are rounded to the nanosecond when written
+DEVICE_KINDS = (int(Kind.KERNEL), int(Kind.MEMCPY), int(Kind.MEMSET), int(Kind.GPU_ANNOTATION))
+PHASE_CODE = {p: i for i, p in enumerate(PHASES)}
+
+I32 = npt.NDArray[np.int32]
+F64 = npt.NDArray[np.float64]
+B = npt.NDArray[np.bool_]
+
+
+@dataclass(frozen=True, eq=False)
+class Attribution:
+    """Per-event attribution, aligned with the rows of ``Events`` (and its memory table)."""
+
+    parent: I32
+    layer: I32  # -1: not attention
+    head: I32  # -1: no head scope
+    phase: I32  # index into scopes.PHASES, -1: in a block but no phase ("other")
+    step: I32  # ProfilerStep number, -1: outside any step
+    backward: B  # backward work (inside an autograd engine function or launched from one)
+    is_scope: B  # the event is one of our scopes (or a synthetic one)
+    flops: F64  # counted FLOPs (outermost formula op of a nest), 0 elsewhere
+    mem_layer: I32
+    mem_head: I32
+    mem_phase: I32
+    mem_step: I32
+    mem_backward: B
+    modules: dict[int, str]  # layer -> module path, where scopes name one
+
+
+def attribute(events: Events) -> Attribution:
+    names = events.names
+    # Per-name lookups, computed once per distinct name.
+    sc_layer = np.full(len(names), -1, np.int32)
+    sc_head = np.full(len(names), -1, np.int32)
+    sc_phase = np.full(len(names), -1, np.int32)
+    is_scope_name = np.zeros(len(names), np.bool_)
+    step_no = np.full(len(names), -1, np.int32)
+    is_bwd_name = np.zeros(len(names), np.bool_)
+    modules: dict[int, str] = {}
+    for nid, name in enumerate(names):
+        if name.startswith("tbattn.v"):
+            scope = parse_scope(name)
+            if scope is not None:
+                is_scope_name[nid] = True
+                sc_layer[nid] = scope.layer
+                sc_head[nid] = -1 if scope.head is None else scope.head
+                sc_phase[nid] = -1 if scope.phase is None else PHASE_CODE[scope.phase]
+                if scope.module:
+                    modules.setdefault(scope.layer, scope.module)
+        elif name.startswith(STEP_PREFIX):
+            try:
+                step_no[nid] = int(name[len(STEP_PREFIX):])
+            except ValueError:
+                pass
+        elif name.startswith(BACKWARD_PREFIX):
+            is_bwd_name[nid] = True
+
+    kind = events.kind
+    annotation = kind == Kind.ANNOTATION
+    is_scope = is_scope_name[events.name] & (annotation | (kind == Kind.OTHER))
+    is_step = (step_no[events.name] >= 0) & ((kind == Kind.ANNOTATION) | (kind == Kind.CPU_OP))
+    on_device = np.isin(kind, DEVICE_KINDS)
+
+    flops_raw = _raw_flops(events)
+    parent, layer, head, phase, step, backward, flops = _sweep(
+        events, is_scope, is_step, on_device, sc_layer, sc_head, sc_phase, step_no, is_bwd_name, flops_raw
+    )
+    _attribute_backward(events, parent, layer, head, phase, backward, is_bwd_name)
+    _attribute_device(events, on_device, layer, head, phase, step, backward)
+    mem = _attribute_memory(events, parent, layer, head, phase, step, backward)
+    return Attribution(parent=parent, layer=layer, head=head, phase=phase, step=step, backward=backward,
+                       is_scope=is_scope, flops=flops, mem_layer=mem[0], mem_head=mem[1], mem_phase=mem[2],
+                       mem_step=mem[3], mem_backward=mem[4], modules=modules)
+
+
+def _raw_flops(events: Events) -> F64:
+    out = np.zeros(len(events), np.float64)
+    with_shape = np.flatnonzero(events.shape >= 0)
+    cache: dict[tuple[int, int], float] = {}
+    names, shapes = events.names, events.shapes
+    for i, nid, sid in zip(with_shape.tolist(), events.name[with_shape].tolist(),
+                           events.shape[with_shape].tolist(), strict=True):
+        key = (nid, sid)
+        value = cache.get(key)
+        if value is None:
+            value = cache[key] = op_flops(names[nid], shapes[sid])
+        out[i] = value
+    return out
+
+
+def _sweep(
+    events: Events,
+    is_scope: B,
+    is_step: B,
+    on_device: B,
+    sc_layer: I32,
+    sc_head: I32,
+    sc_phase: I32,
+    step_no: I32,
+    is_bwd_name: npt.NDArray[np.bool_],
+    flops_raw: F64,
+) -> tuple[I32, I32, I32, I32, I32, B, F64]:
+    n = len(events)
+    end = (events.ts + events.dur).tolist()
+    track = events.track.tolist()
+    nid = events.name.tolist()
+    scope_l, scope_h, scope_p = sc_layer.tolist(), sc_head.tolist(), sc_phase.tolist()
+    steps = step_no.tolist()
+    bwd_names = is_bwd_name.tolist()
+    scope_flags = is_scope.tolist()
+    step_flags = is_step.tolist()
+    device_flags = on_device.tolist()
+    fl = flops_raw.tolist()
+
+    parent = [-1] * n
+    layer = [-1] * n
+    head = [-1] * n
+    phase = [-1] * n
+    step = [-1] * n
+    backward = [False] * n
+    counted = [0.0] * n
+    flop_above = [False] * n  # an ancestor already counts FLOPs
+    stack: list[int] = []
+    cur_track = -1
+    for i in range(n):
+        if device_flags[i]:
+            continue
+        tr = track[i]
+        if tr != cur_track:
+            stack.clear()
+            cur_track = tr
+        e = end[i]
+        while stack and e > end[stack[-1]] + EPS_US:
+            stack.pop()
+        if stack:
+            p = stack[-1]
+            parent[i] = p
+            layer[i], head[i], phase[i], step[i] = layer[p], head[p], phase[p], step[p]
+            backward[i] = backward[p]
+            above = flop_above[p] or fl[p] > 0.0
+        else:
+            above = False
+        name_id = nid[i]
+        if scope_flags[i]:
+            layer[i], head[i], phase[i] = scope_l[name_id], scope_h[name_id], scope_p[name_id]
+        elif step_flags[i]:
+            step[i] = steps[name_id]
+        elif bwd_names[name_id]:
+            backward[i] = True
+        flop_above[i] = above
+        if fl[i] > 0.0 and not above:
+            counted[i] = fl[i]
+        stack.append(i)
+    return (np.array(parent, np.int32), np.array(layer, np.int32), np.array(head, np.int32),
+            np.array(phase, np.int32), np.array(step, np.int32), np.array(backward, np.bool_),
+            np.array(counted, np.float64))
+
+
+def _descendant_end(events: Events, i: int) -> int:
+    """One past the last event nested in event ``i`` (events are sorted by track, then start)."""
+    track = events.track
+    lo = int(np.searchsorted(track, track[i], side="left"))
+    hi = int(np.searchsorted(track, track[i], side="right"))
+    j = lo + int(np.searchsorted(events.ts[lo:hi], events.ts[i] + events.dur[i] + EPS_US, side="right"))
+    return max(j, i + 1)
+
+
+def _attribute_backward(
+    events: Events, parent: I32, layer: I32, head: I32, phase: I32, backward: B, is_bwd_name: B
+) -> None:
+    seq = events.seq
+    forward_ops = np.flatnonzero((seq >= 0) & ~backward & (layer >= 0))
+    if forward_ops.size == 0:
+        return
+    by_seq: dict[int, int] = {}
+    for i, s in zip(forward_ops.tolist(), seq[forward_ops].tolist(), strict=True):
+        by_seq.setdefault(s, i)  # the outermost op carrying the number comes first
+    engine = np.flatnonzero(is_bwd_name[events.name] & (seq >= 0))
+    for i, s in zip(engine.tolist(), seq[engine].tolist(), strict=True):
+        f = by_seq.get(s)
+        if f is None or layer[i] >= 0:
+            continue
+        j = _descendant_end(events, i)
+        layer[i:j] = layer[f]
+        head[i:j] = head[f]
+        phase[i:j] = phase[f]
+        backward[i:j] = True
+
+
+def _attribute_device(
+    events: Events, on_device: B, layer: I32, head: I32, phase: I32, step: I32, backward: B
+) -> None:
+    device = np.flatnonzero(on_device)
+    if device.size == 0:
+        return
+    host = np.flatnonzero(~on_device)
+    by_corr: dict[int, int] = {}
+    runtime = host[(events.kind[host] == Kind.RUNTIME) & (events.corr[host] >= 0)]
+    for i, c in zip(runtime.tolist(), events.corr[runtime].tolist(), strict=True):
+        by_corr.setdefault(c, i)
+    by_ext: dict[int, int] = {}
+    ops = host[(events.kind[host] == Kind.CPU_OP) & (events.ext[host] >= 0)]
+    for i, x in zip(ops.tolist(), events.ext[ops].tolist(), strict=True):
+        by_ext.setdefault(x, i)
+    for i, c, x in zip(device.tolist(), events.corr[device].tolist(), events.ext[device].tolist(), strict=True):
+        src = by_corr.get(c) if c >= 0 else None
+        if src is None and x >= 0:
+            src = by_ext.get(x)
+        if src is None:
+            continue
+        layer[i], head[i], phase[i], step[i], backward[i] = layer[src], head[src], phase[src], step[src], \
+            backward[src]
+
+
+def _attribute_memory(
+    events: Events, parent: I32, layer: I32, head: I32, phase: I32, step: I32, backward: B
+) -> tuple[I32, I32, I32, I32, B]:
+    m = len(events.mem_ts)
+    out_layer = np.full(m, -1, np.int32)
+    out_head = np.full(m, -1, np.int32)
+    out_phase = np.full(m, -1, np.int32)
+    out_step = np.full(m, -1, np.int32)
+    out_bwd = np.zeros(m, np.bool_)
+    if m == 0 or len(events) == 0:
+        return out_layer, out_head, out_phase, out_step, out_bwd
+    end = events.ts + events.dur
+    parents = parent.tolist()
+    ends = end.tolist()
+    for tr in np.unique(events.mem_track).tolist():
+        lo = int(np.searchsorted(events.track, tr, side="left"))
+        hi = int(np.searchsorted(events.track, tr, side="right"))
+        mine = np.flatnonzero(events.mem_track == tr)
+        if lo == hi:
+            continue
+        cand = lo + np.searchsorted(events.ts[lo:hi], events.mem_ts[mine], side="right") - 1
+        for k, c, t in zip(mine.tolist(), cand.tolist(), events.mem_ts[mine].tolist(), strict=True):
+            while c >= lo and ends[c] + EPS_US < t:
+                c = parents[c]
+            if c < lo:
+                continue
+            out_layer[k], out_head[k], out_phase[k], out_step[k], out_bwd[k] = layer[c], head[c], phase[c], \
+                step[c], backward[c]
+    return out_layer, out_head, out_phase, out_step, out_bwd

@@ -1,0 +1,161 @@
+"""FLOPs of matrix and attention ops, from the ``Input Dims`` the profiler records.
+
+``with_flops=True`` writes nothing into the trace and ``FlopCounterMode`` counts 0 for the
+CPU flash kernel, so we compute FLOPs ourselves (one multiply-add = 2 FLOPs):
+
+- ``mm(A[M,K], B[K,N])``: 2·M·K·N; ``addmm(bias, A, B)``: the same (the bias add is ignored).
+- ``bmm(A[b,M,K], B[b,K,N])`` and ``baddbmm(C, A, B)``: 2·b·M·K·N.
+- ``matmul(A[...,M,K], B[...,K,N])``: 2·prod(broadcast batch)·M·K·N (1-D operands as in numpy).
+- ``linear(X[...,K], W[N,K])``: 2·prod(X[:-1])·K·N.
+- Fused attention forward, ``q[B,H,Sq,D]``, ``k[B,Hkv,Sk,D]``, ``v[B,Hkv,Sk,Dv]``:
+  2·B·H·Sq·Sk·(D + Dv), times the causal fraction. Grouped-query attention costs the same as
+  full attention (every query head attends), so H comes from q. The causal fraction is the
+  share of (query, key) pairs left unmasked with the mask aligned to the top left, as PyTorch
+  does: for Sq = Sk = S it is (S + 1) / (2·S). ``is_causal`` comes from ``Concrete Inputs``;
+  without them the op is counted as not causal.
+- Fused attention backward: 2.5 × the forward (it recomputes q·kᵀ and runs four more matmuls:
+  five matmul-sized products against two).
+
+The math backend and naive attention are not fused: their matmuls are counted one by one, at
+full S×S even when causal, because that is the work they do. Only the outermost counted op of
+a nest counts (``linear`` and not the ``addmm`` inside it): see ``analysis.nesting``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from tb_attn_plugin.trace.events import OpShapes
+
+__all__ = ["SDPA_BACKWARD", "SDPA_FORWARD", "causal_fraction", "elem_bytes", "is_causal", "op_flops"]
+
+# Fused forward ops: name -> index of is_causal in the op's arguments.
+SDPA_FORWARD: dict[str, int] = {
+    "aten::_scaled_dot_product_flash_attention": 4,  # (q, k, v, dropout_p, is_causal, ...)
+    "aten::_scaled_dot_product_flash_attention_for_cpu": 4,  # (q, k, v, dropout_p, is_causal, ...)
+    "aten::_scaled_dot_product_efficient_attention": 6,  # (q, k, v, bias, lse, dropout_p, is_causal, ...)
+    "aten::_scaled_dot_product_cudnn_attention": 6,  # (q, k, v, bias, lse, dropout_p, is_causal, ...)
+    "aten::_scaled_dot_product_fused_attention_overrideable": 5,  # (q, k, v, bias, dropout_p, is_causal, ...)
+}
+# Fused backward ops: name -> (index of q, index of is_causal)
+SDPA_BACKWARD: dict[str, tuple[int, int]] = {
+    # (grad_out, q, k, v, out, lse, cum_seq_q, cum_seq_k, max_q, max_k, dropout_p, is_causal, ...)
+    "aten::_scaled_dot_product_flash_attention_backward": (1, 11),
+    # (grad_out, q, k, v, out, lse, dropout_p, is_causal, attn_mask, scale)
+    "aten::_scaled_dot_product_flash_attention_for_cpu_backward": (1, 7),
+    # (grad_out, q, k, v, bias, out, lse, seed, offset, dropout_p, grad_input_mask, is_causal, scale)
+    "aten::_scaled_dot_product_efficient_attention_backward": (1, 11),
+    # (grad_out, q, k, v, out, lse, seed, offset, bias, cum_q, cum_k, max_q, max_k, dropout_p, is_causal, ...)
+    "aten::_scaled_dot_product_cudnn_attention_backward": (1, 14),
+}
+_BACKWARD_FACTOR = 2.5
+
+
+def _prod(values: Iterable[int]) -> int:
+    out = 1
+    for v in values:
+        out *= int(v)
+    return out
+
+
+def _dims(shapes: OpShapes, i: int) -> list[int] | None:
+    if i >= len(shapes.dims):
+        return None
+    d = shapes.dims[i]
+    if not isinstance(d, list) or not all(isinstance(x, int) and not isinstance(x, bool) for x in d):
+        return None
+    return [int(x) for x in d]
+
+
+def is_causal(shapes: OpShapes, index: int) -> bool:
+    return index < len(shapes.concrete) and shapes.concrete[index].strip().lower() == "true"
+
+
+def causal_fraction(sq: int, sk: int) -> float:
+    """Share of (query, key) pairs a top-left-aligned causal mask keeps."""
+    if sq <= 0 or sk <= 0:
+        return 0.0
+    kept = sum(min(i + 1, sk) for i in range(sq)) if sq <= 4096 else _kept_closed_form(sq, sk)
+    return kept / (sq * sk)
+
+
+def _kept_closed_form(sq: int, sk: int) -> int:
+    m = min(sq, sk)
+    return m * (m + 1) // 2 + (sq - m) * sk
+
+
+def _matmul(a: list[int], b: list[int]) -> float:
+    if not a or not b:
+        return 0.0
+    if len(a) == 1:
+        a = [1, a[0]]
+    if len(b) == 1:
+        b = [b[0], 1]
+    m, k = a[-2], a[-1]
+    n = b[-1]
+    batch_a, batch_b = a[:-2], b[:-2]
+    width = max(len(batch_a), len(batch_b))
+    batch_a = [1] * (width - len(batch_a)) + batch_a
+    batch_b = [1] * (width - len(batch_b)) + batch_b
+    batch = _prod(max(x, y) for x, y in zip(batch_a, batch_b, strict=True))
+    return 2.0 * batch * m * k * n
+
+
+def _attention(q: list[int], k: list[int], v: list[int] | None, causal: bool) -> float:
+    if len(q) < 2 or len(k) < 2:
+        return 0.0
+    sq, d = q[-2], q[-1]
+    sk = k[-2]
+    dv = v[-1] if v else d
+    batch_heads = _prod(q[:-2])
+    flops = 2.0 * batch_heads * sq * sk * (d + dv)
+    return flops * causal_fraction(sq, sk) if causal else flops
+
+
+def op_flops(name: str, shapes: OpShapes | None) -> float:
+    """FLOPs of one op; 0 for ops we do not count or whose shapes were not recorded."""
+    if shapes is None:
+        return 0.0
+    try:
+        return _op_flops(name, shapes)
+    except (TypeError, ValueError, IndexError, OverflowError):
+        return 0.0
+
+
+def _op_flops(name: str, s: OpShapes) -> float:
+    if name in ("aten::mm", "aten::bmm", "aten::matmul"):
+        a, b = _dims(s, 0), _dims(s, 1)
+        return _matmul(a, b) if a and b else 0.0
+    if name in ("aten::addmm", "aten::baddbmm"):
+        a, b = _dims(s, 1), _dims(s, 2)
+        return _matmul(a, b) if a and b else 0.0
+    if name == "aten::linear":
+        x, w = _dims(s, 0), _dims(s, 1)
+        if not x or not w or len(w) != 2:
+            return 0.0
+        return 2.0 * _prod(x[:-1]) * x[-1] * w[0]
+    if name in SDPA_FORWARD:
+        q, k, v = _dims(s, 0), _dims(s, 1), _dims(s, 2)
+        if not q or not k:
+            return 0.0
+        return _attention(q, k, v, is_causal(s, SDPA_FORWARD[name]))
+    if name in SDPA_BACKWARD:
+        qi, ci = SDPA_BACKWARD[name]
+        q, k, v = _dims(s, qi), _dims(s, qi + 1), _dims(s, qi + 2)
+        if not q or not k:
+            return 0.0
+        return _BACKWARD_FACTOR * _attention(q, k, v, is_causal(s, ci))
+    return 0.0
+
+
+def elem_bytes(dtype: str) -> int:
+    """Bytes per element of a profiler ``Input type`` string (e.g. 'float', 'c10::BFloat16')."""
+    t = dtype.lower()
+    if "double" in t or "long" in t or "int64" in t or "complex<float" in t:
+        return 8
+    if "half" in t or "bfloat16" in t or "short" in t:
+        return 2
+    if "bool" in t or "char" in t or "byte" in t or "float8" in t:
+        return 1
+    return 4
+

@@ -1,0 +1,234 @@
+"""Finding attention in traces that lack our scopes, marked as inferred.
+
+Three sources, best first:
+
+1. ``nn.Module`` events (``with_modules`` / ``with_stack``) of classes whose name ends in
+   ``Attention`` (the outermost one of a nest): one block per module instance, numbered in
+   order of first appearance.
+2. Otherwise, every top-level SDPA call is a block.
+3. Otherwise, ``matmul -> softmax -> matmul`` on one thread is a block.
+
+Blocks found by 2 and 3 are numbered by their order within their step (or the trace, when it
+has no ``ProfilerStep``). Inside a block, phases come from op names in order: projections
+before the core, q·kᵀ, scale, mask, softmax, dropout, attn·v, projections after. The result is
+a list of synthetic scopes that ``attribute`` treats like real ones.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import numpy as np
+
+from tb_attn_plugin.scopes import Phase, format_scope
+from tb_attn_plugin.trace.events import Events
+from tb_attn_plugin.trace.schema import MODULE_PREFIX, Kind
+
+__all__ = ["MATMUL_OPS", "SDPA_OPS", "SOFTMAX_OPS", "SyntheticScope", "infer_scopes"]
+
+SDPA_OPS = frozenset({
+    "aten::scaled_dot_product_attention",
+    "aten::_scaled_dot_product_flash_attention",
+    "aten::_scaled_dot_product_flash_attention_for_cpu",
+    "aten::_scaled_dot_product_efficient_attention",
+    "aten::_scaled_dot_product_cudnn_attention",
+    "aten::_scaled_dot_product_fused_attention_overrideable",
+    "aten::_scaled_dot_product_attention_math",
+})
+SOFTMAX_OPS = frozenset({"aten::softmax", "aten::_softmax", "aten::_safe_softmax", "aten::special_softmax"})
+MATMUL_OPS = frozenset({"aten::matmul", "aten::bmm", "aten::baddbmm", "aten::einsum", "aten::mm"})
+_PROJ_OPS = frozenset({"aten::linear", "aten::addmm", "aten::mm"})
+_SCALE_OPS = frozenset({"aten::mul", "aten::div", "aten::mul_", "aten::div_"})
+_MASK_OPS = frozenset({"aten::masked_fill", "aten::masked_fill_", "aten::where", "aten::add", "aten::add_",
+                       "aten::tril", "aten::triu"})
+_DROPOUT_OPS = frozenset({"aten::dropout", "aten::native_dropout", "aten::feature_dropout"})
+_INSTANCE_RE = re.compile(r"^(?P<cls>.*?)(?:_(?P<n>\d+))?$")
+_PAD = 1e-4  # synthetic scopes are padded so that they sort before the ops they wrap
+
+
+@dataclass(frozen=True, slots=True)
+class SyntheticScope:
+    track: int
+    ts: float
+    dur: float
+    name: str
+
+
+def _is_attention_module(name: str) -> bool:
+    if not name.startswith(MODULE_PREFIX):
+        return False
+    m = _INSTANCE_RE.match(name[len(MODULE_PREFIX):])
+    return bool(m) and m.group("cls").endswith("Attention")  # type: ignore[union-attr]
+
+
+def infer_scopes(events: Events, parent: np.ndarray, backward: np.ndarray, step: np.ndarray) -> list[SyntheticScope]:
+    """Synthetic block and phase scopes for the attention found in an unscoped trace."""
+    names = events.names
+    kind = events.kind
+    name = events.name
+    forward = ~backward
+    module_ids = [i for i, n in enumerate(names) if _is_attention_module(n)]
+    blocks: list[tuple[int, int, int, str]] = []  # (first event, last event, layer, module)
+    if module_ids:
+        candidates = np.flatnonzero(np.isin(name, module_ids) & (kind == Kind.MODULE) & forward).tolist()
+        chosen = set(candidates)
+        outer = []
+        for i in candidates:
+            p = int(parent[i])
+            while p >= 0 and p not in chosen:
+                p = int(parent[p])
+            if p < 0:
+                outer.append((i, names[name[i]][len(MODULE_PREFIX):]))
+        order = {inst: k for k, inst in enumerate(dict.fromkeys(inst for _, inst in outer))}
+        blocks = [(i, i, order[inst], inst) for i, inst in outer]
+    else:
+        spans = _blocks_from_ops(events, parent, forward)
+        counters: dict[tuple[int, int], int] = {}
+        for first, last in spans:
+            key = (int(step[first]), int(events.track[first]))
+            layer = counters.get(key, 0)
+            counters[key] = layer + 1
+            blocks.append((first, last, layer, ""))
+    out: list[SyntheticScope] = []
+    for first, last, layer, module in blocks:
+        out.append(_scope(events, first, format_scope(layer, module=module or None), pad=2 * _PAD, end=last))
+        lo = first + 1 if first == last else first
+        out.extend(_phases(events, lo, _extent(events, last), first if first == last else -1, layer, parent))
+    return out
+
+
+def _scope(events: Events, i: int, name: str, *, pad: float = _PAD, end: int | None = None) -> SyntheticScope:
+    start = float(events.ts[i])
+    last = i if end is None else end
+    stop = float(events.ts[last] + events.dur[last])
+    return SyntheticScope(int(events.track[i]), start - pad, stop - start + 2 * pad, name)
+
+
+def _top_ops(events: Events, parent: np.ndarray, lo: int, hi: int, root: int) -> list[int]:
+    """CPU ops in [lo, hi) with no CPU-op ancestor below ``root``."""
+    out = []
+    kind = events.kind
+    for j in range(lo, hi):
+        if kind[j] != Kind.CPU_OP:
+            continue
+        p = int(parent[j])
+        while p >= 0 and p != root and p >= lo and kind[p] != Kind.CPU_OP:
+            p = int(parent[p])
+        if p < lo or p == root or kind[p] != Kind.CPU_OP:
+            out.append(j)
+    return out
+
+
+def _extent(events: Events, i: int) -> int:
+    """One past the last event nested in (or starting within) event ``i`` on its track."""
+    end = events.ts[i] + events.dur[i] + 1e-3
+    j = i + 1
+    n = len(events)
+    while j < n and events.track[j] == events.track[i] and events.ts[j] <= end:
+        j += 1
+    return j
+
+
+def _phases(events: Events, lo: int, hi: int, root: int, layer: int, parent: np.ndarray) -> list[SyntheticScope]:
+    names = events.names
+    ops = _top_ops(events, parent, lo, hi, root)
+    stage = "pre"
+    out = []
+    for j in ops:
+        op = names[events.name[j]]
+        phase: Phase | None = None
+        if op in SDPA_OPS:
+            phase, stage = Phase.SDPA, "done"
+        elif op in SOFTMAX_OPS:
+            phase, stage = Phase.SOFTMAX, "probs"
+        elif op in MATMUL_OPS and stage != "done" and not (op == "aten::mm" and stage == "pre"):
+            if stage == "probs":
+                phase, stage = Phase.AV_MATMUL, "done"
+            else:
+                phase, stage = Phase.QK_MATMUL, "scores"
+        elif op in _PROJ_OPS:
+            phase = Phase.QKV_PROJ if stage == "pre" else Phase.OUT_PROJ if stage == "done" else None
+        elif op in _SCALE_OPS and stage == "scores":
+            phase = Phase.SCALE
+        elif op in _MASK_OPS and stage == "scores":
+            phase = Phase.MASK
+        elif op in _DROPOUT_OPS and stage == "probs":
+            phase = Phase.DROPOUT
+        if phase is not None:
+            out.append(_scope(events, j, format_scope(layer, phase=phase)))
+    return out
+
+
+def _blocks_from_ops(events: Events, parent: np.ndarray, forward: np.ndarray) -> list[tuple[int, int]]:
+    """(first, last) event of each block: a top-level SDPA op, or matmul -> softmax -> matmul."""
+    names = events.names
+    name = events.name
+    cpu = (events.kind == Kind.CPU_OP) & forward
+    sdpa_ids = [i for i, n in enumerate(names) if n in SDPA_OPS]
+    if sdpa_ids:
+        return [(i, i) for i in np.flatnonzero(cpu & np.isin(name, sdpa_ids)).tolist()
+                if not _has_ancestor(events, parent, i, SDPA_OPS)]
+    soft_ids = [i for i, n in enumerate(names) if n in SOFTMAX_OPS]
+    mm_ids = [i for i, n in enumerate(names) if n in MATMUL_OPS]
+    if not soft_ids or not mm_ids:
+        return []
+    softmaxes = [s for s in np.flatnonzero(cpu & np.isin(name, soft_ids)).tolist()
+                 if not _has_ancestor(events, parent, s, SOFTMAX_OPS)]
+    mms = [j for j in np.flatnonzero(cpu & np.isin(name, mm_ids)).tolist()
+           if not _has_ancestor(events, parent, j, MATMUL_OPS)]
+    mm_arr = np.array(mms, dtype=np.int64)
+    out = []
+    used = -1
+    for s in softmaxes:
+        # Events are sorted by track then time, so the neighbours in index order are the
+        # matmuls just before and just after the softmax on the same thread.
+        k = int(np.searchsorted(mm_arr, s))
+        if k == 0 or k >= len(mms):
+            continue
+        before, after = mms[k - 1], mms[k]
+        if before <= used or events.track[before] != events.track[s] or events.track[after] != events.track[s]:
+            continue
+        if not _looks_like_attention(events, before, s, after):
+            continue
+        out.append((before, after))
+        used = after
+    return out
+
+
+_MAX_GAP_EVENTS = 64  # q·kᵀ, softmax and attn·v sit close together; this bounds the search
+
+
+def _dims(events: Events, i: int, arg: int) -> list[int] | None:
+    sid = int(events.shape[i])
+    if sid < 0:
+        return None
+    dims = events.shapes[sid].dims
+    if arg >= len(dims) or not isinstance(dims[arg], list) or not dims[arg]:
+        return None
+    return [int(x) for x in dims[arg]]
+
+
+def _looks_like_attention(events: Events, first: int, softmax: int, second: int) -> bool:
+    """Scores of shape (..., Sq, Sk) from q·kᵀ go through softmax into probs·v."""
+    if second - first > _MAX_GAP_EVENTS:
+        return False
+    names = events.names
+    arg = 1 if names[events.name[first]] == "aten::baddbmm" else 0
+    a, b = _dims(events, first, arg), _dims(events, first, arg + 1)
+    scores = _dims(events, softmax, 0)
+    probs = _dims(events, second, 1 if names[events.name[second]] == "aten::baddbmm" else 0)
+    if a is None or b is None or scores is None or probs is None:
+        return True  # no shapes recorded: proximity is all we have
+    if len(scores) < 2 or len(a) < 2 or len(b) < 2:
+        return False
+    return scores[-2:] == [a[-2], b[-1]] and probs[-2:] == scores[-2:]
+
+
+def _has_ancestor(events: Events, parent: np.ndarray, i: int, wanted: frozenset[str]) -> bool:
+    p = int(parent[i])
+    while p >= 0:
+        if events.names[events.name[p]] in wanted:
+            return True
+        p = int(parent[p])
+    return False

@@ -1,0 +1,346 @@
+"""Summarize one trace: attention per layer × phase × head, as means over profiled steps.
+
+``summarize(events, ...)`` attributes events (``analysis.attribute``), finds attention in
+unscoped traces (``analysis.infer``), and aggregates time, FLOPs and memory. Definitions are in
+``schema.py`` and ``docs/summary.md``.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import numpy as np
+
+from tb_attn_plugin.analysis.attribute import DEVICE_KINDS, Attribution, attribute
+from tb_attn_plugin.analysis.backend import detect_backend
+from tb_attn_plugin.analysis.flops import elem_bytes
+from tb_attn_plugin.analysis.infer import MATMUL_OPS, SDPA_OPS, SOFTMAX_OPS, infer_scopes
+from tb_attn_plugin.schema import Backward, HeadStats, LayerStats, PhaseStats, StepStats, WorkerSummary
+from tb_attn_plugin.scopes import PHASES
+from tb_attn_plugin.trace.events import Events, with_annotations
+from tb_attn_plugin.trace.schema import BACKWARD_PREFIX, STEP_PREFIX, Kind
+
+__all__ = ["summarize"]
+
+OTHER = "other"
+#: Phases whose outputs are (B, H, Sq, Sk) scores or probabilities, where S×S allocations mean
+#: materialized scores (elsewhere an allocation of the same size is a coincidence).
+SCORE_PHASES = frozenset({"qk_matmul", "scale", "mask", "softmax", "dropout", "sdpa", OTHER})
+_QK_CODES = (PHASES.index("qk_matmul"), PHASES.index("sdpa"))
+_MIN_SXS_ELEMS = 256  # smaller "score" tensors are too common to mean anything
+
+
+def summarize(events: Events, *, file: str = "", worker: str = "", span: str | None = None) -> WorkerSummary:
+    attr = attribute(events)
+    inferred = not bool(attr.is_scope.any())
+    notes: list[str] = []
+    if inferred:
+        synthetic = infer_scopes(events, attr.parent, attr.backward, attr.step)
+        if synthetic:
+            events = with_annotations(events, [(s.track, s.ts, s.dur, s.name) for s in synthetic])
+            attr = attribute(events)
+            notes.append("no tb-attn scopes in this trace: attention was inferred from module names and op patterns")
+        else:
+            notes.append("no attention found in this trace")
+    return _Summarizer(events, attr, inferred).build(file=file, worker=worker, span=span, notes=notes)
+
+
+class _Summarizer:
+    def __init__(self, events: Events, attr: Attribution, inferred: bool) -> None:
+        self.ev, self.a, self.inferred = events, attr, inferred
+        names = events.names
+        self.on_device = np.isin(events.kind, DEVICE_KINDS)
+        self.step_event = np.array([n.startswith(STEP_PREFIX) for n in names], np.bool_)[events.name] & (
+            (events.kind == Kind.ANNOTATION) | (events.kind == Kind.CPU_OP))
+        step_numbers = sorted(set(attr.step[self.step_event].tolist()))
+        self.steps = [s for s in step_numbers if s >= 0]
+        self.step_count = max(1, len(self.steps))
+        self.in_steps = attr.step >= 0 if self.steps else np.ones(len(events), np.bool_)
+        self.mem_in_steps = attr.mem_step >= 0 if self.steps else np.ones(len(events.mem_ts), np.bool_)
+        self.engine = np.array([n.startswith(BACKWARD_PREFIX) for n in names], np.bool_)[events.name]
+        cpu_op = events.kind == Kind.CPU_OP
+        child = np.zeros(len(events), np.float64)
+        has_parent = (attr.parent >= 0) & cpu_op
+        np.add.at(child, attr.parent[has_parent], events.dur[has_parent])
+        self.self_us = np.where(cpu_op, np.maximum(events.dur - child, 0.0), 0.0)
+        parent_kind = np.where(attr.parent >= 0, events.kind[np.maximum(attr.parent, 0)], -1)
+        self.top_op = cpu_op & (parent_kind != Kind.CPU_OP)
+        # Device memory is any device type but CPU's (1 is CUDA, 6 is HIP in ROCm traces).
+        device_types = events.mem_device_type[events.mem_device_type > 0]
+        self.mem_device = int(np.bincount(device_types).argmax()) if device_types.size else 0
+        self.mem_ok = (events.mem_device_type == self.mem_device) | (events.mem_device_type < 0)
+
+    # -- helpers --------------------------------------------------------------------------
+    def _per_step(self, x: float) -> float:
+        return float(x) / self.step_count
+
+    def _names(self, idx: np.ndarray, top: int = 5) -> list[str]:
+        totals: Counter[str] = Counter()
+        for nid, d in zip(self.ev.name[idx].tolist(), self.ev.dur[idx].tolist(), strict=True):
+            totals[self.ev.names[nid]] += d
+        return [n for n, _ in totals.most_common(top)]
+
+    def _peak(self, scope_idx: np.ndarray) -> int:
+        """Largest rise of allocated memory over a scope's start, across the scope instances."""
+        ev = self.ev
+        best = 0
+        for i in scope_idx.tolist():
+            tr = int(ev.track[i])
+            lo = int(np.searchsorted(ev.mem_track, tr, side="left"))
+            hi = int(np.searchsorted(ev.mem_track, tr, side="right"))
+            if lo == hi:
+                continue
+            start = lo + int(np.searchsorted(ev.mem_ts[lo:hi], ev.ts[i], side="left"))
+            stop = lo + int(np.searchsorted(ev.mem_ts[lo:hi], ev.ts[i] + ev.dur[i], side="right"))
+            if stop <= start:
+                continue
+            ok = self.mem_ok[start:stop]
+            total = ev.mem_total[start:stop][ok]
+            nbytes = ev.mem_bytes[start:stop][ok]
+            if total.size == 0:
+                continue
+            if (total >= 0).all():
+                base = int(total[0] - nbytes[0])
+                rise = int(total.max()) - base
+            else:
+                rise = int(np.cumsum(nbytes).max())
+            best = max(best, rise)
+        return best
+
+    # -- the summary ----------------------------------------------------------------------
+    def build(self, *, file: str, worker: str, span: str | None, notes: list[str]) -> WorkerSummary:
+        ev, a = self.ev, self.a
+        layers_present = sorted(set(a.layer[(a.layer >= 0) & self.in_steps].tolist()))
+        layer_stats = [self._layer(layer) for layer in layers_present]
+        step_idx = np.flatnonzero(self.step_event & (a.step >= 0))
+        step_cpu = float(ev.dur[step_idx].sum()) if step_idx.size else float(self._trace_span())
+        device_in = self.on_device & self.in_steps & (ev.kind != Kind.GPU_ANNOTATION)
+        step_device = float(ev.dur[device_in].sum())
+        att_cpu = sum(layer.cpu_us + layer.backward.cpu_us for layer in layer_stats)
+        att_dev = sum(layer.device_us + layer.backward.device_us for layer in layer_stats)
+        has_device = bool(device_in.any())
+        if not self.steps:
+            notes.append("no ProfilerStep# in this trace: the whole trace counts as one step")
+        backends = sorted({layer.backend for layer in layer_stats})
+        return WorkerSummary(
+            file=file, worker=worker, span=span,
+            device="cuda" if has_device else "cpu",
+            inferred=self.inferred and bool(layer_stats),
+            backend=backends[0] if len(backends) == 1 else ("mixed" if backends else "none"),
+            steps=self.steps, step_count=self.step_count,
+            step_cpu_us=self._per_step(step_cpu), step_device_us=self._per_step(step_device),
+            attention_cpu_us=att_cpu, attention_device_us=att_dev,
+            attention_share_cpu=att_cpu / self._per_step(step_cpu) if step_cpu > 0 else None,
+            attention_share_device=att_dev / self._per_step(step_device) if has_device and step_device > 0 else None,
+            layers=layer_stats, per_step=self._per_step_stats(step_idx, device_in),
+            diagnostics=dict(ev.diagnostics), notes=notes,
+        )
+
+    def _trace_span(self) -> float:
+        ev = self.ev
+        if len(ev) == 0:
+            return 0.0
+        return float((ev.ts + ev.dur).max() - ev.ts.min())
+
+    def _per_step_stats(self, step_idx: np.ndarray, device_in: np.ndarray) -> list[StepStats]:
+        ev, a = self.ev, self.a
+        out = []
+        attention = (a.layer >= 0)
+        block_scope = a.is_scope & (a.phase < 0) & (a.head < 0) & ~a.backward
+        engine_top = self.engine & a.backward & (a.layer >= 0) & ~self._parent_backward()
+        for s in self.steps:
+            mine = a.step == s
+            out.append(StepStats(
+                step=s,
+                cpu_us=float(ev.dur[step_idx[a.step[step_idx] == s]].sum()),
+                device_us=float(ev.dur[device_in & mine].sum()),
+                attention_cpu_us=float(ev.dur[(block_scope | engine_top) & mine].sum()),
+                attention_device_us=float(ev.dur[device_in & mine & attention].sum()),
+            ))
+        return out
+
+    def _parent_backward(self) -> np.ndarray:
+        a = self.a
+        return np.where(a.parent >= 0, a.backward[np.maximum(a.parent, 0)], False)
+
+    def _layer(self, layer: int) -> LayerStats:
+        ev, a = self.ev, self.a
+        in_layer = (a.layer == layer) & self.in_steps
+        fwd = in_layer & ~a.backward
+        block_scopes = np.flatnonzero(fwd & a.is_scope & (a.phase < 0) & (a.head < 0))
+        phases = [p for p in (self._phase(layer, code) for code in range(len(PHASES))) if p is not None]
+        other = self._other(layer, block_scopes)
+        if other is not None:
+            phases.append(other)
+        ops = [ev.names[n] for n in set(ev.name[fwd & (ev.kind == Kind.CPU_OP)].tolist())]
+        kernels = [ev.names[n] for n in set(ev.name[fwd & self.on_device].tolist())]
+        backend, evidence = detect_backend(ops, kernels)
+        cpu_us = self._per_step(ev.dur[block_scopes].sum())
+        device_us = sum(p.device_us for p in phases)
+        flops = sum(p.flops for p in phases)
+        mem = (a.mem_layer == layer) & ~a.mem_backward & self.mem_in_steps & self.mem_ok
+        alloc = self._per_step(ev.mem_bytes[mem & (ev.mem_bytes > 0)].sum())
+        heads_count = self._heads_count(fwd)
+        sxs = sum(p.sxs_bytes for p in phases)
+        back = Backward(
+            calls=sum(p.backward.calls for p in phases), cpu_us=sum(p.backward.cpu_us for p in phases),
+            device_us=sum(p.backward.device_us for p in phases), flops=sum(p.backward.flops for p in phases),
+        )
+        stats = LayerStats(
+            layer=layer, module=a.modules.get(layer), backend=backend, backend_evidence=evidence,
+            inferred=self.inferred, calls=self._per_step(block_scopes.size), cpu_us=cpu_us, device_us=device_us,
+            flops=flops, flops_per_s=_rate(flops, device_us or cpu_us), alloc_bytes=alloc,
+            peak_bytes=self._peak(block_scopes), sxs_bytes=sxs, heads_count=heads_count, phases=phases,
+            heads=[], backward=back,
+        )
+        stats.heads = self._heads(layer, stats, fwd)
+        return stats
+
+    def _sxs_sizes(self, fwd: np.ndarray) -> set[int]:
+        ev = self.ev
+        sizes: set[int] = set()
+        for i in np.flatnonzero(fwd & (ev.shape >= 0)).tolist():
+            name = ev.names[ev.name[i]]
+            shapes = ev.shapes[ev.shape[i]]
+            dims = shapes.dims
+            elem = elem_bytes(shapes.types[0]) if shapes.types else 4
+            count = 0
+            try:
+                if name in SDPA_OPS and len(dims) >= 2 and len(dims[0]) >= 3 and len(dims[1]) >= 2:
+                    q, k = dims[0], dims[1]
+                    count = int(np.prod(q[:-1], dtype=np.int64)) * int(k[-2])
+                elif name in SOFTMAX_OPS and dims and len(dims[0]) >= 3:
+                    count = int(np.prod(dims[0], dtype=np.int64))
+                elif name in MATMUL_OPS and self.a.phase[i] in _QK_CODES and len(dims) >= 2 and len(dims[0]) >= 3 \
+                        and len(dims[1]) >= 2:
+                    count = int(np.prod(dims[0][:-1], dtype=np.int64)) * int(dims[1][-1])
+            except (TypeError, ValueError):
+                continue
+            if count >= _MIN_SXS_ELEMS:
+                sizes.update({count * elem, count * 4})
+        return sizes
+
+    def _phase(self, layer: int, code: int) -> PhaseStats | None:
+        ev, a = self.ev, self.a
+        sel = (a.layer == layer) & (a.phase == code) & self.in_steps
+        if not sel.any():
+            return None
+        fwd = sel & ~a.backward
+        scopes = np.flatnonzero(fwd & a.is_scope)
+        return self._stats(PHASES[code], sel, fwd, scopes, ev.dur[scopes].sum(), layer)
+
+    def _other(self, layer: int, block_scopes: np.ndarray) -> PhaseStats | None:
+        ev, a = self.ev, self.a
+        sel = (a.layer == layer) & (a.phase < 0) & self.in_steps
+        fwd = sel & ~a.backward
+        cpu_total = float(ev.dur[block_scopes].sum() - ev.dur[self._outer_scopes(layer)].sum())
+        if not (fwd & ~a.is_scope).any() and not (sel & a.backward).any() and cpu_total <= 0:
+            return None
+        return self._stats(OTHER, sel, fwd, np.empty(0, np.int64), max(cpu_total, 0.0), layer, calls=0)
+
+    def _outer_scopes(self, layer: int) -> np.ndarray:
+        """The layer's head and phase scopes that no other such scope encloses."""
+        a = self.a
+        inner = np.flatnonzero((a.layer == layer) & a.is_scope & ~((a.phase < 0) & (a.head < 0)) & ~a.backward
+                               & self.in_steps)
+        keep = []
+        for i in inner.tolist():
+            p = int(a.parent[i])
+            while p >= 0 and not a.is_scope[p]:
+                p = int(a.parent[p])
+            if p < 0 or (a.phase[p] < 0 and a.head[p] < 0):
+                keep.append(i)
+        return np.array(keep, dtype=np.int64)
+
+    def _stats(
+        self, phase: str, sel: np.ndarray, fwd: np.ndarray, scopes: np.ndarray, cpu_total: float, layer: int,
+        calls: int | None = None,
+    ) -> PhaseStats:
+        ev, a = self.ev, self.a
+        device = fwd & self.on_device & (ev.kind != Kind.GPU_ANNOTATION)
+        ops = fwd & self.top_op
+        code = PHASES.index(phase) if phase != OTHER else -1
+        mem = (a.mem_layer == layer) & (a.mem_phase == code) & ~a.mem_backward & self.mem_in_steps & self.mem_ok
+        nbytes = ev.mem_bytes[mem]
+        sizes = self._sxs_sizes((a.layer == layer) & ~a.backward & self.in_steps) if phase in SCORE_PHASES else set()
+        sxs = np.isin(nbytes, list(sizes)) & (nbytes > 0) if sizes else np.zeros(nbytes.shape, np.bool_)
+        bwd = sel & a.backward
+        engine_top = bwd & self.engine & ~self._parent_backward()
+        bwd_device = bwd & self.on_device & (ev.kind != Kind.GPU_ANNOTATION)
+        device_us = self._per_step(ev.dur[device].sum())
+        cpu_us = self._per_step(cpu_total)
+        flops = self._per_step(a.flops[fwd].sum())
+        return PhaseStats(
+            phase=phase,
+            calls=self._per_step(scopes.size if calls is None else calls),
+            cpu_us=cpu_us,
+            cpu_self_us=self._per_step(self.self_us[fwd].sum()),
+            device_us=device_us,
+            kernels=self._per_step(int(device.sum())),
+            kernel_names=self._names(np.flatnonzero(device)),
+            ops=self._names(np.flatnonzero(ops)),
+            flops=flops,
+            flops_per_s=_rate(flops, device_us or cpu_us),
+            alloc_bytes=self._per_step(nbytes[nbytes > 0].sum()),
+            freed_bytes=self._per_step(-nbytes[nbytes < 0].sum()),
+            peak_bytes=self._peak(scopes),
+            sxs_bytes=self._per_step(nbytes[sxs].sum()),
+            sxs_allocs=self._per_step(int(sxs.sum())),
+            backward=Backward(
+                calls=self._per_step(int(engine_top.sum())),
+                cpu_us=self._per_step(ev.dur[engine_top].sum()),
+                device_us=self._per_step(ev.dur[bwd_device].sum()),
+                flops=self._per_step(a.flops[bwd].sum()),
+            ),
+        )
+
+    def _heads_count(self, fwd: np.ndarray) -> int | None:
+        ev = self.ev
+        counts: Counter[int] = Counter()
+        for i in np.flatnonzero(fwd & (ev.shape >= 0)).tolist():
+            name = ev.names[ev.name[i]]
+            dims = ev.shapes[ev.shape[i]].dims
+            if not dims or not isinstance(dims[0], list) or len(dims[0]) != 4:
+                continue
+            if name in SDPA_OPS or name in SOFTMAX_OPS:
+                counts[int(dims[0][1])] += 1
+        return counts.most_common(1)[0][0] if counts else None
+
+    def _heads(self, layer: int, stats: LayerStats, fwd: np.ndarray) -> list[HeadStats]:
+        ev, a = self.ev, self.a
+        measured = sorted(set(a.head[fwd & (a.head >= 0)].tolist()))
+        if measured:
+            sizes = self._sxs_sizes(fwd)
+            score_codes = np.array([PHASES.index(p) for p in SCORE_PHASES if p != OTHER])
+            out = []
+            for h in measured:
+                mine = fwd & (a.head == h)
+                head_scopes = mine & a.is_scope & (a.phase < 0)
+                mem = (a.mem_layer == layer) & (a.mem_head == h) & ~a.mem_backward & self.mem_in_steps & self.mem_ok
+                nbytes = ev.mem_bytes[mem]
+                sxs = np.isin(nbytes, list(sizes)) & (nbytes > 0) & np.isin(a.mem_phase[mem], score_codes)
+                out.append(HeadStats(
+                    head=h, derived=False,
+                    cpu_us=self._per_step(ev.dur[head_scopes].sum()),
+                    device_us=self._per_step(ev.dur[mine & self.on_device].sum()),
+                    flops=self._per_step(a.flops[mine].sum()),
+                    alloc_bytes=self._per_step(nbytes[nbytes > 0].sum()),
+                    sxs_bytes=self._per_step(nbytes[sxs].sum()),
+                ))
+            return out
+        h_count = stats.heads_count
+        if not h_count:
+            return []
+        core = [p for p in stats.phases if p.phase not in ("qkv_proj", "out_proj", OTHER)]
+        cpu = sum(p.cpu_us for p in core)
+        dev = sum(p.device_us for p in core)
+        flops = sum(p.flops for p in core)
+        alloc = sum(p.alloc_bytes for p in core)
+        return [HeadStats(head=h, derived=True, cpu_us=cpu / h_count, device_us=dev / h_count,
+                          flops=flops / h_count, alloc_bytes=alloc / h_count, sxs_bytes=stats.sxs_bytes / h_count)
+                for h in range(h_count)]
+
+
+def _rate(flops: float, us: float) -> float:
+    return flops / (us * 1e-6) if us > 0 else 0.0
+

@@ -1,0 +1,100 @@
+"""A bounded cache of per-file results, keyed by (path, size, mtime), optionally on local disk.
+
+A file that changes (new size or mtime) gets a new key, so a stale entry is never served. The
+memory cache is an LRU bounded by entry count and by approximate bytes. The disk cache, when
+given a directory, stores encoded summaries there; it never writes into the logdir.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+import threading
+from collections import OrderedDict
+from collections.abc import Callable
+from pathlib import Path
+from typing import Generic, TypeVar
+
+__all__ = ["DiskCache", "Key", "LRUCache", "cache_key"]
+
+Key = tuple[str, int, float]
+V = TypeVar("V")
+
+
+def cache_key(path: str, size: int, mtime: float) -> Key:
+    return (path, size, mtime)
+
+
+class LRUCache(Generic[V]):
+    """Thread-safe LRU bounded by ``max_entries`` and by ``max_bytes`` as ``sizeof`` reports."""
+
+    def __init__(self, *, max_entries: int = 256, max_bytes: int = 512 << 20,
+                 sizeof: Callable[[V], int] = lambda v: 1) -> None:
+        self.max_entries, self.max_bytes, self.sizeof = max_entries, max_bytes, sizeof
+        self._data: OrderedDict[Key, tuple[V, int]] = OrderedDict()
+        self._bytes = 0
+        self._lock = threading.Lock()
+
+    def get(self, key: Key) -> V | None:
+        with self._lock:
+            item = self._data.get(key)
+            if item is None:
+                return None
+            self._data.move_to_end(key)
+            return item[0]
+
+    def put(self, key: Key, value: V) -> None:
+        size = self.sizeof(value)
+        with self._lock:
+            old = self._data.pop(key, None)
+            if old is not None:
+                self._bytes -= old[1]
+            if size > self.max_bytes:
+                return
+            self._data[key] = (value, size)
+            self._bytes += size
+            while len(self._data) > self.max_entries or self._bytes > self.max_bytes:
+                _, (_, evicted) = self._data.popitem(last=False)
+                self._bytes -= evicted
+
+    def discard_path(self, path: str) -> None:
+        with self._lock:
+            for key in [k for k in self._data if k[0] == path]:
+                self._bytes -= self._data.pop(key)[1]
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+    @property
+    def nbytes(self) -> int:
+        return self._bytes
+
+
+class DiskCache:
+    """Encoded values in a local directory, one file per key, written atomically."""
+
+    def __init__(self, directory: str | os.PathLike[str], *, namespace: str) -> None:
+        self.directory = Path(directory)
+        self.namespace = namespace
+
+    def _path(self, key: Key) -> Path:
+        digest = hashlib.sha256(repr((self.namespace, *key)).encode()).hexdigest()
+        return self.directory / digest[:2] / f"{digest}.bin"
+
+    def get(self, key: Key) -> bytes | None:
+        try:
+            return self._path(key).read_bytes()
+        except OSError:
+            return None
+
+    def put(self, key: Key, data: bytes) -> None:
+        path = self._path(key)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+            os.replace(tmp, path)
+        except OSError:
+            return  # a cache that cannot write is only slower

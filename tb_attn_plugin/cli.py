@@ -1,0 +1,185 @@
+"""``tb-attn``: attention summaries of torch.profiler traces in the terminal and in CI.
+
+    tb-attn summarize PATH [--run R] [--worker W] [--format table|json|csv]
+
+PATH is a logdir, a run directory or one trace file (local or an fsspec URL). Exit codes: 0
+when every selected trace was summarized, 1 when some trace could not be read (its error is
+printed, the others are still summarized), 2 for bad usage (nothing to summarize, an unknown
+run or worker).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import io as stdio
+import sys
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, NoReturn
+
+if TYPE_CHECKING:
+    from tb_attn_plugin.schema import RunSummary
+
+__all__ = ["main"]
+
+PROG = "tb-attn"
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog=PROG, description="Where attention spends time and memory, from torch.profiler traces.")
+    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    s = sub.add_parser("summarize", help="per layer x phase time, FLOPs, memory and backend")
+    s.add_argument("path", help="a logdir, a run directory or a trace file (local path or fsspec URL)")
+    s.add_argument("--run", help="only this run (its path relative to the logdir)")
+    s.add_argument("--worker", help="only this worker")
+    s.add_argument("--format", choices=("table", "json", "csv"), default="table")
+    s.add_argument("--cache-dir", help="keep summaries in this local directory between invocations")
+    s.add_argument("--max-trace-mb", type=int, default=4096,
+                   help="refuse traces larger than this, uncompressed (default 4096)")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    from tb_attn_plugin.loader import Loader, resolve_runs
+    from tb_attn_plugin.trace.events import TraceError
+
+    try:
+        runs = resolve_runs(args.path)
+    except TraceError as exc:
+        return _fail(str(exc))
+    if not runs:
+        return _fail(f"no traces (*.pt.trace.json[.gz]) under {args.path}; write some with: tb-attn-run --logdir ...")
+    if args.run is not None:
+        runs = [r for r in runs if r.name == args.run.strip("/")]
+        if not runs:
+            return _fail(f"no run named {args.run!r} under {args.path}")
+    if args.worker is not None:
+        runs = [r for r in runs if args.worker in r.workers]
+        if not runs:
+            return _fail(f"no worker named {args.worker!r} in the selected runs")
+    loader = Loader(cache_dir=args.cache_dir, max_trace_bytes=args.max_trace_mb << 20)
+    summaries = [loader.summarize_run(r, worker=args.worker) for r in runs]
+    out = {"table": _table, "json": _json, "csv": _csv}[args.format](summaries)
+    sys.stdout.write(out)
+    failed = [(s.run, e) for s in summaries for e in s.errors]
+    for run, err in failed:
+        print(f"{PROG}: {run}/{err.file}: {err.error}", file=sys.stderr)
+    return 1 if failed else 0
+
+
+def _fail(message: str) -> int:
+    print(f"{PROG}: error: {message}", file=sys.stderr)
+    return 2
+
+
+def _json(summaries: Sequence[RunSummary]) -> str:
+    import msgspec
+
+    from tb_attn_plugin.schema import SUMMARY_SCHEMA
+
+    return msgspec.json.format(msgspec.json.encode({"schema": SUMMARY_SCHEMA, "runs": summaries}), indent=2).decode() \
+        + "\n"
+
+
+CSV_FIELDS = ("run", "worker", "span", "step_count", "layer", "module", "backend", "inferred", "phase", "calls",
+              "cpu_us", "cpu_self_us", "device_us", "kernels", "flops", "flops_per_s", "alloc_bytes", "freed_bytes",
+              "peak_bytes", "sxs_bytes", "bwd_calls", "bwd_cpu_us", "bwd_device_us", "bwd_flops")
+
+
+def _csv(summaries: Sequence[RunSummary]) -> str:
+    buf = stdio.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(CSV_FIELDS)
+    for run in summaries:
+        for worker in run.workers:
+            for layer in worker.layers:
+                for ph in layer.phases:
+                    w.writerow([run.run, worker.worker, worker.span or "", worker.step_count,
+                                layer.layer, layer.module or "", layer.backend, layer.inferred, ph.phase,
+                                _num(ph.calls), _num(ph.cpu_us), _num(ph.cpu_self_us), _num(ph.device_us),
+                                _num(ph.kernels), _num(ph.flops), _num(ph.flops_per_s), _num(ph.alloc_bytes),
+                                _num(ph.freed_bytes), ph.peak_bytes, _num(ph.sxs_bytes), _num(ph.backward.calls),
+                                _num(ph.backward.cpu_us), _num(ph.backward.device_us), _num(ph.backward.flops)])
+    return buf.getvalue()
+
+
+def _num(x: float) -> str:
+    return f"{x:.6g}"
+
+
+def _ms(us: float) -> str:
+    return f"{us / 1000:.3f}" if us else "-"
+
+
+def _si(x: float, unit: str = "") -> str:
+    if not x:
+        return "-"
+    for factor, prefix in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(x) >= factor:
+            return f"{x / factor:.2f}{prefix}{unit}"
+    return f"{x:.0f}{unit}"
+
+
+def _mib(x: float) -> str:
+    return f"{x / (1 << 20):.2f}" if x else "-"
+
+
+def _table(summaries: Sequence[RunSummary]) -> str:
+    lines: list[str] = []
+    header = ("layer", "phase", "calls", "cpu ms", "dev ms", "FLOPs", "FLOP/s", "alloc MiB", "peak MiB", "SxS MiB",
+              "bwd cpu ms", "bwd dev ms")
+    for run in summaries:
+        for worker in run.workers:
+            share = worker.attention_share_device if worker.attention_share_device is not None \
+                else worker.attention_share_cpu
+            where = "device" if worker.attention_share_device is not None else "CPU"
+            lines.append(f"run {run.run}  worker {worker.worker}" + (f"  span {worker.span}" if worker.span else "")
+                         + f"  [{worker.file}]")
+            lines.append(f"  device {worker.device}, backend {worker.backend}, {worker.step_count} step(s)"
+                         + (", inferred (no tb-attn scopes)" if worker.inferred else "")
+                         + (f", attention {share:.1%} of {where} step time" if share is not None else ""))
+            for note in worker.notes:
+                lines.append(f"  note: {note}")
+            if not worker.layers:
+                lines.append("")
+                continue
+            rows = []
+            for layer in worker.layers:
+                label = f"L{layer.layer}" + (f" {layer.module}" if layer.module else "")
+                for ph in layer.phases:
+                    rows.append((label, ph.phase, f"{ph.calls:g}", _ms(ph.cpu_us), _ms(ph.device_us), _si(ph.flops),
+                                 _si(ph.flops_per_s), _mib(ph.alloc_bytes), _mib(ph.peak_bytes), _mib(ph.sxs_bytes),
+                                 _ms(ph.backward.cpu_us), _ms(ph.backward.device_us)))
+                    label = ""
+                rows.append(("", f"= {layer.backend}", f"{layer.calls:g}", _ms(layer.cpu_us), _ms(layer.device_us),
+                             _si(layer.flops), _si(layer.flops_per_s), _mib(layer.alloc_bytes),
+                             _mib(layer.peak_bytes), _mib(layer.sxs_bytes), _ms(layer.backward.cpu_us),
+                             _ms(layer.backward.device_us)))
+            total_flops = sum(layer.flops for layer in worker.layers)
+            rows.append(("total", "", "", _ms(sum(layer.cpu_us for layer in worker.layers)),
+                         _ms(sum(layer.device_us for layer in worker.layers)), _si(total_flops), "",
+                         _mib(sum(layer.alloc_bytes for layer in worker.layers)), "",
+                         _mib(sum(layer.sxs_bytes for layer in worker.layers)),
+                         _ms(sum(layer.backward.cpu_us for layer in worker.layers)),
+                         _ms(sum(layer.backward.device_us for layer in worker.layers))))
+            widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
+            fmt = "  " + "  ".join(f"{{:<{w}}}" if i < 2 else f"{{:>{w}}}" for i, w in enumerate(widths))
+            lines.append(fmt.format(*header))
+            lines.extend(fmt.format(*r) for r in rows)
+            lines.append(f"  (means per step over {worker.step_count} step(s); "
+                         "bwd = backward work attributed through autograd sequence numbers)")
+            lines.append("")
+        for err in run.errors:
+            lines.append(f"run {run.run}  file {err.file}: error: {err.error}")
+            lines.append("")
+    return "\n".join(lines) + ("\n" if lines else "")
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,125 @@
+"""Response and output types: what the analysis returns, the CLI prints and the routes serve.
+
+Mirrors ``docs/summary.md`` (the JSON schema, versioned as ``SUMMARY_SCHEMA``). Times are
+microseconds, memory bytes, FLOPs counts; every per-phase, per-layer and per-head figure is a
+mean over the profiled steps (``step_count`` of them).
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+__all__ = [
+    "SUMMARY_SCHEMA",
+    "Backward",
+    "FileError",
+    "HeadStats",
+    "LayerStats",
+    "PhaseStats",
+    "RunSummary",
+    "StepStats",
+    "WorkerSummary",
+]
+
+SUMMARY_SCHEMA = "tb-attn.summary/1"
+
+
+class Backward(msgspec.Struct, kw_only=True):
+    """Backward work attributed to a phase or layer through autograd sequence numbers."""
+
+    calls: float = 0.0
+    cpu_us: float = 0.0
+    device_us: float = 0.0
+    flops: float = 0.0
+
+
+class PhaseStats(msgspec.Struct, kw_only=True):
+    phase: str  # one of scopes.PHASES, or "other": in the block but in no phase
+    calls: float  # scope instances per step
+    cpu_us: float  # wall time of the phase on its CPU thread
+    cpu_self_us: float  # time in the ops themselves, without their children and dispatch gaps
+    device_us: float  # kernels, memcpy and memset launched from the phase
+    kernels: float  # device events per step
+    kernel_names: list[str]  # the most expensive first, at most 5
+    ops: list[str]  # the most expensive top-level ops first, at most 5
+    flops: float
+    flops_per_s: float  # over device time where there is some, else CPU time
+    alloc_bytes: float
+    freed_bytes: float
+    peak_bytes: int  # largest rise of allocated memory over the phase's start, across its calls
+    sxs_bytes: float  # allocations the size of a (B, H, Sq, Sk) score tensor
+    sxs_allocs: float
+    backward: Backward
+
+
+class HeadStats(msgspec.Struct, kw_only=True):
+    head: int
+    derived: bool  # True: split evenly from the layer (FLOPs and bytes exact, time an even share)
+    cpu_us: float
+    device_us: float
+    flops: float
+    alloc_bytes: float
+    sxs_bytes: float
+
+
+class LayerStats(msgspec.Struct, kw_only=True):
+    layer: int
+    module: str | None
+    backend: str
+    backend_evidence: list[str]
+    inferred: bool  # found without our scopes (module names, SDPA ops, op patterns)
+    calls: float
+    cpu_us: float
+    device_us: float
+    flops: float
+    flops_per_s: float
+    alloc_bytes: float
+    peak_bytes: int
+    sxs_bytes: float
+    heads_count: int | None
+    phases: list[PhaseStats]
+    heads: list[HeadStats]
+    backward: Backward
+
+
+class StepStats(msgspec.Struct, kw_only=True):
+    step: int
+    cpu_us: float
+    device_us: float
+    attention_cpu_us: float
+    attention_device_us: float
+
+
+class WorkerSummary(msgspec.Struct, kw_only=True):
+    schema: str = SUMMARY_SCHEMA
+    file: str
+    worker: str
+    span: str | None
+    device: str  # "cpu" or "cuda" (kernels seen)
+    inferred: bool
+    backend: str  # the layers' backend, or "mixed"
+    steps: list[int]
+    step_count: int
+    step_cpu_us: float
+    step_device_us: float
+    attention_cpu_us: float
+    attention_device_us: float
+    attention_share_cpu: float | None
+    attention_share_device: float | None
+    layers: list[LayerStats]
+    per_step: list[StepStats]
+    diagnostics: dict[str, int]
+    notes: list[str]
+
+
+class FileError(msgspec.Struct, kw_only=True):
+    file: str
+    error: str
+
+
+class RunSummary(msgspec.Struct, kw_only=True):
+    schema: str = SUMMARY_SCHEMA
+    run: str
+    metadata: dict[str, object] | None
+    workers: list[WorkerSummary]
+    errors: list[FileError]

@@ -1,0 +1,445 @@
+"""Decoding trace bytes into the event model, fast and in bounded memory.
+
+Kineto pretty-prints traces with every event starting on a line ``  {`` (two spaces), and JSON
+strings cannot hold raw newlines, so ``\\n  {`` marks event starts and nothing else. We cut the
+byte stream there into batches of a few MB, decode each batch with msgspec into typed structs
+that keep only the fields we read (unknown fields are skipped without building Python
+objects), and append those fields to compact columns. Memory stays near the size of the
+columns, not of the document. Other layouts (minified JSON, a bare event array) fall back to
+decoding the whole document at once.
+
+A batch that msgspec rejects (``NaN``, numbers out of range, strings where numbers belong) is
+decoded again leniently; events with unusable times are dropped and counted in
+``Events.diagnostics``. Input that is not a trace raises ``TraceError`` with a clear message.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from array import array
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+import msgspec
+import numpy as np
+
+from tb_attn_plugin.trace.events import Events, OpShapes, TraceError, TraceMeta, Track
+from tb_attn_plugin.trace.schema import (
+    DEVICE_PROPERTY_KEYS,
+    MEMORY_EVENT_NAME,
+    MODULE_PREFIX,
+    SHAPE_OPS,
+    Kind,
+    kind_of,
+)
+
+__all__ = ["decode", "decode_bytes"]
+
+_HEADER_RE = re.compile(rb'"traceEvents"\s*:\s*\[')
+_EVENT_START = b"\n  {"
+_EVENT_END = b"\n  }"
+_HEADER_LIMIT = 64 << 20  # a header larger than this is not Kineto's layout
+_EMPTY_RAW = msgspec.Raw(b"")
+_INT64_MAX = 2**63 - 1
+
+
+class _Args(msgspec.Struct, gc=False):
+    ext: int | None = msgspec.field(name="External id", default=None)
+    ext_lc: int | None = msgspec.field(name="external id", default=None)
+    corr: int | None = msgspec.field(name="correlation", default=None)
+    seq: int | None = msgspec.field(name="Sequence number", default=None)
+    fwd_tid: int | None = msgspec.field(name="Fwd thread id", default=None)
+    dims: msgspec.Raw = msgspec.field(name="Input Dims", default=_EMPTY_RAW)
+    types: msgspec.Raw = msgspec.field(name="Input type", default=_EMPTY_RAW)
+    concrete: msgspec.Raw = msgspec.field(name="Concrete Inputs", default=_EMPTY_RAW)
+    nbytes: int | None = msgspec.field(name="Bytes", default=None)
+    total: int | None = msgspec.field(name="Total Allocated", default=None)
+    dev_type: int | None = msgspec.field(name="Device Type", default=None)
+    dev_id: int | None = msgspec.field(name="Device Id", default=None)
+
+
+class _Event(msgspec.Struct, gc=False):
+    ph: str = ""
+    name: str = ""
+    cat: str | None = None
+    pid: int | str = 0
+    tid: int | str = 0
+    ts: float = math.nan
+    dur: float = 0.0
+    args: _Args | None = None
+
+
+_batch_decoder = msgspec.json.Decoder(list[_Event])
+
+
+class _Builder:
+    """Accumulates columns; one instance per trace."""
+
+    def __init__(self) -> None:
+        self.names: list[str] = []
+        self.name_ids: dict[str, int] = {}
+        self.shape_name: dict[int, bool] = {}
+        self.tracks: list[tuple[int | str, int | str]] = []
+        self.track_ids: dict[tuple[int | str, int | str], int] = {}
+        self.device_tracks: set[int] = set()
+        self.shapes: list[OpShapes] = []
+        self.shape_ids: dict[tuple[bytes, bytes, bytes], int] = {}
+        self.kinds: dict[str | None, int] = {}
+        self.diag: dict[str, int] = {}
+        x_cols = (("name", "i"), ("kind", "b"), ("track", "i"), ("ts", "d"), ("dur", "d"), ("ext", "q"),
+                  ("corr", "q"), ("seq", "q"), ("fwd", "q"), ("shape", "i"))
+        m_cols = (("ts", "d"), ("track", "i"), ("bytes", "q"), ("total", "q"), ("dtype", "b"), ("did", "i"))
+        self.x: dict[str, array[Any]] = {k: array(t) for k, t in x_cols}
+        self.m: dict[str, array[Any]] = {k: array(t) for k, t in m_cols}
+
+    def count(self, key: str) -> None:
+        self.diag[key] = self.diag.get(key, 0) + 1
+
+    def sizes(self) -> tuple[int, int]:
+        return len(self.x["name"]), len(self.m["ts"])
+
+    def truncate(self, sizes: tuple[int, int]) -> None:
+        for col in self.x.values():
+            del col[sizes[0]:]
+        for col in self.m.values():
+            del col[sizes[1]:]
+
+    def add(self, events: list[_Event]) -> None:
+        x, m = self.x, self.m
+        x_name, x_kind, x_track, x_ts, x_dur = x["name"].append, x["kind"].append, x["track"].append, \
+            x["ts"].append, x["dur"].append
+        x_ext, x_corr, x_seq, x_fwd, x_shape = x["ext"].append, x["corr"].append, x["seq"].append, \
+            x["fwd"].append, x["shape"].append
+        name_ids, track_ids, kinds = self.name_ids, self.track_ids, self.kinds
+        for ev in events:
+            ph = ev.ph
+            if ph == "X":
+                ts = ev.ts
+                dur = ev.dur
+                if ts != ts or dur != dur or ts in (math.inf, -math.inf) or dur == math.inf:
+                    self.count("events with unusable times")
+                    continue
+                if dur < 0:
+                    self.count("negative durations (set to 0)")
+                    dur = 0.0
+                cat = ev.cat
+                kind = kinds.get(cat)
+                if kind is None:
+                    kind = kinds[cat] = int(kind_of(cat))
+                    if kind == Kind.OTHER and cat not in ("Trace", None, ""):
+                        self.count(f"category {cat!r}")
+                name = ev.name
+                if kind == Kind.MODULE and not name.startswith(MODULE_PREFIX):
+                    continue
+                nid = name_ids.get(name)
+                if nid is None:
+                    nid = name_ids[name] = len(self.names)
+                    self.names.append(name)
+                    self.shape_name[nid] = name in SHAPE_OPS
+                key = (ev.pid, ev.tid)
+                tr = track_ids.get(key)
+                if tr is None:
+                    tr = track_ids[key] = len(self.tracks)
+                    self.tracks.append(key)
+                if kind in (Kind.KERNEL, Kind.MEMCPY, Kind.MEMSET, Kind.GPU_ANNOTATION):
+                    self.device_tracks.add(tr)
+                x_name(nid)
+                x_kind(kind)
+                x_track(tr)
+                x_ts(ts)
+                x_dur(dur)
+                a = ev.args
+                if a is None:
+                    x_ext(-1)
+                    x_corr(-1)
+                    x_seq(-1)
+                    x_fwd(-1)
+                    x_shape(-1)
+                    continue
+                ext: int | None = a.ext if a.ext is not None else a.ext_lc
+                x_ext(-1 if ext is None else ext)
+                x_corr(-1 if a.corr is None else a.corr)
+                x_seq(-1 if a.seq is None else a.seq)
+                x_fwd(-1 if a.fwd_tid is None else a.fwd_tid)
+                if self.shape_name[nid] and a.dims is not _EMPTY_RAW:
+                    skey = (bytes(a.dims), bytes(a.types), bytes(a.concrete))
+                    sid = self.shape_ids.get(skey)
+                    if sid is None:
+                        sid = self.shape_ids[skey] = len(self.shapes)
+                        self.shapes.append(_shapes(skey))
+                    x_shape(sid)
+                else:
+                    x_shape(-1)
+            elif ph == "i" and ev.name == MEMORY_EVENT_NAME:
+                a = ev.args
+                ts = ev.ts
+                if a is None or a.nbytes is None or ts != ts:
+                    self.count("memory events without Bytes")
+                    continue
+                key = (ev.pid, ev.tid)
+                tr = track_ids.get(key)
+                if tr is None:
+                    tr = track_ids[key] = len(self.tracks)
+                    self.tracks.append(key)
+                m["ts"].append(ts)
+                m["track"].append(tr)
+                m["bytes"].append(a.nbytes)
+                m["total"].append(-1 if a.total is None else a.total)
+                m["dtype"].append(-1 if a.dev_type is None else a.dev_type)
+                m["did"].append(-1 if a.dev_id is None else a.dev_id)
+
+    def finish(self, top: dict[str, Any]) -> Events:
+        x = {k: np.frombuffer(v, dtype=v.typecode) if len(v) else np.empty(0, v.typecode) for k, v in self.x.items()}
+        m = {k: np.frombuffer(v, dtype=v.typecode) if len(v) else np.empty(0, v.typecode) for k, v in self.m.items()}
+        starts = [a.min() for a in (x["ts"], m["ts"]) if a.size]
+        t0 = float(min(starts)) if starts else 0.0
+        order = np.lexsort((-x["dur"], x["ts"], x["track"]))
+        morder = np.lexsort((m["ts"], m["track"]))
+        base = top.get("baseTimeNanoseconds")
+        props: list[Any] = next((top[k] for k in DEVICE_PROPERTY_KEYS if isinstance(top.get(k), list)), [])
+        dist = top.get("distributedInfo")
+        meta = TraceMeta(
+            t0_us=t0,
+            base_time_ns=base if isinstance(base, int) else None,
+            schema_version=top.get("schemaVersion") if isinstance(top.get("schemaVersion"), int) else None,
+            device_properties=tuple(p for p in props if isinstance(p, dict)),
+            distributed_info=dist if isinstance(dist, dict) else None,
+            record_shapes=_flag(top.get("record_shapes")),
+            profile_memory=_flag(top.get("profile_memory")),
+            with_flops=_flag(top.get("with_flops")),
+            extra={k: v for k, v in top.items() if isinstance(v, (str, int, float, bool)) and len(str(v)) < 512},
+        )
+        tracks = tuple(Track(pid, tid, i in self.device_tracks) for i, (pid, tid) in enumerate(self.tracks))
+        return Events(
+            names=tuple(self.names),
+            tracks=tracks,
+            shapes=tuple(self.shapes),
+            name=x["name"][order].astype(np.int32),
+            kind=x["kind"][order].astype(np.int8),
+            track=x["track"][order].astype(np.int32),
+            ts=x["ts"][order] - t0,
+            dur=x["dur"][order].astype(np.float64),
+            ext=x["ext"][order].astype(np.int64),
+            corr=x["corr"][order].astype(np.int64),
+            seq=x["seq"][order].astype(np.int64),
+            fwd_tid=x["fwd"][order].astype(np.int64),
+            shape=x["shape"][order].astype(np.int32),
+            mem_ts=m["ts"][morder] - t0,
+            mem_track=m["track"][morder].astype(np.int32),
+            mem_bytes=m["bytes"][morder].astype(np.int64),
+            mem_total=m["total"][morder].astype(np.int64),
+            mem_device_type=m["dtype"][morder].astype(np.int8),
+            mem_device_id=m["did"][morder].astype(np.int32),
+            meta=meta,
+            diagnostics=dict(self.diag),
+        )
+
+
+def _flag(value: Any) -> bool | None:
+    return bool(value) if isinstance(value, (bool, int)) else None
+
+
+def _shapes(key: tuple[bytes, bytes, bytes]) -> OpShapes:
+    def load(raw: bytes) -> tuple[Any, ...]:
+        if not raw:
+            return ()
+        try:
+            value = json.loads(raw)
+        except ValueError:
+            return ()
+        return tuple(value) if isinstance(value, list) else ()
+
+    dims, types, concrete = key
+    return OpShapes(dims=load(dims), types=tuple(str(t) for t in load(types)), concrete=tuple(str(c) for c in
+                                                                                               load(concrete)))
+
+
+# -- lenient path -------------------------------------------------------------------------
+def _int_or_none(value: Any) -> int | None:
+    if isinstance(value, bool):
+        return int(value)
+    if isinstance(value, int):
+        return value if -_INT64_MAX <= value <= _INT64_MAX else None
+    if isinstance(value, float) and math.isfinite(value) and abs(value) <= _INT64_MAX:
+        return int(value)
+    if isinstance(value, str):
+        try:
+            return _int_or_none(int(value))
+        except ValueError:
+            return None
+    return None
+
+
+def _float(value: Any, default: float) -> float:
+    if isinstance(value, bool):
+        return default
+    if isinstance(value, (int, float)):
+        try:
+            return float(value)
+        except OverflowError:
+            return math.nan
+    if isinstance(value, str):
+        try:
+            return float(value)
+        except ValueError:
+            return math.nan
+    return default
+
+
+def _raw(value: Any) -> msgspec.Raw:
+    return _EMPTY_RAW if value is None else msgspec.Raw(json.dumps(value).encode())
+
+
+def _lenient(objs: Any) -> list[_Event]:
+    if not isinstance(objs, list):
+        raise TraceError("traceEvents is not a list")
+    out = []
+    for obj in objs:
+        if not isinstance(obj, dict):
+            continue
+        a = obj.get("args")
+        args = None
+        if isinstance(a, dict):
+            args = _Args(
+                ext=_int_or_none(a.get("External id")), ext_lc=_int_or_none(a.get("external id")),
+                corr=_int_or_none(a.get("correlation")), seq=_int_or_none(a.get("Sequence number")),
+                fwd_tid=_int_or_none(a.get("Fwd thread id")), dims=_raw(a.get("Input Dims")),
+                types=_raw(a.get("Input type")), concrete=_raw(a.get("Concrete Inputs")),
+                nbytes=_int_or_none(a.get("Bytes")), total=_int_or_none(a.get("Total Allocated")),
+                dev_type=_int_or_none(a.get("Device Type")), dev_id=_int_or_none(a.get("Device Id")),
+            )
+        pid, tid = obj.get("pid", 0), obj.get("tid", 0)
+        out.append(_Event(
+            ph=str(obj.get("ph", "")), name=str(obj.get("name", "")),
+            cat=obj.get("cat") if isinstance(obj.get("cat"), str) else None,
+            pid=pid if isinstance(pid, (int, str)) and not isinstance(pid, bool) else str(pid),
+            tid=tid if isinstance(tid, (int, str)) and not isinstance(tid, bool) else str(tid),
+            ts=_float(obj.get("ts"), math.nan), dur=_float(obj.get("dur"), 0.0), args=args,
+        ))
+    return out
+
+
+def _add_batch(builder: _Builder, text: bytes | bytearray | memoryview) -> None:
+    sizes = builder.sizes()
+    try:
+        builder.add(_batch_decoder.decode(text))
+        return
+    except (msgspec.DecodeError, msgspec.ValidationError, OverflowError, TypeError):
+        builder.truncate(sizes)
+    try:
+        objs = json.loads(bytes(text))
+    except (ValueError, RecursionError) as exc:
+        raise TraceError(f"invalid JSON in traceEvents: {exc}") from None
+    builder.count("events decoded leniently")
+    builder.add(_lenient(objs))
+
+
+# -- document layouts ---------------------------------------------------------------------
+def _load_object(text: bytes, what: str) -> dict[str, Any]:
+    try:
+        value = json.loads(text)
+    except (ValueError, RecursionError) as exc:
+        raise TraceError(f"invalid JSON in the trace {what}: {exc}") from None
+    if not isinstance(value, dict):
+        raise TraceError(f"the trace {what} is not a JSON object")
+    return value
+
+
+def _whole(document: bytes) -> Events:
+    """Any layout: decode the whole document (memory ~ a few times its size)."""
+    stripped = document.strip()
+    if not stripped:
+        raise TraceError("empty file")
+    builder = _Builder()
+    if stripped[:1] == b"[":
+        _add_batch(builder, stripped)
+        return _finish(builder, {})
+    if stripped[:1] != b"{":
+        raise TraceError("not JSON: a trace is a JSON object with traceEvents")
+    top = _load_object(stripped, "document")
+    events = top.pop("traceEvents", None)
+    if events is None:
+        raise TraceError("not a trace: the JSON object has no traceEvents")
+    builder.add(_lenient(events))
+    return _finish(builder, top)
+
+
+def _finish(builder: _Builder, top: dict[str, Any]) -> Events:
+    if not builder.x["name"] and not builder.m["ts"]:
+        raise TraceError("the trace has no events")
+    return builder.finish(top)
+
+
+def decode(chunks: Iterable[bytes], *, batch_bytes: int = 8 << 20) -> Events:
+    """Decode a trace from a stream of byte chunks (already decompressed)."""
+    it: Iterator[bytes] = iter(chunks)
+    buf = bytearray()
+    match = None
+    for chunk in it:
+        buf += chunk
+        match = _HEADER_RE.search(buf, 0, min(len(buf), _HEADER_LIMIT))
+        if match is not None or len(buf) > _HEADER_LIMIT:
+            break
+    if match is None:
+        buf += b"".join(it)
+        return _whole(bytes(buf))
+    header_text = bytes(buf[: match.start()]).rstrip().rstrip(b",").strip()
+    if not header_text.startswith(b"{"):
+        return _whole(bytes(buf) + b"".join(it))
+    rest = bytearray(buf[match.end():])
+    while not rest.strip():
+        following = next(it, None)
+        if following is None:
+            break
+        rest += following
+    lead = rest[: len(rest) - len(rest.lstrip())]
+    if not rest.lstrip().startswith(b"]") and not (rest.lstrip().startswith(b"{") and lead.endswith(b"\n  ")):
+        # Not Kineto's layout (events not each on a line at two spaces): decode it whole.
+        return _whole(bytes(buf) + bytes(rest[len(buf) - match.end():]) + b"".join(it))
+    header = _load_object(header_text + b"}", "header") if header_text != b"{" else {}
+    builder = _Builder()
+    del buf
+    for chunk in it:
+        rest += chunk
+        if len(rest) < batch_bytes:
+            continue
+        cut = rest.rfind(_EVENT_START)
+        if cut <= 0:
+            continue  # one event larger than a batch: read on
+        _add_batch(builder, _as_array(memoryview(rest)[:cut]))
+        del rest[:cut]
+    # The tail: the last events, "]" and the document's trailing keys.
+    end = rest.rfind(_EVENT_END)
+    if end < 0:
+        if rest.strip().startswith(b"]"):
+            trailer_start = 0
+        else:
+            raise TraceError("truncated trace: the events array is not closed (still being written?)")
+    else:
+        trailer_start = end + len(_EVENT_END)
+        _add_batch(builder, _as_array(memoryview(rest)[:trailer_start]))
+    trailer = bytes(rest[trailer_start:]).strip()
+    if not trailer.startswith(b"]"):
+        raise TraceError("truncated trace: the events array is not closed (still being written?)")
+    after = trailer[1:].strip()
+    if not after.endswith(b"}"):
+        raise TraceError("truncated trace: the JSON document is not closed")
+    after = after.lstrip(b",").strip()
+    top = dict(header)
+    if after != b"}":
+        top.update(_load_object(b"{" + after, "trailer"))
+    return _finish(builder, top)
+
+
+def _as_array(body: memoryview) -> bytes:
+    text = bytes(body).strip()
+    if text.endswith(b","):
+        text = text[:-1]
+    return b"[" + text + b"]"
+
+
+def decode_bytes(data: bytes) -> Events:
+    """Decode a whole trace held in memory (tests, small files)."""
+    return decode([data])

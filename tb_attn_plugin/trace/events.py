@@ -1,0 +1,138 @@
+"""The event model: one trace as compact numpy columns with interned names.
+
+Complete events ("X") are rows of parallel arrays sorted by (track, start, longest first), so
+that nesting on a thread is a single sweep. Memory events are a second table. Shapes are kept
+only for the ops the analysis reads (``schema.SHAPE_OPS``), interned, because many ops share
+them. Times are microseconds relative to ``TraceMeta.t0_us``; memory is bytes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+__all__ = ["Events", "OpShapes", "TraceError", "TraceMeta", "Track", "with_annotations"]
+
+I32 = npt.NDArray[np.int32]
+I64 = npt.NDArray[np.int64]
+F64 = npt.NDArray[np.float64]
+I8 = npt.NDArray[np.int8]
+
+
+class TraceError(ValueError):
+    """A trace that cannot be read: the message says why, for the user."""
+
+
+@dataclass(frozen=True, slots=True)
+class Track:
+    """A timeline: a CPU thread (pid, tid) or a device stream (device, stream)."""
+
+    pid: int | str
+    tid: int | str
+    device: bool  # holds kernels, memcpys, memsets or device annotations
+
+
+@dataclass(frozen=True, slots=True)
+class OpShapes:
+    """What the profiler recorded about an op's inputs (``record_shapes=True``)."""
+
+    dims: tuple[Any, ...]
+    types: tuple[str, ...]
+    concrete: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class TraceMeta:
+    t0_us: float  # the trace's earliest timestamp; event times are relative to it
+    base_time_ns: int | None
+    schema_version: int | None
+    device_properties: tuple[dict[str, Any], ...]
+    distributed_info: dict[str, Any] | None
+    record_shapes: bool | None
+    profile_memory: bool | None
+    with_flops: bool | None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, eq=False)
+class Events:
+    names: tuple[str, ...]
+    tracks: tuple[Track, ...]
+    shapes: tuple[OpShapes, ...]
+    # complete events
+    name: I32
+    kind: I8
+    track: I32
+    ts: F64
+    dur: F64
+    ext: I64  # External id, -1 when absent
+    corr: I64  # correlation (runtime <-> kernel), -1 when absent
+    seq: I64  # autograd Sequence number, -1 when absent
+    fwd_tid: I64  # Fwd thread id of autograd ops, -1 when absent
+    shape: I32  # index into shapes, -1 when not kept
+    # memory events
+    mem_ts: F64
+    mem_track: I32
+    mem_bytes: I64
+    mem_total: I64  # Total Allocated after the event, -1 when absent (2021 traces)
+    mem_device_type: I8  # 0 CPU, 1 CUDA (and ROCm), other values as written
+    mem_device_id: I32
+    meta: TraceMeta
+    diagnostics: dict[str, int] = field(default_factory=dict)  # e.g. unknown categories, bad durations
+
+    def __len__(self) -> int:
+        return int(self.name.shape[0])
+
+    @property
+    def nbytes(self) -> int:
+        """Approximate memory held, for cache accounting."""
+        arrays = (self.name, self.kind, self.track, self.ts, self.dur, self.ext, self.corr, self.seq,
+                  self.fwd_tid, self.shape, self.mem_ts, self.mem_track, self.mem_bytes, self.mem_total,
+                  self.mem_device_type, self.mem_device_id)
+        strings = sum(len(n) + 49 for n in self.names)
+        return sum(a.nbytes for a in arrays) + strings + 200 * len(self.shapes)
+
+    def name_ids(self, wanted: set[str] | frozenset[str]) -> np.ndarray:
+        """Ids of the names in ``wanted`` that occur in this trace."""
+        return np.array([i for i, n in enumerate(self.names) if n in wanted], dtype=np.int32)
+
+
+def with_annotations(events: Events, rows: list[tuple[int, float, float, str]]) -> Events:
+    """A copy of ``events`` with extra annotation events (track, ts, dur, name), re-sorted."""
+    if not rows:
+        return events
+    from tb_attn_plugin.trace.schema import Kind
+
+    names = list(events.names)
+    ids = {n: i for i, n in enumerate(names)}
+    extra_name = []
+    for _, _, _, label in rows:
+        if label not in ids:
+            ids[label] = len(names)
+            names.append(label)
+        extra_name.append(ids[label])
+    k = len(rows)
+
+    def cat(a: np.ndarray, b: list[Any] | np.ndarray, dtype: Any) -> np.ndarray:
+        return np.concatenate([a, np.asarray(b, dtype=dtype)])
+
+    name = cat(events.name, extra_name, np.int32)
+    kind = cat(events.kind, [int(Kind.ANNOTATION)] * k, np.int8)
+    track = cat(events.track, [r[0] for r in rows], np.int32)
+    ts = cat(events.ts, [r[1] for r in rows], np.float64)
+    dur = cat(events.dur, [r[2] for r in rows], np.float64)
+    minus = [-1] * k
+    order = np.lexsort((-dur, ts, track))
+    return Events(
+        names=tuple(names), tracks=events.tracks, shapes=events.shapes,
+        name=name[order], kind=kind[order], track=track[order], ts=ts[order], dur=dur[order],
+        ext=cat(events.ext, minus, np.int64)[order], corr=cat(events.corr, minus, np.int64)[order],
+        seq=cat(events.seq, minus, np.int64)[order], fwd_tid=cat(events.fwd_tid, minus, np.int64)[order],
+        shape=cat(events.shape, minus, np.int32)[order],
+        mem_ts=events.mem_ts, mem_track=events.mem_track, mem_bytes=events.mem_bytes, mem_total=events.mem_total,
+        mem_device_type=events.mem_device_type, mem_device_id=events.mem_device_id,
+        meta=events.meta, diagnostics=events.diagnostics,
+    )

@@ -1,0 +1,212 @@
+"""All file access: local paths and fsspec URLs (s3://, gs://, memory://, file://...).
+
+This is the only module that opens, lists or stats files. It reads and never writes. Gzip is
+recognised by its magic bytes, not the file name, and decompressed as a stream, so memory
+stays bounded whatever the file size.
+"""
+
+from __future__ import annotations
+
+import os
+import stat as stat_module
+import zlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from tb_attn_plugin.trace.events import TraceError
+
+__all__ = ["CHUNK_BYTES", "FileInfo", "is_dir", "is_url", "join", "list_tree", "read_chunks", "read_small", "stat"]
+
+CHUNK_BYTES = 4 << 20
+_GZIP_MAGIC = b"\x1f\x8b"
+
+
+@dataclass(frozen=True, slots=True)
+class FileInfo:
+    path: str  # local path or URL
+    size: int
+    mtime: float
+
+
+def is_url(path: str) -> bool:
+    return "://" in path and not path.startswith("file://")
+
+
+def _strip_file_scheme(path: str) -> str:
+    return path[len("file://"):] if path.startswith("file://") else path
+
+
+def join(base: str, *parts: str) -> str:
+    if is_url(base):
+        return "/".join([base.rstrip("/"), *(p.strip("/") for p in parts)])
+    return os.path.join(_strip_file_scheme(base), *parts)
+
+
+def _fs(url: str) -> tuple[Any, str]:
+    try:
+        import fsspec
+    except ImportError as exc:  # pragma: no cover - fsspec is a declared dependency
+        raise TraceError(f"reading {url} needs fsspec: {exc}") from None
+    try:
+        fs, path = fsspec.core.url_to_fs(url)
+    except (ImportError, ValueError) as exc:
+        raise TraceError(f"cannot open {url}: {exc}") from None
+    return fs, path
+
+
+def _mtime(info: dict[str, Any]) -> float:
+    for key in ("mtime", "LastModified", "last_modified", "updated", "created"):
+        value = info.get(key)
+        if value is None:
+            continue
+        if isinstance(value, (int, float)):
+            return float(value)
+        timestamp = getattr(value, "timestamp", None)
+        if callable(timestamp):
+            return float(timestamp())
+        try:
+            from datetime import datetime
+
+            return datetime.fromisoformat(str(value).replace("Z", "+00:00")).timestamp()
+        except ValueError:
+            continue
+    return 0.0
+
+
+def is_dir(path: str) -> bool:
+    if is_url(path):
+        try:
+            fs, p = _fs(path)
+            return bool(fs.isdir(p))
+        except (TraceError, OSError):
+            return False
+    return os.path.isdir(_strip_file_scheme(path))
+
+
+def stat(path: str) -> FileInfo:
+    """Size and modification time; raises TraceError if the file is missing."""
+    if is_url(path):
+        fs, p = _fs(path)
+        try:
+            info = fs.info(p)
+        except (OSError, FileNotFoundError) as exc:
+            raise TraceError(f"cannot read {path}: {exc}") from None
+        return FileInfo(path, int(info.get("size") or 0), _mtime(info))
+    local = _strip_file_scheme(path)
+    try:
+        st = os.stat(local)
+    except OSError as exc:
+        raise TraceError(f"cannot read {path}: {exc.strerror or exc}") from None
+    return FileInfo(path, st.st_size, st.st_mtime)
+
+
+def list_tree(root: str, *, follow_symlinks: bool = False) -> list[FileInfo]:
+    """Every file under ``root`` (recursively) with size and mtime. Hidden names are skipped.
+
+    Local symlinks are not followed by default, so a link cannot lead a reader outside the
+    tree it was pointed at.
+    """
+    if is_url(root):
+        fs, p = _fs(root)
+        try:
+            found = fs.find(p, detail=True)
+        except (OSError, FileNotFoundError) as exc:
+            raise TraceError(f"cannot list {root}: {exc}") from None
+        protocol = root.split("://", 1)[0]
+        out = []
+        for name, info in sorted(found.items()):
+            if any(part.startswith(".") for part in name[len(p):].split("/") if part):
+                continue
+            out.append(FileInfo(f"{protocol}://{name}", int(info.get("size") or 0), _mtime(info)))
+        return out
+    local = _strip_file_scheme(root)
+    out = []
+    for dirpath, dirnames, filenames in os.walk(local, followlinks=follow_symlinks):
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
+        for name in sorted(filenames):
+            if name.startswith("."):
+                continue
+            full = os.path.join(dirpath, name)
+            try:
+                st = os.stat(full) if follow_symlinks else os.lstat(full)
+            except OSError:
+                continue  # deleted while listing
+            if stat_module.S_ISREG(st.st_mode):
+                out.append(FileInfo(full, st.st_size, st.st_mtime))
+    return out
+
+
+def _raw_chunks(path: str, chunk_bytes: int) -> Iterator[bytes]:
+    if is_url(path):
+        fs, p = _fs(path)
+        try:
+            f = fs.open(p, "rb")
+        except (OSError, FileNotFoundError) as exc:
+            raise TraceError(f"cannot read {path}: {exc}") from None
+    else:
+        try:
+            f = open(_strip_file_scheme(path), "rb")
+        except OSError as exc:
+            raise TraceError(f"cannot read {path}: {exc.strerror or exc}") from None
+    with f:
+        while True:
+            try:
+                chunk = f.read(chunk_bytes)
+            except OSError as exc:
+                raise TraceError(f"reading {path} failed: {exc}") from None
+            if not chunk:
+                return
+            yield chunk
+
+
+def read_chunks(path: str, *, chunk_bytes: int = CHUNK_BYTES, max_bytes: int | None = None) -> Iterator[bytes]:
+    """The file's bytes, decompressed if gzip, in chunks. ``max_bytes`` caps the decompressed size."""
+    raw = _raw_chunks(path, chunk_bytes)
+    first = next(raw, b"")
+    total = 0
+
+    def capped(chunk: bytes) -> bytes:
+        nonlocal total
+        total += len(chunk)
+        if max_bytes is not None and total > max_bytes:
+            raise TraceError(f"{path} is larger than the limit of {max_bytes >> 20} MiB uncompressed")
+        return chunk
+
+    if not first.startswith(_GZIP_MAGIC):
+        if first:
+            yield capped(first)
+        for chunk in raw:
+            yield capped(chunk)
+        return
+    decomp = zlib.decompressobj(wbits=31)
+    pending = first
+    while True:
+        while pending:
+            try:
+                out = decomp.decompress(pending, chunk_bytes)
+            except zlib.error as exc:
+                raise TraceError(f"corrupt gzip in {path}: {exc}") from None
+            if out:
+                yield capped(out)
+            pending = decomp.unconsumed_tail
+            if decomp.eof:
+                pending = decomp.unused_data + pending
+                if pending.strip(b"\x00"):
+                    decomp = zlib.decompressobj(wbits=31)  # another gzip member follows
+                else:
+                    pending = b""
+        following = next(raw, None)
+        if following is None:
+            break
+        pending = following
+    if not decomp.eof:
+        raise TraceError(f"truncated gzip: {path} ends before its compressed stream does (still being written?)")
+
+
+def read_small(path: str, *, limit: int = 1 << 20) -> bytes:
+    """A small file (run metadata) in one piece; raises TraceError past ``limit`` bytes."""
+    data = b""
+    for chunk in read_chunks(path, chunk_bytes=limit, max_bytes=limit):
+        data += chunk
+    return data
