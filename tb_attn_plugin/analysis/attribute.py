@@ -118,6 +118,9 @@ def _raw_flops(events: Events) -> F64:
     return out
 
 
+_BLOCK = 1 << 16  # events per block of the sweep: bounds the Python objects alive at once
+
+
 def _sweep(
     events: Events,
     is_scope: B,
@@ -130,60 +133,77 @@ def _sweep(
     is_bwd_name: npt.NDArray[np.bool_],
     flops_raw: F64,
 ) -> tuple[I32, I32, I32, I32, I32, B, F64]:
+    """One pass over events in (track, start, longest first) order with a stack of open events.
+
+    Each stack entry carries what its children inherit, so no output is read back. The pass
+    runs in blocks so that only one block's Python objects exist at a time.
+    """
     n = len(events)
-    end = (events.ts + events.dur).tolist()
-    track = events.track.tolist()
-    nid = events.name.tolist()
+    parent = np.full(n, -1, np.int32)
+    layer = np.full(n, -1, np.int32)
+    head = np.full(n, -1, np.int32)
+    phase = np.full(n, -1, np.int32)
+    step = np.full(n, -1, np.int32)
+    backward = np.zeros(n, np.bool_)
+    counted = np.zeros(n, np.float64)
     scope_l, scope_h, scope_p = sc_layer.tolist(), sc_head.tolist(), sc_phase.tolist()
     steps = step_no.tolist()
     bwd_names = is_bwd_name.tolist()
-    scope_flags = is_scope.tolist()
-    step_flags = is_step.tolist()
-    device_flags = on_device.tolist()
-    fl = flops_raw.tolist()
-
-    parent = [-1] * n
-    layer = [-1] * n
-    head = [-1] * n
-    phase = [-1] * n
-    step = [-1] * n
-    backward = [False] * n
-    counted = [0.0] * n
-    flop_above = [False] * n  # an ancestor already counts FLOPs
-    stack: list[int] = []
+    # stack entries: (end, index, layer, head, phase, step, backward, a FLOP-counting op is open)
+    stack: list[tuple[float, int, int, int, int, int, bool, bool]] = []
     cur_track = -1
-    for i in range(n):
-        if device_flags[i]:
-            continue
-        tr = track[i]
-        if tr != cur_track:
-            stack.clear()
-            cur_track = tr
-        e = end[i]
-        while stack and e > end[stack[-1]] + EPS_US:
-            stack.pop()
-        if stack:
-            p = stack[-1]
-            parent[i] = p
-            layer[i], head[i], phase[i], step[i] = layer[p], head[p], phase[p], step[p]
-            backward[i] = backward[p]
-            above = flop_above[p] or fl[p] > 0.0
-        else:
-            above = False
-        name_id = nid[i]
-        if scope_flags[i]:
-            layer[i], head[i], phase[i] = scope_l[name_id], scope_h[name_id], scope_p[name_id]
-        elif step_flags[i]:
-            step[i] = steps[name_id]
-        elif bwd_names[name_id]:
-            backward[i] = True
-        flop_above[i] = above
-        if fl[i] > 0.0 and not above:
-            counted[i] = fl[i]
-        stack.append(i)
-    return (np.array(parent, np.int32), np.array(layer, np.int32), np.array(head, np.int32),
-            np.array(phase, np.int32), np.array(step, np.int32), np.array(backward, np.bool_),
-            np.array(counted, np.float64))
+    for lo in range(0, n, _BLOCK):
+        hi = min(n, lo + _BLOCK)
+        ends = (events.ts[lo:hi] + events.dur[lo:hi]).tolist()
+        tracks = events.track[lo:hi].tolist()
+        nids = events.name[lo:hi].tolist()
+        scope_flags = is_scope[lo:hi].tolist()
+        step_flags = is_step[lo:hi].tolist()
+        device_flags = on_device[lo:hi].tolist()
+        fl = flops_raw[lo:hi].tolist()
+        o_parent = [-1] * (hi - lo)
+        o_layer = [-1] * (hi - lo)
+        o_head = [-1] * (hi - lo)
+        o_phase = [-1] * (hi - lo)
+        o_step = [-1] * (hi - lo)
+        o_bwd = [False] * (hi - lo)
+        o_counted = [0.0] * (hi - lo)
+        for k in range(hi - lo):
+            if device_flags[k]:
+                continue
+            tr = tracks[k]
+            if tr != cur_track:
+                stack.clear()
+                cur_track = tr
+            e = ends[k]
+            while stack and e > stack[-1][0] + EPS_US:
+                stack.pop()
+            if stack:
+                _, p, lay, hd, ph, st, bw, above = stack[-1]
+                o_parent[k] = p
+            else:
+                lay = hd = ph = st = -1
+                bw = above = False
+            name_id = nids[k]
+            if scope_flags[k]:
+                lay, hd, ph = scope_l[name_id], scope_h[name_id], scope_p[name_id]
+            elif step_flags[k]:
+                st = steps[name_id]
+            elif bwd_names[name_id]:
+                bw = True
+            o_layer[k], o_head[k], o_phase[k], o_step[k], o_bwd[k] = lay, hd, ph, st, bw
+            f = fl[k]
+            if f > 0.0 and not above:
+                o_counted[k] = f
+            stack.append((e, lo + k, lay, hd, ph, st, bw, above or f > 0.0))
+        parent[lo:hi] = o_parent
+        layer[lo:hi] = o_layer
+        head[lo:hi] = o_head
+        phase[lo:hi] = o_phase
+        step[lo:hi] = o_step
+        backward[lo:hi] = o_bwd
+        counted[lo:hi] = o_counted
+    return parent, layer, head, phase, step, backward, counted
 
 
 def _descendant_end(events: Events, i: int) -> int:
@@ -254,20 +274,25 @@ def _attribute_memory(
     if m == 0 or len(events) == 0:
         return out_layer, out_head, out_phase, out_step, out_bwd
     end = events.ts + events.dur
-    parents = parent.tolist()
-    ends = end.tolist()
     for tr in np.unique(events.mem_track).tolist():
         lo = int(np.searchsorted(events.track, tr, side="left"))
         hi = int(np.searchsorted(events.track, tr, side="right"))
-        mine = np.flatnonzero(events.mem_track == tr)
         if lo == hi:
             continue
-        cand = lo + np.searchsorted(events.ts[lo:hi], events.mem_ts[mine], side="right") - 1
-        for k, c, t in zip(mine.tolist(), cand.tolist(), events.mem_ts[mine].tolist(), strict=True):
-            while c >= lo and ends[c] + EPS_US < t:
-                c = parents[c]
-            if c < lo:
-                continue
-            out_layer[k], out_head[k], out_phase[k], out_step[k], out_bwd[k] = layer[c], head[c], phase[c], \
-                step[c], backward[c]
+        mine = np.flatnonzero(events.mem_track == tr)
+        times = events.mem_ts[mine]
+        cand = lo + np.searchsorted(events.ts[lo:hi], times, side="right") - 1
+        # Most memory events fall inside the latest-starting event; walk up where they do not.
+        cand = np.where(cand >= lo, cand, -1)
+        inside = (cand >= 0) & (end[np.maximum(cand, 0)] + EPS_US >= times)
+        for k in np.flatnonzero(~inside & (cand >= 0)).tolist():
+            c = int(cand[k])
+            while c >= lo and end[c] + EPS_US < times[k]:
+                c = int(parent[c])
+            cand[k] = c if c >= lo else -1
+        ok = cand >= 0
+        src = cand[ok]
+        dst = mine[ok]
+        out_layer[dst], out_head[dst], out_phase[dst] = layer[src], head[src], phase[src]
+        out_step[dst], out_bwd[dst] = step[src], backward[src]
     return out_layer, out_head, out_phase, out_step, out_bwd

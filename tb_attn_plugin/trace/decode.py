@@ -337,9 +337,16 @@ def _add_batch(builder: _Builder, text: bytes | bytearray | memoryview) -> None:
 
 
 # -- document layouts ---------------------------------------------------------------------
+_TRUNCATED = "truncated trace: the JSON ends early (is it still being written?)"
+
+
 def _load_object(text: bytes, what: str) -> dict[str, Any]:
     try:
         value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        if exc.pos >= len(text.rstrip()):
+            raise TraceError(_TRUNCATED) from None
+        raise TraceError(f"invalid JSON in the trace {what}: {exc}") from None
     except (ValueError, RecursionError) as exc:
         raise TraceError(f"invalid JSON in the trace {what}: {exc}") from None
     if not isinstance(value, dict):
@@ -394,6 +401,8 @@ def decode(chunks: Iterable[bytes], *, batch_bytes: int = 8 << 20) -> Events:
         if following is None:
             break
         rest += following
+    if not rest.strip():
+        raise TraceError(_TRUNCATED)
     lead = rest[: len(rest) - len(rest.lstrip())]
     if not rest.lstrip().startswith(b"]") and not (rest.lstrip().startswith(b"{") and lead.endswith(b"\n  ")):
         # Not Kineto's layout (events not each on a line at two spaces): decode it whole.
@@ -416,16 +425,16 @@ def decode(chunks: Iterable[bytes], *, batch_bytes: int = 8 << 20) -> Events:
         if rest.strip().startswith(b"]"):
             trailer_start = 0
         else:
-            raise TraceError("truncated trace: the events array is not closed (still being written?)")
+            raise TraceError(_TRUNCATED)
     else:
         trailer_start = end + len(_EVENT_END)
         _add_batch(builder, _as_array(memoryview(rest)[:trailer_start]))
     trailer = bytes(rest[trailer_start:]).strip()
     if not trailer.startswith(b"]"):
-        raise TraceError("truncated trace: the events array is not closed (still being written?)")
+        raise TraceError(_TRUNCATED)
     after = trailer[1:].strip()
     if not after.endswith(b"}"):
-        raise TraceError("truncated trace: the JSON document is not closed")
+        raise TraceError(_TRUNCATED)
     after = after.lstrip(b",").strip()
     top = dict(header)
     if after != b"}":

@@ -113,12 +113,13 @@ def list_tree(root: str, *, follow_symlinks: bool = False) -> list[FileInfo]:
             found = fs.find(p, detail=True)
         except (OSError, FileNotFoundError) as exc:
             raise TraceError(f"cannot list {root}: {exc}") from None
-        protocol = root.split("://", 1)[0]
         out = []
+        base = p.rstrip("/")
         for name, info in sorted(found.items()):
-            if any(part.startswith(".") for part in name[len(p):].split("/") if part):
+            rel = name[len(base):].strip("/") if name.startswith(base) else name.strip("/")
+            if not rel or any(part.startswith(".") for part in rel.split("/")):
                 continue
-            out.append(FileInfo(f"{protocol}://{name}", int(info.get("size") or 0), _mtime(info)))
+            out.append(FileInfo(f"{root.rstrip('/')}/{rel}", int(info.get("size") or 0), _mtime(info)))
         return out
     local = _strip_file_scheme(root)
     out = []
@@ -191,7 +192,9 @@ def read_chunks(path: str, *, chunk_bytes: int = CHUNK_BYTES, max_bytes: int | N
                 yield capped(out)
             pending = decomp.unconsumed_tail
             if decomp.eof:
-                pending = decomp.unused_data + pending
+                # After the end of a member, the rest of the input is in unused_data (and, when
+                # the output limit was hit, also in unconsumed_tail: take it once).
+                pending = decomp.unused_data
                 if pending.strip(b"\x00"):
                     decomp = zlib.decompressobj(wbits=31)  # another gzip member follows
                 else:

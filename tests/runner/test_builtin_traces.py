@@ -7,7 +7,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from conftest import ACTIVE_STEPS, TINY
+from helpers import ACTIVE_STEPS, TINY
 from tracetools import Op, load_trace, ops_with_scopes, scope_counts, trace_files
 
 from runner.metadata import METADATA_FILE

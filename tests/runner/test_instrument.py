@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import ACTIVE_STEPS, TINY, profile_run
+from helpers import ACTIVE_STEPS, TINY, profile_run
 from torch import nn
 from torch.profiler import ProfilerActivity, profile
 from tracetools import load_trace, ops_with_scopes, trace_files

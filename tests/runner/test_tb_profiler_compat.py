@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from conftest import TINY, profile_run
+from helpers import TINY, profile_run
 from torch_tb_profiler.consts import WORKER_PATTERN
 from torch_tb_profiler.profiler.data import RunProfileData
 from torch_tb_profiler.profiler.run_generator import RunGenerator

@@ -1,0 +1,21 @@
+"""Shared constants and helpers for tests (importable as ``helpers``; fixtures live in conftest.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from runner.config import ModelConfig, ProfileConfig
+from runner.session import RunResult, RunSpec, run_one
+
+SHARED_TRACES = Path(__file__).resolve().parents[2] / "shared" / "traces"
+
+#: A model small enough for the suite: every run takes well under a second.
+TINY = ModelConfig(layers=2, heads=4, d_model=32, seq=16, batch=2, vocab=64)
+#: Two active steps, no gzip: what the tests count against.
+PROFILE = ProfileConfig(wait=0, warmup=1, active=2)
+ACTIVE_STEPS = PROFILE.active
+
+
+def profile_run(logdir: Path, name: str, model: str = "builtin", **changes: object) -> RunResult:
+    spec = RunSpec(model=model, cfg=TINY.replace(**changes), name=name)
+    return run_one(spec, logdir, PROFILE)

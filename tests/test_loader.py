@@ -1,0 +1,159 @@
+"""Discovery, reading (local, gzip, fsspec), per-file errors and caching."""
+
+from __future__ import annotations
+
+import gzip
+import os
+import shutil
+from pathlib import Path
+
+import fsspec
+import pytest
+from helpers import SHARED_TRACES
+from tracetools import trace_files
+
+from tb_attn_plugin.loader import Loader, load_events, resolve_runs
+from tb_attn_plugin.trace.discover import find_runs, parse_trace_name
+from tb_attn_plugin.trace.events import TraceError
+from tb_attn_plugin.trace.io import FileInfo, list_tree, read_chunks
+
+GOOD_GZ = SHARED_TRACES / "gpu" / "tracelens_h100_bert-small_sdpa-flash.json.gz"
+
+
+@pytest.mark.parametrize(
+    ("name", "expected"),
+    [
+        ("host_123.1700000000000.pt.trace.json", ("host_123", "1700000000000")),
+        ("host_rank1.1700000000000.pt.trace.json.gz", ("host_rank1", "1700000000000")),
+        ("worker0.pt.trace.json", ("worker0", None)),
+        ("a.b.c.12.pt.trace.json", ("a.b.c", "12")),
+        (".host.1.pt.trace.json.tmp", None),
+        (".hidden.1.pt.trace.json", None),
+        ("tb_attn_run.json", None),
+        ("trace.json", None),
+    ],
+)
+def test_trace_names(name: str, expected: tuple[str, str | None] | None) -> None:
+    assert parse_trace_name(name) == expected
+
+
+def test_runs_are_directories_named_relative_to_the_logdir() -> None:
+    files = [
+        FileInfo("/logs/a/b/w.1.pt.trace.json", 10, 1.0),
+        FileInfo("/logs/a/b/w.2.pt.trace.json", 10, 1.0),
+        FileInfo("/logs/a/b/tb_attn_run.json", 1, 1.0),
+        FileInfo("/logs/c/x.pt.trace.json.gz", 10, 1.0),
+        FileInfo("/logs/top.5.pt.trace.json", 10, 1.0),
+        FileInfo("/logs/d/notes.txt", 10, 1.0),
+    ]
+    runs = find_runs("/logs", files)
+    assert [r.name for r in runs] == [".", "a/b", "c"]
+    ab = runs[1]
+    assert [(f.worker, f.span) for f in ab.files] == [("w", "1"), ("w", "2")]
+    assert ab.metadata_path == "/logs/a/b/tb_attn_run.json"
+
+
+def test_resolve_logdir_run_and_file(builtin_logdir: Path) -> None:
+    runs = resolve_runs(str(builtin_logdir))
+    names = [r.name for r in runs]
+    assert "naive" in names and "sdpa-efficient" not in names  # no traces: unsupported on CPU
+    (one,) = resolve_runs(str(builtin_logdir / "naive"))
+    assert one.name == "." and len(one.files) == 1
+    (path,) = trace_files(builtin_logdir / "naive")
+    (single,) = resolve_runs(str(path))
+    assert single.name == path.name and single.files[0].path == str(path)
+    with pytest.raises(TraceError, match="no such file or directory"):
+        resolve_runs(str(builtin_logdir / "missing"))
+
+
+def test_gzip_and_plain_decode_the_same(tmp_path: Path) -> None:
+    plain = tmp_path / "w.1.pt.trace.json"
+    plain.write_bytes(gzip.decompress(GOOD_GZ.read_bytes()))
+    a, b = load_events(str(GOOD_GZ)), load_events(str(plain))
+    assert len(a) == len(b) and a.names == b.names and (a.ts == b.ts).all()
+
+
+def test_multi_member_gzip(tmp_path: Path) -> None:
+    raw = gzip.decompress(GOOD_GZ.read_bytes())
+    half = len(raw) // 2
+    path = tmp_path / "w.pt.trace.json.gz"
+    path.write_bytes(gzip.compress(raw[:half]) + gzip.compress(raw[half:]))
+    assert b"".join(read_chunks(str(path), chunk_bytes=4096)) == raw
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (b"", "empty file"),
+        (b"   \n", "empty file"),
+        (b"hello world", "not JSON"),
+        (b'{"a": 1}', "no traceEvents"),
+        (b'{"traceEvents": []}', "no events"),
+        (b'{\n  "traceEvents": [\n  {\n    "ph": "X", "name": "a", "ts": 1, "dur": 2\n  },\n  {\n    "ph"', "truncated"),
+        (b"\x1f\x8b\x08\x00garbage-not-deflate", "gzip"),
+        (gzip.compress(b'{"traceEvents": [{"ph": "X"}]}')[:-12], "truncated gzip"),
+    ],
+)
+def test_bad_files_raise_trace_error(tmp_path: Path, content: bytes, message: str) -> None:
+    path = tmp_path / "w.pt.trace.json"
+    path.write_bytes(content)
+    with pytest.raises(TraceError, match=message):
+        load_events(str(path))
+
+
+def test_a_bad_file_is_a_per_file_error_and_others_still_load(tmp_path: Path, builtin_logdir: Path) -> None:
+    run = tmp_path / "run"
+    shutil.copytree(builtin_logdir / "naive", run)
+    (run / "broken.1.pt.trace.json").write_bytes(b'{"traceEvents": [')
+    (summary_run,) = resolve_runs(str(run))
+    summary = Loader().summarize_run(summary_run)
+    assert len(summary.workers) == 1 and summary.workers[0].layers
+    assert [e.file for e in summary.errors] == ["broken.1.pt.trace.json"]
+    assert "truncated" in summary.errors[0].error
+    assert summary.metadata is not None and summary.metadata["impl"] == "naive"
+
+
+def test_size_limit_refuses_big_traces(tmp_path: Path) -> None:
+    with pytest.raises(TraceError, match="larger than the limit"):
+        load_events(str(GOOD_GZ), max_bytes=1 << 20)
+
+
+def test_cache_is_keyed_by_path_size_and_mtime(tmp_path: Path, builtin_logdir: Path) -> None:
+    run = tmp_path / "run"
+    shutil.copytree(builtin_logdir / "naive", run)
+    loader = Loader()
+    (r,) = resolve_runs(str(run))
+    first = loader.summarize_run(r).workers[0]
+    assert loader.summarize_run(r).workers[0] is first  # served from memory
+    (path,) = trace_files(run)
+    shutil.copy(builtin_logdir / "sdpa" / trace_files(builtin_logdir / "sdpa")[0].name, path)
+    os.utime(path, (1, 1))
+    (r2,) = resolve_runs(str(run))
+    second = loader.summarize_run(r2).workers[0]
+    assert second is not first and second.backend == "cpu-flash"
+
+
+def test_disk_cache_outside_the_logdir(tmp_path: Path, builtin_logdir: Path) -> None:
+    run = tmp_path / "run"
+    shutil.copytree(builtin_logdir / "naive", run)
+    before = sorted(p.name for p in run.iterdir())
+    cache = tmp_path / "cache"
+    (r,) = resolve_runs(str(run))
+    a = Loader(cache_dir=str(cache)).summarize_run(r).workers[0]
+    assert any(cache.rglob("*.bin"))
+    b = Loader(cache_dir=str(cache)).summarize_run(r).workers[0]  # a new process would see the same
+    assert a == b
+    assert sorted(p.name for p in run.iterdir()) == before  # nothing written into the logdir
+
+
+def test_fsspec_memory_filesystem(builtin_logdir: Path) -> None:
+    fs = fsspec.filesystem("memory")
+    (path,) = trace_files(builtin_logdir / "naive")
+    fs.pipe("/team/runs/exp1/naive/" + path.name, path.read_bytes())
+    fs.pipe("/team/runs/exp1/naive/tb_attn_run.json", (builtin_logdir / "naive" / "tb_attn_run.json").read_bytes())
+    listing = list_tree("memory://team/runs")
+    assert [f.path for f in listing][0].startswith("memory://")
+    (run,) = resolve_runs("memory://team/runs")
+    assert run.name == "exp1/naive"
+    summary = Loader().summarize_run(run)
+    assert summary.workers[0].backend == "naive" and summary.metadata is not None
