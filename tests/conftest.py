@@ -9,7 +9,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))  # helpers, tracetools
 
-from helpers import profile_run  # noqa: E402
+from helpers import profile_run
 
 
 @pytest.fixture(scope="session")

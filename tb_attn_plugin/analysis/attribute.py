@@ -87,15 +87,16 @@ def attribute(events: Events) -> Attribution:
 
     kind = events.kind
     annotation = kind == Kind.ANNOTATION
-    is_scope = is_scope_name[events.name] & (annotation | (kind == Kind.OTHER))
+    # Before torch 1.10 record_function ranges were written as operators (cat "Operator").
+    is_scope = is_scope_name[events.name] & (annotation | (kind == Kind.OTHER) | (kind == Kind.CPU_OP))
     is_step = (step_no[events.name] >= 0) & ((kind == Kind.ANNOTATION) | (kind == Kind.CPU_OP))
     on_device = np.isin(kind, DEVICE_KINDS)
 
     flops_raw = _raw_flops(events)
-    parent, layer, head, phase, step, backward, flops = _sweep(
+    parent, layer, head, phase, step, backward, flops, subtree_end = _sweep(
         events, is_scope, is_step, on_device, sc_layer, sc_head, sc_phase, step_no, is_bwd_name, flops_raw
     )
-    _attribute_backward(events, parent, layer, head, phase, backward, is_bwd_name)
+    _attribute_backward(events, subtree_end, layer, head, phase, backward, is_bwd_name)
     _attribute_device(events, on_device, layer, head, phase, step, backward)
     mem = _attribute_memory(events, parent, layer, head, phase, step, backward)
     return Attribution(parent=parent, layer=layer, head=head, phase=phase, step=step, backward=backward,
@@ -132,7 +133,7 @@ def _sweep(
     step_no: I32,
     is_bwd_name: npt.NDArray[np.bool_],
     flops_raw: F64,
-) -> tuple[I32, I32, I32, I32, I32, B, F64]:
+) -> tuple[I32, I32, I32, I32, I32, B, F64, I32]:
     """One pass over events in (track, start, longest first) order with a stack of open events.
 
     Each stack entry carries what its children inherit, so no output is read back. The pass
@@ -146,6 +147,7 @@ def _sweep(
     step = np.full(n, -1, np.int32)
     backward = np.zeros(n, np.bool_)
     counted = np.zeros(n, np.float64)
+    subtree_end = np.arange(1, n + 1, dtype=np.int32)  # one past the last event nested in each event
     scope_l, scope_h, scope_p = sc_layer.tolist(), sc_head.tolist(), sc_phase.tolist()
     steps = step_no.tolist()
     bwd_names = is_bwd_name.tolist()
@@ -173,11 +175,13 @@ def _sweep(
                 continue
             tr = tracks[k]
             if tr != cur_track:
+                for entry in stack:
+                    subtree_end[entry[1]] = lo + k
                 stack.clear()
                 cur_track = tr
             e = ends[k]
             while stack and e > stack[-1][0] + EPS_US:
-                stack.pop()
+                subtree_end[stack.pop()[1]] = lo + k
             if stack:
                 _, p, lay, hd, ph, st, bw, above = stack[-1]
                 o_parent[k] = p
@@ -203,20 +207,13 @@ def _sweep(
         step[lo:hi] = o_step
         backward[lo:hi] = o_bwd
         counted[lo:hi] = o_counted
-    return parent, layer, head, phase, step, backward, counted
-
-
-def _descendant_end(events: Events, i: int) -> int:
-    """One past the last event nested in event ``i`` (events are sorted by track, then start)."""
-    track = events.track
-    lo = int(np.searchsorted(track, track[i], side="left"))
-    hi = int(np.searchsorted(track, track[i], side="right"))
-    j = lo + int(np.searchsorted(events.ts[lo:hi], events.ts[i] + events.dur[i] + EPS_US, side="right"))
-    return max(j, i + 1)
+    for entry in stack:
+        subtree_end[entry[1]] = n
+    return parent, layer, head, phase, step, backward, counted, subtree_end
 
 
 def _attribute_backward(
-    events: Events, parent: I32, layer: I32, head: I32, phase: I32, backward: B, is_bwd_name: B
+    events: Events, subtree_end: I32, layer: I32, head: I32, phase: I32, backward: B, is_bwd_name: B
 ) -> None:
     seq = events.seq
     forward_ops = np.flatnonzero((seq >= 0) & ~backward & (layer >= 0))
@@ -230,7 +227,7 @@ def _attribute_backward(
         f = by_seq.get(s)
         if f is None or layer[i] >= 0:
             continue
-        j = _descendant_end(events, i)
+        j = int(subtree_end[i])
         layer[i:j] = layer[f]
         head[i:j] = head[f]
         phase[i:j] = phase[f]

@@ -151,6 +151,8 @@ def _op_flops(name: str, s: OpShapes) -> float:
 def elem_bytes(dtype: str) -> int:
     """Bytes per element of a profiler ``Input type`` string (e.g. 'float', 'c10::BFloat16')."""
     t = dtype.lower()
+    if "complex" in t:
+        return 16 if "double" in t else 4 if "half" in t else 8
     if "double" in t or "long" in t or "int64" in t or "complex<float" in t:
         return 8
     if "half" in t or "bfloat16" in t or "short" in t:

@@ -83,6 +83,7 @@ class _Builder:
         self.shape_name: dict[int, bool] = {}
         self.tracks: list[tuple[int | str, int | str]] = []
         self.track_ids: dict[tuple[int | str, int | str], int] = {}
+        self.norm_ids: dict[tuple[int | str, int | str], int] = {}
         self.device_tracks: set[int] = set()
         self.shapes: list[OpShapes] = []
         self.shape_ids: dict[tuple[bytes, bytes, bytes], int] = {}
@@ -96,6 +97,16 @@ class _Builder:
 
     def count(self, key: str) -> None:
         self.diag[key] = self.diag.get(key, 0) + 1
+
+    def new_track(self, key: tuple[int | str, int | str]) -> int:
+        """A track id for (pid, tid); "25738" and 25738 are the same thread (2021 traces mix them)."""
+        norm = (_as_id(key[0]), _as_id(key[1]))
+        tr = self.norm_ids.get(norm)
+        if tr is None:
+            tr = self.norm_ids[norm] = len(self.tracks)
+            self.tracks.append(norm)
+        self.track_ids[key] = tr
+        return tr
 
     def sizes(self) -> tuple[int, int]:
         return len(self.x["name"]), len(self.m["ts"])
@@ -128,8 +139,8 @@ class _Builder:
                 kind = kinds.get(cat)
                 if kind is None:
                     kind = kinds[cat] = int(kind_of(cat))
-                    if kind == Kind.OTHER and cat not in ("Trace", None, ""):
-                        self.count(f"category {cat!r}")
+                if kind == Kind.OTHER and cat not in ("Trace", None, ""):
+                    self.count(f"category {cat!r}")
                 name = ev.name
                 if kind == Kind.MODULE and not name.startswith(MODULE_PREFIX):
                     continue
@@ -141,8 +152,7 @@ class _Builder:
                 key = (ev.pid, ev.tid)
                 tr = track_ids.get(key)
                 if tr is None:
-                    tr = track_ids[key] = len(self.tracks)
-                    self.tracks.append(key)
+                    tr = self.new_track(key)
                 if kind in (Kind.KERNEL, Kind.MEMCPY, Kind.MEMSET, Kind.GPU_ANNOTATION):
                     self.device_tracks.add(tr)
                 x_name(nid)
@@ -175,20 +185,23 @@ class _Builder:
             elif ph == "i" and ev.name == MEMORY_EVENT_NAME:
                 a = ev.args
                 ts = ev.ts
-                if a is None or a.nbytes is None or ts != ts:
+                if a is None or a.nbytes is None:
                     self.count("memory events without Bytes")
+                    continue
+                if ts != ts or ts in (math.inf, -math.inf):
+                    self.count("memory events dropped (time not finite)")
                     continue
                 key = (ev.pid, ev.tid)
                 tr = track_ids.get(key)
                 if tr is None:
-                    tr = track_ids[key] = len(self.tracks)
-                    self.tracks.append(key)
+                    tr = self.new_track(key)
                 m["ts"].append(ts)
                 m["track"].append(tr)
                 m["bytes"].append(a.nbytes)
                 m["total"].append(-1 if a.total is None else a.total)
-                m["dtype"].append(-1 if a.dev_type is None else a.dev_type)
-                m["did"].append(-1 if a.dev_id is None else a.dev_id)
+                dev_type, dev_id = a.dev_type, a.dev_id
+                m["dtype"].append(dev_type if dev_type is not None and 0 <= dev_type < 128 else -1)
+                m["did"].append(dev_id if dev_id is not None and 0 <= dev_id < 2**31 else -1)
 
     def finish(self, top: dict[str, Any]) -> Events:
         x = {k: np.frombuffer(v, dtype=v.typecode) if len(v) else np.empty(0, v.typecode) for k, v in self.x.items()}
@@ -235,6 +248,12 @@ class _Builder:
             meta=meta,
             diagnostics=dict(self.diag),
         )
+
+
+def _as_id(value: int | str) -> int | str:
+    if isinstance(value, str) and value.isdigit():
+        return int(value)
+    return value
 
 
 def _flag(value: Any) -> bool | None:
@@ -417,29 +436,71 @@ def decode(chunks: Iterable[bytes], *, batch_bytes: int = 8 << 20) -> Events:
         cut = rest.rfind(_EVENT_START)
         if cut <= 0:
             continue  # one event larger than a batch: read on
-        _add_batch(builder, _as_array(memoryview(rest)[:cut]))
+        _add_batch_in_place(builder, rest, cut)
         del rest[:cut]
     # The tail: the last events, "]" and the document's trailing keys.
-    end = rest.rfind(_EVENT_END)
-    if end < 0:
-        if rest.strip().startswith(b"]"):
-            trailer_start = 0
-        else:
-            raise TraceError(_TRUNCATED)
-    else:
-        trailer_start = end + len(_EVENT_END)
-        _add_batch(builder, _as_array(memoryview(rest)[:trailer_start]))
-    trailer = bytes(rest[trailer_start:]).strip()
-    if not trailer.startswith(b"]"):
+    tail = bytes(rest).rstrip()
+    del rest
+    if not tail.endswith(b"}"):
         raise TraceError(_TRUNCATED)
-    after = trailer[1:].strip()
-    if not after.endswith(b"}"):
-        raise TraceError(_TRUNCATED)
-    after = after.lstrip(b",").strip()
     top = dict(header)
-    if after != b"}":
-        top.update(_load_object(b"{" + after, "trailer"))
+    top.update(_tail(builder, tail))
     return _finish(builder, top)
+
+
+_SPACE = frozenset(b" \t\r\n")
+
+
+def _add_batch_in_place(builder: _Builder, rest: bytearray, cut: int) -> None:
+    """Decode ``rest[:cut]`` (whitespace, events separated by commas, a trailing comma) as an
+    array without copying it: the leading whitespace byte becomes ``[`` and the trailing comma
+    ``]``. Both bytes are cut off by the caller right after."""
+    last = cut - 1
+    while last > 0 and rest[last] in _SPACE:
+        last -= 1
+    if rest[0] not in _SPACE or rest[last] != ord(","):
+        with memoryview(rest) as view:
+            _add_batch(builder, _as_array(view[:cut]))
+        return
+    rest[0] = ord("[")
+    rest[last] = ord("]")
+    with memoryview(rest) as view, view[: last + 1] as body:
+        _add_batch(builder, body)
+
+
+_TRAILER_RE = re.compile(rb"\]\s*(?:,(?P<keys>.*))?\}$", re.DOTALL)
+
+
+def _tail(builder: _Builder, tail: bytes) -> dict[str, Any]:
+    """Decode the last events and return the document's keys after the events array.
+
+    The array's closing bracket is the last ``]`` after which only the document's remaining
+    keys follow; a ``]`` inside those keys (a path in traceName, say) fails to decode as the
+    end of the events and the search moves left.
+    """
+    pos = len(tail)
+    error: TraceError | None = None
+    for _ in range(16):
+        pos = tail.rfind(b"]", 0, pos)
+        if pos < 0:
+            break
+        m = _TRAILER_RE.match(tail, pos)
+        if m is None:
+            continue
+        keys = (m.group("keys") or b"").strip()
+        try:
+            trailer = _load_object(b"{" + keys + b"}", "trailer") if keys else {}
+        except TraceError:
+            continue
+        body = tail[:pos].strip()
+        try:
+            if body:
+                _add_batch(builder, _as_array(memoryview(body)))
+        except TraceError as exc:
+            error = error or exc  # the events before the outermost candidate are broken
+            continue
+        return trailer
+    raise error or TraceError(_TRUNCATED)
 
 
 def _as_array(body: memoryview) -> bytes:

@@ -1,0 +1,141 @@
+"""Fixtures for the analysis tests: hand-written traces, their attribution as rows, golden files.
+
+Golden files are compared as parsed JSON. They change only on request: run the suite with
+``TB_ATTN_REGEN_GOLDEN=1`` to rewrite them from the code under test, then read the diff.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tb_attn_plugin.analysis.attribute import Attribution, attribute
+from tb_attn_plugin.scopes import PHASES
+from tb_attn_plugin.trace.decode import decode_bytes
+from tb_attn_plugin.trace.events import Events
+
+HERE = Path(__file__).parent
+TRACES = HERE / "traces"
+GOLDEN = HERE / "golden"
+REGEN_ENV = "TB_ATTN_REGEN_GOLDEN"
+
+Rows = dict[str, Any]
+
+
+def _absent(value: int) -> int | None:
+    return None if value < 0 else int(value)
+
+
+def attribution_rows(events: Events, att: Attribution) -> Rows:
+    """One row per complete event and per memory event, in an order that does not depend on the file."""
+    rows: list[dict[str, Any]] = []
+    for i in range(len(events)):
+        track = events.tracks[int(events.track[i])]
+        phase = int(att.phase[i])
+        rows.append({
+            "name": events.names[int(events.name[i])],
+            "track": f"{track.pid}/{track.tid}",
+            "ts": float(events.ts[i]),
+            "dur": float(events.dur[i]),
+            "layer": _absent(att.layer[i]),
+            "head": _absent(att.head[i]),
+            "phase": PHASES[phase] if phase >= 0 else None,
+            "step": _absent(att.step[i]),
+            "backward": bool(att.backward[i]),
+            "scope": bool(att.is_scope[i]),
+            "flops": float(att.flops[i]),
+        })
+    rows.sort(key=lambda r: (r["track"], r["ts"], -r["dur"], r["name"]))
+    memory: list[dict[str, Any]] = []
+    for k in range(len(events.mem_ts)):
+        track = events.tracks[int(events.mem_track[k])]
+        phase = int(att.mem_phase[k])
+        memory.append({
+            "track": f"{track.pid}/{track.tid}",
+            "ts": float(events.mem_ts[k]),
+            "bytes": int(events.mem_bytes[k]),
+            "total": int(events.mem_total[k]),
+            "device": [int(events.mem_device_type[k]), int(events.mem_device_id[k])],
+            "layer": _absent(att.mem_layer[k]),
+            "head": _absent(att.mem_head[k]),
+            "phase": PHASES[phase] if phase >= 0 else None,
+            "step": _absent(att.mem_step[k]),
+            "backward": bool(att.mem_backward[k]),
+        })
+    memory.sort(key=lambda r: (r["track"], r["ts"], r["bytes"]))
+    return {"events": rows, "memory": memory, "modules": {str(k): v for k, v in sorted(att.modules.items())}}
+
+
+def _dump(data: Rows) -> str:
+    """Pretty JSON with one row per line, so that a regenerated golden file diffs row by row."""
+    parts = []
+    for key, value in data.items():
+        if isinstance(value, list) and value:
+            body = ",\n".join("    " + json.dumps(row) for row in value)
+            parts.append(f"  {json.dumps(key)}: [\n{body}\n  ]")
+        else:
+            parts.append(f"  {json.dumps(key)}: {json.dumps(value)}")
+    return "{\n" + ",\n".join(parts) + "\n}\n"
+
+
+@pytest.fixture
+def trace_bytes() -> Callable[[str], bytes]:
+    def read(name: str) -> bytes:
+        return (TRACES / f"{name}.json").read_bytes()
+
+    return read
+
+
+@pytest.fixture
+def trace_events(trace_bytes: Callable[[str], bytes]) -> Callable[[str], Events]:
+    def load(name: str) -> Events:
+        return decode_bytes(trace_bytes(name))
+
+    return load
+
+
+@pytest.fixture
+def rows_of(trace_events: Callable[[str], Events]) -> Callable[[str | Events], Rows]:
+    """Attribution rows of a trace under ``traces/`` (by name) or of decoded events."""
+
+    def rows(trace: str | Events) -> Rows:
+        events = trace_events(trace) if isinstance(trace, str) else trace
+        return attribution_rows(events, attribute(events))
+
+    return rows
+
+
+@pytest.fixture
+def golden() -> Callable[[str, Rows], None]:
+    """Compare data with ``golden/<name>.json`` (or rewrite that file when TB_ATTN_REGEN_GOLDEN=1)."""
+
+    def check(name: str, actual: Rows) -> None:
+        path = GOLDEN / f"{name}.json"
+        actual = json.loads(json.dumps(actual))  # as it would read back: tuples become lists
+        if os.environ.get(REGEN_ENV) == "1":
+            GOLDEN.mkdir(exist_ok=True)
+            path.write_text(_dump(actual))
+            return
+        if not path.exists():
+            pytest.fail(f"no golden file {path.name}: run with {REGEN_ENV}=1 to write it, then review it")
+        expected = json.loads(path.read_text())
+        assert actual == expected, f"differs from golden/{path.name} (regenerate with {REGEN_ENV}=1 if intended)"
+
+    return check
+
+
+def pick(rows: list[dict[str, Any]], name: str, **where: Any) -> dict[str, Any]:
+    """The one row called ``name`` (matching ``where``), for explicit checks next to the golden comparison."""
+    found = [r for r in rows if r["name"] == name and all(r[k] == v for k, v in where.items())]
+    assert len(found) == 1, f"{len(found)} rows match {name} {where}"
+    return found[0]
+
+
+@pytest.fixture
+def row() -> Callable[..., dict[str, Any]]:
+    return pick
