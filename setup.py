@@ -28,5 +28,8 @@ setup(
             "tb-attn-run=runner.cli:main",
             "tb-attn=tb_attn_plugin.cli:main",
         ],
+        "tensorboard_plugins": [
+            "tb_attn=tb_attn_plugin.plugin:AttentionPlugin",
+        ],
     },
 )

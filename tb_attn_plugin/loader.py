@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 import msgspec
 
 from tb_attn_plugin import __version__
-from tb_attn_plugin.analysis.summary import summarize
+from tb_attn_plugin.analysis.summary import Analysis, analyze, summarize_analysis
 from tb_attn_plugin.cache import DiskCache, LRUCache, cache_key
 from tb_attn_plugin.schema import FileError, RunSummary, WorkerSummary
 from tb_attn_plugin.trace import io
@@ -50,14 +50,53 @@ def resolve_runs(path: str) -> list[Run]:
 
 @dataclass
 class Loader:
-    """Summarizes runs, caching per-file summaries in memory (and optionally on disk)."""
+    """Summarizes runs, caching per-file summaries in memory (and optionally on disk).
+
+    With ``keep_analyses`` > 0 it also keeps that many analyzed traces (events and their
+    attribution, bounded by ``max_analysis_bytes``) for the tab's drill-down, memory and
+    timeline views. Failures are remembered per file version, so a broken file is not
+    re-parsed on every request.
+    """
 
     cache_dir: str | None = None
     max_trace_bytes: int | None = DEFAULT_MAX_TRACE_BYTES
-    memory: LRUCache[WorkerSummary] = field(default_factory=lambda: LRUCache(max_entries=1024))
+    keep_analyses: int = 0
+    max_analysis_bytes: int = 1 << 30
+    memory: LRUCache[WorkerSummary] = field(default_factory=lambda: LRUCache(max_entries=4096))
 
     def __post_init__(self) -> None:
         self.disk = DiskCache(self.cache_dir, namespace=f"summary-{__version__}") if self.cache_dir else None
+        self.analyses: LRUCache[Analysis] = LRUCache(max_entries=max(self.keep_analyses, 1),
+                                                     max_bytes=self.max_analysis_bytes, sizeof=lambda a: a.nbytes)
+        self.failures: LRUCache[str] = LRUCache(max_entries=4096)
+
+    def cached_summary(self, trace: TraceFile) -> WorkerSummary | None:
+        return self.memory.get(cache_key(trace.path, trace.size, trace.mtime))
+
+    def cached_failure(self, trace: TraceFile) -> str | None:
+        return self.failures.get(cache_key(trace.path, trace.size, trace.mtime))
+
+    def analyze_file(self, trace: TraceFile) -> Analysis:
+        """Events and attribution of one trace file; raises TraceError."""
+        key = cache_key(trace.path, trace.size, trace.mtime)
+        cached = self.analyses.get(key) if self.keep_analyses else None
+        if cached is not None:
+            return cached
+        failure = self.failures.get(key)
+        if failure is not None:
+            raise TraceError(failure)
+        try:
+            analysis = analyze(load_events(trace.path, max_bytes=self.max_trace_bytes))
+        except TraceError as exc:
+            self.failures.put(key, str(exc))
+            raise
+        except MemoryError:
+            message = "out of memory while reading this trace"
+            self.failures.put(key, message)
+            raise TraceError(message) from None
+        if self.keep_analyses:
+            self.analyses.put(key, analysis)
+        return analysis
 
     def summarize_file(self, trace: TraceFile) -> WorkerSummary:
         key = cache_key(trace.path, trace.size, trace.mtime)
@@ -71,10 +110,10 @@ class Loader:
                     summary = msgspec.msgpack.decode(raw, type=WorkerSummary)
                     self.memory.put(key, summary)
                     return summary
-                except msgspec.DecodeError:
+                except (msgspec.DecodeError, msgspec.ValidationError):
                     pass
-        events = load_events(trace.path, max_bytes=self.max_trace_bytes)
-        summary = summarize(events, file=trace.name, worker=trace.worker, span=trace.span)
+        summary = summarize_analysis(self.analyze_file(trace), file=trace.name, worker=trace.worker,
+                                     span=trace.span)
         self.memory.put(key, summary)
         if self.disk is not None:
             self.disk.put(key, msgspec.msgpack.encode(summary))
@@ -90,8 +129,6 @@ class Loader:
                 workers.append(self.summarize_file(trace))
             except TraceError as exc:
                 errors.append(FileError(file=trace.name, error=str(exc)))
-            except MemoryError:
-                errors.append(FileError(file=trace.name, error="out of memory while reading this trace"))
         return RunSummary(run=run.name, metadata=self.metadata(run), workers=workers, errors=errors)
 
     @staticmethod

@@ -8,6 +8,7 @@ unscoped traces (``analysis.infer``), and aggregates time, FLOPs and memory. Def
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -20,7 +21,7 @@ from tb_attn_plugin.scopes import PHASES
 from tb_attn_plugin.trace.events import Events, with_annotations
 from tb_attn_plugin.trace.schema import BACKWARD_PREFIX, STEP_PREFIX, Kind
 
-__all__ = ["summarize"]
+__all__ = ["Analysis", "analyze", "summarize", "summarize_analysis"]
 
 OTHER = "other"
 #: Phases whose outputs are (B, H, Sq, Sk) scores or probabilities, where S×S allocations mean
@@ -30,19 +31,43 @@ _QK_CODES = (PHASES.index("qk_matmul"), PHASES.index("sdpa"))
 _MIN_SXS_ELEMS = 256  # smaller "score" tensors are too common to mean anything
 
 
-def summarize(events: Events, *, file: str = "", worker: str = "", span: str | None = None) -> WorkerSummary:
+@dataclass(frozen=True, eq=False)
+class Analysis:
+    """A trace's events (with synthetic scopes where attention was inferred) and their attribution."""
+
+    events: Events
+    attr: Attribution
+    inferred: bool
+    notes: tuple[str, ...]
+
+    @property
+    def nbytes(self) -> int:
+        a = self.attr
+        return self.events.nbytes + sum(x.nbytes for x in (a.parent, a.layer, a.head, a.phase, a.step, a.backward,
+                                                            a.is_scope, a.flops, a.mem_layer, a.mem_phase))
+
+
+def analyze(events: Events) -> Analysis:
+    """Attribute events; infer attention where the trace has no tb-attn scopes."""
     attr = attribute(events)
-    inferred = not bool(attr.is_scope.any())
-    notes: list[str] = []
-    if inferred:
-        synthetic = infer_scopes(events, attr.parent, attr.backward, attr.step)
-        if synthetic:
-            events = with_annotations(events, [(s.track, s.ts, s.dur, s.name) for s in synthetic])
-            attr = attribute(events)
-            notes.append("no tb-attn scopes in this trace: attention was inferred from module names and op patterns")
-        else:
-            notes.append("no attention found in this trace")
-    return _Summarizer(events, attr, inferred).build(file=file, worker=worker, span=span, notes=notes)
+    if attr.is_scope.any():
+        return Analysis(events, attr, False, ())
+    synthetic = infer_scopes(events, attr.parent, attr.backward, attr.step)
+    if not synthetic:
+        return Analysis(events, attr, False, ("no attention found in this trace",))
+    events = with_annotations(events, [(s.track, s.ts, s.dur, s.name) for s in synthetic])
+    return Analysis(events, attribute(events), True,
+                    ("no tb-attn scopes in this trace: attention was inferred from module names and op patterns",))
+
+
+def summarize(events: Events, *, file: str = "", worker: str = "", span: str | None = None) -> WorkerSummary:
+    return summarize_analysis(analyze(events), file=file, worker=worker, span=span)
+
+
+def summarize_analysis(analysis: Analysis, *, file: str = "", worker: str = "", span: str | None = None
+                       ) -> WorkerSummary:
+    return _Summarizer(analysis.events, analysis.attr, analysis.inferred).build(
+        file=file, worker=worker, span=span, notes=list(analysis.notes))
 
 
 class _Summarizer:

@@ -16,7 +16,10 @@ from typing import Any
 
 from tb_attn_plugin.trace.events import TraceError
 
-__all__ = ["CHUNK_BYTES", "FileInfo", "is_dir", "is_url", "join", "list_tree", "read_chunks", "read_small", "stat"]
+__all__ = [
+    "CHUNK_BYTES", "FileInfo", "is_dir", "is_url", "join", "list_tree", "raw_chunks", "read_chunks", "read_small",
+    "stat",
+]
 
 CHUNK_BYTES = 4 << 20
 _GZIP_MAGIC = b"\x1f\x8b"
@@ -159,6 +162,11 @@ def _raw_chunks(path: str, chunk_bytes: int) -> Iterator[bytes]:
             if not chunk:
                 return
             yield chunk
+
+
+def raw_chunks(path: str, *, chunk_bytes: int = CHUNK_BYTES) -> Iterator[bytes]:
+    """The file's bytes as stored (no decompression), in chunks; for downloads."""
+    return _raw_chunks(path, chunk_bytes)
 
 
 def read_chunks(path: str, *, chunk_bytes: int = CHUNK_BYTES, max_bytes: int | None = None) -> Iterator[bytes]:

@@ -1,0 +1,221 @@
+"""Views of one analyzed trace for the tab: drill-down, memory curve and timeline.
+
+Pure functions over ``summary.Analysis``; the shapes of their results are documented in
+``docs/http_api.md``. Times are microseconds relative to the trace start.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+import numpy as np
+
+from tb_attn_plugin.analysis.attribute import DEVICE_KINDS
+from tb_attn_plugin.analysis.summary import Analysis
+from tb_attn_plugin.scopes import PHASES
+from tb_attn_plugin.trace.schema import STEP_PREFIX, Kind
+
+__all__ = ["KIND_NAMES", "drilldown", "memory_curve", "step_window", "steps_of", "timeline"]
+
+KIND_NAMES = {
+    int(Kind.CPU_OP): "cpu_op", int(Kind.ANNOTATION): "annotation", int(Kind.GPU_ANNOTATION): "annotation",
+    int(Kind.KERNEL): "kernel", int(Kind.MEMCPY): "memcpy", int(Kind.MEMSET): "memset",
+    int(Kind.RUNTIME): "runtime", int(Kind.MODULE): "module", int(Kind.SYNC): "other", int(Kind.OTHER): "other",
+}
+
+
+class ViewError(ValueError):
+    """A request for something the trace does not have (an unknown step, layer or phase)."""
+
+
+def _step_events(analysis: Analysis) -> np.ndarray:
+    ev = analysis.events
+    names = np.array([n.startswith(STEP_PREFIX) for n in ev.names], np.bool_)
+    return np.flatnonzero(names[ev.name] & ((ev.kind == Kind.ANNOTATION) | (ev.kind == Kind.CPU_OP))
+                          & (analysis.attr.step >= 0))
+
+
+def steps_of(analysis: Analysis) -> list[int]:
+    return sorted(set(analysis.attr.step[_step_events(analysis)].tolist()))
+
+
+def step_window(analysis: Analysis, step: int | None) -> tuple[int | None, float, float]:
+    """(step, start, end) of a step (the first by default); the whole trace if it has none."""
+    ev = analysis.events
+    idx = _step_events(analysis)
+    if idx.size == 0:
+        if step is not None:
+            raise ViewError(f"this trace has no ProfilerStep#{step}")
+        end = float((ev.ts + ev.dur).max()) if len(ev) else 0.0
+        return None, 0.0, end
+    numbers = analysis.attr.step[idx]
+    if step is None:
+        step = int(numbers.min())
+    mine = idx[numbers == step]
+    if mine.size == 0:
+        raise ViewError(f"no ProfilerStep#{step} in this trace; steps: {steps_of(analysis)}")
+    return step, float(ev.ts[mine].min()), float((ev.ts[mine] + ev.dur[mine]).max())
+
+
+def _step_count(analysis: Analysis) -> int:
+    return max(1, len(steps_of(analysis)))
+
+
+def drilldown(analysis: Analysis, *, layer: int, phase: str | None, backward: bool) -> dict[str, Any]:
+    ev, a = analysis.events, analysis.attr
+    if not (a.layer == layer).any():
+        raise ViewError(f"no layer {layer} in this trace")
+    sel = (a.layer == layer) & (a.backward == backward)
+    if analysis_has_steps(analysis):
+        sel &= a.step >= 0
+    if phase is not None:
+        if phase == "other":
+            sel &= a.phase < 0
+        elif phase in PHASES:
+            sel &= a.phase == PHASES.index(phase)
+        else:
+            raise ViewError(f"unknown phase {phase!r}; phases: {', '.join((*PHASES, 'other'))}")
+    steps = _step_count(analysis)
+    ops = np.flatnonzero(sel & (ev.kind == Kind.CPU_OP))
+    parent_kind = np.where(a.parent >= 0, ev.kind[np.maximum(a.parent, 0)], -1)
+    child = np.zeros(len(ev), np.float64)
+    has_parent = (a.parent >= 0) & (ev.kind == Kind.CPU_OP)
+    np.add.at(child, a.parent[has_parent], ev.dur[has_parent])
+    op_rows: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0, 0.0, 0.0])
+    for nid, d, c, pk in zip(ev.name[ops].tolist(), ev.dur[ops].tolist(), child[ops].tolist(),
+                             parent_kind[ops].tolist(), strict=True):
+        row = op_rows[ev.names[nid]]
+        row[0] += 1
+        row[1] += d
+        row[2] += max(d - c, 0.0)
+        row[3] = max(row[3], 1.0 if pk != Kind.CPU_OP else 0.0)
+    kernels = np.flatnonzero(sel & np.isin(ev.kind, DEVICE_KINDS) & (ev.kind != Kind.GPU_ANNOTATION))
+    k_rows: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])
+    for nid, d in zip(ev.name[kernels].tolist(), ev.dur[kernels].tolist(), strict=True):
+        row = k_rows[ev.names[nid]]
+        row[0] += 1
+        row[1] += d
+    return {
+        "layer": layer, "phase": phase, "backward": backward, "step_count": steps,
+        "ops": [{"name": n, "calls": r[0] / steps, "cpu_us": r[1] / steps, "self_us": r[2] / steps,
+                 "top_level": bool(r[3])} for n, r in sorted(op_rows.items(), key=lambda kv: -kv[1][1])],
+        "kernels": [{"name": n, "calls": r[0] / steps, "device_us": r[1] / steps}
+                    for n, r in sorted(k_rows.items(), key=lambda kv: -kv[1][1])],
+    }
+
+
+def analysis_has_steps(analysis: Analysis) -> bool:
+    return bool(_step_events(analysis).size)
+
+
+def _downsample(t: np.ndarray, y: np.ndarray, max_points: int) -> list[list[float]]:
+    """At most ``max_points`` points that keep each bucket's minimum and maximum."""
+    if t.size <= max_points:
+        return [[float(a), float(b)] for a, b in zip(t.tolist(), y.tolist(), strict=True)]
+    buckets = np.array_split(np.arange(t.size), max_points // 2)
+    out: list[list[float]] = []
+    for b in buckets:
+        if b.size == 0:
+            continue
+        lo, hi = b[np.argmin(y[b])], b[np.argmax(y[b])]
+        for k in sorted({int(lo), int(hi)}):
+            out.append([float(t[k]), float(y[k])])
+    return out
+
+
+def memory_curve(analysis: Analysis, *, step: int | None, max_points: int = 4000) -> dict[str, Any]:
+    ev, a = analysis.events, analysis.attr
+    step, start, end = step_window(analysis, step)
+    types = ev.mem_device_type[ev.mem_device_type > 0]
+    device_type = int(np.bincount(types).argmax()) if types.size else 0
+    on_device = ev.mem_device_type == device_type
+    order = np.argsort(ev.mem_ts[on_device], kind="stable")
+    t = ev.mem_ts[on_device][order]
+    nbytes = ev.mem_bytes[on_device][order]
+    total = ev.mem_total[on_device][order]
+    if total.size and (total < 0).any():  # 2021 traces: no Total Allocated, so integrate
+        total = np.cumsum(nbytes)
+    window = (t >= start) & (t <= end)
+    points = _downsample(t[window], total[window], max_points)
+    scopes_idx = np.flatnonzero(a.is_scope & ~a.backward & (ev.ts >= start) & (ev.ts <= end) & (a.head < 0))
+    scopes = [{"layer": int(a.layer[i]), "phase": PHASES[a.phase[i]] if a.phase[i] >= 0 else None,
+               "start_us": float(ev.ts[i]), "end_us": float(ev.ts[i] + ev.dur[i])} for i in scopes_idx.tolist()]
+    peaks = []
+    for layer in sorted(set(a.layer[scopes_idx].tolist())):
+        blocks = [i for i in scopes_idx.tolist() if a.layer[i] == layer and a.phase[i] < 0]
+        best = 0
+        for i in blocks:
+            inside = (t >= ev.ts[i]) & (t <= ev.ts[i] + ev.dur[i])
+            if inside.any():
+                before = total[t < ev.ts[i]]
+                base = int(before[-1]) if before.size else int(total[inside][0] - nbytes[inside][0])
+                best = max(best, int(total[inside].max()) - base)
+        peaks.append({"layer": int(layer), "peak_bytes": best})
+    return {"step": step, "device": "cpu" if device_type == 0 else "cuda", "start_us": start, "end_us": end,
+            "points": points, "scopes": scopes, "peaks": peaks}
+
+
+def _track_name(analysis: Analysis, track: int) -> str:
+    t = analysis.events.tracks[track]
+    if t.device:
+        return f"GPU {t.pid} stream {t.tid}"
+    return f"CPU thread {t.tid}" + (f" (process {t.pid})" if t.pid != t.tid else "")
+
+
+def timeline(
+    analysis: Analysis, *, step: int | None, start_us: float | None = None, end_us: float | None = None,
+    limit: int = 200_000,
+) -> dict[str, Any]:
+    ev, a = analysis.events, analysis.attr
+    step, start, end = step_window(analysis, step)
+    if start_us is not None:
+        start = max(start, start_us) if step is not None else start_us
+    if end_us is not None:
+        end = min(end, end_us) if step is not None else end_us
+    if end < start:
+        raise ViewError("end_us is before start_us")
+    stop = ev.ts + ev.dur
+    sel = (stop >= start) & (ev.ts <= end) & (ev.kind != Kind.OTHER)
+    idx = np.flatnonzero(sel)
+    truncated = idx.size > limit
+    if truncated:
+        keep = np.argsort(-ev.dur[idx], kind="stable")[:limit]
+        idx = np.sort(idx[keep])
+    depth = _depths(a.parent, idx)
+    tracks = sorted(set(ev.track[idx].tolist()))
+    track_ids = {t: k for k, t in enumerate(tracks)}
+    names_used = sorted(set(ev.name[idx].tolist()))
+    name_ids = {n: k for k, n in enumerate(names_used)}
+    return {
+        "step": step, "start_us": start, "end_us": end, "truncated": bool(truncated),
+        "tracks": [{"id": track_ids[t], "name": _track_name(analysis, t), "device": analysis.events.tracks[t].device}
+                   for t in tracks],
+        "names": [ev.names[n] for n in names_used],
+        "phases": list(PHASES),
+        "events": {
+            "track": [track_ids[t] for t in ev.track[idx].tolist()],
+            "start_us": np.round(ev.ts[idx], 3).tolist(),
+            "dur_us": np.round(ev.dur[idx], 3).tolist(),
+            "depth": depth,
+            "name": [name_ids[n] for n in ev.name[idx].tolist()],
+            "layer": a.layer[idx].tolist(),
+            "phase": a.phase[idx].tolist(),
+            "kind": [KIND_NAMES.get(k, "other") for k in ev.kind[idx].tolist()],
+        },
+    }
+
+
+def _depths(parent: np.ndarray, idx: np.ndarray) -> list[int]:
+    """Nesting depth of each selected event among the selected events."""
+    chosen = set(idx.tolist())
+    depth_of: dict[int, int] = {}
+    out = []
+    for i in idx.tolist():
+        p = int(parent[i])
+        while p >= 0 and p not in chosen:
+            p = int(parent[p])
+        d = depth_of.get(p, -1) + 1 if p >= 0 else 0
+        depth_of[i] = d
+        out.append(d)
+    return out

@@ -1,0 +1,194 @@
+"""The Attention tab: TensorBoard plugin ``tb_attn``. Routes only; the work is in ``service``.
+
+Kept light to import: TensorBoard imports this module while loading plugins, and an import
+error here would take the whole server down. numpy, msgspec and the engine load on the first
+request.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import mimetypes
+import os
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from tensorboard import errors
+from tensorboard.backend import http_util
+from tensorboard.plugins import base_plugin
+from werkzeug import wrappers
+
+if TYPE_CHECKING:
+    from tb_attn_plugin.service import Service
+
+__all__ = ["STATIC_DIR", "AttentionPlugin"]
+
+PLUGIN_NAME = "tb_attn"
+STATIC_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "static")
+_JSON = "application/json"
+
+WSGIApp = Callable[..., Any]
+
+
+def _to_json(value: Any) -> bytes:
+    import msgspec
+
+    return msgspec.json.encode(value)
+
+
+class AttentionPlugin(base_plugin.TBPlugin):
+    plugin_name = PLUGIN_NAME
+
+    def __init__(self, context: base_plugin.TBContext) -> None:
+        self._logdir = context.logdir or ""
+        self._service: Service | None = None
+
+    @property
+    def service(self) -> Service:
+        if self._service is None:
+            from tb_attn_plugin.service import Service
+
+            self._service = Service(self._logdir)
+        return self._service
+
+    def is_active(self) -> bool:
+        # Cheap: the run listing is cached for a few seconds. The tab also stays visible with
+        # no traces so that it can explain how to make some.
+        return bool(self._logdir)
+
+    def frontend_metadata(self) -> base_plugin.FrontendMetadata:
+        return base_plugin.FrontendMetadata(es_module_path="/index.js", tab_name="Attention")
+
+    def get_plugin_apps(self) -> dict[str, WSGIApp]:
+        routes = {
+            "/index.js": self._serve_index,
+            "/static/*": self._serve_static,
+            "/runs": self._serve_runs,
+            "/summary": self._serve_summary,
+            "/drilldown": self._serve_drilldown,
+            "/memory": self._serve_memory,
+            "/timeline": self._serve_timeline,
+            "/trace": self._serve_trace,
+        }
+        return {route: wrappers.Request.application(handler) for route, handler in routes.items()}
+
+    # -- data routes ----------------------------------------------------------------------
+    def _serve_runs(self, request: wrappers.Request) -> wrappers.Response:
+        refresh = request.args.get("refresh") in ("1", "true")
+        return http_util.Respond(request, _to_json(self.service.runs_response(refresh=refresh)), _JSON)
+
+    def _serve_summary(self, request: wrappers.Request) -> wrappers.Response:
+        run, worker, span = _required(request, "run"), request.args.get("worker"), request.args.get("span")
+        return http_util.Respond(request, _to_json(self.service.summary(run, worker, span)), _JSON)
+
+    def _serve_drilldown(self, request: wrappers.Request) -> wrappers.Response:
+        body = self.service.drilldown(
+            _required(request, "run"), request.args.get("worker"), request.args.get("span"),
+            layer=_required_int(request, "layer"), phase=request.args.get("phase") or None,
+            backward=request.args.get("backward") in ("1", "true"),
+            profiler_installed=importlib.util.find_spec("torch_tb_profiler") is not None,
+        )
+        return http_util.Respond(request, _to_json(body), _JSON)
+
+    def _serve_memory(self, request: wrappers.Request) -> wrappers.Response:
+        body = self.service.memory(_required(request, "run"), request.args.get("worker"), request.args.get("span"),
+                                   step=_int(request, "step"))
+        return http_util.Respond(request, _to_json(body), _JSON)
+
+    def _serve_timeline(self, request: wrappers.Request) -> wrappers.Response:
+        limit = _int(request, "limit")
+        limit = 200_000 if limit is None else limit
+        if not 1 <= limit <= 1_000_000:
+            raise errors.InvalidArgumentError("limit must be in 1..1000000")
+        body = self.service.timeline(
+            _required(request, "run"), request.args.get("worker"), request.args.get("span"),
+            step=_int(request, "step"), start_us=_float(request, "start_us"), end_us=_float(request, "end_us"),
+            limit=limit,
+        )
+        return http_util.Respond(request, _to_json(body), _JSON)
+
+    def _serve_trace(self, request: wrappers.Request) -> wrappers.Response:
+        from tb_attn_plugin.trace import io
+
+        trace = self.service.trace_download(_required(request, "run"), _required(request, "file"))
+        headers = [
+            ("Content-Disposition", f"attachment; filename={json.dumps(trace.name)}"),
+            ("X-Content-Type-Options", "nosniff"),
+            ("Content-Length", str(trace.size)),
+        ]
+        mimetype = "application/gzip" if trace.name.endswith(".gz") else _JSON
+        return wrappers.Response(io.raw_chunks(trace.path), mimetype=mimetype, headers=headers,
+                                 direct_passthrough=True)
+
+    # -- static assets --------------------------------------------------------------------
+    def _serve_index(self, request: wrappers.Request) -> wrappers.Response:
+        return self._static_file(request, "index.js")
+
+    def _serve_static(self, request: wrappers.Request) -> wrappers.Response:
+        prefix = f"/data/plugin/{PLUGIN_NAME}/static/"
+        path = request.path
+        rel = path.split(prefix, 1)[1] if prefix in path else ""
+        return self._static_file(request, rel)
+
+    def _static_file(self, request: wrappers.Request, rel: str) -> wrappers.Response:
+        path = _safe_static_path(rel)
+        if path is None:
+            raise errors.NotFoundError(f"no asset {rel!r}")
+        with open(path, "rb") as f:
+            content = f.read()
+        mimetype = mimetypes.guess_type(path)[0] or "application/octet-stream"
+        if path.endswith(".js"):
+            mimetype = "text/javascript"
+        return http_util.Respond(request, content, mimetype)
+
+
+def _safe_static_path(rel: str) -> str | None:
+    """The packaged asset at ``rel``, or None for anything outside the static directory."""
+    if not rel or "\\" in rel or "\x00" in rel or "%" in rel or rel.startswith("/"):
+        return None
+    parts = rel.split("/")
+    if any(p in ("", ".", "..") or p.startswith(".") for p in parts):
+        return None
+    root = os.path.realpath(STATIC_DIR)
+    candidate = os.path.realpath(os.path.join(root, *parts))
+    if os.path.commonpath([root, candidate]) != root or not os.path.isfile(candidate):
+        return None
+    return candidate
+
+
+def _required(request: wrappers.Request, name: str) -> str:
+    value = request.args.get(name)
+    if not value:
+        raise errors.InvalidArgumentError(f"missing argument {name!r}")
+    return value
+
+
+def _required_int(request: wrappers.Request, name: str) -> int:
+    value = _int(request, name)
+    if value is None:
+        raise errors.InvalidArgumentError(f"missing argument {name!r}")
+    return value
+
+
+def _int(request: wrappers.Request, name: str) -> int | None:
+    raw = request.args.get(name)
+    if raw is None or raw == "":
+        return None
+    try:
+        return int(raw)
+    except ValueError:
+        raise errors.InvalidArgumentError(f"{name} must be an integer, got {raw!r}") from None
+
+
+def _float(request: wrappers.Request, name: str) -> float | None:
+    raw = request.args.get(name)
+    if raw is None or raw == "":
+        return None
+    try:
+        value = float(raw)
+    except ValueError:
+        raise errors.InvalidArgumentError(f"{name} must be a number, got {raw!r}") from None
+    if value != value or value in (float("inf"), float("-inf")):
+        raise errors.InvalidArgumentError(f"{name} must be finite")
+    return value

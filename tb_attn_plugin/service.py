@@ -1,0 +1,185 @@
+"""What the tab's routes do: the run registry over a logdir, caches, and each route's result.
+
+Routes (``plugin.py``) parse arguments and respond; everything else is here. Errors are
+raised as TensorBoard's ``errors.NotFoundError`` / ``errors.InvalidArgumentError``, which carry
+their HTTP status.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+from tensorboard import errors
+
+from tb_attn_plugin.analysis import views
+from tb_attn_plugin.analysis.summary import Analysis
+from tb_attn_plugin.loader import Loader
+from tb_attn_plugin.schema import RunSummary
+from tb_attn_plugin.trace import io
+from tb_attn_plugin.trace.discover import Run, TraceFile, find_runs
+from tb_attn_plugin.trace.events import TraceError
+
+__all__ = ["Service"]
+
+RUNS_SCHEMA = "tb-attn.runs/1"
+_RECENT_S = 60.0  # an incomplete trace modified this recently is still being written
+
+
+class Service:
+    def __init__(self, logdir: str, *, scan_ttl_s: float = 5.0, keep_analyses: int = 8,
+                 max_analysis_bytes: int = 1 << 30, max_trace_bytes: int | None = 4 << 30) -> None:
+        self.logdir = logdir
+        self.scan_ttl_s = scan_ttl_s
+        self.loader = Loader(keep_analyses=keep_analyses, max_analysis_bytes=max_analysis_bytes,
+                             max_trace_bytes=max_trace_bytes)
+        self._runs: list[Run] = []
+        self._scanned_at = -1e18
+        self._lock = threading.Lock()
+        self._metadata: dict[tuple[str, float], dict[str, object] | None] = {}
+
+    # -- the registry ---------------------------------------------------------------------
+    def runs(self, *, refresh: bool = False) -> list[Run]:
+        with self._lock:
+            if refresh or time.monotonic() - self._scanned_at > self.scan_ttl_s:
+                try:
+                    files = io.list_tree(self.logdir) if io.is_dir(self.logdir) else []
+                except TraceError:
+                    files = []
+                self._runs = find_runs(self.logdir, files)
+                self._scanned_at = time.monotonic()
+            return self._runs
+
+    def has_traces(self) -> bool:
+        return bool(self.runs())
+
+    def run(self, name: str) -> Run:
+        for run in self.runs():
+            if run.name == name:
+                return run
+        for run in self.runs(refresh=True):  # created since the last scan?
+            if run.name == name:
+                return run
+        raise errors.NotFoundError(f"no run named {name!r} in {self.logdir}")
+
+    def trace_file(self, run: Run, worker: str | None, span: str | None) -> TraceFile:
+        files = [f for f in run.files if worker is None or f.worker == worker]
+        if not files:
+            raise errors.NotFoundError(f"no worker {worker!r} in run {run.name!r}")
+        if span is not None:
+            files = [f for f in files if f.span == span]
+            if not files:
+                raise errors.NotFoundError(f"no span {span!r} for worker {worker!r} in run {run.name!r}")
+        if len(files) > 1:
+            choices = ", ".join(f"{f.worker}/{f.span}" for f in files[:8])
+            raise errors.InvalidArgumentError(f"run {run.name!r} has several traces; pass worker and span ({choices})")
+        return files[0]
+
+    def metadata(self, run: Run) -> dict[str, object] | None:
+        if run.metadata_path is None:
+            return None
+        try:
+            mtime = io.stat(run.metadata_path).mtime
+        except TraceError:
+            return None
+        key = (run.metadata_path, mtime)
+        if key not in self._metadata:
+            if len(self._metadata) > 4096:
+                self._metadata.clear()
+            self._metadata[key] = Loader.metadata(run)
+        return self._metadata[key]
+
+    def _status(self, run: Run, metadata: dict[str, object] | None) -> tuple[str, str | None]:
+        if metadata is not None and metadata.get("status") == "running":
+            return "loading", None
+        summaries = [self.loader.cached_summary(f) for f in run.files]
+        failures = [self.loader.cached_failure(f) for f in run.files]
+        if any(s is not None for s in summaries):
+            return "ready", None
+        if run.files and all(f is not None for f in failures):
+            recent = any(time.time() - f.mtime < _RECENT_S for f in run.files)
+            if recent and any("truncated" in (msg or "") for msg in failures):
+                return "loading", None
+            return "error", "; ".join(sorted({m for m in failures if m}))
+        return "unloaded", None
+
+    # -- routes ---------------------------------------------------------------------------
+    def runs_response(self, *, refresh: bool) -> dict[str, Any]:
+        out = []
+        for run in self.runs(refresh=refresh):
+            metadata = self.metadata(run)
+            status, error = self._status(run, metadata)
+            workers: dict[str, list[dict[str, object]]] = {}
+            for f in run.files:
+                workers.setdefault(f.worker, []).append(
+                    {"span": f.span, "file": f.name, "size": f.size, "mtime": f.mtime})
+            out.append({
+                "run": run.name,
+                "group": run.name.rsplit("/", 1)[0] if "/" in run.name else "",
+                "metadata": metadata,
+                "status": status,
+                "error": error,
+                "workers": [{"worker": w, "spans": spans} for w, spans in workers.items()],
+            })
+        return {"schema": RUNS_SCHEMA, "logdir": self.logdir, "runs": out}
+
+    def summary(self, run_name: str, worker: str | None, span: str | None) -> RunSummary:
+        run = self.run(run_name)
+        if worker is not None and worker not in run.workers:
+            raise errors.NotFoundError(f"no worker {worker!r} in run {run_name!r}")
+        summary = self.loader.summarize_run(run, worker=worker)
+        if span is not None:
+            summary.workers = [w for w in summary.workers if w.span == span]
+            if not summary.workers and not summary.errors:
+                raise errors.NotFoundError(f"no span {span!r} in run {run_name!r}")
+        return summary
+
+    def _analysis(self, run_name: str, worker: str | None, span: str | None) -> tuple[Run, TraceFile, Analysis]:
+        run = self.run(run_name)
+        trace = self.trace_file(run, worker, span)
+        try:
+            return run, trace, self.loader.analyze_file(trace)
+        except TraceError as exc:
+            raise errors.NotFoundError(f"cannot read {trace.name}: {exc}") from None
+
+    def drilldown(self, run_name: str, worker: str | None, span: str | None, *, layer: int, phase: str | None,
+                  backward: bool, profiler_installed: bool) -> dict[str, Any]:
+        run, trace, analysis = self._analysis(run_name, worker, span)
+        try:
+            out = views.drilldown(analysis, layer=layer, phase=phase, backward=backward)
+        except views.ViewError as exc:
+            raise errors.NotFoundError(str(exc)) from None
+        out["trace_file"] = trace.name
+        out["download"] = f"./trace?{_query(run=run.name, file=trace.name)}"
+        out["profiler"] = ({"plugin": "pytorch_profiler", "run": run.name, "worker": trace.worker,
+                            "span": trace.span} if profiler_installed else None)
+        return out
+
+    def memory(self, run_name: str, worker: str | None, span: str | None, *, step: int | None) -> dict[str, Any]:
+        _, _, analysis = self._analysis(run_name, worker, span)
+        try:
+            return views.memory_curve(analysis, step=step)
+        except views.ViewError as exc:
+            raise errors.NotFoundError(str(exc)) from None
+
+    def timeline(self, run_name: str, worker: str | None, span: str | None, *, step: int | None,
+                 start_us: float | None, end_us: float | None, limit: int) -> dict[str, Any]:
+        _, _, analysis = self._analysis(run_name, worker, span)
+        try:
+            return views.timeline(analysis, step=step, start_us=start_us, end_us=end_us, limit=limit)
+        except views.ViewError as exc:
+            raise errors.NotFoundError(str(exc)) from None
+
+    def trace_download(self, run_name: str, file: str) -> TraceFile:
+        run = self.run(run_name)
+        for f in run.files:
+            if f.name == file:
+                return f
+        raise errors.NotFoundError(f"no trace file {file!r} in run {run_name!r}")
+
+
+def _query(**params: str) -> str:
+    from urllib.parse import urlencode
+
+    return urlencode(params)
