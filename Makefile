@@ -8,7 +8,7 @@ PORT   ?= 6006
 PY  := $(VENV)/bin/python
 BIN := $(VENV)/bin
 
-.PHONY: setup demo demo-runs serve test lint typecheck pytest bench clean
+.PHONY: setup demo demo-runs serve test lint typecheck pytest bench clean frontend frontend-deps frontend-check browser-deps
 
 # The stamp is rebuilt when the package's requirements change.
 $(VENV)/.installed: setup.py pyproject.toml
@@ -30,8 +30,8 @@ serve: setup
 	@echo "TensorBoard is starting on http://$(HOST):$(PORT)/ (Ctrl-C to stop)"
 	$(BIN)/tensorboard --logdir $(LOGDIR) --host $(HOST) --port $(PORT)
 
-## test: set up (with test tools) and run ruff, mypy and the whole pytest suite.
-test: lint typecheck pytest
+## test: set up (with test tools, Node packages and Debian's chromium), then ruff, mypy, tsc and pytest.
+test: lint typecheck frontend-check browser-deps pytest
 
 lint: setup
 	$(BIN)/ruff check .
@@ -39,8 +39,25 @@ lint: setup
 typecheck: setup
 	$(BIN)/mypy
 
-pytest: setup
+pytest: setup frontend-deps browser-deps
 	$(PY) -m pytest
+
+# The tab's UI: TypeScript in frontend/, built into tb_attn_plugin/static/ (shipped, so that
+# pip install needs no Node.js). A test checks that the shipped build matches a fresh one.
+frontend/node_modules/.package-lock.json: frontend/package.json frontend/package-lock.json
+	cd frontend && npm ci --no-audit --no-fund --loglevel=error
+
+frontend-deps: frontend/node_modules/.package-lock.json
+
+frontend: frontend-deps
+	cd frontend && npm run build
+
+frontend-check: frontend-deps
+	cd frontend && npm run check
+
+# Browser tests drive Debian's chromium through Python playwright; no browser is downloaded.
+browser-deps:
+	@test -x /usr/bin/chromium || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null)
 
 bench: setup
 	$(PY) bench/runner_overhead.py

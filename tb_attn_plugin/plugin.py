@@ -53,9 +53,10 @@ class AttentionPlugin(base_plugin.TBPlugin):
         return self._service
 
     def is_active(self) -> bool:
-        # Cheap: the run listing is cached for a few seconds. The tab also stays visible with
-        # no traces so that it can explain how to make some.
-        return bool(self._logdir)
+        """Whether the logdir holds traces. Cheap: cached for a few seconds, and a local walk
+        stops at the first trace file. Inactive, the tab still opens from TensorBoard's
+        "inactive" menu and explains how to produce traces."""
+        return bool(self._logdir) and self.service.has_traces()
 
     def frontend_metadata(self) -> base_plugin.FrontendMetadata:
         return base_plugin.FrontendMetadata(es_module_path="/index.js", tab_name="Attention")

@@ -37,22 +37,39 @@ class Service:
         self._runs: list[Run] = []
         self._scanned_at = -1e18
         self._lock = threading.Lock()
+        self._active = False
+        self._active_checked_at = -1e18
         self._metadata: dict[tuple[str, float], dict[str, object] | None] = {}
 
     # -- the registry ---------------------------------------------------------------------
     def runs(self, *, refresh: bool = False) -> list[Run]:
         with self._lock:
             if refresh or time.monotonic() - self._scanned_at > self.scan_ttl_s:
-                try:
-                    files = io.list_tree(self.logdir) if io.is_dir(self.logdir) else []
-                except TraceError:
-                    files = []
-                self._runs = find_runs(self.logdir, files)
-                self._scanned_at = time.monotonic()
+                return self._runs_unlocked()
             return self._runs
 
+    def _runs_unlocked(self) -> list[Run]:
+        try:
+            files = io.list_tree(self.logdir) if io.is_dir(self.logdir) else []
+        except TraceError:
+            files = []
+        self._runs = find_runs(self.logdir, files)
+        self._scanned_at = time.monotonic()
+        return self._runs
+
     def has_traces(self) -> bool:
-        return bool(self.runs())
+        """Cheap enough for ``is_active``: a fresh listing if there is one, else a local walk
+        that stops at the first trace file (remote logdirs are listed, with the usual TTL)."""
+        with self._lock:
+            now = time.monotonic()
+            if now - self._scanned_at <= self.scan_ttl_s:
+                return bool(self._runs)
+            if io.is_url(self.logdir):
+                return bool(self._runs_unlocked())
+            if now - self._active_checked_at > self.scan_ttl_s:
+                self._active = io.has_trace_file(self.logdir)
+                self._active_checked_at = now
+            return self._active
 
     def run(self, name: str) -> Run:
         for run in self.runs():

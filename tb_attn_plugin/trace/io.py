@@ -17,8 +17,8 @@ from typing import Any
 from tb_attn_plugin.trace.events import TraceError
 
 __all__ = [
-    "CHUNK_BYTES", "FileInfo", "is_dir", "is_url", "join", "list_tree", "raw_chunks", "read_chunks", "read_small",
-    "stat",
+    "CHUNK_BYTES", "FileInfo", "has_trace_file", "is_dir", "is_url", "join", "list_tree", "raw_chunks",
+    "read_chunks", "read_small", "stat",
 ]
 
 CHUNK_BYTES = 4 << 20
@@ -85,6 +85,17 @@ def is_dir(path: str) -> bool:
         except (TraceError, OSError):
             return False
     return os.path.isdir(_strip_file_scheme(path))
+
+
+def has_trace_file(root: str) -> bool:
+    """Whether a local tree holds a trace file; stops at the first one."""
+    from tb_attn_plugin.trace.discover import parse_trace_name
+
+    for _, dirnames, filenames in os.walk(_strip_file_scheme(root)):
+        dirnames[:] = [d for d in dirnames if not d.startswith(".")]
+        if any(parse_trace_name(name) is not None for name in filenames):
+            return True
+    return False
 
 
 def stat(path: str) -> FileInfo:

@@ -208,3 +208,11 @@ def test_several_spans_need_a_choice(logdir: Path) -> None:
     spans = [s["span"] for s in runs["exp/naive"]["workers"][0]["spans"]]
     worker = runs["exp/naive"]["workers"][0]["worker"]
     assert _get(client, f"{BASE}/memory?run=exp/naive&worker={worker}&span={spans[1]}")["points"]
+
+
+def test_active_only_with_traces(tmp_path: Path, logdir: Path) -> None:
+    empty = tmp_path / "empty"
+    (empty / "sub").mkdir(parents=True)
+    assert not AttentionPlugin(base_plugin.TBContext(logdir=str(empty))).is_active()
+    assert AttentionPlugin(base_plugin.TBContext(logdir=str(logdir))).is_active()
+    assert not AttentionPlugin(base_plugin.TBContext(logdir="")).is_active()
