@@ -178,7 +178,8 @@ def timeline(
     stop = ev.ts + ev.dur
     sel = (stop >= start) & (ev.ts <= end) & (ev.kind != Kind.OTHER)
     idx = np.flatnonzero(sel)
-    truncated = idx.size > limit
+    total = int(idx.size)
+    truncated = total > limit
     if truncated:
         keep = np.argsort(-ev.dur[idx], kind="stable")[:limit]
         idx = np.sort(idx[keep])
@@ -188,7 +189,7 @@ def timeline(
     names_used = sorted(set(ev.name[idx].tolist()))
     name_ids = {n: k for k, n in enumerate(names_used)}
     return {
-        "step": step, "start_us": start, "end_us": end, "truncated": bool(truncated),
+        "step": step, "start_us": start, "end_us": end, "truncated": bool(truncated), "total_events": total,
         "tracks": [{"id": track_ids[t], "name": _track_name(analysis, t), "device": analysis.events.tracks[t].device}
                    for t in tracks],
         "names": [ev.names[n] for n in names_used],
@@ -201,6 +202,7 @@ def timeline(
             "name": [name_ids[n] for n in ev.name[idx].tolist()],
             "layer": a.layer[idx].tolist(),
             "phase": a.phase[idx].tolist(),
+            "backward": a.backward[idx].astype(np.int8).tolist(),
             "kind": [KIND_NAMES.get(k, "other") for k in ev.kind[idx].tolist()],
         },
     }

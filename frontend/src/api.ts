@@ -1,0 +1,123 @@
+// Fetching from the plugin's JSON routes (docs/http_api.md). Relative URLs only: TensorBoard's
+// plugin iframe sets <base href="plugin/tb_attn/">, which also makes --path_prefix work.
+// Failures are thrown as ApiError with the server's message; nothing is turned into "no data".
+
+import type { Drilldown, MemoryResponse, RunsResponse, RunSummary, TimelineResponse } from "./types";
+
+export class ApiError extends Error {
+  constructor(
+    message: string,
+    readonly status: number,
+  ) {
+    super(message);
+    this.name = "ApiError";
+  }
+}
+
+export type Params = Record<string, string | number | boolean | null | undefined>;
+
+/** `./route?a=1&b=2` with every value URI-encoded; null and undefined values are left out. */
+export function url(route: string, params: Params = {}): string {
+  const parts: string[] = [];
+  for (const [key, value] of Object.entries(params)) {
+    if (value === null || value === undefined || value === false) continue;
+    parts.push(`${encodeURIComponent(key)}=${encodeURIComponent(value === true ? "1" : String(value))}`);
+  }
+  return `./${route}${parts.length ? "?" + parts.join("&") : ""}`;
+}
+
+async function getJson<T>(route: string, params: Params, signal?: AbortSignal): Promise<T> {
+  const target = url(route, params);
+  let response: Response;
+  try {
+    response = await fetch(target, { signal, headers: { Accept: "application/json" } });
+  } catch (err) {
+    if (isAbort(err)) throw err;
+    throw new ApiError(`Could not reach the server for ${route}: ${errorText(err)}`, 0);
+  }
+  const text = await response.text();
+  let body: unknown = undefined;
+  try {
+    body = text ? JSON.parse(text) : undefined;
+  } catch {
+    // Not JSON (an HTML error page from a proxy, say): report the status and the start of it.
+  }
+  if (!response.ok) {
+    // The contract's {"error": "..."}; TensorBoard's own error pages are plain text, which is
+    // shown as it is when it is short (an HTML page from a proxy is not).
+    const plain = text.trim();
+    const message =
+      body && typeof body === "object" && typeof (body as { error?: unknown }).error === "string"
+        ? (body as { error: string }).error
+        : plain && plain.length <= 500 && !plain.startsWith("<")
+          ? plain
+          : `HTTP ${response.status} ${response.statusText} from ${route}`;
+    throw new ApiError(message, response.status);
+  }
+  if (body === undefined) throw new ApiError(`${route}: the response is not JSON`, response.status);
+  return body as T;
+}
+
+export function isAbort(err: unknown): boolean {
+  return err instanceof DOMException && err.name === "AbortError";
+}
+
+export function errorText(err: unknown): string {
+  if (err instanceof Error) return err.message;
+  return String(err);
+}
+
+export interface Target {
+  run: string;
+  worker: string | null;
+  span: string | null;
+}
+
+export const api = {
+  runs: (refresh: boolean, signal?: AbortSignal) => getJson<RunsResponse>("runs", { refresh }, signal),
+  summary: (t: Target, signal?: AbortSignal) =>
+    getJson<RunSummary>("summary", { run: t.run, worker: t.worker, span: t.span }, signal),
+  drilldown: (t: Target, layer: number, phase: string | null, backward: boolean, signal?: AbortSignal) =>
+    getJson<Drilldown>(
+      "drilldown",
+      { run: t.run, worker: t.worker, span: t.span, layer, phase, backward },
+      signal,
+    ),
+  memory: (t: Target, step: number | null, signal?: AbortSignal) =>
+    getJson<MemoryResponse>("memory", { run: t.run, worker: t.worker, span: t.span, step }, signal),
+  timeline: (t: Target, step: number | null, signal?: AbortSignal) =>
+    getJson<TimelineResponse>("timeline", { run: t.run, worker: t.worker, span: t.span, step }, signal),
+};
+
+/**
+ * Keeps only the latest request of one kind: starting a new one aborts the previous, and a
+ * response that arrives after a newer request started (the user switched runs) is discarded.
+ */
+export class Latest {
+  private seq = 0;
+  private controller: AbortController | null = null;
+
+  /** Runs `fn`; resolves to its result, or to `stale` when a newer request superseded it. */
+  async run<T>(fn: (signal: AbortSignal) => Promise<T>): Promise<{ stale: true } | { stale: false; value: T }> {
+    this.controller?.abort();
+    const controller = new AbortController();
+    this.controller = controller;
+    const seq = ++this.seq;
+    try {
+      const value = await fn(controller.signal);
+      return seq === this.seq ? { stale: false, value } : { stale: true };
+    } catch (err) {
+      if (seq !== this.seq || isAbort(err)) return { stale: true };
+      throw err;
+    } finally {
+      if (this.controller === controller) this.controller = null;
+    }
+  }
+
+  /** Invalidates any request in flight. */
+  cancel(): void {
+    this.seq++;
+    this.controller?.abort();
+    this.controller = null;
+  }
+}

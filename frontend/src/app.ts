@@ -1,0 +1,231 @@
+// The controller: owns the state, fetches what the current view needs (discarding responses
+// that a newer request superseded), and re-renders the views on every change.
+
+import { api, errorText, Latest, type Target } from "./api";
+import { h } from "./dom";
+import { idle, initialState, Store, type Actions, type Loadable, type Selection, type State, type Tab } from "./state";
+import type { RunEntry } from "./types";
+import { currentWorker, RunView } from "./views/run";
+import { RunsView } from "./views/runs";
+
+export class App implements Actions {
+  readonly store = new Store(initialState());
+  private readonly runsReq = new Latest();
+  private readonly summaryReq = new Latest();
+  private readonly drillReq = new Latest();
+  private readonly memoryReq = new Latest();
+  private readonly timelineReq = new Latest();
+  private readonly runsView: RunsView;
+  private readonly runView: RunView;
+  private pollTimer = 0;
+
+  constructor(root: HTMLElement) {
+    this.runsView = new RunsView(this);
+    this.runView = new RunView(this);
+    root.appendChild(h("div", "page", this.runsView.el, this.runView.el));
+    this.store.subscribe((s) => this.render(s));
+    this.render(this.store.get());
+  }
+
+  start(): void {
+    void this.loadRuns(false);
+  }
+
+  /** TensorBoard's reload button: re-scan the logdir, then refresh what is shown. */
+  async reload(): Promise<void> {
+    await this.loadRuns(true);
+    const s = this.store.get();
+    if (s.run) this.loadViewData(true);
+  }
+
+  // ---- actions -------------------------------------------------------------------------
+
+  openRun(run: string | null): void {
+    for (const r of [this.summaryReq, this.drillReq, this.memoryReq, this.timelineReq]) r.cancel();
+    this.store.set({
+      run,
+      worker: null,
+      span: null,
+      step: null,
+      selection: null,
+      summary: idle(),
+      drill: idle(),
+      memory: idle(),
+      timeline: idle(),
+    });
+    if (run === null) {
+      this.runView.dispose();
+      void this.loadRuns(false);
+      return;
+    }
+    this.resolveTarget();
+  }
+
+  setFilter(text: string): void {
+    this.store.set({ filter: text });
+  }
+
+  setTarget(worker: string | null, span: string | null): void {
+    for (const r of [this.summaryReq, this.drillReq, this.memoryReq, this.timelineReq]) r.cancel();
+    this.store.set({ worker, span, step: null, selection: null, summary: idle(), drill: idle(), memory: idle(), timeline: idle() });
+    this.loadViewData(false);
+  }
+
+  setStep(step: number | null): void {
+    this.store.set({ step });
+    this.loadViewData(false);
+  }
+
+  setTab(tab: Tab): void {
+    this.store.set({ tab });
+    this.loadViewData(false);
+  }
+
+  patch(p: Partial<Pick<State, "chartMetric" | "columns" | "sort" | "headMetric">>): void {
+    this.store.set(p);
+  }
+
+  select(sel: Selection | null): void {
+    this.store.set({ selection: sel });
+    if (!sel) {
+      this.drillReq.cancel();
+      this.store.set({ drill: idle() });
+      return;
+    }
+    this.loadDrill(false);
+  }
+
+  retry(): void {
+    void this.reload();
+  }
+
+  // ---- loading -------------------------------------------------------------------------
+
+  private target(s: State = this.store.get()): Target | null {
+    return s.run === null ? null : { run: s.run, worker: s.worker, span: s.span };
+  }
+
+  private entry(s: State = this.store.get()): RunEntry | undefined {
+    return s.runs.data?.runs.find((r) => r.run === s.run);
+  }
+
+  async loadRuns(refresh: boolean): Promise<void> {
+    const s0 = this.store.get();
+    this.store.set({ runs: { ...s0.runs, status: "loading" } });
+    try {
+      const r = await this.runsReq.run((signal) => api.runs(refresh, signal));
+      if (r.stale) return;
+      this.store.set({ runs: { status: "ok", data: r.value, error: null, key: "" } });
+    } catch (err) {
+      this.store.set({ runs: { ...this.store.get().runs, status: "error", error: errorText(err) } });
+      return;
+    }
+    const s = this.store.get();
+    if (s.run !== null && s.worker === null && s.summary.status === "idle") this.resolveTarget();
+    this.schedulePoll();
+  }
+
+  /** While some run is still being written, the list is polled so its status moves on. */
+  private schedulePoll(): void {
+    window.clearTimeout(this.pollTimer);
+    const runs = this.store.get().runs.data?.runs ?? [];
+    if (runs.some((r) => r.status === "loading")) {
+      this.pollTimer = window.setTimeout(() => void this.loadRuns(false), 10000);
+    }
+  }
+
+  /** Picks the worker and span of the open run from the runs list, then loads. */
+  private resolveTarget(): void {
+    const s = this.store.get();
+    if (s.run === null || !s.runs.data) return; // loadRuns calls back once the list is here
+    const entry = this.entry(s);
+    const worker = entry?.workers[0];
+    this.store.set({ worker: worker?.worker ?? null, span: worker?.spans[0]?.span ?? null });
+    this.loadViewData(false);
+  }
+
+  /** Loads the summary, and the data of the active tab and the drill-down when needed. */
+  loadViewData(force: boolean): void {
+    const s = this.store.get();
+    const t = this.target(s);
+    if (!t) return;
+    const key = JSON.stringify([t.run, t.worker, t.span]);
+    if (force || s.summary.key !== key || s.summary.status === "idle") void this.loadSummary(t, key);
+    else if (s.summary.status !== "loading") this.loadTabData(force);
+    if (force && s.selection) this.loadDrill(true);
+  }
+
+  private begin<T>(l: Loadable<T>, key: string): Loadable<T> {
+    // Same key (a reload): keep the old data on screen until the new arrives.
+    return l.key === key ? { ...l, status: "loading", error: null } : { status: "loading", data: null, error: null, key };
+  }
+
+  private async loadSummary(t: Target, key: string): Promise<void> {
+    this.store.set({ summary: this.begin(this.store.get().summary, key) });
+    try {
+      const r = await this.summaryReq.run((signal) => api.summary(t, signal));
+      if (r.stale) return;
+      const summary = r.value;
+      this.store.set({ summary: { status: "ok", data: summary, error: null, key } });
+      const s = this.store.get();
+      const ws = currentWorker(s);
+      if (ws && (s.step === null || !ws.steps.includes(s.step))) this.store.set({ step: ws.steps[0] ?? null });
+      // The run's status in the list changes once it has been read.
+      if (this.entry(s)?.status !== "ready") void this.loadRuns(false);
+    } catch (err) {
+      this.store.set({ summary: { status: "error", data: null, error: errorText(err), key } });
+    }
+    this.loadTabData(false);
+  }
+
+  private loadTabData(force: boolean): void {
+    const s = this.store.get();
+    const t = this.target(s);
+    if (!t) return;
+    const key = JSON.stringify([t.run, t.worker, t.span, s.step]);
+    if (s.tab === "memory" && (force || s.memory.key !== key || s.memory.status === "error")) {
+      this.store.set({ memory: this.begin(s.memory, key) });
+      this.memoryReq
+        .run((signal) => api.memory(t, s.step, signal))
+        .then((r) => {
+          if (!r.stale) this.store.set({ memory: { status: "ok", data: r.value, error: null, key } });
+        })
+        .catch((err) => this.store.set({ memory: { status: "error", data: null, error: errorText(err), key } }));
+    }
+    if (s.tab === "timeline" && (force || s.timeline.key !== key || s.timeline.status === "error")) {
+      this.store.set({ timeline: this.begin(s.timeline, key) });
+      this.timelineReq
+        .run((signal) => api.timeline(t, s.step, signal))
+        .then((r) => {
+          if (!r.stale) this.store.set({ timeline: { status: "ok", data: r.value, error: null, key } });
+        })
+        .catch((err) => this.store.set({ timeline: { status: "error", data: null, error: errorText(err), key } }));
+    }
+  }
+
+  private loadDrill(force: boolean): void {
+    const s = this.store.get();
+    const t = this.target(s);
+    const sel = s.selection;
+    if (!t || !sel) return;
+    const key = JSON.stringify([t.run, t.worker, t.span, sel.layer, sel.phase, sel.backward]);
+    if (!force && s.drill.key === key && s.drill.status !== "error") return;
+    this.store.set({ drill: this.begin(s.drill, key) });
+    this.drillReq
+      .run((signal) => api.drilldown(t, sel.layer, sel.phase, sel.backward, signal))
+      .then((r) => {
+        if (!r.stale) this.store.set({ drill: { status: "ok", data: r.value, error: null, key } });
+      })
+      .catch((err) => this.store.set({ drill: { status: "error", data: null, error: errorText(err), key } }));
+  }
+
+  // ---- rendering -----------------------------------------------------------------------
+
+  private render(s: State): void {
+    const onRun = s.run !== null;
+    this.runsView.el.hidden = onRun;
+    this.runView.el.hidden = !onRun;
+    if (onRun) this.runView.update(s, this.entry(s));
+    else this.runsView.update(s);
+  }
+}

@@ -1,0 +1,64 @@
+// ECharts, tree-shaken to what the views use and rendered on canvas only.
+
+import { BarChart, CustomChart, LineChart } from "echarts/charts";
+import {
+  DataZoomInsideComponent,
+  DataZoomSliderComponent,
+  GridComponent,
+  MarkAreaComponent,
+  TooltipComponent,
+  VisualMapContinuousComponent,
+} from "echarts/components";
+import * as echarts from "echarts/core";
+import { CanvasRenderer } from "echarts/renderers";
+
+echarts.use([
+  BarChart,
+  LineChart,
+  CustomChart,
+  GridComponent,
+  TooltipComponent,
+  DataZoomInsideComponent,
+  DataZoomSliderComponent,
+  MarkAreaComponent,
+  VisualMapContinuousComponent,
+  CanvasRenderer,
+]);
+
+export { echarts };
+export type EChart = echarts.ECharts;
+
+/** HTML-escapes text for ECharts tooltips, which take HTML strings. */
+export function esc(text: unknown): string {
+  return String(text).replace(/[&<>"'`]/g, (c) => `&#${c.charCodeAt(0)};`);
+}
+
+export const FONT = 'system-ui, -apple-system, "Segoe UI", Roboto, Helvetica, Arial, sans-serif';
+
+export const TOOLTIP_BASE = {
+  confine: true,
+  borderWidth: 1,
+  borderColor: "#ccc",
+  padding: [6, 8],
+  textStyle: { fontSize: 12, fontFamily: FONT, color: "#212121" },
+  extraCssText: "box-shadow: 0 1px 4px rgba(0,0,0,.15); max-width: 480px; white-space: normal;",
+};
+
+/** A chart in `el`, resized with it; dispose() also stops watching. */
+export function createChart(el: HTMLElement): { chart: EChart; dispose: () => void } {
+  const chart = echarts.init(el, null, { renderer: "canvas" });
+  const observer = new ResizeObserver(() => chart.resize());
+  observer.observe(el);
+  return {
+    chart,
+    dispose: () => {
+      observer.disconnect();
+      chart.dispose();
+    },
+  };
+}
+
+/** A coloured square for tooltips; `color` comes from our palettes, never from data. */
+export function swatch(color: string): string {
+  return `<span style="display:inline-block;width:9px;height:9px;margin-right:5px;background:${esc(color)}"></span>`;
+}

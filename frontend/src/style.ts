@@ -1,0 +1,101 @@
+// The tab's CSS, injected as one <style> element (TensorBoard's CSP allows inline styles).
+
+export const STYLE = `
+html, body { margin: 0; background: #fff; }
+.tb-attn { font: 13px/1.4 system-ui, -apple-system, "Segoe UI", Roboto, Helvetica, Arial, sans-serif; color: #212121; padding: 12px 16px 32px; }
+.tb-attn * { box-sizing: border-box; }
+.tb-attn h2 { font-size: 16px; font-weight: 600; margin: 0; }
+.tb-attn h3 { font-size: 14px; font-weight: 600; margin: 0 0 6px; }
+.tb-attn h4 { font-size: 12px; font-weight: 600; margin: 14px 0 4px; color: #424242; text-transform: uppercase; letter-spacing: .03em; }
+.tb-attn code { font: 12px ui-monospace, SFMono-Regular, Menlo, Consolas, monospace; background: #f5f5f5; padding: 1px 4px; border-radius: 3px; }
+.tb-attn a { color: #1565c0; }
+.tb-attn select, .tb-attn input, .tb-attn button { font: inherit; color: inherit; }
+.tb-attn select, .tb-attn input { border: 1px solid #ccc; border-radius: 3px; padding: 2px 4px; background: #fff; }
+.tb-attn button { cursor: pointer; }
+.muted { color: #757575; }
+.small { font-size: 11px; }
+.toolbar { display: flex; flex-wrap: wrap; align-items: center; gap: 8px 14px; margin: 0 0 10px; }
+.toolbar label { color: #616161; white-space: nowrap; }
+.spacer { flex: 1; }
+.filter { width: 320px; max-width: 100%; }
+.error { border: 1px solid #ef9a9a; background: #ffebee; color: #b71c1c; padding: 6px 10px; border-radius: 4px; margin: 6px 0; white-space: pre-wrap; word-break: break-word; }
+.warn { border: 1px solid #ffe082; background: #fff8e1; color: #5d4037; padding: 6px 10px; border-radius: 4px; margin: 6px 0; }
+.note { border: 1px solid #e0e0e0; background: #fafafa; color: #424242; padding: 6px 10px; border-radius: 4px; margin: 6px 0; }
+.loading { color: #757575; padding: 10px 0; }
+.hint { color: #757575; font-size: 12px; margin: 4px 0 6px; }
+
+table.grid { border-collapse: collapse; font-size: 12px; font-variant-numeric: tabular-nums; }
+table.grid th, table.grid td { padding: 3px 8px; border-bottom: 1px solid #eee; text-align: left; white-space: nowrap; }
+table.grid thead th { font-weight: 600; color: #424242; background: #fafafa; border-bottom: 1px solid #ddd; position: sticky; top: 0; }
+table.grid td.num, table.grid th.num { text-align: right; }
+table.grid td.name { white-space: normal; word-break: break-all; font-family: ui-monospace, SFMono-Regular, Menlo, Consolas, monospace; font-size: 11.5px; }
+table.runs { width: 100%; }
+table.runs tr.group th { background: #f5f5f5; color: #424242; font-weight: 600; padding-top: 8px; border-bottom: 1px solid #e0e0e0; }
+table.runs tr.run-row { cursor: pointer; }
+table.runs tr.run-row:hover, table.runs tr.run-row:focus { background: #fff3e0; outline: none; }
+table.runs td.run-name { font-weight: 600; color: #1565c0; padding-left: 18px; }
+table.runs tr.run-error td { color: #b71c1c; padding-left: 18px; white-space: normal; border-bottom: 1px solid #eee; }
+.badge { display: inline-block; font-size: 11px; line-height: 16px; padding: 0 6px; border-radius: 8px; background: #eee; color: #424242; margin-right: 4px; }
+.status-ready { background: #e8f5e9; color: #1b5e20; }
+.status-unloaded { background: #eceff1; color: #546e7a; }
+.status-loading { background: #e3f2fd; color: #0d47a1; }
+.status-error, .runner-failed, .runner-interrupted { background: #ffebee; color: #b71c1c; }
+.runner-unsupported, .runner-running { background: #fff8e1; color: #6d4c41; }
+.badge.inferred { background: #fff3e0; color: #e65100; border: 1px dashed #fb8c00; }
+.empty { max-width: 720px; border: 1px solid #e0e0e0; border-radius: 6px; padding: 14px 18px; background: #fafafa; }
+.empty li { margin: 4px 0; }
+
+.run-top { gap: 8px 16px; }
+.back { border: 1px solid #ccc; background: #fff; border-radius: 3px; padding: 2px 8px; }
+.back:hover { background: #f5f5f5; }
+.run-title { overflow: hidden; text-overflow: ellipsis; white-space: nowrap; max-width: 50vw; }
+.card { border: 1px solid #e0e0e0; border-radius: 6px; padding: 8px 12px; margin-bottom: 10px; background: #fff; }
+.meta-line { color: #424242; margin-bottom: 6px; }
+.stats { display: flex; flex-wrap: wrap; gap: 6px 22px; align-items: center; }
+.stat { display: inline-flex; align-items: center; gap: 6px; }
+.stat-label { color: #757575; }
+.backend-chip { font-weight: 600; background: #e8eaf6; color: #1a237e; border-radius: 3px; padding: 0 6px; }
+.meter { display: inline-block; width: 80px; height: 8px; background: #eee; border-radius: 4px; overflow: hidden; }
+.meter-fill { display: block; height: 100%; background: #fb8c00; }
+.notes { margin: 6px 0 0; padding-left: 18px; color: #5d4037; }
+.diagnostics { margin-top: 6px; color: #616161; }
+.diagnostics ul { margin: 4px 0; }
+
+.tabs { display: flex; gap: 2px; border-bottom: 1px solid #ddd; margin: 8px 0 10px; }
+.tab { border: none; background: none; padding: 6px 12px; color: #616161; border-bottom: 2px solid transparent; margin-bottom: -1px; }
+.tab:hover { color: #212121; }
+.tab.active { color: #e65100; border-bottom-color: #f57c00; font-weight: 600; }
+.chips { display: inline-flex; flex-wrap: wrap; gap: 4px; align-items: center; color: #616161; }
+.chip { border: 1px solid #ccc; background: #fff; border-radius: 12px; padding: 0 8px; font-size: 12px; line-height: 20px; color: #424242; }
+.chip.on { background: #fff3e0; border-color: #fb8c00; color: #e65100; }
+.chart { width: 100%; min-height: 120px; }
+.legend { display: flex; flex-wrap: wrap; gap: 4px 12px; font-size: 12px; color: #424242; margin: 4px 0 8px; align-items: center; }
+.legend-item { display: inline-flex; align-items: center; gap: 4px; }
+.sw { display: inline-block; width: 12px; height: 12px; border-radius: 2px; }
+.sw.measured { background: #fb8c00; }
+.sw.derived { background: repeating-linear-gradient(135deg, rgba(251,140,0,.72) 0 3px, rgba(255,255,255,.8) 3px 5px); }
+.table-wrap { overflow-x: auto; max-width: 100%; }
+table.layers-table th.group-head { text-align: center; border-top: 3px solid #616161; border-left: 1px solid #e0e0e0; }
+table.layers-table th.sortable { cursor: pointer; user-select: none; text-align: right; }
+table.layers-table thead tr:first-child th.sortable { text-align: left; }
+table.layers-table th.sortable:hover { color: #e65100; }
+table.layers-table th.sorted { color: #e65100; }
+table.layers-table td.cell { cursor: pointer; text-align: right; }
+table.layers-table td.cell:hover { outline: 1px solid #fb8c00; outline-offset: -1px; }
+table.layers-table td.zero { color: #bdbdbd; }
+table.layers-table td.sel { outline: 2px solid #e65100; outline-offset: -2px; font-weight: 600; }
+table.layers-table tr.sel-row th.row-head { color: #e65100; }
+table.layers-table th.row-head { font-weight: 600; }
+table.layers-table .module { color: #9e9e9e; font-weight: normal; font-size: 11px; }
+
+.drill { border: 1px solid #e0e0e0; border-radius: 6px; padding: 8px 12px; margin-top: 14px; background: #fff; }
+.drill-head { display: flex; align-items: center; justify-content: space-between; }
+.close { border: none; background: none; font-size: 18px; line-height: 1; color: #757575; }
+.close:hover { color: #212121; }
+.drill-cols { display: grid; grid-template-columns: minmax(0, 1fr) minmax(0, 1fr); gap: 16px; }
+.drill-cols table { width: 100%; }
+.drill tr.nested td { color: #757575; }
+.trace-link { margin: 4px 0; }
+@media (max-width: 900px) { .drill-cols { grid-template-columns: minmax(0, 1fr); } }
+[hidden] { display: none !important; }
+`;

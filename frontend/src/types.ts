@@ -1,0 +1,210 @@
+// Response types of the plugin's JSON routes. Mirrors docs/http_api.md and docs/summary.md
+// (tb_attn_plugin/schema.py on the server). Times are microseconds, memory bytes.
+
+export type RunStatus = "ready" | "unloaded" | "loading" | "error";
+
+export interface SpanEntry {
+  span: string | null;
+  file: string;
+  size: number;
+  mtime: number;
+}
+
+export interface WorkerEntry {
+  worker: string;
+  spans: SpanEntry[];
+}
+
+/** The runner's tb_attn_run.json (docs/runner.md); any field may be missing. */
+export type RunMetadata = Record<string, unknown>;
+
+export interface RunEntry {
+  run: string;
+  group: string;
+  metadata: RunMetadata | null;
+  status: RunStatus;
+  error: string | null;
+  workers: WorkerEntry[];
+}
+
+export interface RunsResponse {
+  schema: string;
+  logdir: string;
+  runs: RunEntry[];
+}
+
+export interface Backward {
+  calls: number;
+  cpu_us: number;
+  device_us: number;
+  flops: number;
+}
+
+export interface PhaseStats {
+  phase: string;
+  calls: number;
+  cpu_us: number;
+  cpu_self_us: number;
+  device_us: number;
+  kernels: number;
+  kernel_names: string[];
+  ops: string[];
+  flops: number;
+  flops_per_s: number;
+  alloc_bytes: number;
+  freed_bytes: number;
+  peak_bytes: number;
+  sxs_bytes: number;
+  sxs_allocs: number;
+  backward: Backward;
+}
+
+export interface HeadStats {
+  head: number;
+  derived: boolean;
+  cpu_us: number;
+  device_us: number;
+  flops: number;
+  alloc_bytes: number;
+  sxs_bytes: number;
+}
+
+export interface LayerStats {
+  layer: number;
+  module: string | null;
+  backend: string;
+  backend_evidence: string[];
+  inferred: boolean;
+  calls: number;
+  cpu_us: number;
+  device_us: number;
+  flops: number;
+  flops_per_s: number;
+  alloc_bytes: number;
+  peak_bytes: number;
+  sxs_bytes: number;
+  heads_count: number | null;
+  phases: PhaseStats[];
+  heads: HeadStats[];
+  backward: Backward;
+}
+
+export interface StepStats {
+  step: number;
+  cpu_us: number;
+  device_us: number;
+  attention_cpu_us: number;
+  attention_device_us: number;
+}
+
+export interface WorkerSummary {
+  file: string;
+  worker: string;
+  span: string | null;
+  device: string;
+  inferred: boolean;
+  backend: string;
+  steps: number[];
+  step_count: number;
+  step_cpu_us: number;
+  step_device_us: number;
+  attention_cpu_us: number;
+  attention_device_us: number;
+  attention_share_cpu: number | null;
+  attention_share_device: number | null;
+  layers: LayerStats[];
+  per_step: StepStats[];
+  diagnostics: Record<string, number>;
+  notes: string[];
+}
+
+export interface FileError {
+  file: string;
+  error: string;
+}
+
+export interface RunSummary {
+  schema: string;
+  run: string;
+  metadata: RunMetadata | null;
+  workers: WorkerSummary[];
+  errors: FileError[];
+}
+
+export interface DrillOp {
+  name: string;
+  calls: number;
+  cpu_us: number;
+  self_us: number;
+  top_level: boolean;
+}
+
+export interface DrillKernel {
+  name: string;
+  calls: number;
+  device_us: number;
+}
+
+export interface ProfilerLink {
+  plugin: string;
+  run: string;
+  worker: string;
+  span: string | null;
+}
+
+export interface Drilldown {
+  layer: number;
+  phase: string | null;
+  backward: boolean;
+  step_count: number;
+  ops: DrillOp[];
+  kernels: DrillKernel[];
+  trace_file: string;
+  download: string;
+  profiler: ProfilerLink | null;
+}
+
+export interface MemoryScope {
+  layer: number;
+  phase: string | null;
+  start_us: number;
+  end_us: number;
+}
+
+export interface MemoryResponse {
+  step: number | null;
+  device: string;
+  start_us: number;
+  end_us: number;
+  points: [number, number][];
+  scopes: MemoryScope[];
+  peaks: { layer: number; peak_bytes: number }[];
+}
+
+export interface TimelineTrack {
+  id: number;
+  name: string;
+  device: boolean;
+}
+
+export interface TimelineEvents {
+  track: number[];
+  start_us: number[];
+  dur_us: number[];
+  depth: number[];
+  name: number[];
+  layer: number[];
+  phase: number[];
+  kind: string[];
+}
+
+export interface TimelineResponse {
+  step: number | null;
+  start_us: number;
+  end_us: number;
+  truncated: boolean;
+  tracks: TimelineTrack[];
+  names: string[];
+  events: TimelineEvents;
+  phases: string[];
+}

@@ -1,0 +1,45 @@
+// Small pieces shared by the views: error, loading and empty boxes.
+
+import { h } from "../dom";
+import type { Loadable } from "../state";
+
+export function errorBox(title: string, message: string): HTMLElement {
+  return h("div", { class: "error", attrs: { role: "alert" } }, h("strong", null, title), " ", message);
+}
+
+export function loadingBox(what: string): HTMLElement {
+  return h("div", { class: "loading", attrs: { role: "status" } }, `Loading ${what}\u2026`);
+}
+
+export function note(text: string): HTMLElement {
+  return h("div", "note", text);
+}
+
+/**
+ * The box to show instead of a view while its data is not ready, or null when it is. Errors are
+ * always shown with the server's message; a reload keeps showing the old data until it ends.
+ */
+export function pending<T>(l: Loadable<T>, what: string): HTMLElement | null {
+  if (l.status === "error") return errorBox(`Could not load ${what}:`, l.error ?? "unknown error");
+  if (!l.data) return loadingBox(what);
+  return null;
+}
+
+/** Whether a view showing `a` must re-render for `b` (the data or the error changed). */
+export function changed<T>(a: Loadable<T> | null, b: Loadable<T>): boolean {
+  if (!a) return true;
+  if (a.data !== b.data || a.error !== b.error) return true;
+  return !a.data && a.status !== b.status;
+}
+
+export function metaString(meta: Record<string, unknown> | null | undefined, key: string): string {
+  if (!meta) return "";
+  const v = meta[key];
+  return typeof v === "string" || typeof v === "number" || typeof v === "boolean" ? String(v) : "";
+}
+
+export function metaConfig(meta: Record<string, unknown> | null | undefined, key: string): string {
+  const cfg = meta?.["config"];
+  if (!cfg || typeof cfg !== "object") return "";
+  return metaString(cfg as Record<string, unknown>, key);
+}

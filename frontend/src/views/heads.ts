@@ -1,0 +1,235 @@
+// The layer x head heatmap for one metric. Per-head figures the trace did not measure (no head
+// scopes) are derived from the layer: those cells are dimmed and hatched, and the legend says so.
+
+import { createChart, esc, TOOLTIP_BASE, type EChart } from "../charts";
+import { h, replace, select } from "../dom";
+import { HEAD_METRICS, headValue, metric, type HeadMetricKey } from "../metrics";
+import type { Actions, State } from "../state";
+import type { LayerStats, WorkerSummary } from "../types";
+import { note } from "./common";
+
+type Cell = [head: number, row: number, value: number, derived: number];
+
+let hatch: HTMLCanvasElement | null = null;
+
+function hatchPattern(): HTMLCanvasElement {
+  if (!hatch) {
+    hatch = document.createElement("canvas");
+    hatch.width = hatch.height = 6;
+    const ctx = hatch.getContext("2d");
+    if (ctx) {
+      ctx.strokeStyle = "rgba(255,255,255,0.75)";
+      ctx.lineWidth = 1.5;
+      ctx.beginPath();
+      ctx.moveTo(0, 6);
+      ctx.lineTo(6, 0);
+      ctx.moveTo(-1, 1);
+      ctx.lineTo(1, -1);
+      ctx.moveTo(5, 7);
+      ctx.lineTo(7, 5);
+      ctx.stroke();
+    }
+  }
+  return hatch;
+}
+
+function luminance(color: string): number {
+  const m = /^#([0-9a-f]{6})$/i.exec(color);
+  const rgb = /rgba?\((\d+),\s*(\d+),\s*(\d+)/.exec(color);
+  let r = 255;
+  let g = 255;
+  let b = 255;
+  if (m && m[1]) {
+    const n = parseInt(m[1], 16);
+    r = (n >> 16) & 255;
+    g = (n >> 8) & 255;
+    b = n & 255;
+  } else if (rgb) {
+    r = Number(rgb[1]);
+    g = Number(rgb[2]);
+    b = Number(rgb[3]);
+  }
+  return (0.2126 * r + 0.7152 * g + 0.0722 * b) / 255;
+}
+
+export class HeadsView {
+  readonly el: HTMLElement;
+  private readonly controls: HTMLElement;
+  private readonly body: HTMLElement;
+  private readonly chartEl: HTMLElement;
+  private readonly legend: HTMLElement;
+  private chart: EChart | null = null;
+  private disposeChart: (() => void) | null = null;
+  private last: { ws: WorkerSummary | null; metric: string } = { ws: null, metric: "" };
+  private cells: Cell[] = [];
+  private rows: LayerStats[] = [];
+
+  constructor(private readonly actions: Actions) {
+    this.controls = h("div", "toolbar");
+    this.chartEl = h("div", "chart");
+    this.legend = h("div", "legend");
+    this.body = h("div");
+    this.el = h("section", "heads", this.controls, this.body);
+  }
+
+  update(s: State, ws: WorkerSummary): void {
+    if (this.last.ws === ws && this.last.metric === s.headMetric) return;
+    this.last = { ws, metric: s.headMetric };
+    const options = HEAD_METRICS.filter((k) => ws.device !== "cpu" || k !== "device_us").map((k) => ({
+      value: k,
+      label: metric(k).title,
+    }));
+    replace(
+      this.controls,
+      h(
+        "label",
+        null,
+        "Metric ",
+        select(options, s.headMetric, (v) => this.actions.patch({ headMetric: v as HeadMetricKey }), "Heatmap metric"),
+      ),
+    );
+    const layers = ws.layers.filter((l) => l.heads.length > 0);
+    if (layers.length === 0) {
+      this.disposeChartNow();
+      replace(
+        this.body,
+        note(
+          "No per-head figures: the trace has no head count for any layer (it needs record_shapes=True, or head scopes from --per-head).",
+        ),
+      );
+      return;
+    }
+    const m = metric(s.headMetric);
+    const maxHeads = Math.max(...layers.map((l) => Math.max(...l.heads.map((x) => x.head)) + 1));
+    const cells: Cell[] = [];
+    layers.forEach((l, row) => {
+      for (const hd of l.heads) cells.push([hd.head, row, headValue(hd, s.headMetric), hd.derived ? 1 : 0]);
+    });
+    this.cells = cells;
+    this.rows = layers;
+    const anyDerived = cells.some((c) => c[3] === 1);
+    const anyMeasured = cells.some((c) => c[3] === 0);
+    const maxValue = Math.max(0, ...cells.map((c) => c[2]));
+    const height = Math.min(900, Math.max(180, layers.length * 30 + 90));
+    this.chartEl.style.height = `${height}px`;
+    replace(this.body, this.chartEl, this.legend);
+    replace(
+      this.legend,
+      anyMeasured ? h("span", "legend-item", h("span", "sw measured"), "measured (head scopes)") : null,
+      anyDerived
+        ? h(
+            "span",
+            "legend-item",
+            h("span", "sw derived"),
+            "derived: split evenly from the layer (FLOPs and bytes are exact per head; time is an even share)",
+          )
+        : null,
+    );
+    if (!this.chart) {
+      const c = createChart(this.chartEl);
+      this.chart = c.chart;
+      this.disposeChart = c.dispose;
+      this.chart.on("click", (p) => {
+        const cell = this.cells[p.dataIndex];
+        const layer = cell ? this.rows[cell[1]] : undefined;
+        if (layer) this.actions.select({ layer: layer.layer, phase: null, backward: false });
+      });
+    }
+    this.chart.resize();
+    const rowNames = layers.map((l) => `L${l.layer}`);
+    const pattern = hatchPattern();
+    this.chart.setOption(
+      {
+        animation: false,
+        grid: { left: 60, right: 20, top: 10, bottom: 70 },
+        tooltip: {
+          ...TOOLTIP_BASE,
+          trigger: "item",
+          formatter: (p: unknown) => {
+            const cell = this.cells[(p as { dataIndex: number }).dataIndex];
+            if (!cell) return "";
+            const layer = layers[cell[1]];
+            return [
+              `<b>Layer ${esc(layer?.layer ?? "?")}, head ${esc(cell[0])}</b>`,
+              `${esc(m.title)}: <b>${esc(m.format(cell[2]))}</b>`,
+              cell[3] ? "<i>derived: split evenly from the layer</i>" : "measured",
+            ].join("<br>");
+          },
+        },
+        xAxis: {
+          type: "category",
+          name: "head",
+          nameLocation: "middle",
+          nameGap: 24,
+          data: Array.from({ length: maxHeads }, (_, i) => String(i)),
+          splitArea: { show: false },
+        },
+        yAxis: { type: "category", data: rowNames, inverse: true },
+        visualMap: {
+          type: "continuous",
+          min: 0,
+          max: maxValue > 0 ? maxValue : 1,
+          dimension: 2,
+          orient: "horizontal",
+          left: "center",
+          bottom: 0,
+          itemHeight: 220,
+          itemWidth: 12,
+          calculable: false,
+          text: [m.format(maxValue), "0"],
+          inRange: { color: ["#fff3e0", "#fb8c00", "#bf360c"] },
+          textStyle: { fontSize: 11 },
+        },
+        series: [
+          {
+            type: "custom",
+            data: cells,
+            encode: { x: 0, y: 1 },
+            renderItem: (_params: unknown, api: any) => {
+              const c = api.coord([api.value(0), api.value(1)]) as number[];
+              const size = api.size([1, 1]) as number[];
+              const w = Math.max(1, (size[0] ?? 0) - 2);
+              const hh = Math.max(1, (size[1] ?? 0) - 2);
+              const shape = { x: (c[0] ?? 0) - w / 2, y: (c[1] ?? 0) - hh / 2, width: w, height: hh };
+              const fill = String(api.visual("color"));
+              const derived = api.value(3) === 1;
+              const children: object[] = [{ type: "rect", shape, style: { fill, opacity: derived ? 0.72 : 1 } }];
+              if (derived) children.push({ type: "rect", shape, silent: true, style: { fill: { image: pattern, repeat: "repeat" } } });
+              if (w > 56 && hh > 14) {
+                children.push({
+                  type: "text",
+                  silent: true,
+                  style: {
+                    text: m.format(Number(api.value(2))),
+                    x: c[0],
+                    y: c[1],
+                    align: "center",
+                    verticalAlign: "middle",
+                    fontSize: 11,
+                    fill: luminance(fill) < 0.55 ? "#fff" : "#212121",
+                    // A halo in the cell's colour keeps the text readable over the hatching.
+                    stroke: fill,
+                    lineWidth: 3,
+                  },
+                });
+              }
+              return { type: "group", children };
+            },
+          },
+        ],
+      },
+      { notMerge: true },
+    );
+  }
+
+  private disposeChartNow(): void {
+    this.disposeChart?.();
+    this.chart = null;
+    this.disposeChart = null;
+  }
+
+  dispose(): void {
+    this.disposeChartNow();
+    this.last = { ws: null, metric: "" };
+  }
+}

@@ -1,0 +1,338 @@
+// The per-layer view: a stacked bar chart of phases per layer for one metric, and a sortable
+// table with a column group per phase. Clicking a bar or a cell opens the drill-down.
+
+import { createChart, esc, swatch, TOOLTIP_BASE, type EChart } from "../charts";
+import { h, replace, select } from "../dom";
+import { CHART_METRICS, METRICS, metric, phaseColor, phaseLabel, phasesOf, type MetricKey } from "../metrics";
+import type { Actions, Selection, State } from "../state";
+import type { LayerStats, PhaseStats, WorkerSummary } from "../types";
+
+const BLOCK = "block";
+
+function phaseOf(l: LayerStats, phase: string): PhaseStats | undefined {
+  return l.phases.find((p) => p.phase === phase);
+}
+
+function cellValue(l: LayerStats, group: string, key: MetricKey): number | null {
+  const m = metric(key);
+  if (group === BLOCK) return m.layer(l);
+  const p = phaseOf(l, group);
+  return p ? m.phase(p) : null;
+}
+
+export class LayersView {
+  readonly el: HTMLElement;
+  private readonly controls: HTMLElement;
+  private readonly chartEl: HTMLElement;
+  private readonly tableEl: HTMLElement;
+  private chart: EChart | null = null;
+  private disposeChart: (() => void) | null = null;
+  private ws: WorkerSummary | null = null;
+  private last: Partial<Record<string, unknown>> = {};
+
+  constructor(private readonly actions: Actions) {
+    this.controls = h("div", "toolbar");
+    this.chartEl = h("div", { class: "chart", style: { height: "260px" } });
+    this.tableEl = h("div", "table-wrap");
+    this.el = h(
+      "section",
+      "layers",
+      this.controls,
+      this.chartEl,
+      h("p", "hint", "Means per profiled step. Click a bar or a table cell for the ops and kernels behind it."),
+      this.tableEl,
+    );
+  }
+
+  update(s: State, ws: WorkerSummary): void {
+    const changed = (k: string, v: unknown) => {
+      const c = this.last[k] !== v;
+      this.last[k] = v;
+      return c;
+    };
+    const wsChanged = changed("ws", ws);
+    const metricChanged = changed("metric", s.chartMetric);
+    const colsChanged = changed("cols", s.columns);
+    const sortChanged = changed("sort", s.sort);
+    const selChanged = changed("sel", s.selection);
+    this.ws = ws;
+    if (wsChanged || metricChanged || colsChanged) this.renderControls(s, ws);
+    if (wsChanged || metricChanged) this.renderChart(s, ws);
+    if (wsChanged || colsChanged || sortChanged || selChanged) this.renderTable(s, ws);
+  }
+
+  dispose(): void {
+    this.disposeChart?.();
+    this.disposeChart = null;
+    this.chart = null;
+    this.last = {};
+  }
+
+  private renderControls(s: State, ws: WorkerSummary): void {
+    const hasDevice = ws.device !== "cpu";
+    const chartOptions = CHART_METRICS.filter((k) => hasDevice || !k.includes("device")).map((k) => ({
+      value: k,
+      label: metric(k).title,
+    }));
+    const chips = METRICS.filter((m) => hasDevice || !m.key.includes("device")).map((m) => {
+      const on = s.columns.includes(m.key);
+      return h(
+        "button",
+        {
+          class: on ? "chip on" : "chip",
+          attrs: { type: "button", "aria-pressed": on ? "true" : "false" },
+          title: m.title,
+          on: {
+            click: () => {
+              const cols = on ? s.columns.filter((k) => k !== m.key) : [...s.columns, m.key];
+              const ordered = METRICS.map((x) => x.key).filter((k) => cols.includes(k));
+              this.actions.patch({ columns: ordered.length ? ordered : [m.key] });
+            },
+          },
+        },
+        m.label,
+      );
+    });
+    const all = h(
+      "button",
+      {
+        class: "chip",
+        attrs: { type: "button" },
+        on: {
+          click: () =>
+            this.actions.patch({
+              columns: s.columns.length === METRICS.length ? [s.chartMetric] : METRICS.map((m) => m.key),
+            }),
+        },
+      },
+      s.columns.length === METRICS.length ? "show fewer" : "show all",
+    );
+    replace(
+      this.controls,
+      h(
+        "label",
+        null,
+        "Chart ",
+        select(chartOptions, s.chartMetric, (v) => this.actions.patch({ chartMetric: v as MetricKey }), "Chart metric"),
+      ),
+      h("span", { class: "chips", attrs: { role: "group", "aria-label": "Table columns" } }, "Table columns ", ...chips, all),
+    );
+  }
+
+  private renderChart(s: State, ws: WorkerSummary): void {
+    if (!this.chart) {
+      const c = createChart(this.chartEl);
+      this.chart = c.chart;
+      this.disposeChart = c.dispose;
+      this.chart.on("click", (p) => {
+        const w = this.ws;
+        const layer = w?.layers[p.dataIndex];
+        if (!w || !layer || typeof p.seriesId !== "string") return;
+        const m = metric(this.last["metric"] as string);
+        this.actions.select({ layer: layer.layer, phase: p.seriesId, backward: m.backward });
+      });
+    }
+    const m = metric(s.chartMetric);
+    const phases = phasesOf(ws.layers);
+    const categories = ws.layers.map((l) => `L${l.layer}`);
+    const series = phases.map((phase) => ({
+      id: phase,
+      name: phaseLabel(phase),
+      type: "bar" as const,
+      stack: "phases",
+      barMaxWidth: 48,
+      itemStyle: { color: phaseColor(phase) },
+      emphasis: { focus: "series" as const },
+      data: ws.layers.map((l) => {
+        const p = phaseOf(l, phase);
+        return p ? m.phase(p) : 0;
+      }),
+    }));
+    const layers = ws.layers;
+    this.chart.setOption(
+      {
+        animation: false,
+        grid: { left: 70, right: 16, top: 24, bottom: 28 },
+        tooltip: {
+          ...TOOLTIP_BASE,
+          trigger: "axis",
+          axisPointer: { type: "shadow" },
+          formatter: (params: unknown) => {
+            const list = (Array.isArray(params) ? params : [params]) as { dataIndex: number; seriesId: string }[];
+            const first = list[0];
+            const layer = first ? layers[first.dataIndex] : undefined;
+            if (!layer) return "";
+            let total = 0;
+            const rows = list
+              .map((it) => {
+                const p = phaseOf(layer, it.seriesId);
+                const v = p ? m.phase(p) : 0;
+                total += v;
+                return v
+                  ? `${swatch(phaseColor(it.seriesId))}${esc(phaseLabel(it.seriesId))}: <b>${esc(m.format(v))}</b>`
+                  : "";
+              })
+              .filter(Boolean)
+              .reverse();
+            const head = `<b>Layer ${layer.layer}</b>${layer.module ? " " + esc(layer.module) : ""} \u2014 ${esc(m.title)}`;
+            return [head, ...rows, `total: <b>${esc(m.format(total))}</b>`].join("<br>");
+          },
+        },
+        xAxis: { type: "category", data: categories, axisTick: { alignWithLabel: true } },
+        yAxis: {
+          type: "value",
+          name: m.title,
+          nameTextStyle: { align: "left" },
+          axisLabel: { formatter: (v: number) => m.format(v) },
+        },
+        series,
+      },
+      { notMerge: true },
+    );
+    this.renderLegend(phases);
+  }
+
+  private legendEl: HTMLElement | null = null;
+
+  // The legend is HTML under the chart: it wraps, and needs no extra ECharts module.
+  private renderLegend(phases: string[]): void {
+    if (!this.legendEl) {
+      this.legendEl = h("div", "legend chart-legend");
+      this.chartEl.insertAdjacentElement("afterend", this.legendEl);
+    }
+    replace(
+      this.legendEl,
+      ...phases.map((p) =>
+        h("span", "legend-item", h("span", { class: "sw", style: { background: phaseColor(p) } }), phaseLabel(p)),
+      ),
+    );
+  }
+
+  private renderTable(s: State, ws: WorkerSummary): void {
+    const cols = METRICS.filter((m) => s.columns.includes(m.key)).filter(
+      (m) => ws.device !== "cpu" || !m.key.includes("device"),
+    );
+    const shownCols = cols.length ? cols : [METRICS[0]!];
+    const groups = [BLOCK, ...phasesOf(ws.layers)];
+    const max = new Map<string, number>();
+    for (const g of groups)
+      for (const m of shownCols)
+        max.set(`${g}:${m.key}`, Math.max(0, ...ws.layers.map((l) => cellValue(l, g, m.key) ?? 0)));
+
+    const sortHeader = (key: string, label: string, title: string) => {
+      const active = s.sort.key === key;
+      return h(
+        "th",
+        {
+          class: active ? "sortable sorted" : "sortable",
+          title: `${title} \u2014 click to sort`,
+          attrs: { "aria-sort": active ? (s.sort.desc ? "descending" : "ascending") : "none", tabindex: 0 },
+          on: {
+            click: () => this.actions.patch({ sort: { key, desc: active ? !s.sort.desc : key !== "layer" } }),
+            keydown: (ev) => {
+              if (ev.key === "Enter") (ev.target as HTMLElement).click();
+            },
+          },
+        },
+        label,
+        active ? (s.sort.desc ? " \u25bc" : " \u25b2") : "",
+      );
+    };
+
+    const row1 = h(
+      "tr",
+      null,
+      sortHeader("layer", "Layer", "layer"),
+      h("th", { attrs: { rowspan: 2 } }, "backend"),
+      ...groups.map((g) =>
+        h(
+          "th",
+          { class: "group-head", attrs: { colspan: shownCols.length }, style: { "border-top-color": g === BLOCK ? "#616161" : phaseColor(g) } },
+          g === BLOCK ? "whole block" : phaseLabel(g),
+        ),
+      ),
+    );
+    const row2 = h(
+      "tr",
+      null,
+      ...groups.flatMap((g) =>
+        shownCols.map((m) => sortHeader(`${g}:${m.key}`, m.label, `${g === BLOCK ? "block" : g}: ${m.title}`)),
+      ),
+    );
+    (row1.firstChild as HTMLElement).setAttribute("rowspan", "2");
+
+    const layers = [...ws.layers];
+    const [sg, sm] = s.sort.key.split(":");
+    const sign = s.sort.desc ? -1 : 1;
+    layers.sort((a, b) => {
+      if (s.sort.key !== "layer" && sg && sm) {
+        const d = (cellValue(a, sg, sm as MetricKey) ?? -1) - (cellValue(b, sg, sm as MetricKey) ?? -1);
+        if (d !== 0) return sign * d;
+        return a.layer - b.layer; // ties stay in layer order
+      }
+      return sign * (a.layer - b.layer);
+    });
+
+    const sel = s.selection;
+    const isSel = (l: LayerStats, g: string, m: MetricKey) =>
+      !!sel &&
+      sel.layer === l.layer &&
+      (sel.phase ?? BLOCK) === g &&
+      sel.backward === metric(m).backward;
+
+    const body = h(
+      "tbody",
+      null,
+      ...layers.map((l) =>
+        h(
+          "tr",
+          sel && sel.layer === l.layer ? "sel-row" : null,
+          h(
+            "th",
+            { class: "row-head", title: l.module ?? "" },
+            `L${l.layer}`,
+            l.module ? h("span", "module", ` ${l.module}`) : null,
+          ),
+          h(
+            "td",
+            { title: l.backend_evidence.length ? `evidence: ${l.backend_evidence.join(", ")}` : "" },
+            l.backend,
+            l.inferred ? h("span", { class: "badge inferred", title: "found without tb-attn scopes (inferred)" }, "inferred") : null,
+          ),
+          ...groups.flatMap((g) =>
+            shownCols.map((m) => {
+              const v = cellValue(l, g, m.key);
+              if (v === null) return h("td", "num empty", "");
+              const mx = max.get(`${g}:${m.key}`) ?? 0;
+              const pct = mx > 0 ? Math.max(0, Math.min(100, (v / mx) * 100)) : 0;
+              const color = g === BLOCK ? "rgba(97,97,97,.16)" : hexAlpha(phaseColor(g), 0.28);
+              const selection: Selection = { layer: l.layer, phase: g === BLOCK ? null : g, backward: m.backward };
+              return h(
+                "td",
+                {
+                  class: `num cell${v === 0 ? " zero" : ""}${isSel(l, g, m.key) ? " sel" : ""}`,
+                  title: `L${l.layer} ${g === BLOCK ? "block" : g}, ${m.title}: ${v}`,
+                  attrs: { tabindex: 0 },
+                  style: { background: `linear-gradient(to right, ${color} ${pct.toFixed(1)}%, transparent ${pct.toFixed(1)}%)` },
+                  on: {
+                    click: () => this.actions.select(selection),
+                    keydown: (ev) => {
+                      if (ev.key === "Enter") this.actions.select(selection);
+                    },
+                  },
+                },
+                m.format(v),
+              );
+            }),
+          ),
+        ),
+      ),
+    );
+    replace(this.tableEl, h("table", "grid layers-table", h("thead", null, row1, row2), body));
+  }
+}
+
+function hexAlpha(hex: string, alpha: number): string {
+  const n = parseInt(hex.slice(1), 16);
+  return `rgba(${(n >> 16) & 255},${(n >> 8) & 255},${n & 255},${alpha})`;
+}

@@ -1,0 +1,285 @@
+// One run: its header (metadata, worker / span / step selectors, backend, attention's share,
+// notes and errors), the sub-view tabs, and the drill-down panel under them.
+
+import { h, replace, select } from "../dom";
+import { fmtCount, fmtShare, fmtUs, fmtWhen } from "../format";
+import { TABS, type Actions, type State, type Tab } from "../state";
+import type { RunEntry, WorkerSummary } from "../types";
+import { errorBox, loadingBox, metaConfig, metaString, note } from "./common";
+import { DrillView } from "./drilldown";
+import { HeadsView } from "./heads";
+import { LayersView } from "./layers";
+import { MemoryView } from "./memory";
+import { TimelineView } from "./timeline";
+
+const TAB_LABELS: Record<Tab, string> = {
+  layers: "Layers \u00d7 phases",
+  heads: "Layers \u00d7 heads",
+  memory: "Memory",
+  timeline: "Timeline",
+};
+
+export function currentWorker(s: State): WorkerSummary | null {
+  const ws = s.summary.data?.workers ?? [];
+  return ws.find((w) => w.worker === s.worker && (s.span === null || w.span === s.span)) ?? ws[0] ?? null;
+}
+
+export class RunView {
+  readonly el: HTMLElement;
+  private readonly top: HTMLElement;
+  private readonly card: HTMLElement;
+  private readonly tabs: HTMLElement;
+  private readonly content: HTMLElement;
+  private readonly layers: LayersView;
+  private readonly heads: HeadsView;
+  private readonly memory: MemoryView;
+  private readonly timeline: TimelineView;
+  private readonly drill: DrillView;
+  private last: Record<string, unknown> = {};
+  private shownTab: Tab | null = null;
+
+  constructor(private readonly actions: Actions) {
+    this.top = h("div", "toolbar run-top");
+    this.card = h("div", "card");
+    this.tabs = h("div", { class: "tabs", attrs: { role: "tablist" } });
+    this.content = h("div", { class: "tab-content", attrs: { role: "tabpanel" } });
+    this.layers = new LayersView(actions);
+    this.heads = new HeadsView(actions);
+    this.memory = new MemoryView(actions);
+    this.timeline = new TimelineView(actions);
+    this.drill = new DrillView(actions);
+    this.el = h("section", "run-page", this.top, this.card, this.tabs, this.content, this.drill.el);
+  }
+
+  update(s: State, entry: RunEntry | undefined): void {
+    const ws = currentWorker(s);
+    const diff = (k: string, v: unknown) => {
+      const c = this.last[k] !== v;
+      this.last[k] = v;
+      return c;
+    };
+    const topChanged = [diff("run", s.run), diff("entry", entry), diff("worker", s.worker), diff("span", s.span), diff("step", s.step), diff("ws", ws)];
+    if (topChanged.some(Boolean)) this.renderTop(s, entry, ws);
+    const cardChanged = [diff("summary", s.summary.data), diff("summaryErr", s.summary.error), diff("summaryStatus", s.summary.status), diff("ws2", ws)];
+    if (cardChanged.some(Boolean)) this.renderCard(s, entry, ws);
+    if (diff("tab", s.tab)) this.renderTabs(s.tab);
+    this.renderContent(s, ws);
+    this.drill.update(s);
+  }
+
+  private renderTop(s: State, entry: RunEntry | undefined, ws: WorkerSummary | null): void {
+    const back = h(
+      "button",
+      { class: "back", attrs: { type: "button" }, on: { click: () => this.actions.openRun(null) } },
+      "\u2190 Runs",
+    );
+    const workers = entry?.workers ?? [];
+    const controls: HTMLElement[] = [];
+    if (workers.length) {
+      controls.push(
+        h(
+          "label",
+          null,
+          "worker ",
+          select(
+            workers.map((w) => ({ value: w.worker, label: w.worker })),
+            s.worker ?? "",
+            (v) => {
+              const w = workers.find((x) => x.worker === v);
+              this.actions.setTarget(v, w?.spans[0]?.span ?? null);
+            },
+            "Worker",
+          ),
+        ),
+      );
+      const spans = workers.find((w) => w.worker === s.worker)?.spans ?? [];
+      if (spans.length > 1 || (spans.length === 1 && spans[0]!.span !== null)) {
+        controls.push(
+          h(
+            "label",
+            { title: "A worker with several trace files has several spans (profiler cycles)" },
+            "span ",
+            select(
+              spans.map((sp, i) => ({ value: sp.span ?? "", label: `${i + 1}: ${sp.span ?? sp.file}` })),
+              s.span ?? "",
+              (v) => this.actions.setTarget(s.worker, v || null),
+              "Span",
+            ),
+          ),
+        );
+      }
+    }
+    const steps = ws?.steps ?? [];
+    if (steps.length) {
+      controls.push(
+        h(
+          "label",
+          { title: "The step the memory and timeline views show; the tables are means over all steps" },
+          "step ",
+          select(
+            steps.map((st) => ({ value: String(st), label: String(st) })),
+            s.step === null ? String(steps[0]) : String(s.step),
+            (v) => this.actions.setStep(Number(v)),
+            "Step",
+          ),
+        ),
+      );
+    }
+    replace(
+      this.top,
+      back,
+      h("h2", { class: "run-title", title: s.run ?? "" }, s.run ?? ""),
+      entry ? h("span", `badge status-${entry.status}`, entry.status) : null,
+      h("span", "spacer"),
+      ...controls,
+    );
+  }
+
+  private renderCard(s: State, entry: RunEntry | undefined, ws: WorkerSummary | null): void {
+    const meta = s.summary.data?.metadata ?? entry?.metadata ?? null;
+    const parts: string[] = [];
+    const add = (label: string, v: string) => v && parts.push(label ? `${label} ${v}` : v);
+    add("", metaString(meta, "model"));
+    add("", metaString(meta, "impl") || metaConfig(meta, "impl"));
+    add("seq", metaConfig(meta, "seq"));
+    add("batch", metaConfig(meta, "batch"));
+    add("", metaString(meta, "dtype") || metaConfig(meta, "dtype"));
+    const device = metaString(meta, "device");
+    const deviceName = metaString(meta, "device_name");
+    add("", device && deviceName ? `${device} (${deviceName})` : device);
+    const user = metaString(meta, "user");
+    const host = metaString(meta, "host");
+    add("", user && host ? `${user}@${host}` : user || host);
+    const started = metaString(meta, "started_at");
+    add("", started ? fmtWhen(started) : "");
+    add("torch", metaString(meta, "torch_version"));
+    add("mode", metaConfig(meta, "mode"));
+
+    const children: (HTMLElement | null)[] = [
+      parts.length ? h("div", "meta-line", parts.join(" \u00b7 ")) : h("div", "meta-line muted", "No run metadata (not written by tb-attn-run)."),
+    ];
+    // The list's error repeats the summary's per-file errors; show it only when those are absent.
+    if (entry?.status === "error" && entry.error && !s.summary.data?.errors.length) {
+      children.push(errorBox("This run could not be read:", entry.error));
+    }
+    const runnerStatus = metaString(meta, "status");
+    if (runnerStatus && runnerStatus !== "ok") {
+      const err = metaString(meta, "error");
+      children.push(h("div", runnerStatus === "running" ? "note" : "warn", `Runner status: ${runnerStatus}${err ? ` \u2014 ${err}` : ""}`));
+    }
+    const sum = s.summary;
+    if (sum.status === "error") children.push(errorBox("Could not load the summary:", sum.error ?? ""));
+    else if (!sum.data) children.push(loadingBox("the summary (the first load of a run reads its trace)"));
+    if (sum.data) {
+      for (const e of sum.data.errors) children.push(errorBox(`Could not read ${e.file}:`, e.error));
+      if (!sum.data.workers.length && !sum.data.errors.length) children.push(note("This run has no trace files."));
+    }
+    if (ws) children.push(...this.stats(ws));
+    replace(this.card, ...children);
+  }
+
+  private stats(ws: WorkerSummary): HTMLElement[] {
+    const out: HTMLElement[] = [];
+    const backends = [...new Set(ws.layers.map((l) => l.backend))];
+    const evidence = [...new Set(ws.layers.flatMap((l) => l.backend_evidence))];
+    const backendEl = h(
+      "span",
+      "stat",
+      h("span", "stat-label", "backend"),
+      h("span", { class: `backend-chip`, title: evidence.length ? `evidence: ${evidence.join(", ")}` : "" }, ws.backend),
+      ws.backend === "mixed" ? h("span", "muted", ` (${ws.layers.map((l) => `L${l.layer} ${l.backend}`).join(", ")})`) : null,
+      backends.length === 1 && evidence.length ? h("span", "muted small", ` from ${evidence.slice(0, 3).join(", ")}`) : null,
+    );
+    const share = (label: string, v: number | null, att: number, step: number) =>
+      h(
+        "span",
+        { class: "stat", title: v === null ? "no device time in this trace" : `${fmtUs(att)} of ${fmtUs(step)} per step` },
+        h("span", "stat-label", `attention share, ${label}`),
+        h("span", "meter", h("span", { class: "meter-fill", style: { width: `${Math.min(100, Math.max(0, (v ?? 0) * 100)).toFixed(1)}%` } })),
+        h("b", null, fmtShare(v)),
+        v === null ? null : h("span", "muted small", ` ${fmtUs(att)} / ${fmtUs(step)}`),
+      );
+    out.push(
+      h(
+        "div",
+        "stats",
+        backendEl,
+        share("CPU", ws.attention_share_cpu, ws.attention_cpu_us, ws.step_cpu_us),
+        ws.device === "cpu" && ws.attention_share_device === null
+          ? null
+          : share("device", ws.attention_share_device, ws.attention_device_us, ws.step_device_us),
+        h("span", "stat", h("span", "stat-label", "layers"), h("b", null, String(ws.layers.length))),
+        h("span", { class: "stat", title: `ProfilerStep numbers: ${ws.steps.join(", ")}` }, h("span", "stat-label", "steps"), h("b", null, fmtCount(ws.step_count))),
+        h("span", "stat", h("span", "stat-label", "device"), h("b", null, ws.device)),
+      ),
+    );
+    if (ws.inferred || ws.layers.some((l) => l.inferred)) {
+      out.push(
+        h(
+          "div",
+          "warn",
+          h("span", "badge inferred", "inferred"),
+          " This trace has no tb-attn scopes: attention was found from module names, SDPA ops or matmul\u2192softmax\u2192matmul patterns. Layers and phases are a best guess.",
+        ),
+      );
+    }
+    if (ws.notes.length) out.push(h("ul", "notes", ...ws.notes.map((n) => h("li", null, n))));
+    const diag = Object.entries(ws.diagnostics).filter(([, v]) => v);
+    if (diag.length) {
+      out.push(
+        h(
+          "details",
+          "diagnostics",
+          h("summary", null, `Decoder diagnostics (${diag.length})`),
+          h("ul", null, ...diag.map(([k, v]) => h("li", null, `${k}: ${v}`))),
+        ),
+      );
+    }
+    if (!ws.layers.length) {
+      out.push(note("No attention found in this trace."));
+    }
+    return out;
+  }
+
+  private renderTabs(active: Tab): void {
+    replace(
+      this.tabs,
+      ...TABS.map((t) =>
+        h(
+          "button",
+          {
+            class: t === active ? "tab active" : "tab",
+            attrs: { type: "button", role: "tab", "aria-selected": t === active ? "true" : "false" },
+            on: { click: () => this.actions.setTab(t) },
+          },
+          TAB_LABELS[t],
+        ),
+      ),
+    );
+  }
+
+  private renderContent(s: State, ws: WorkerSummary | null): void {
+    const views = { layers: this.layers, heads: this.heads, memory: this.memory, timeline: this.timeline };
+    const view = views[s.tab];
+    if (this.shownTab !== s.tab) {
+      // Charts of hidden tabs are disposed; they are cheap to rebuild and free canvas memory.
+      for (const v of Object.values(views)) if (v !== view) v.dispose();
+      replace(this.content, view.el);
+      this.shownTab = s.tab;
+    }
+    if (s.tab === "layers" || s.tab === "heads") {
+      // Without a summary (loading, or an error shown in the card) there is nothing to draw.
+      const show = !!ws && ws.layers.length > 0;
+      view.el.hidden = !show;
+      if (show) (s.tab === "layers" ? this.layers : this.heads).update(s, ws);
+    } else {
+      (s.tab === "memory" ? this.memory : this.timeline).update(s);
+    }
+  }
+
+  dispose(): void {
+    for (const v of [this.layers, this.heads, this.memory, this.timeline]) v.dispose();
+    this.shownTab = null;
+    this.last = {};
+  }
+}
