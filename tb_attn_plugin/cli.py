@@ -14,11 +14,12 @@ import argparse
 import csv
 import io as stdio
 import sys
+import textwrap
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, NoReturn
 
 if TYPE_CHECKING:
-    from tb_attn_plugin.schema import RunSummary
+    from tb_attn_plugin.schema import Finding, RunSummary
 
 __all__ = ["main"]
 
@@ -130,6 +131,18 @@ def _mib(x: float) -> str:
     return f"{x / (1 << 20):.2f}" if x else "-"
 
 
+def _findings_lines(findings: Sequence[Finding]) -> list[str]:
+    if not findings:
+        return []
+    lines = ["", f"  findings ({len(findings)}):"]
+    for f in findings:
+        lines.append(f"  [{f.severity}] {f.id}: {f.title}")
+        lines.extend(textwrap.wrap(f.explanation, width=100, initial_indent="      ", subsequent_indent="      "))
+        lines.extend(textwrap.wrap("-> " + f.suggestion, width=100, initial_indent="      ",
+                                   subsequent_indent="         "))
+    return lines
+
+
 def _table(summaries: Sequence[RunSummary]) -> str:
     lines: list[str] = []
     header = ("layer", "phase", "calls", "cpu ms", "dev ms", "FLOPs", "FLOP/s", "alloc MiB", "peak MiB", "SxS MiB",
@@ -174,6 +187,7 @@ def _table(summaries: Sequence[RunSummary]) -> str:
             lines.extend(fmt.format(*r) for r in rows)
             lines.append(f"  (means per step over {worker.step_count} step(s); "
                          "bwd = backward work attributed through autograd sequence numbers)")
+            lines.extend(_findings_lines(worker.findings))
             lines.append("")
         for err in run.errors:
             lines.append(f"run {run.run}  file {err.file}: error: {err.error}")

@@ -13,9 +13,10 @@ from dataclasses import dataclass, field
 import msgspec
 
 from tb_attn_plugin import __version__
+from tb_attn_plugin.analysis.findings import find
 from tb_attn_plugin.analysis.summary import Analysis, analyze, summarize_analysis
 from tb_attn_plugin.cache import DiskCache, LRUCache, cache_key
-from tb_attn_plugin.schema import FileError, RunSummary, WorkerSummary
+from tb_attn_plugin.schema import SUMMARY_SCHEMA, FileError, RunSummary, WorkerSummary
 from tb_attn_plugin.trace import io
 from tb_attn_plugin.trace.decode import decode
 from tb_attn_plugin.trace.discover import Run, TraceFile, find_runs, parse_trace_name
@@ -32,20 +33,20 @@ def load_events(path: str, *, max_bytes: int | None = DEFAULT_MAX_TRACE_BYTES) -
 
 
 def resolve_runs(path: str) -> list[Run]:
-    """The runs under a logdir, the run a directory is, or a single trace file as a run."""
-    info = None
-    try:
-        info = io.stat(path)
-    except TraceError:
-        pass
+    """The runs under a logdir, the run a directory is, or a single trace file as a run.
+
+    A file given by name is read whatever it is called (``trace.json.gz`` too); in directories
+    only ``*.pt.trace.json[.gz]`` files are traces.
+    """
+    if io.is_dir(path):
+        return find_runs(path, io.list_tree(path))
+    info = io.stat(path)  # raises TraceError: no such file
     name = path.rstrip("/").replace("\\", "/").rsplit("/", 1)[-1]
-    if info is not None and parse_trace_name(name) is not None and not io.is_dir(path):
-        directory = path.rstrip("/").rsplit("/", 1)[0] if "/" in path.rstrip("/") else "."
-        runs = find_runs(directory, [info])
-        return [Run(name=name, path=r.path, files=r.files, metadata_path=r.metadata_path) for r in runs]
-    if not io.is_dir(path):
-        raise TraceError(f"no such file or directory: {path}")
-    return find_runs(path, io.list_tree(path))
+    parsed = parse_trace_name(name)
+    worker, span = parsed if parsed is not None else (name.split(".", 1)[0] or name, None)
+    directory = path.rstrip("/").rsplit("/", 1)[0] if "/" in path.rstrip("/") else "."
+    trace = TraceFile(path=info.path, name=name, worker=worker, span=span, size=info.size, mtime=info.mtime)
+    return [Run(name=name, path=directory, files=(trace,), metadata_path=None)]
 
 
 @dataclass
@@ -65,7 +66,7 @@ class Loader:
     memory: LRUCache[WorkerSummary] = field(default_factory=lambda: LRUCache(max_entries=4096))
 
     def __post_init__(self) -> None:
-        self.disk = DiskCache(self.cache_dir, namespace=f"summary-{__version__}") if self.cache_dir else None
+        self.disk = DiskCache(self.cache_dir, namespace=f"{SUMMARY_SCHEMA}-{__version__}") if self.cache_dir else None
         self.analyses: LRUCache[Analysis] = LRUCache(max_entries=max(self.keep_analyses, 1),
                                                      max_bytes=self.max_analysis_bytes, sizeof=lambda a: a.nbytes)
         self.failures: LRUCache[str] = LRUCache(max_entries=4096)
@@ -98,7 +99,7 @@ class Loader:
             self.analyses.put(key, analysis)
         return analysis
 
-    def summarize_file(self, trace: TraceFile) -> WorkerSummary:
+    def summarize_file(self, trace: TraceFile, *, metadata: dict[str, object] | None = None) -> WorkerSummary:
         key = cache_key(trace.path, trace.size, trace.mtime)
         cached = self.memory.get(key)
         if cached is not None:
@@ -112,8 +113,9 @@ class Loader:
                     return summary
                 except (msgspec.DecodeError, msgspec.ValidationError):
                     pass
-        summary = summarize_analysis(self.analyze_file(trace), file=trace.name, worker=trace.worker,
-                                     span=trace.span)
+        analysis = self.analyze_file(trace)
+        summary = summarize_analysis(analysis, file=trace.name, worker=trace.worker, span=trace.span)
+        summary.findings = find(analysis, summary, metadata=metadata)
         self.memory.put(key, summary)
         if self.disk is not None:
             self.disk.put(key, msgspec.msgpack.encode(summary))
@@ -122,14 +124,15 @@ class Loader:
     def summarize_run(self, run: Run, *, worker: str | None = None) -> RunSummary:
         workers: list[WorkerSummary] = []
         errors: list[FileError] = []
+        metadata = self.metadata(run)
         for trace in run.files:
             if worker is not None and trace.worker != worker:
                 continue
             try:
-                workers.append(self.summarize_file(trace))
+                workers.append(self.summarize_file(trace, metadata=metadata))
             except TraceError as exc:
                 errors.append(FileError(file=trace.name, error=str(exc)))
-        return RunSummary(run=run.name, metadata=self.metadata(run), workers=workers, errors=errors)
+        return RunSummary(run=run.name, metadata=metadata, workers=workers, errors=errors)
 
     @staticmethod
     def metadata(run: Run) -> dict[str, object] | None:

@@ -12,7 +12,9 @@ import msgspec
 __all__ = [
     "SUMMARY_SCHEMA",
     "Backward",
+    "Evidence",
     "FileError",
+    "Finding",
     "HeadStats",
     "LayerStats",
     "PhaseStats",
@@ -90,6 +92,24 @@ class StepStats(msgspec.Struct, kw_only=True):
     attention_device_us: float
 
 
+class Evidence(msgspec.Struct, kw_only=True):
+    layers: list[int]
+    ops: list[str]  # op names behind the finding, most expensive first, at most 8
+    kernels: list[str]  # kernel names, most expensive first, at most 8
+    time_us: float  # per step: the time the finding is about
+    bytes: float  # per step, where memory is concerned (else 0)
+    details: dict[str, float | int | str]  # rule-specific figures
+
+
+class Finding(msgspec.Struct, kw_only=True):
+    id: str  # stable, e.g. "hidden-copy"
+    severity: str  # one of SEVERITIES
+    title: str
+    explanation: str  # what the trace shows and why it matters, with its numbers
+    suggestion: str  # the change to make
+    evidence: Evidence
+
+
 class WorkerSummary(msgspec.Struct, kw_only=True):
     schema: str = SUMMARY_SCHEMA
     file: str
@@ -110,6 +130,7 @@ class WorkerSummary(msgspec.Struct, kw_only=True):
     per_step: list[StepStats]
     diagnostics: dict[str, int]
     notes: list[str]
+    findings: list[Finding] = msgspec.field(default_factory=list)  # analysis/findings.py, docs/findings.md
 
 
 class FileError(msgspec.Struct, kw_only=True):

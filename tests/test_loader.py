@@ -62,7 +62,7 @@ def test_resolve_logdir_run_and_file(builtin_logdir: Path) -> None:
     (path,) = trace_files(builtin_logdir / "naive")
     (single,) = resolve_runs(str(path))
     assert single.name == path.name and single.files[0].path == str(path)
-    with pytest.raises(TraceError, match="no such file or directory"):
+    with pytest.raises(TraceError, match="No such file or directory"):
         resolve_runs(str(builtin_logdir / "missing"))
 
 

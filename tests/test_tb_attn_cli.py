@@ -66,7 +66,7 @@ def test_a_broken_trace_exits_1_and_the_rest_is_still_printed(
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["summarize", "{tmp}/missing"], "no such file or directory"),
+        (["summarize", "{tmp}/missing"], "No such file or directory"),
         (["summarize", "{tmp}"], "no traces"),
         (["summarize", "{logdir}", "--run", "nope"], "no run named 'nope'"),
         (["summarize", "{logdir}", "--worker", "nope"], "no worker named 'nope'"),

@@ -54,6 +54,7 @@ class Attribution:
     mem_phase: I32
     mem_step: I32
     mem_backward: B
+    mem_event: I32  # the innermost event containing each memory event, -1 if none
     modules: dict[int, str]  # layer -> module path, where scopes name one
 
 
@@ -101,7 +102,8 @@ def attribute(events: Events) -> Attribution:
     mem = _attribute_memory(events, parent, layer, head, phase, step, backward)
     return Attribution(parent=parent, layer=layer, head=head, phase=phase, step=step, backward=backward,
                        is_scope=is_scope, flops=flops, mem_layer=mem[0], mem_head=mem[1], mem_phase=mem[2],
-                       mem_step=mem[3], mem_backward=mem[4], modules=modules)
+                       mem_step=mem[3], mem_backward=mem[4], mem_event=mem[5],
+                       modules=modules)
 
 
 def _raw_flops(events: Events) -> F64:
@@ -261,15 +263,16 @@ def _attribute_device(
 
 def _attribute_memory(
     events: Events, parent: I32, layer: I32, head: I32, phase: I32, step: I32, backward: B
-) -> tuple[I32, I32, I32, I32, B]:
+) -> tuple[I32, I32, I32, I32, B, I32]:
     m = len(events.mem_ts)
     out_layer = np.full(m, -1, np.int32)
     out_head = np.full(m, -1, np.int32)
     out_phase = np.full(m, -1, np.int32)
     out_step = np.full(m, -1, np.int32)
     out_bwd = np.zeros(m, np.bool_)
+    out_event = np.full(m, -1, np.int32)
     if m == 0 or len(events) == 0:
-        return out_layer, out_head, out_phase, out_step, out_bwd
+        return out_layer, out_head, out_phase, out_step, out_bwd, out_event
     end = events.ts + events.dur
     for tr in np.unique(events.mem_track).tolist():
         lo = int(np.searchsorted(events.track, tr, side="left"))
@@ -291,5 +294,5 @@ def _attribute_memory(
         src = cand[ok]
         dst = mine[ok]
         out_layer[dst], out_head[dst], out_phase[dst] = layer[src], head[src], phase[src]
-        out_step[dst], out_bwd[dst] = step[src], backward[src]
-    return out_layer, out_head, out_phase, out_step, out_bwd
+        out_step[dst], out_bwd[dst], out_event[dst] = step[src], backward[src], src
+    return out_layer, out_head, out_phase, out_step, out_bwd, out_event

@@ -29,6 +29,10 @@ OTHER = "other"
 SCORE_PHASES = frozenset({"qk_matmul", "scale", "mask", "softmax", "dropout", "sdpa", OTHER})
 _QK_CODES = (PHASES.index("qk_matmul"), PHASES.index("sdpa"))
 _MIN_SXS_ELEMS = 256  # smaller "score" tensors are too common to mean anything
+_COPY_OPS = frozenset({"aten::clone", "aten::contiguous", "aten::copy_", "aten::reshape", "aten::_reshape_alias",
+                       "aten::expand"})
+_PRODUCERS = frozenset({"aten::bmm", "aten::baddbmm", "aten::mm"})  # a matmul's own output
+_MATMUL_WRAPPERS = frozenset({"aten::matmul", "aten::einsum"})
 
 
 @dataclass(frozen=True, eq=False)
@@ -288,7 +292,7 @@ class _Summarizer:
         mem = (a.mem_layer == layer) & (a.mem_phase == code) & ~a.mem_backward & self.mem_in_steps & self.mem_ok
         nbytes = ev.mem_bytes[mem]
         sizes = self._sxs_sizes((a.layer == layer) & ~a.backward & self.in_steps) if phase in SCORE_PHASES else set()
-        sxs = np.isin(nbytes, list(sizes)) & (nbytes > 0) if sizes else np.zeros(nbytes.shape, np.bool_)
+        sxs = self._score_allocs(np.flatnonzero(mem), sizes)
         bwd = sel & a.backward
         engine_top = bwd & self.engine & ~self._parent_backward()
         bwd_device = bwd & self.on_device & (ev.kind != Kind.GPU_ANNOTATION)
@@ -319,6 +323,34 @@ class _Summarizer:
             ),
         )
 
+    def _score_allocs(self, mem_idx: np.ndarray, sizes: set[int]) -> np.ndarray:
+        """Which of these memory events allocate a score tensor: the size of B·H·Sq·Sk elements,
+        and not a copy that a matmul makes of its inputs (q or kᵀ can have the same size when
+        the head dimension equals the key length)."""
+        ev, a = self.ev, self.a
+        out = np.zeros(mem_idx.size, np.bool_)
+        if not sizes:
+            return out
+        nbytes = ev.mem_bytes[mem_idx]
+        candidates = np.flatnonzero(np.isin(nbytes, list(sizes)) & (nbytes > 0))
+        for k in candidates.tolist():
+            out[k] = not self._input_copy(int(a.mem_event[mem_idx[k]]))
+        return out
+
+    def _input_copy(self, i: int) -> bool:
+        ev, a = self.ev, self.a
+        copied = False
+        while i >= 0 and not a.is_scope[i]:
+            name = ev.names[ev.name[i]]
+            if name in _COPY_OPS:
+                copied = True
+            elif name in _PRODUCERS:
+                return False
+            elif name in _MATMUL_WRAPPERS:
+                return copied
+            i = int(a.parent[i])
+        return False
+
     def _heads_count(self, fwd: np.ndarray) -> int | None:
         ev = self.ev
         counts: Counter[int] = Counter()
@@ -343,7 +375,7 @@ class _Summarizer:
                 head_scopes = mine & a.is_scope & (a.phase < 0)
                 mem = (a.mem_layer == layer) & (a.mem_head == h) & ~a.mem_backward & self.mem_in_steps & self.mem_ok
                 nbytes = ev.mem_bytes[mem]
-                sxs = np.isin(nbytes, list(sizes)) & (nbytes > 0) & np.isin(a.mem_phase[mem], score_codes)
+                sxs = self._score_allocs(np.flatnonzero(mem), sizes) & np.isin(a.mem_phase[mem], score_codes)
                 out.append(HeadStats(
                     head=h, derived=False,
                     cpu_us=self._per_step(ev.dur[head_scopes].sum()),
