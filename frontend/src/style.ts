@@ -58,6 +58,19 @@ table.runs tr.run-error td { color: #b71c1c; padding-left: 18px; white-space: no
 .meter { display: inline-block; width: 80px; height: 8px; background: #eee; border-radius: 4px; overflow: hidden; }
 .meter-fill { display: block; height: 100%; background: #fb8c00; }
 .notes { margin: 6px 0 0; padding-left: 18px; color: #5d4037; }
+.findings { margin: 8px 0 0; }
+.findings-title { font-weight: 600; margin: 4px 0; }
+.finding { border-left: 3px solid #bbb; padding: 2px 8px; margin: 4px 0; background: #fafafa; }
+.finding > summary { cursor: pointer; }
+.finding p { margin: 4px 0; max-width: 1100px; }
+.finding .suggestion { color: #1b5e20; }
+.finding.sev-high { border-left-color: #c62828; }
+.finding.sev-medium { border-left-color: #ef6c00; }
+.finding.sev-low { border-left-color: #f9a825; }
+.badge.sev-high { background: #ffebee; color: #b71c1c; }
+.badge.sev-medium { background: #fff3e0; color: #e65100; }
+.badge.sev-low { background: #fffde7; color: #8d6e00; }
+.badge.sev-info { background: #eceff1; color: #455a64; }
 .diagnostics { margin-top: 6px; color: #616161; }
 .diagnostics ul { margin: 4px 0; }
 

@@ -116,6 +116,25 @@ export interface WorkerSummary {
   per_step: StepStats[];
   diagnostics: Record<string, number>;
   notes: string[];
+  findings?: Finding[];
+}
+
+export interface Evidence {
+  layers: number[];
+  ops: string[];
+  kernels: string[];
+  time_us: number;
+  bytes: number;
+  details: Record<string, number | string>;
+}
+
+export interface Finding {
+  id: string;
+  severity: "high" | "medium" | "low" | "info";
+  title: string;
+  explanation: string;
+  suggestion: string;
+  evidence: Evidence;
 }
 
 export interface FileError {

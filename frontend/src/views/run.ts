@@ -224,6 +224,32 @@ export class RunView {
       );
     }
     if (ws.notes.length) out.push(h("ul", "notes", ...ws.notes.map((n) => h("li", null, n))));
+    const findings = ws.findings ?? [];
+    if (findings.length) {
+      out.push(
+        h(
+          "div",
+          { class: "findings", dataset: { testid: "findings" } },
+          h("div", "findings-title", `Findings (${findings.length})`),
+          ...findings.map((f) => {
+            const ev = f.evidence;
+            const where = ev.layers.length ? `layers ${ev.layers.join(", ")}` : "";
+            const names = [...ev.ops.slice(0, 4), ...ev.kernels.slice(0, 2)].join(", ");
+            const item = h(
+              "details",
+              { class: `finding sev-${f.severity}`, dataset: { finding: f.id } },
+              h("summary", null, h("span", `badge sev-${f.severity}`, f.severity), " ", h("b", null, f.title),
+                h("span", "muted small", `  ${f.id}`)),
+              h("p", null, f.explanation),
+              h("p", "suggestion", "\u2192 ", f.suggestion),
+              where || names ? h("p", "muted small", [where, names].filter(Boolean).join(" \u00b7 ")) : null,
+            );
+            if (f.severity === "high" || f.severity === "medium") item.open = true;
+            return item;
+          }),
+        ),
+      );
+    }
     const diag = Object.entries(ws.diagnostics).filter(([, v]) => v);
     if (diag.length) {
       out.push(
