@@ -27,7 +27,7 @@ demo-runs: setup
 
 serve: setup
 	@echo
-	@echo "TensorBoard is starting on http://$(HOST):$(PORT)/ (Ctrl-C to stop)"
+	@echo "TensorBoard is starting: open http://$(HOST):$(PORT)/#tb_attn for the Attention tab (Ctrl-C to stop)"
 	$(BIN)/tensorboard --logdir $(LOGDIR) --host $(HOST) --port $(PORT)
 
 ## test: set up (with test tools, Node packages and Debian's chromium), then ruff, mypy, tsc and pytest.
