@@ -9,9 +9,10 @@ repository.
 
 Every job is a whole, fresh process, timed from spawn to exit. Its peak RSS is the ``wait4``
 ``ru_maxrss`` that GNU time reports, which on Linux covers the child and every descendant it
-reaped, so the worker processes that torch-tb-profiler spawns are counted. Jobs run in rounds, one run of each job per
-round in a rotating order, so slow drift of the machine hits all of them alike; a job's figure is
-the median over rounds. The jobs:
+reaped, so the worker processes that torch-tb-profiler spawns are counted. Jobs run in rounds
+(5 for S and M, 3 for L), one run of each job per round in a rotating order, so slow drift of the
+machine hits all of them alike; a job's figure is the median over rounds. RunLoader and HTA get
+no more rounds once the bench would run past ``--budget-s``. The jobs:
 
 - ``ours``: ``tb-attn summarize FILE --format json > /dev/null`` (no cache directory);
 - ``orjson``: read the bytes and ``orjson.loads`` them, default GC (the target), and with GC off
@@ -21,7 +22,8 @@ the median over rounds. The jobs:
 - ``hta``: Holistic Trace Analysis ``TraceAnalysis(trace_dir=...)``. HTA takes every ``.json`` in
   the directory as a trace and looks for ``"rank": N`` line by line, so it gets a directory of its
   own holding a copy of the trace with ``"distributedInfo": {"rank": 0}`` added, as it asks;
-- ``startup`` and ``read``: Python start-up and reading the bytes, for scale.
+- ``startup``, ``ours_imports`` and ``read``: Python start-up, the modules ``tb-attn summarize``
+  imports, and reading the bytes, for scale.
 
 Before measuring, an untimed run of ``ours`` checks its summary: one worker, as many layers as the
 model has, each with the naive backend, and the profiled step count. Unless ``--quick`` or
@@ -81,16 +83,15 @@ class Size:
     name: str
     model: Model
     target_bytes: int
-    reps: int  # rounds; every job runs once per round
-    peer_reps: int  # RunLoader and HTA run only in the first peer_reps rounds (they take minutes on L)
+    reps: int  # rounds; every job runs once per round (RunLoader and HTA: see --budget-s)
 
 
 SIZES: dict[str, Size] = {
-    "S": Size("S", Model(layers=4), 10 * MB, reps=5, peer_reps=5),
-    "M": Size("M", Model(layers=12), 100 * MB, reps=5, peer_reps=5),
-    "L": Size("L", Model(layers=12), 500 * MB, reps=3, peer_reps=1),
+    "S": Size("S", Model(layers=4), 10 * MB, reps=5),
+    "M": Size("M", Model(layers=12), 100 * MB, reps=5),
+    "L": Size("L", Model(layers=12), 500 * MB, reps=3),
 }
-QUICK = Size("Q", Model(layers=2, d_model=64, heads=4), 2 * MB, reps=1, peer_reps=1)
+QUICK = Size("Q", Model(layers=2, d_model=64, heads=4), 2 * MB, reps=1)
 
 
 @dataclass(frozen=True)
@@ -133,6 +134,12 @@ class JobError(RuntimeError):
 # --- jobs -------------------------------------------------------------------------------------
 
 _READ = "import sys\nopen(sys.argv[1], 'rb').read()\n"
+_IMPORTS = """\
+import msgspec
+from tb_attn_plugin.loader import Loader, resolve_runs
+from tb_attn_plugin.schema import SUMMARY_SCHEMA
+from tb_attn_plugin.trace.events import TraceError
+"""
 _ORJSON = "import sys\nimport orjson\norjson.loads(open(sys.argv[1], 'rb').read())\n"
 _ORJSON_NOGC = "import gc\nimport sys\nimport orjson\ngc.disable()\norjson.loads(open(sys.argv[1], 'rb').read())\n"
 _RUNLOADER = """\
@@ -158,12 +165,13 @@ class Job:
     key: str
     label: str
     argv: Callable[[Trace], list[str]]
-    peer: bool = False  # runs peer_reps times, not reps
+    peer: bool = False  # RunLoader or HTA: may get fewer rounds (--budget-s)
 
 
 JOBS: tuple[Job, ...] = (
     Job("startup", "Python start-up only", lambda t: [PY, "-c", "pass"]),
     Job("read", "read the bytes", lambda t: [PY, "-c", _READ, t.file]),
+    Job("ours_imports", "ours' imports only (what `tb-attn summarize` imports)", lambda t: [PY, "-c", _IMPORTS]),
     Job("ours", "**ours**: `tb-attn summarize FILE --format json`",
         lambda t: [TB_ATTN, "summarize", t.file, "--format", "json"]),
     Job("orjson", "`orjson.loads` (default GC)", lambda t: [PY, "-c", _ORJSON, t.file]),
@@ -297,13 +305,25 @@ def check_ours(trace: Trace) -> str:
     return f"ok: {len(layers)} layers, backend naive, {trace.active} steps"
 
 
-def run_size(size: Size, trace: Trace, jobs: Sequence[Job], log: Callable[[str], None]) -> dict[str, Result]:
+def run_size(size: Size, trace: Trace, jobs: Sequence[Job], log: Callable[[str], None], *, started: float,
+             budget_s: float) -> dict[str, Result]:
+    """Rounds of every job. After the first round, RunLoader and HTA are dropped from the remaining
+    rounds when running them all would end the bench more than budget_s after `started`."""
     results = {job.key: Result(job.key) for job in jobs}
+    peers = True
     for rnd in range(size.reps):
+        if rnd and peers:
+            per_round = sum(r.wall_s for r in results.values() if r.samples)
+            projected = time.monotonic() - started + per_round * (size.reps - rnd)
+            if projected > budget_s:
+                peers = False
+                log(f"{size.name}: {size.reps - rnd} more rounds with RunLoader and HTA would end the bench at "
+                    f"{projected:.0f} s, over --budget-s {budget_s:.0f}: they stop at {rnd} round(s)")
+        log(f"{size.name} round {rnd + 1}/{size.reps}: load average {os.getloadavg()[0]:.2f}")
         shift = rnd % len(jobs)
         order = [*jobs[shift:], *jobs[:shift]]
         for job in order:
-            if job.peer and rnd >= size.peer_reps:
+            if job.peer and not peers:
                 continue
             sample = measure(job.argv(trace))
             results[job.key].samples.append(sample)
@@ -344,6 +364,10 @@ def verdicts(trace: Trace, results: dict[str, Result]) -> list[Verdict]:
         out.append(Verdict(trace.size, "ours / orjson.loads with GC off (time)", t / nogc, "reference", None))
     peak = ours.peak_mib * MIB / trace.nbytes
     out.append(Verdict(trace.size, "ours peak RSS / trace size", peak, "<= 0.5x", peak <= 0.5))
+    imports = results.get("ours_imports")
+    if imports is not None and imports.samples:
+        extra = (ours.peak_mib - imports.peak_mib) * MIB / trace.nbytes
+        out.append(Verdict(trace.size, "(ours peak RSS - its imports' peak) / trace size", extra, "reference", None))
     return out
 
 
@@ -429,6 +453,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--json", dest="json_out", help="write every sample and the verdicts here")
     p.add_argument("--no-wait", action="store_true", help=f"do not wait for {BUSY_PATTERN} to finish")
     p.add_argument("--wait-max", type=float, default=2400.0, help="seconds to wait at most (default 2400)")
+    p.add_argument("--budget-s", type=float, default=900.0,
+                   help="measuring time after which RunLoader and HTA get no more rounds (default 900)")
     args = p.parse_args(argv)
 
     def log(msg: str) -> None:
@@ -452,13 +478,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     for t in traces:
         log(f"{t.size}: {t.nbytes / MB:.1f} MB, {t.events:,} events, ours: {checks[t.size]}")
 
-    t0 = time.perf_counter()
+    started = time.monotonic()
     all_results: dict[str, dict[str, Result]] = {}
     all_verdicts: list[Verdict] = []
     for size, trace in zip(sizes, traces, strict=True):
-        all_results[size.name] = run_size(size, trace, jobs, log)
+        all_results[size.name] = run_size(size, trace, jobs, log, started=started, budget_s=args.budget_s)
         all_verdicts += verdicts(trace, all_results[size.name])
-    elapsed = time.perf_counter() - t0
+    elapsed = time.monotonic() - started
 
     report = markdown(traces, all_results, jobs, checks, all_verdicts)
     print(f"{env['date']}, {env['cpus']} CPUs ({env['cpu']}), {env['memory_gib']} GiB, Python {env['python']}, "

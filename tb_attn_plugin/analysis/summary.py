@@ -98,6 +98,11 @@ class _Summarizer:
         device_types = events.mem_device_type[events.mem_device_type > 0]
         self.mem_device = int(np.bincount(device_types).argmax()) if device_types.size else 0
         self.mem_ok = (events.mem_device_type == self.mem_device) | (events.mem_device_type < 0)
+        # Memory events are sorted by track: each track's [lo, hi) range, found once.
+        tracks, starts = np.unique(events.mem_track, return_index=True)
+        ends = np.append(starts[1:], len(events.mem_track))[: len(starts)]
+        self.mem_ranges = {int(t): (int(a), int(b)) for t, a, b in zip(tracks, starts, ends, strict=True)}
+        self.parent_backward = np.where(attr.parent >= 0, attr.backward[np.maximum(attr.parent, 0)], False)
 
     # -- helpers --------------------------------------------------------------------------
     def _per_step(self, x: float) -> float:
@@ -114,9 +119,7 @@ class _Summarizer:
         ev = self.ev
         best = 0
         for i in scope_idx.tolist():
-            tr = int(ev.track[i])
-            lo = int(np.searchsorted(ev.mem_track, tr, side="left"))
-            hi = int(np.searchsorted(ev.mem_track, tr, side="right"))
+            lo, hi = self.mem_ranges.get(int(ev.track[i]), (0, 0))
             if lo == hi:
                 continue
             start = lo + int(np.searchsorted(ev.mem_ts[lo:hi], ev.ts[i], side="left"))
@@ -176,7 +179,7 @@ class _Summarizer:
         out = []
         attention = (a.layer >= 0)
         block_scope = a.is_scope & (a.phase < 0) & (a.head < 0) & ~a.backward
-        engine_top = self.engine & a.backward & (a.layer >= 0) & ~self._parent_backward()
+        engine_top = self.engine & a.backward & (a.layer >= 0) & ~self.parent_backward
         for s in self.steps:
             mine = a.step == s
             out.append(StepStats(
@@ -187,10 +190,6 @@ class _Summarizer:
                 attention_device_us=float(ev.dur[device_in & mine & attention].sum()),
             ))
         return out
-
-    def _parent_backward(self) -> np.ndarray:
-        a = self.a
-        return np.where(a.parent >= 0, a.backward[np.maximum(a.parent, 0)], False)
 
     def _layer(self, layer: int) -> LayerStats:
         ev, a = self.ev, self.a
@@ -294,7 +293,7 @@ class _Summarizer:
         sizes = self._sxs_sizes((a.layer == layer) & ~a.backward & self.in_steps) if phase in SCORE_PHASES else set()
         sxs = self._score_allocs(np.flatnonzero(mem), sizes)
         bwd = sel & a.backward
-        engine_top = bwd & self.engine & ~self._parent_backward()
+        engine_top = bwd & self.engine & ~self.parent_backward
         bwd_device = bwd & self.on_device & (ev.kind != Kind.GPU_ANNOTATION)
         device_us = self._per_step(ev.dur[device].sum())
         cpu_us = self._per_step(cpu_total)

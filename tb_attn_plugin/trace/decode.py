@@ -19,6 +19,7 @@ import json
 import math
 import re
 from array import array
+from collections import Counter
 from collections.abc import Iterable, Iterator
 from typing import Any
 
@@ -50,7 +51,6 @@ class _Args(msgspec.Struct, gc=False):
     ext_lc: int | None = msgspec.field(name="external id", default=None)
     corr: int | None = msgspec.field(name="correlation", default=None)
     seq: int | None = msgspec.field(name="Sequence number", default=None)
-    fwd_tid: int | None = msgspec.field(name="Fwd thread id", default=None)
     dims: msgspec.Raw = msgspec.field(name="Input Dims", default=_EMPTY_RAW)
     types: msgspec.Raw = msgspec.field(name="Input type", default=_EMPTY_RAW)
     concrete: msgspec.Raw = msgspec.field(name="Concrete Inputs", default=_EMPTY_RAW)
@@ -72,6 +72,7 @@ class _Event(msgspec.Struct, gc=False):
 
 
 _batch_decoder = msgspec.json.Decoder(list[_Event])
+_DEVICE_KINDS = frozenset({int(Kind.KERNEL), int(Kind.MEMCPY), int(Kind.MEMSET), int(Kind.GPU_ANNOTATION)})
 
 
 class _Builder:
@@ -90,7 +91,7 @@ class _Builder:
         self.kinds: dict[str | None, int] = {}
         self.diag: dict[str, int] = {}
         x_cols = (("name", "i"), ("kind", "b"), ("track", "i"), ("ts", "d"), ("dur", "d"), ("ext", "q"),
-                  ("corr", "q"), ("seq", "q"), ("fwd", "q"), ("shape", "i"))
+                  ("corr", "q"), ("seq", "q"), ("shape", "i"))
         m_cols = (("ts", "d"), ("track", "i"), ("bytes", "q"), ("total", "q"), ("dtype", "b"), ("did", "i"))
         self.x: dict[str, array[Any]] = {k: array(t) for k, t in x_cols}
         self.m: dict[str, array[Any]] = {k: array(t) for k, t in m_cols}
@@ -118,90 +119,117 @@ class _Builder:
             del col[sizes[1]:]
 
     def add(self, events: list[_Event]) -> None:
-        x, m = self.x, self.m
-        x_name, x_kind, x_track, x_ts, x_dur = x["name"].append, x["kind"].append, x["track"].append, \
-            x["ts"].append, x["dur"].append
-        x_ext, x_corr, x_seq, x_fwd, x_shape = x["ext"].append, x["corr"].append, x["seq"].append, \
-            x["fwd"].append, x["shape"].append
-        name_ids, track_ids, kinds = self.name_ids, self.track_ids, self.kinds
-        for ev in events:
-            ph = ev.ph
-            if ph == "X":
-                ts = ev.ts
-                dur = ev.dur
-                if ts != ts or dur != dur or ts in (math.inf, -math.inf) or dur == math.inf:
-                    self.count("events with unusable times")
-                    continue
-                if dur < 0:
-                    self.count("negative durations (set to 0)")
-                    dur = 0.0
-                cat = ev.cat
-                kind = kinds.get(cat)
-                if kind is None:
-                    kind = kinds[cat] = int(kind_of(cat))
-                if kind == Kind.OTHER and cat not in ("Trace", None, ""):
-                    self.count(f"category {cat!r}")
-                name = ev.name
-                if kind == Kind.MODULE and not name.startswith(MODULE_PREFIX):
-                    continue
-                nid = name_ids.get(name)
-                if nid is None:
-                    nid = name_ids[name] = len(self.names)
-                    self.names.append(name)
-                    self.shape_name[nid] = name in SHAPE_OPS
-                key = (ev.pid, ev.tid)
-                tr = track_ids.get(key)
-                if tr is None:
-                    tr = self.new_track(key)
-                if kind in (Kind.KERNEL, Kind.MEMCPY, Kind.MEMSET, Kind.GPU_ANNOTATION):
-                    self.device_tracks.add(tr)
-                x_name(nid)
-                x_kind(kind)
-                x_track(tr)
-                x_ts(ts)
-                x_dur(dur)
-                a = ev.args
-                if a is None:
-                    x_ext(-1)
-                    x_corr(-1)
-                    x_seq(-1)
-                    x_fwd(-1)
-                    x_shape(-1)
-                    continue
-                ext: int | None = a.ext if a.ext is not None else a.ext_lc
-                x_ext(-1 if ext is None else ext)
-                x_corr(-1 if a.corr is None else a.corr)
-                x_seq(-1 if a.seq is None else a.seq)
-                x_fwd(-1 if a.fwd_tid is None else a.fwd_tid)
-                if self.shape_name[nid] and a.dims is not _EMPTY_RAW:
-                    skey = (bytes(a.dims), bytes(a.types), bytes(a.concrete))
-                    sid = self.shape_ids.get(skey)
-                    if sid is None:
-                        sid = self.shape_ids[skey] = len(self.shapes)
-                        self.shapes.append(_shapes(skey))
-                    x_shape(sid)
-                else:
-                    x_shape(-1)
-            elif ph == "i" and ev.name == MEMORY_EVENT_NAME:
-                a = ev.args
-                ts = ev.ts
-                if a is None or a.nbytes is None:
-                    self.count("memory events without Bytes")
-                    continue
-                if ts != ts or ts in (math.inf, -math.inf):
-                    self.count("memory events dropped (time not finite)")
-                    continue
-                key = (ev.pid, ev.tid)
-                tr = track_ids.get(key)
-                if tr is None:
-                    tr = self.new_track(key)
-                m["ts"].append(ts)
-                m["track"].append(tr)
-                m["bytes"].append(a.nbytes)
-                m["total"].append(-1 if a.total is None else a.total)
-                dev_type, dev_id = a.dev_type, a.dev_id
-                m["dtype"].append(dev_type if dev_type is not None and 0 <= dev_type < 128 else -1)
-                m["did"].append(dev_id if dev_id is not None and 0 <= dev_id < 2**31 else -1)
+        """Append one batch. Column by column (list comprehensions), which is several times
+        faster in CPython than one loop doing every field of every event."""
+        complete = [e for e in events if e.ph == "X"]
+        memory = [e for e in events if e.ph == "i" and e.name == MEMORY_EVENT_NAME]
+        if complete:
+            self._add_complete(complete)
+        if memory:
+            self._add_memory(memory)
+
+    def _kinds(self, xs: list[_Event]) -> list[int]:
+        kinds = self.kinds
+        cats = [e.cat for e in xs]
+        for cat in set(cats):
+            if cat not in kinds:
+                kinds[cat] = int(kind_of(cat))
+        return [kinds[c] for c in cats]
+
+    def _add_complete(self, xs: list[_Event]) -> None:
+        kind = self._kinds(xs)
+        module = int(Kind.MODULE)
+        if module in kind:  # keep nn.Module events only: other Python functions are not read
+            pairs = [(e, k) for e, k in zip(xs, kind, strict=True)
+                     if k != module or e.name.startswith(MODULE_PREFIX)]
+            xs, kind = [e for e, _ in pairs], [k for _, k in pairs]
+        ts = np.array([e.ts for e in xs], np.float64)
+        dur = np.array([e.dur for e in xs], np.float64)
+        bad = ~np.isfinite(ts) | np.isnan(dur) | (dur == np.inf)
+        if bad.any():
+            self.diag["events with unusable times"] = self.diag.get("events with unusable times", 0) + int(bad.sum())
+            keep = np.flatnonzero(~bad).tolist()
+            xs, kind = [xs[i] for i in keep], [kind[i] for i in keep]
+            ts, dur = ts[~bad], dur[~bad]
+        negative = dur < 0
+        if negative.any():
+            self.diag["negative durations (set to 0)"] = self.diag.get("negative durations (set to 0)", 0) + int(
+                negative.sum())
+            dur[negative] = 0.0
+        other = int(Kind.OTHER)
+        if other in kind:
+            for cat, n in Counter(e.cat for e, k in zip(xs, kind, strict=True) if k == other).items():
+                if cat not in ("Trace", None, ""):
+                    label = f"category {cat!r}"
+                    self.diag[label] = self.diag.get(label, 0) + n
+        names = [e.name for e in xs]
+        name_ids = self.name_ids
+        for name in dict.fromkeys(names):  # first-appearance order, so ids do not depend on batching
+            if name in name_ids:
+                continue
+            nid = name_ids[name] = len(self.names)
+            self.names.append(name)
+            self.shape_name[nid] = name in SHAPE_OPS
+        nids = [name_ids[n] for n in names]
+        keys = [(e.pid, e.tid) for e in xs]
+        track_ids = self.track_ids
+        for track_key in dict.fromkeys(keys):
+            if track_key not in track_ids:
+                self.new_track(track_key)
+        tracks = [track_ids[k] for k in keys]
+        for k, tr in set(zip(kind, tracks, strict=True)):
+            if k in _DEVICE_KINDS:
+                self.device_tracks.add(tr)
+        args = [e.args for e in xs]
+        ext = [-1 if a is None else a.ext if a.ext is not None else a.ext_lc if a.ext_lc is not None else -1
+               for a in args]
+        corr = [-1 if a is None or a.corr is None else a.corr for a in args]
+        seq = [-1 if a is None or a.seq is None else a.seq for a in args]
+        shape = [-1] * len(xs)
+        shape_name = self.shape_name
+        for i in [i for i, n in enumerate(nids) if shape_name[n]]:
+            a = args[i]
+            if a is None or a.dims is _EMPTY_RAW:
+                continue
+            skey = (bytes(a.dims), bytes(a.types), bytes(a.concrete))
+            sid = self.shape_ids.get(skey)
+            if sid is None:
+                sid = self.shape_ids[skey] = len(self.shapes)
+                self.shapes.append(_shapes(skey))
+            shape[i] = sid
+        x = self.x
+        x["name"].extend(nids)
+        x["kind"].extend(kind)
+        x["track"].extend(tracks)
+        x["ts"].frombytes(ts.tobytes())
+        x["dur"].frombytes(dur.tobytes())
+        x["ext"].extend(ext)
+        x["corr"].extend(corr)
+        x["seq"].extend(seq)
+        x["shape"].extend(shape)
+
+    def _add_memory(self, events: list[_Event]) -> None:
+        ok = [e for e in events if e.args is not None and e.args.nbytes is not None and math.isfinite(e.ts)]
+        if len(ok) != len(events):
+            without = sum(1 for e in events if e.args is None or e.args.nbytes is None)
+            if without:
+                self.diag["memory events without Bytes"] = self.diag.get("memory events without Bytes", 0) + without
+            if len(events) - len(ok) - without:
+                label = "memory events dropped (time not finite)"
+                self.diag[label] = self.diag.get(label, 0) + len(events) - len(ok) - without
+        track_ids = self.track_ids
+        keys = [(e.pid, e.tid) for e in ok]
+        for key in dict.fromkeys(keys):
+            if key not in track_ids:
+                self.new_track(key)
+        args: list[_Args] = [e.args for e in ok]  # type: ignore[misc]
+        m = self.m
+        m["ts"].extend([e.ts for e in ok])
+        m["track"].extend([track_ids[k] for k in keys])
+        m["bytes"].extend([a.nbytes for a in args])
+        m["total"].extend([-1 if a.total is None else a.total for a in args])
+        m["dtype"].extend([a.dev_type if a.dev_type is not None and 0 <= a.dev_type < 128 else -1 for a in args])
+        m["did"].extend([a.dev_id if a.dev_id is not None and 0 <= a.dev_id < 2**31 else -1 for a in args])
 
     def finish(self, top: dict[str, Any]) -> Events:
         x = {k: np.frombuffer(v, dtype=v.typecode) if len(v) else np.empty(0, v.typecode) for k, v in self.x.items()}
@@ -229,22 +257,21 @@ class _Builder:
             names=tuple(self.names),
             tracks=tracks,
             shapes=tuple(self.shapes),
-            name=x["name"][order].astype(np.int32),
-            kind=x["kind"][order].astype(np.int8),
-            track=x["track"][order].astype(np.int32),
+            name=x["name"][order].astype(np.int32, copy=False),
+            kind=x["kind"][order].astype(np.int8, copy=False),
+            track=x["track"][order].astype(np.int32, copy=False),
             ts=x["ts"][order] - t0,
-            dur=x["dur"][order].astype(np.float64),
-            ext=x["ext"][order].astype(np.int64),
-            corr=x["corr"][order].astype(np.int64),
-            seq=x["seq"][order].astype(np.int64),
-            fwd_tid=x["fwd"][order].astype(np.int64),
-            shape=x["shape"][order].astype(np.int32),
+            dur=x["dur"][order],
+            ext=x["ext"][order].astype(np.int64, copy=False),
+            corr=x["corr"][order].astype(np.int64, copy=False),
+            seq=x["seq"][order].astype(np.int64, copy=False),
+            shape=x["shape"][order].astype(np.int32, copy=False),
             mem_ts=m["ts"][morder] - t0,
-            mem_track=m["track"][morder].astype(np.int32),
-            mem_bytes=m["bytes"][morder].astype(np.int64),
-            mem_total=m["total"][morder].astype(np.int64),
-            mem_device_type=m["dtype"][morder].astype(np.int8),
-            mem_device_id=m["did"][morder].astype(np.int32),
+            mem_track=m["track"][morder].astype(np.int32, copy=False),
+            mem_bytes=m["bytes"][morder].astype(np.int64, copy=False),
+            mem_total=m["total"][morder].astype(np.int64, copy=False),
+            mem_device_type=m["dtype"][morder].astype(np.int8, copy=False),
+            mem_device_id=m["did"][morder].astype(np.int32, copy=False),
             meta=meta,
             diagnostics=dict(self.diag),
         )
@@ -324,7 +351,7 @@ def _lenient(objs: Any) -> list[_Event]:
             args = _Args(
                 ext=_int_or_none(a.get("External id")), ext_lc=_int_or_none(a.get("external id")),
                 corr=_int_or_none(a.get("correlation")), seq=_int_or_none(a.get("Sequence number")),
-                fwd_tid=_int_or_none(a.get("Fwd thread id")), dims=_raw(a.get("Input Dims")),
+                dims=_raw(a.get("Input Dims")),
                 types=_raw(a.get("Input type")), concrete=_raw(a.get("Concrete Inputs")),
                 nbytes=_int_or_none(a.get("Bytes")), total=_int_or_none(a.get("Total Allocated")),
                 dev_type=_int_or_none(a.get("Device Type")), dev_id=_int_or_none(a.get("Device Id")),

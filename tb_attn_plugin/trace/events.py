@@ -71,7 +71,6 @@ class Events:
     ext: I64  # External id, -1 when absent
     corr: I64  # correlation (runtime <-> kernel), -1 when absent
     seq: I64  # autograd Sequence number, -1 when absent
-    fwd_tid: I64  # Fwd thread id of autograd ops, -1 when absent
     shape: I32  # index into shapes, -1 when not kept
     # memory events
     mem_ts: F64
@@ -90,7 +89,7 @@ class Events:
     def nbytes(self) -> int:
         """Approximate memory held, for cache accounting."""
         arrays = (self.name, self.kind, self.track, self.ts, self.dur, self.ext, self.corr, self.seq,
-                  self.fwd_tid, self.shape, self.mem_ts, self.mem_track, self.mem_bytes, self.mem_total,
+                  self.shape, self.mem_ts, self.mem_track, self.mem_bytes, self.mem_total,
                   self.mem_device_type, self.mem_device_id)
         strings = sum(len(n) + 49 for n in self.names)
         return sum(a.nbytes for a in arrays) + strings + 200 * len(self.shapes)
@@ -130,7 +129,7 @@ def with_annotations(events: Events, rows: list[tuple[int, float, float, str]]) 
         names=tuple(names), tracks=events.tracks, shapes=events.shapes,
         name=name[order], kind=kind[order], track=track[order], ts=ts[order], dur=dur[order],
         ext=cat(events.ext, minus, np.int64)[order], corr=cat(events.corr, minus, np.int64)[order],
-        seq=cat(events.seq, minus, np.int64)[order], fwd_tid=cat(events.fwd_tid, minus, np.int64)[order],
+        seq=cat(events.seq, minus, np.int64)[order],
         shape=cat(events.shape, minus, np.int32)[order],
         mem_ts=events.mem_ts, mem_track=events.mem_track, mem_bytes=events.mem_bytes, mem_total=events.mem_total,
         mem_device_type=events.mem_device_type, mem_device_id=events.mem_device_id,
