@@ -8,6 +8,9 @@ leaves other files and runs alone.
 from __future__ import annotations
 
 import json
+import os
+import pickle
+import threading
 from dataclasses import dataclass, field
 
 import msgspec
@@ -18,7 +21,7 @@ from tb_attn_plugin.analysis.summary import Analysis, analyze, summarize_analysi
 from tb_attn_plugin.cache import DiskCache, LRUCache, cache_key
 from tb_attn_plugin.schema import SUMMARY_SCHEMA, FileError, RunSummary, WorkerSummary
 from tb_attn_plugin.trace import io
-from tb_attn_plugin.trace.decode import decode
+from tb_attn_plugin.trace.decode import decode, decode_first_half, decode_second_half, merge_halves
 from tb_attn_plugin.trace.discover import Run, TraceFile, find_runs, parse_trace_name
 from tb_attn_plugin.trace.events import Events, TraceError
 
@@ -27,9 +30,64 @@ __all__ = ["DEFAULT_MAX_TRACE_BYTES", "Loader", "load_events", "resolve_runs"]
 DEFAULT_MAX_TRACE_BYTES = 4 << 30  # uncompressed; larger traces are refused, not parsed
 
 
-def load_events(path: str, *, max_bytes: int | None = DEFAULT_MAX_TRACE_BYTES) -> Events:
-    """Read and decode one trace file. Raises TraceError."""
+PARALLEL_MIN_BYTES = 32 << 20
+
+
+def load_events(path: str, *, max_bytes: int | None = DEFAULT_MAX_TRACE_BYTES, parallel: bool = True) -> Events:
+    """Read and decode one trace file. Raises TraceError.
+
+    A large local uncompressed trace is decoded in two processes when the machine has two cores
+    and this process runs no other thread (the CLI; not inside TensorBoard's server, where
+    forking a threaded process is unsafe). The result is the same as decoding it in one.
+    """
+    if parallel and _can_split(path, max_bytes):
+        events = _load_in_two(path)
+        if events is not None:
+            return events
     return decode(io.read_chunks(path, max_bytes=max_bytes))
+
+
+def _can_split(path: str, max_bytes: int | None) -> bool:
+    if (os.cpu_count() or 1) < 2 or threading.active_count() != 1 or not hasattr(os, "fork"):
+        return False
+    try:
+        size = io.stat(path).size
+    except TraceError:
+        return False
+    return PARALLEL_MIN_BYTES <= size <= (max_bytes or size) and io.is_plain_local_file(path)
+
+
+def _load_in_two(path: str) -> Events | None:
+    size = io.stat(path).size
+    cut = io.find_after(path, size // 2, b"\n  {")
+    if cut is None:
+        return None
+    read_fd, write_fd = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child decodes the second half and sends it back
+        os.close(read_fd)
+        status = 1
+        try:
+            data = pickle.dumps(decode_second_half(io.read_range(path, cut, size)), protocol=pickle.HIGHEST_PROTOCOL)
+            with os.fdopen(write_fd, "wb") as out:
+                out.write(data)
+            status = 0
+        finally:
+            os._exit(status)
+    os.close(write_fd)
+    try:
+        first = decode_first_half(io.read_range(path, 0, cut))
+    except BaseException:
+        os.close(read_fd)  # the child's write then fails and it exits
+        os.waitpid(pid, 0)
+        raise
+    with os.fdopen(read_fd, "rb") as pipe:
+        data = pipe.read()
+    _, status = os.waitpid(pid, 0)
+    if first is None or status != 0 or not data:
+        return None  # not Kineto's layout, or the child failed: decode in one process
+    builder, header = first
+    return merge_halves(builder, header, pickle.loads(data))
 
 
 def resolve_runs(path: str) -> list[Run]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import json
 import os
 import shutil
 from pathlib import Path
@@ -158,3 +159,33 @@ def test_fsspec_memory_filesystem(builtin_logdir: Path) -> None:
     assert run.name == "exp1/naive"
     summary = Loader().summarize_run(run)
     assert summary.workers[0].backend == "naive" and summary.metadata is not None
+
+
+def _same_events(a: object, b: object) -> bool:
+    import numpy as np
+
+    fields = ("name", "kind", "track", "ts", "dur", "ext", "corr", "seq", "shape", "mem_ts", "mem_track", "mem_bytes",
+              "mem_total", "mem_device_type", "mem_device_id")
+    return (a.names == b.names and a.tracks == b.tracks and a.shapes == b.shapes  # type: ignore[attr-defined]
+            and a.meta == b.meta and a.diagnostics == b.diagnostics  # type: ignore[attr-defined]
+            and all(np.array_equal(getattr(a, f), getattr(b, f)) for f in fields))
+
+
+def test_two_process_decode_equals_one(builtin_logdir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import tb_attn_plugin.loader as loader
+
+    monkeypatch.setattr(loader, "PARALLEL_MIN_BYTES", 0)
+    for run in ("naive", "sdpa-per-head"):
+        (path,) = trace_files(builtin_logdir / run)
+        assert loader._can_split(str(path), None)
+        assert _same_events(loader._load_in_two(str(path)), load_events(str(path), parallel=False))
+    # A broken second half falls back to one process, which reports the error.
+    (path,) = trace_files(builtin_logdir / "naive")
+    cut = tmp_path / "w.1.pt.trace.json"
+    cut.write_bytes(path.read_bytes()[:-300])
+    with pytest.raises(TraceError, match="truncated"):
+        load_events(str(cut))
+    # Other layouts are decoded whole.
+    minified = tmp_path / "m.1.pt.trace.json"
+    minified.write_text(json.dumps(json.loads(path.read_bytes())))
+    assert _same_events(load_events(str(minified)), load_events(str(path), parallel=False))

@@ -284,12 +284,13 @@ def _attribute_memory(
         cand = lo + np.searchsorted(events.ts[lo:hi], times, side="right") - 1
         # Most memory events fall inside the latest-starting event; walk up where they do not.
         cand = np.where(cand >= lo, cand, -1)
-        inside = (cand >= 0) & (end[np.maximum(cand, 0)] + EPS_US >= times)
-        for k in np.flatnonzero(~inside & (cand >= 0)).tolist():
-            c = int(cand[k])
-            while c >= lo and end[c] + EPS_US < times[k]:
-                c = int(parent[c])
-            cand[k] = c if c >= lo else -1
+        # Walk up the parents, all memory events at once, until the event contains the time.
+        todo = np.flatnonzero((cand >= 0) & (end[np.maximum(cand, 0)] + EPS_US < times))
+        while todo.size:
+            up = parent[cand[todo]]
+            up = np.where(up >= lo, up, -1)
+            cand[todo] = up
+            todo = todo[(up >= 0) & (end[np.maximum(up, 0)] + EPS_US < times[todo])]
         ok = cand >= 0
         src = cand[ok]
         dst = mine[ok]

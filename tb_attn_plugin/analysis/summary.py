@@ -28,6 +28,7 @@ OTHER = "other"
 #: materialized scores (elsewhere an allocation of the same size is a coincidence).
 SCORE_PHASES = frozenset({"qk_matmul", "scale", "mask", "softmax", "dropout", "sdpa", OTHER})
 _QK_CODES = (PHASES.index("qk_matmul"), PHASES.index("sdpa"))
+_EMPTY = np.empty(0, np.int64)
 _MIN_SXS_ELEMS = 256  # smaller "score" tensors are too common to mean anything
 _COPY_OPS = frozenset({"aten::clone", "aten::contiguous", "aten::copy_", "aten::reshape", "aten::_reshape_alias",
                        "aten::expand"})
@@ -103,6 +104,9 @@ class _Summarizer:
         ends = np.append(starts[1:], len(events.mem_track))[: len(starts)]
         self.mem_ranges = {int(t): (int(a), int(b)) for t, a, b in zip(tracks, starts, ends, strict=True)}
         self.parent_backward = np.where(attr.parent >= 0, attr.backward[np.maximum(attr.parent, 0)], False)
+        self.layer_idx = _groups(attr.layer, (attr.layer >= 0) & self.in_steps)
+        self.mem_layer_idx = _groups(attr.mem_layer, (attr.mem_layer >= 0) & ~attr.mem_backward & self.mem_in_steps
+                                     & self.mem_ok)
 
     # -- helpers --------------------------------------------------------------------------
     def _per_step(self, x: float) -> float:
@@ -142,7 +146,7 @@ class _Summarizer:
     # -- the summary ----------------------------------------------------------------------
     def build(self, *, file: str, worker: str, span: str | None, notes: list[str]) -> WorkerSummary:
         ev, a = self.ev, self.a
-        layers_present = sorted(set(a.layer[(a.layer >= 0) & self.in_steps].tolist()))
+        layers_present = sorted(self.layer_idx)
         layer_stats = [self._layer(layer) for layer in layers_present]
         step_idx = np.flatnonzero(self.step_event & (a.step >= 0))
         step_cpu = float(ev.dur[step_idx].sum()) if step_idx.size else float(self._trace_span())
@@ -192,23 +196,35 @@ class _Summarizer:
         return out
 
     def _layer(self, layer: int) -> LayerStats:
+        # Everything below works on index arrays of this layer's events, not full-length masks.
         ev, a = self.ev, self.a
-        in_layer = (a.layer == layer) & self.in_steps
-        fwd = in_layer & ~a.backward
-        block_scopes = np.flatnonzero(fwd & a.is_scope & (a.phase < 0) & (a.head < 0))
-        phases = [p for p in (self._phase(layer, code) for code in range(len(PHASES))) if p is not None]
-        other = self._other(layer, block_scopes)
+        idx = self.layer_idx[layer]
+        fwd = idx[~a.backward[idx]]
+        block_scopes = fwd[a.is_scope[fwd] & (a.phase[fwd] < 0) & (a.head[fwd] < 0)]
+        mem = self.mem_layer_idx.get(layer, _EMPTY)
+        sizes = self._sxs_sizes(fwd)
+        phase_of = a.phase[idx]
+        mem_phase = a.mem_phase[mem]
+        phases = []
+        for code in range(len(PHASES)):
+            sel = idx[phase_of == code]
+            if sel.size == 0:
+                continue
+            f = sel[~a.backward[sel]]
+            scopes = f[a.is_scope[f]]
+            phases.append(self._stats(PHASES[code], sel, f, scopes, float(ev.dur[scopes].sum()),
+                                      mem[mem_phase == code], sizes))
+        other = self._other(idx[phase_of < 0], block_scopes, fwd, mem[mem_phase < 0], sizes)
         if other is not None:
             phases.append(other)
-        ops = [ev.names[n] for n in set(ev.name[fwd & (ev.kind == Kind.CPU_OP)].tolist())]
-        kernels = [ev.names[n] for n in set(ev.name[fwd & self.on_device].tolist())]
+        ops = [ev.names[n] for n in set(ev.name[fwd[ev.kind[fwd] == Kind.CPU_OP]].tolist())]
+        kernels = [ev.names[n] for n in set(ev.name[fwd[self.on_device[fwd]]].tolist())]
         backend, evidence = detect_backend(ops, kernels)
         cpu_us = self._per_step(ev.dur[block_scopes].sum())
         device_us = sum(p.device_us for p in phases)
         flops = sum(p.flops for p in phases)
-        mem = (a.mem_layer == layer) & ~a.mem_backward & self.mem_in_steps & self.mem_ok
-        alloc = self._per_step(ev.mem_bytes[mem & (ev.mem_bytes > 0)].sum())
-        heads_count = self._heads_count(fwd)
+        nbytes = ev.mem_bytes[mem]
+        alloc = self._per_step(nbytes[nbytes > 0].sum())
         sxs = sum(p.sxs_bytes for p in phases)
         back = Backward(
             calls=sum(p.backward.calls for p in phases), cpu_us=sum(p.backward.cpu_us for p in phases),
@@ -218,16 +234,17 @@ class _Summarizer:
             layer=layer, module=a.modules.get(layer), backend=backend, backend_evidence=evidence,
             inferred=self.inferred, calls=self._per_step(block_scopes.size), cpu_us=cpu_us, device_us=device_us,
             flops=flops, flops_per_s=_rate(flops, device_us or cpu_us), alloc_bytes=alloc,
-            peak_bytes=self._peak(block_scopes), sxs_bytes=sxs, heads_count=heads_count, phases=phases,
+            peak_bytes=self._peak(block_scopes), sxs_bytes=sxs, heads_count=self._heads_count(fwd), phases=phases,
             heads=[], backward=back,
         )
-        stats.heads = self._heads(layer, stats, fwd)
+        stats.heads = self._heads(stats, fwd, mem, sizes)
         return stats
 
     def _sxs_sizes(self, fwd: np.ndarray) -> set[int]:
+        """Byte sizes of a (B, H, Sq, Sk) score tensor in this layer, from its ops' shapes."""
         ev = self.ev
         sizes: set[int] = set()
-        for i in np.flatnonzero(fwd & (ev.shape >= 0)).tolist():
+        for i in fwd[ev.shape[fwd] >= 0].tolist():
             name = ev.names[ev.name[i]]
             shapes = ev.shapes[ev.shape[i]]
             dims = shapes.dims
@@ -248,29 +265,19 @@ class _Summarizer:
                 sizes.update({count * elem, count * 4})
         return sizes
 
-    def _phase(self, layer: int, code: int) -> PhaseStats | None:
+    def _other(self, sel: np.ndarray, block_scopes: np.ndarray, layer_fwd: np.ndarray, mem: np.ndarray,
+               sizes: set[int]) -> PhaseStats | None:
         ev, a = self.ev, self.a
-        sel = (a.layer == layer) & (a.phase == code) & self.in_steps
-        if not sel.any():
+        fwd = sel[~a.backward[sel]]
+        cpu_total = float(ev.dur[block_scopes].sum() - ev.dur[self._outer_scopes(layer_fwd)].sum())
+        if not (~a.is_scope[fwd]).any() and not a.backward[sel].any() and cpu_total <= 0:
             return None
-        fwd = sel & ~a.backward
-        scopes = np.flatnonzero(fwd & a.is_scope)
-        return self._stats(PHASES[code], sel, fwd, scopes, ev.dur[scopes].sum(), layer)
+        return self._stats(OTHER, sel, fwd, _EMPTY, max(cpu_total, 0.0), mem, sizes, calls=0)
 
-    def _other(self, layer: int, block_scopes: np.ndarray) -> PhaseStats | None:
-        ev, a = self.ev, self.a
-        sel = (a.layer == layer) & (a.phase < 0) & self.in_steps
-        fwd = sel & ~a.backward
-        cpu_total = float(ev.dur[block_scopes].sum() - ev.dur[self._outer_scopes(layer)].sum())
-        if not (fwd & ~a.is_scope).any() and not (sel & a.backward).any() and cpu_total <= 0:
-            return None
-        return self._stats(OTHER, sel, fwd, np.empty(0, np.int64), max(cpu_total, 0.0), layer, calls=0)
-
-    def _outer_scopes(self, layer: int) -> np.ndarray:
+    def _outer_scopes(self, fwd: np.ndarray) -> np.ndarray:
         """The layer's head and phase scopes that no other such scope encloses."""
         a = self.a
-        inner = np.flatnonzero((a.layer == layer) & a.is_scope & ~((a.phase < 0) & (a.head < 0)) & ~a.backward
-                               & self.in_steps)
+        inner = fwd[a.is_scope[fwd] & ~((a.phase[fwd] < 0) & (a.head[fwd] < 0))]
         keep = []
         for i in inner.tolist():
             p = int(a.parent[i])
@@ -281,20 +288,17 @@ class _Summarizer:
         return np.array(keep, dtype=np.int64)
 
     def _stats(
-        self, phase: str, sel: np.ndarray, fwd: np.ndarray, scopes: np.ndarray, cpu_total: float, layer: int,
-        calls: int | None = None,
+        self, phase: str, sel: np.ndarray, fwd: np.ndarray, scopes: np.ndarray, cpu_total: float, mem: np.ndarray,
+        sizes: set[int], calls: int | None = None,
     ) -> PhaseStats:
         ev, a = self.ev, self.a
-        device = fwd & self.on_device & (ev.kind != Kind.GPU_ANNOTATION)
-        ops = fwd & self.top_op
-        code = PHASES.index(phase) if phase != OTHER else -1
-        mem = (a.mem_layer == layer) & (a.mem_phase == code) & ~a.mem_backward & self.mem_in_steps & self.mem_ok
+        device = fwd[self.on_device[fwd] & (ev.kind[fwd] != Kind.GPU_ANNOTATION)]
+        ops = fwd[self.top_op[fwd]]
         nbytes = ev.mem_bytes[mem]
-        sizes = self._sxs_sizes((a.layer == layer) & ~a.backward & self.in_steps) if phase in SCORE_PHASES else set()
-        sxs = self._score_allocs(np.flatnonzero(mem), sizes)
-        bwd = sel & a.backward
-        engine_top = bwd & self.engine & ~self.parent_backward
-        bwd_device = bwd & self.on_device & (ev.kind != Kind.GPU_ANNOTATION)
+        sxs = self._score_allocs(mem, sizes if phase in SCORE_PHASES else set())
+        bwd = sel[a.backward[sel]]
+        engine_top = bwd[self.engine[bwd] & ~self.parent_backward[bwd]]
+        bwd_device = bwd[self.on_device[bwd] & (ev.kind[bwd] != Kind.GPU_ANNOTATION)]
         device_us = self._per_step(ev.dur[device].sum())
         cpu_us = self._per_step(cpu_total)
         flops = self._per_step(a.flops[fwd].sum())
@@ -304,9 +308,9 @@ class _Summarizer:
             cpu_us=cpu_us,
             cpu_self_us=self._per_step(self.self_us[fwd].sum()),
             device_us=device_us,
-            kernels=self._per_step(int(device.sum())),
-            kernel_names=self._names(np.flatnonzero(device)),
-            ops=self._names(np.flatnonzero(ops)),
+            kernels=self._per_step(device.size),
+            kernel_names=self._names(device),
+            ops=self._names(ops),
             flops=flops,
             flops_per_s=_rate(flops, device_us or cpu_us),
             alloc_bytes=self._per_step(nbytes[nbytes > 0].sum()),
@@ -315,7 +319,7 @@ class _Summarizer:
             sxs_bytes=self._per_step(nbytes[sxs].sum()),
             sxs_allocs=self._per_step(int(sxs.sum())),
             backward=Backward(
-                calls=self._per_step(int(engine_top.sum())),
+                calls=self._per_step(engine_top.size),
                 cpu_us=self._per_step(ev.dur[engine_top].sum()),
                 device_us=self._per_step(ev.dur[bwd_device].sum()),
                 flops=self._per_step(a.flops[bwd].sum()),
@@ -353,7 +357,7 @@ class _Summarizer:
     def _heads_count(self, fwd: np.ndarray) -> int | None:
         ev = self.ev
         counts: Counter[int] = Counter()
-        for i in np.flatnonzero(fwd & (ev.shape >= 0)).tolist():
+        for i in fwd[ev.shape[fwd] >= 0].tolist():
             name = ev.names[ev.name[i]]
             dims = ev.shapes[ev.shape[i]].dims
             if not dims or not isinstance(dims[0], list) or len(dims[0]) != 4:
@@ -362,23 +366,23 @@ class _Summarizer:
                 counts[int(dims[0][1])] += 1
         return counts.most_common(1)[0][0] if counts else None
 
-    def _heads(self, layer: int, stats: LayerStats, fwd: np.ndarray) -> list[HeadStats]:
+    def _heads(self, stats: LayerStats, fwd: np.ndarray, mem: np.ndarray, sizes: set[int]) -> list[HeadStats]:
         ev, a = self.ev, self.a
-        measured = sorted(set(a.head[fwd & (a.head >= 0)].tolist()))
+        head_of = a.head[fwd]
+        measured = sorted(set(head_of[head_of >= 0].tolist()))
         if measured:
-            sizes = self._sxs_sizes(fwd)
             score_codes = np.array([PHASES.index(p) for p in SCORE_PHASES if p != OTHER])
             out = []
             for h in measured:
-                mine = fwd & (a.head == h)
-                head_scopes = mine & a.is_scope & (a.phase < 0)
-                mem = (a.mem_layer == layer) & (a.mem_head == h) & ~a.mem_backward & self.mem_in_steps & self.mem_ok
-                nbytes = ev.mem_bytes[mem]
-                sxs = self._score_allocs(np.flatnonzero(mem), sizes) & np.isin(a.mem_phase[mem], score_codes)
+                mine = fwd[head_of == h]
+                head_scopes = mine[a.is_scope[mine] & (a.phase[mine] < 0)]
+                mem_h = mem[a.mem_head[mem] == h]
+                nbytes = ev.mem_bytes[mem_h]
+                sxs = self._score_allocs(mem_h, sizes) & np.isin(a.mem_phase[mem_h], score_codes)
                 out.append(HeadStats(
                     head=h, derived=False,
                     cpu_us=self._per_step(ev.dur[head_scopes].sum()),
-                    device_us=self._per_step(ev.dur[mine & self.on_device].sum()),
+                    device_us=self._per_step(ev.dur[mine[self.on_device[mine]]].sum()),
                     flops=self._per_step(a.flops[mine].sum()),
                     alloc_bytes=self._per_step(nbytes[nbytes > 0].sum()),
                     sxs_bytes=self._per_step(nbytes[sxs].sum()),
@@ -395,6 +399,18 @@ class _Summarizer:
         return [HeadStats(head=h, derived=True, cpu_us=cpu / h_count, device_us=dev / h_count,
                           flops=flops / h_count, alloc_bytes=alloc / h_count, sxs_bytes=stats.sxs_bytes / h_count)
                 for h in range(h_count)]
+
+
+def _groups(keys: np.ndarray, mask: np.ndarray) -> dict[int, np.ndarray]:
+    """Indices (ascending) of the masked rows, grouped by key."""
+    idx = np.flatnonzero(mask)
+    if idx.size == 0:
+        return {}
+    order = np.argsort(keys[idx], kind="stable")
+    idx = idx[order]
+    values, starts = np.unique(keys[idx], return_index=True)
+    ends = np.append(starts[1:], idx.size)
+    return {int(v): idx[a:b] for v, a, b in zip(values, starts, ends, strict=True)}
 
 
 def _rate(flops: float, us: float) -> float:

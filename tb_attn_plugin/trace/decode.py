@@ -99,6 +99,49 @@ class _Builder:
     def count(self, key: str) -> None:
         self.diag[key] = self.diag.get(key, 0) + 1
 
+    def export(self) -> dict[str, Any]:
+        """Plain data for another process: columns, and names, tracks and shapes in id order."""
+        return {
+            "names": self.names, "tracks": self.tracks, "device_tracks": sorted(self.device_tracks),
+            "shape_keys": list(self.shape_ids), "diag": self.diag,
+            "x": {k: v.tobytes() for k, v in self.x.items()}, "m": {k: v.tobytes() for k, v in self.m.items()},
+        }
+
+    def merge(self, other: dict[str, Any]) -> None:
+        """Append an exported builder's events, re-numbering its names, tracks and shapes."""
+        name_map = []
+        for name in other["names"]:
+            nid = self.name_ids.get(name)
+            if nid is None:
+                nid = self.name_ids[name] = len(self.names)
+                self.names.append(name)
+                self.shape_name[nid] = name in SHAPE_OPS
+            name_map.append(nid)
+        track_map = []
+        for key in other["tracks"]:
+            tr = self.norm_ids.get(key)
+            if tr is None:
+                tr = self.new_track(key)
+            track_map.append(tr)
+        shape_map = []
+        for key in other["shape_keys"]:
+            sid = self.shape_ids.get(key)
+            if sid is None:
+                sid = self.shape_ids[key] = len(self.shapes)
+                self.shapes.append(_shapes(key))
+            shape_map.append(sid)
+        self.device_tracks.update(track_map[t] for t in other["device_tracks"])
+        for label, n in other["diag"].items():
+            self.diag[label] = self.diag.get(label, 0) + n
+        remap = {"name": name_map, "track": track_map, "shape": shape_map}
+        for cols, raw in ((self.x, other["x"]), (self.m, other["m"])):
+            for k, col in cols.items():
+                values = np.frombuffer(raw[k], dtype=col.typecode)
+                if k in remap and values.size:
+                    table = np.asarray(remap[k] + [-1], dtype=np.int64)  # -1 (no shape) maps to -1
+                    values = table[values].astype(col.typecode)
+                col.frombytes(values.tobytes())
+
     def new_track(self, key: tuple[int | str, int | str]) -> int:
         """A track id for (pid, tid); "25738" and 25738 are the same thread (2021 traces mix them)."""
         norm = (_as_id(key[0]), _as_id(key[1]))
@@ -428,6 +471,18 @@ def _finish(builder: _Builder, top: dict[str, Any]) -> Events:
 def decode(chunks: Iterable[bytes], *, batch_bytes: int = 8 << 20) -> Events:
     """Decode a trace from a stream of byte chunks (already decompressed)."""
     it: Iterator[bytes] = iter(chunks)
+    head = _header(it)
+    if isinstance(head, Events):
+        return head
+    header, rest = head
+    builder = _Builder()
+    rest = _batches(builder, it, rest, batch_bytes)
+    return _finish(builder, {**header, **_closing(builder, rest)})
+
+
+def _header(it: Iterator[bytes]) -> tuple[dict[str, Any], bytearray] | Events:
+    """The document's keys before the events and the bytes after ``"traceEvents": [``; or, for
+    a layout other than Kineto's, the whole document decoded at once."""
     buf = bytearray()
     match = None
     for chunk in it:
@@ -454,8 +509,11 @@ def decode(chunks: Iterable[bytes], *, batch_bytes: int = 8 << 20) -> Events:
         # Not Kineto's layout (events not each on a line at two spaces): decode it whole.
         return _whole(bytes(buf) + bytes(rest[len(buf) - match.end():]) + b"".join(it))
     header = _load_object(header_text + b"}", "header") if header_text != b"{" else {}
-    builder = _Builder()
-    del buf
+    return header, rest
+
+
+def _batches(builder: _Builder, it: Iterator[bytes], rest: bytearray, batch_bytes: int) -> bytearray:
+    """Decode whole batches of events as the stream comes; return what is left at its end."""
     for chunk in it:
         rest += chunk
         if len(rest) < batch_bytes:
@@ -465,14 +523,49 @@ def decode(chunks: Iterable[bytes], *, batch_bytes: int = 8 << 20) -> Events:
             continue  # one event larger than a batch: read on
         _add_batch_in_place(builder, rest, cut)
         del rest[:cut]
-    # The tail: the last events, "]" and the document's trailing keys.
+    return rest
+
+
+def _closing(builder: _Builder, rest: bytearray) -> dict[str, Any]:
+    """The last events, the closing ``]`` and the document's trailing keys."""
     tail = bytes(rest).rstrip()
-    del rest
     if not tail.endswith(b"}"):
         raise TraceError(_TRUNCATED)
-    top = dict(header)
-    top.update(_tail(builder, tail))
-    return _finish(builder, top)
+    return _tail(builder, tail)
+
+
+# -- two halves at once ---------------------------------------------------------------------
+# A large local trace can be decoded in two processes: the caller cuts the file at an event
+# start near its middle, decodes the second half in a child (``decode_second_half``, whose
+# result is plain data that pickles), the first half itself (``decode_first_half``), and
+# merges (``merge_halves``). The result equals ``decode`` of the whole file.
+
+
+def decode_first_half(chunks: Iterable[bytes], *, batch_bytes: int = 8 << 20) -> tuple[_Builder, dict[str, Any]] | None:
+    """Decode from the start of the file to the cut (an event start). None: not Kineto's layout."""
+    it: Iterator[bytes] = iter(chunks)
+    head = _header(it)
+    if isinstance(head, Events):
+        return None
+    header, rest = head
+    builder = _Builder()
+    rest = _batches(builder, it, rest, batch_bytes)
+    if rest.strip():
+        _add_batch(builder, _as_array(memoryview(rest)))
+    return builder, header
+
+
+def decode_second_half(chunks: Iterable[bytes], *, batch_bytes: int = 8 << 20) -> dict[str, Any]:
+    """Decode from the cut to the end of the file; the result pickles."""
+    builder = _Builder()
+    rest = _batches(builder, iter(chunks), bytearray(), batch_bytes)
+    trailer = _closing(builder, rest)
+    return {"builder": builder.export(), "trailer": trailer}
+
+
+def merge_halves(first: _Builder, header: dict[str, Any], second: dict[str, Any]) -> Events:
+    first.merge(second["builder"])
+    return _finish(first, {**header, **second["trailer"]})
 
 
 _SPACE = frozenset(b" \t\r\n")

@@ -17,8 +17,8 @@ from typing import Any
 from tb_attn_plugin.trace.events import TraceError
 
 __all__ = [
-    "CHUNK_BYTES", "FileInfo", "has_trace_file", "is_dir", "is_url", "join", "list_tree", "raw_chunks",
-    "read_chunks", "read_small", "stat",
+    "CHUNK_BYTES", "FileInfo", "find_after", "has_trace_file", "is_dir", "is_plain_local_file", "is_url", "join",
+    "list_tree", "raw_chunks", "read_chunks", "read_range", "read_small", "stat",
 ]
 
 CHUNK_BYTES = 4 << 20
@@ -173,6 +173,41 @@ def _raw_chunks(path: str, chunk_bytes: int) -> Iterator[bytes]:
             if not chunk:
                 return
             yield chunk
+
+
+def is_plain_local_file(path: str) -> bool:
+    """A local file that is not gzip (so it can be read in byte ranges)."""
+    if is_url(path):
+        return False
+    try:
+        with open(_strip_file_scheme(path), "rb") as f:
+            return f.read(2) != _GZIP_MAGIC
+    except OSError:
+        return False
+
+
+def read_range(path: str, start: int, end: int, *, chunk_bytes: int = CHUNK_BYTES) -> Iterator[bytes]:
+    """Bytes [start, end) of a local file, in chunks."""
+    try:
+        f = open(_strip_file_scheme(path), "rb")
+    except OSError as exc:
+        raise TraceError(f"cannot read {path}: {exc.strerror or exc}") from None
+    with f:
+        f.seek(start)
+        left = end - start
+        while left > 0:
+            chunk = f.read(min(chunk_bytes, left))
+            if not chunk:
+                return
+            left -= len(chunk)
+            yield chunk
+
+
+def find_after(path: str, offset: int, needle: bytes, *, window: int = 8 << 20) -> int | None:
+    """The position of the first ``needle`` at or after ``offset`` within ``window`` bytes."""
+    data = b"".join(read_range(path, offset, offset + window))
+    pos = data.find(needle)
+    return None if pos < 0 else offset + pos
 
 
 def raw_chunks(path: str, *, chunk_bytes: int = CHUNK_BYTES) -> Iterator[bytes]:
