@@ -6,21 +6,29 @@ downloaded. Screenshots go to ``test-artifacts/`` at the repository root.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 CHROMIUM = "/usr/bin/chromium"
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
 HOSTILE_RUN = '<img src=x onerror="window.__xss=1">'
+#: Replaces "aten::softmax" in the hostile run's trace (no quote or backslash: the JSON stays valid).
+HOSTILE_OP = "<script>window.__xss=2</script>"
+#: The hostile run's metadata "user".
+HOSTILE_USER = '<svg onload="window.__xss=3">'
+VIEWPORT = {"width": 1400, "height": 1400}
 
 
 def _free_port() -> int:
@@ -39,10 +47,30 @@ def browser_logdir(tmp_path_factory: pytest.TempPathFactory, builtin_logdir: Pat
     (broken / "w.1.pt.trace.json").write_text("this is not a trace")
     old = time.time() - 3600
     os.utime(broken / "w.1.pt.trace.json", (old, old))
+    _write_hostile_run(builtin_logdir / "naive", logdir / HOSTILE_RUN)
     return logdir
 
 
+def _write_hostile_run(source: Path, target: Path) -> None:
+    """A copy of a runner run whose directory name, op names and user are HTML."""
+    target.mkdir(parents=True)
+    for f in source.iterdir():
+        text = f.read_text()
+        if f.name.endswith(".pt.trace.json"):
+            assert '"aten::softmax"' in text, f"{f} has no aten::softmax to replace"
+            text = text.replace('"aten::softmax"', json.dumps(HOSTILE_OP))
+            json.loads(text)
+        elif f.name == "tb_attn_run.json":
+            meta = json.loads(text)
+            meta["user"] = HOSTILE_USER
+            text = json.dumps(meta)
+        (target / f.name).write_text(text)
+
+
 class TensorBoard:
+    """``tensorboard --logdir`` on a free loopback port. Its output goes to a temporary file, not
+    a pipe: nobody reads a pipe while the tests run, and a full one would block the server."""
+
     def __init__(self, logdir: Path, path_prefix: str = "") -> None:
         self.logdir = logdir
         self.port = _free_port()
@@ -52,19 +80,27 @@ class TensorBoard:
         args = [str(tensorboard), "--logdir", str(logdir), "--host", "127.0.0.1", "--port", str(self.port)]
         if path_prefix:
             args += ["--path_prefix", path_prefix]
-        self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        self.log = tempfile.TemporaryFile(mode="w+", prefix="tensorboard-")
+        self.proc = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT, text=True)
         deadline = time.monotonic() + 90
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"tensorboard exited: {self.proc.stdout.read() if self.proc.stdout else ''}")
+                output = self.output()
+                self.log.close()
+                raise RuntimeError(f"tensorboard exited: {output}")
             try:
                 with urllib.request.urlopen(self.url + "data/plugins_listing", timeout=2) as r:
                     if r.status == 200:
                         return
             except OSError:
                 time.sleep(0.3)
+        output = self.output()
         self.stop()
-        raise RuntimeError("tensorboard did not start within 90 s")
+        raise RuntimeError(f"tensorboard did not start within 90 s: {output}")
+
+    def output(self) -> str:
+        self.log.seek(0)
+        return self.log.read()[-5000:]
 
     def stop(self) -> None:
         if self.proc.poll() is None:
@@ -73,6 +109,8 @@ class TensorBoard:
                 self.proc.wait(timeout=20)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
+                self.proc.wait()
+        self.log.close()
 
 
 @pytest.fixture(scope="session")
@@ -83,7 +121,7 @@ def tensorboard(browser_logdir: Path) -> Iterator[TensorBoard]:
 
 
 @pytest.fixture(scope="session")
-def browser() -> Iterator[object]:
+def browser() -> Iterator[Any]:
     if not os.path.exists(CHROMIUM):
         pytest.fail(f"{CHROMIUM} is missing: `make test` installs Debian's chromium (apt-get install chromium)")
     from playwright.sync_api import sync_playwright
@@ -93,6 +131,50 @@ def browser() -> Iterator[object]:
                               args=["--no-sandbox", "--disable-gpu", "--disable-background-networking"])
         yield b
         b.close()
+
+
+@pytest.fixture(scope="session")
+def hostile() -> dict[str, str]:
+    """The hostile run's name, op name and user, as browser_logdir writes them."""
+    return {"run": HOSTILE_RUN, "op": HOSTILE_OP, "user": HOSTILE_USER}
+
+
+@pytest.fixture(scope="session")
+def prefixed_tensorboard(browser_logdir: Path) -> Iterator[TensorBoard]:
+    """A second TensorBoard over the same logdir, served under --path_prefix=/tb."""
+    tb = TensorBoard(browser_logdir, path_prefix="/tb")
+    yield tb
+    tb.stop()
+
+
+@pytest.fixture(scope="session")
+def browser_context(browser: Any) -> Iterator[Any]:
+    """One context for the module: TensorBoard's own bundle is fetched once and then cached.
+    Each test still gets its own page, so its own sessionStorage (the tab's persisted view)."""
+    context = browser.new_context(viewport=VIEWPORT)
+    yield context
+    context.close()
+
+
+@pytest.fixture
+def page(browser_context: Any) -> Iterator[Any]:
+    """A fresh page; uncaught script errors in it (TensorBoard's or the tab's) fail the test.
+
+    Errors of torch-tb-profiler's frontend are left out: offline it cannot load Google Charts
+    from its CDN, and the drill-down's link opens that tab."""
+    page = browser_context.new_page()
+    page.set_default_timeout(20_000)
+    errors: list[str] = []
+
+    def on_error(exc: Any) -> None:
+        if "/data/plugin/pytorch_profiler/" not in (exc.stack or ""):
+            errors.append(f"{exc.name}: {exc.message}\n{exc.stack}")
+
+    page.on("pageerror", on_error)
+    yield page
+    page.close()
+    if errors:
+        pytest.fail("uncaught script errors in the page:\n" + "\n".join(errors))
 
 
 @pytest.fixture(scope="session")
