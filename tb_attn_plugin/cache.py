@@ -7,9 +7,7 @@ given a directory, stores encoded summaries there; it never writes into the logd
 
 from __future__ import annotations
 
-import hashlib
 import os
-import tempfile
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
@@ -79,6 +77,8 @@ class DiskCache:
         self.namespace = namespace
 
     def _path(self, key: Key) -> Path:
+        import hashlib  # only with a disk cache: keeps the CLI's start-up short
+
         digest = hashlib.sha256(repr((self.namespace, *key)).encode()).hexdigest()
         return self.directory / digest[:2] / f"{digest}.bin"
 
@@ -89,6 +89,8 @@ class DiskCache:
             return None
 
     def put(self, key: Key, data: bytes) -> None:
+        import tempfile
+
         path = self._path(key)
         try:
             path.parent.mkdir(parents=True, exist_ok=True)

@@ -9,7 +9,6 @@ Rules, thresholds and the reasons for them are in ``docs/findings.md``.
 
 from __future__ import annotations
 
-import statistics
 from collections import Counter
 from collections.abc import Iterable, Iterator
 
@@ -470,13 +469,13 @@ def _dispatch_gpu(t: _Trace) -> list[Finding]:
             for layer in t.s.layers if layer.calls > 0 and layer.device_us > 0]
     if not rows or t.s.step_cpu_us <= 0:
         return []
-    ratio = statistics.median(cpu / dev for _, cpu, dev, _ in rows)
+    ratio = _median(cpu / dev for _, cpu, dev, _ in rows)
     busy = t.s.step_device_us / t.s.step_cpu_us
     if ratio < DISPATCH_RATIO or busy >= DEVICE_BUSY_MAX:
         return []
     layers = [layer.layer for layer, cpu, dev, _ in rows if cpu >= DISPATCH_RATIO * dev]
-    cpu, dev, kernels = (statistics.median(r[1] for r in rows), statistics.median(r[2] for r in rows),
-                         statistics.median(r[3] for r in rows))
+    cpu, dev, kernels = (_median(r[1] for r in rows), _median(r[2] for r in rows),
+                         _median(r[3] for r in rows))
     text = (f"In {_layers(layers)}, one attention forward takes {_us(cpu)} on the CPU but {_us(dev)} on the device "
             f"({ratio:.1f}×, medians over layers), launching {_count(kernels, 'kernel', 'kernels')} per forward; "
             f"the device is busy {_pct(busy)} of the step. The GPU waits for the CPU to launch work, so faster "
@@ -509,13 +508,13 @@ def _dispatch_cpu(t: _Trace) -> list[Finding]:
                      ev.dur[top].tolist()))
     if not rows:
         return []
-    n_ops = statistics.median(r[1] for r in rows)
-    share = statistics.median(r[2] for r in rows)
+    n_ops = _median(r[1] for r in rows)
+    share = _median(r[2] for r in rows)
     if n_ops <= TINY_OPS_MIN or share < TINY_SHARE:
         return []
     layers = sorted({r[0] for r in rows if r[1] > TINY_OPS_MIN and r[2] >= TINY_SHARE})
-    median_op = statistics.median(d for r in rows for d in r[4]) if any(r[4] for r in rows) else 0.0
-    block_us = statistics.median(r[3] for r in rows)
+    median_op = _median(d for r in rows for d in r[4]) if any(r[4] for r in rows) else 0.0
+    block_us = _median(r[3] for r in rows)
     text = (f"In {_layers(layers)}, one attention forward runs {_n(n_ops)} CPU ops, and {_pct(share)} of its "
             f"{_us(block_us)} goes to ops shorter than {TINY_OP_US:.0f} µs and the gaps between ops (median "
             f"top-level op {_us(median_op)}): framework dispatch, not arithmetic (medians over block calls).")
@@ -595,6 +594,15 @@ def _share_of_step(t: _Trace) -> list[Finding]:
 
 
 # -- formatting -------------------------------------------------------------------------------
+
+def _median(values: Iterable[float]) -> float:
+    """The median; ``statistics`` costs 8 ms of import time, which the CLI pays on every run."""
+    ordered = sorted(values)
+    if not ordered:
+        raise ValueError("median of no values")
+    mid = len(ordered) // 2
+    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+
 
 def _top_names(groups: Iterable[list[str]]) -> list[str]:
     counts: Counter[str] = Counter(n for g in groups for n in g)
