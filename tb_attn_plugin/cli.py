@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import gc
 import io as stdio
 import sys
 import textwrap
@@ -64,6 +65,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         runs = [r for r in runs if args.worker in r.workers]
         if not runs:
             return _fail(f"no worker named {args.worker!r} in the selected runs")
+    # A short-lived process that builds large numpy columns and no reference cycles: the cyclic
+    # garbage collector only costs time here.
+    gc.disable()
     loader = Loader(cache_dir=args.cache_dir, max_trace_bytes=args.max_trace_mb << 20)
     summaries = [loader.summarize_run(r, worker=args.worker) for r in runs]
     out = {"table": _table, "json": _json, "csv": _csv}[args.format](summaries)

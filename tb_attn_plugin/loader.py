@@ -7,10 +7,13 @@ leaves other files and runs alone.
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import json
 import os
 import pickle
 import threading
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import msgspec
@@ -40,11 +43,25 @@ def load_events(path: str, *, max_bytes: int | None = DEFAULT_MAX_TRACE_BYTES, p
     and this process runs no other thread (the CLI; not inside TensorBoard's server, where
     forking a threaded process is unsafe). The result is the same as decoding it in one.
     """
-    if parallel and _can_split(path, max_bytes):
-        events = _load_in_two(path)
-        if events is not None:
-            return events
-    return decode(io.read_chunks(path, max_bytes=max_bytes))
+    with _gc_paused():
+        if parallel and _can_split(path, max_bytes):
+            events = _load_in_two(path)
+            if events is not None:
+                return events
+        return decode(io.read_chunks(path, max_bytes=max_bytes))
+
+
+@contextlib.contextmanager
+def _gc_paused() -> Iterator[None]:
+    """Decoding allocates hundreds of thousands of short-lived containers and makes no cycles:
+    the cyclic garbage collector only costs time during it."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def _can_split(path: str, max_bytes: int | None) -> bool:
@@ -59,7 +76,9 @@ def _can_split(path: str, max_bytes: int | None) -> bool:
 
 def _load_in_two(path: str) -> Events | None:
     size = io.stat(path).size
-    cut = io.find_after(path, size // 2, b"\n  {")
+    # The head of a trace decodes a little slower per byte than its tail (measured: 0.30 s against
+    # 0.26 s for the halves of a 97 MB trace), and this process also merges: it takes a bit less.
+    cut = io.find_after(path, size * 47 // 100, b"\n  {")
     if cut is None:
         return None
     read_fd, write_fd = os.pipe()

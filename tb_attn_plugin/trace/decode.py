@@ -72,6 +72,7 @@ class _Event(msgspec.Struct, gc=False):
 
 
 _batch_decoder = msgspec.json.Decoder(list[_Event])
+_top_decoder = msgspec.json.Decoder(dict[str, msgspec.Raw])
 _DEVICE_KINDS = frozenset({int(Kind.KERNEL), int(Kind.MEMCPY), int(Kind.MEMSET), int(Kind.GPU_ANNOTATION)})
 
 
@@ -415,7 +416,7 @@ def _add_batch(builder: _Builder, text: bytes | bytearray | memoryview) -> None:
     try:
         builder.add(_batch_decoder.decode(text))
         return
-    except (msgspec.DecodeError, msgspec.ValidationError, OverflowError, TypeError):
+    except (msgspec.DecodeError, msgspec.ValidationError, OverflowError, TypeError, RecursionError):
         builder.truncate(sizes)
     try:
         objs = json.loads(bytes(text))
@@ -454,10 +455,26 @@ def _whole(document: bytes) -> Events:
         return _finish(builder, {})
     if stripped[:1] != b"{":
         raise TraceError("not JSON: a trace is a JSON object with traceEvents")
+    try:
+        # Fast path: top-level values as raw slices, the events through the typed decoder.
+        raw = _top_decoder.decode(stripped)
+    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
+        raw = None
+    if raw is not None and "traceEvents" in raw:
+        events_raw = raw.pop("traceEvents")
+        try:
+            top = {k: json.loads(bytes(v)) for k, v in raw.items()}
+        except (ValueError, RecursionError):
+            top = None
+        with memoryview(events_raw) as text:
+            if top is not None and text[:1] == b"[":
+                _add_batch(builder, text)
+                return _finish(builder, top)
     top = _load_object(stripped, "document")
     events = top.pop("traceEvents", None)
     if events is None:
         raise TraceError("not a trace: the JSON object has no traceEvents")
+    builder = _Builder()
     builder.add(_lenient(events))
     return _finish(builder, top)
 
