@@ -44,7 +44,7 @@ def load_events(path: str, *, max_bytes: int | None = DEFAULT_MAX_TRACE_BYTES, p
     forking a threaded process is unsafe). The result is the same as decoding it in one.
     """
     with _gc_paused():
-        if parallel and _can_split(path, max_bytes):
+        if parallel and _may_fork() and _splittable(path, max_bytes):
             events = _load_in_two(path)
             if events is not None:
                 return events
@@ -64,9 +64,12 @@ def _gc_paused() -> Iterator[None]:
             gc.enable()
 
 
-def _can_split(path: str, max_bytes: int | None) -> bool:
-    if (os.cpu_count() or 1) < 2 or threading.active_count() != 1 or not hasattr(os, "fork"):
-        return False
+def _may_fork() -> bool:
+    """Two cores, and no other thread in this process (forking a threaded process is unsafe)."""
+    return (os.cpu_count() or 1) >= 2 and threading.active_count() == 1 and hasattr(os, "fork")
+
+
+def _splittable(path: str, max_bytes: int | None) -> bool:
     try:
         size = io.stat(path).size
     except TraceError:

@@ -177,7 +177,7 @@ def test_two_process_decode_equals_one(builtin_logdir: Path, tmp_path: Path, mon
     monkeypatch.setattr(loader, "PARALLEL_MIN_BYTES", 0)
     for run in ("naive", "sdpa-per-head"):
         (path,) = trace_files(builtin_logdir / run)
-        assert loader._can_split(str(path), None)
+        assert loader._splittable(str(path), None)
         assert _same_events(loader._load_in_two(str(path)), load_events(str(path), parallel=False))
     # A broken second half falls back to one process, which reports the error.
     (path,) = trace_files(builtin_logdir / "naive")
