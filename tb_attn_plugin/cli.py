@@ -1,6 +1,7 @@
 """``tb-attn``: attention summaries of torch.profiler traces in the terminal and in CI.
 
     tb-attn summarize PATH [--run R] [--worker W] [--format table|json|csv]
+    tb-attn gate --baseline RUN --candidate RUN [--max-time-regression 10%] [--max-memory-regression 10%]
 
 PATH is a logdir, a run directory or one trace file (local or an fsspec URL). Exit codes: 0
 when every selected trace was summarized, 1 when some trace could not be read (its error is
@@ -14,6 +15,7 @@ import argparse
 import csv
 import gc
 import io as stdio
+import json
 import sys
 import textwrap
 from collections.abc import Sequence
@@ -43,11 +45,21 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--cache-dir", help="keep summaries in this local directory between invocations")
     s.add_argument("--max-trace-mb", type=int, default=4096,
                    help="refuse traces larger than this, uncompressed (default 4096)")
+    g = sub.add_parser("gate", help="fail (exit 1) when attention got slower or hungrier than a baseline")
+    g.add_argument("--baseline", required=True, help="the baseline run: a run directory or a trace file")
+    g.add_argument("--candidate", required=True, help="the candidate run: a run directory or a trace file")
+    g.add_argument("--max-time-regression", default="10%", help="tolerated slowdown (default 10%%)")
+    g.add_argument("--max-memory-regression", default="10%", help="tolerated memory growth (default 10%%)")
+    g.add_argument("--clock", choices=("auto", "cpu", "device"), default="auto",
+                   help="compare device time (auto: when both runs have kernels) or CPU time")
+    g.add_argument("--format", choices=("text", "json"), default="text")
     return p
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.command == "gate":
+        return _gate(args)
     from tb_attn_plugin.loader import Loader, resolve_runs
     from tb_attn_plugin.trace.events import TraceError
 
@@ -76,6 +88,77 @@ def main(argv: Sequence[str] | None = None) -> int:
     for run, err in failed:
         print(f"{PROG}: {run}/{err.file}: {err.error}", file=sys.stderr)
     return 1 if failed else 0
+
+
+def _gate(args: argparse.Namespace) -> int:
+    from tb_attn_plugin.analysis.gate import gate, parse_tolerance
+    from tb_attn_plugin.loader import Loader, resolve_runs
+    from tb_attn_plugin.trace.events import TraceError
+
+    try:
+        max_time = parse_tolerance(args.max_time_regression)
+        max_memory = parse_tolerance(args.max_memory_regression)
+    except ValueError as exc:
+        return _fail(f"bad tolerance: {exc}")
+    gc.disable()
+    loader = Loader()
+    summaries = []
+    for label, path in (("baseline", args.baseline), ("candidate", args.candidate)):
+        try:
+            runs = resolve_runs(path)
+        except TraceError as exc:
+            return _fail(f"{label}: {exc}")
+        if len(runs) != 1:
+            names = ", ".join(r.name for r in runs[:5]) or "none"
+            return _fail(f"{label}: {path} holds {len(runs)} runs ({names}); point at one run directory")
+        summary = loader.summarize_run(runs[0])
+        if summary.run == ".":
+            summary.run = path
+        for err in summary.errors:
+            print(f"{PROG}: {label} {err.file}: {err.error}", file=sys.stderr)
+        summaries.append(summary)
+    try:
+        report = gate(summaries[0], summaries[1], max_time=max_time, max_memory=max_memory, clock=args.clock)
+    except ValueError as exc:
+        return _fail(str(exc))
+    sys.stdout.write(_gate_json(report) if args.format == "json" else _gate_text(report))
+    return 0 if report.passed else 1
+
+
+def _gate_text(report: object) -> str:
+    from tb_attn_plugin.analysis.gate import GateReport
+
+    assert isinstance(report, GateReport)
+    lines = [f"attention gate: {report.candidate} against baseline {report.baseline} ({report.clock} time)"]
+    for c in report.checks:
+        fmt = (lambda us: f"{us / 1000:.3f} ms") if c.unit == "us" else (lambda b: f"{b / (1 << 20):.2f} MiB")
+        change = "n/a" if c.change is None else f"{c.change:+.1%}"
+        verdict = "ok" if c.passed else "REGRESSION"
+        lines.append(f"  {c.name:<6} baseline {fmt(c.baseline):>12}  candidate {fmt(c.candidate):>12}  "
+                     f"change {change:>7}  tolerance {c.tolerance:.0%}  {verdict}")
+        lines.append(f"         ({c.detail})")
+    if report.layers:
+        lines.append("  per layer, time per step (baseline -> candidate):")
+        for layer, base, cand in report.layers:
+            lines.append(f"    L{layer:<3} {_ms(base):>10} ms -> {_ms(cand):>10} ms")
+    lines.append("PASS: attention did not regress beyond the tolerances" if report.passed
+                 else "FAIL: attention regressed beyond the tolerances")
+    return "\n".join(lines) + "\n"
+
+
+def _gate_json(report: object) -> str:
+    from tb_attn_plugin.analysis.gate import GateReport
+
+    assert isinstance(report, GateReport)
+    body = {
+        "schema": "tb-attn.gate/1", "baseline": report.baseline, "candidate": report.candidate,
+        "clock": report.clock, "passed": report.passed,
+        "checks": [{"name": c.name, "unit": c.unit, "baseline": c.baseline, "candidate": c.candidate,
+                    "change": c.change, "tolerance": c.tolerance, "passed": c.passed, "detail": c.detail}
+                   for c in report.checks],
+        "layers": [{"layer": k, "baseline_us": b, "candidate_us": c} for k, b, c in report.layers],
+    }
+    return json.dumps(body, indent=2) + "\n"
 
 
 def _fail(message: str) -> int:
