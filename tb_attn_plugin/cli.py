@@ -45,6 +45,11 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--cache-dir", help="keep summaries in this local directory between invocations")
     s.add_argument("--max-trace-mb", type=int, default=4096,
                    help="refuse traces larger than this, uncompressed (default 4096)")
+    c = sub.add_parser("compare", help="runs side by side with ratios to a baseline, and scaling with seq")
+    c.add_argument("path", help="a logdir (local path or fsspec URL)")
+    c.add_argument("--runs", help="comma-separated run names (default: every run)")
+    c.add_argument("--baseline", help="the run the ratios are against (default: the first)")
+    c.add_argument("--format", choices=("table", "json"), default="table")
     g = sub.add_parser("gate", help="fail (exit 1) when attention got slower or hungrier than a baseline")
     g.add_argument("--baseline", required=True, help="the baseline run: a run directory or a trace file")
     g.add_argument("--candidate", required=True, help="the candidate run: a run directory or a trace file")
@@ -60,6 +65,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "gate":
         return _gate(args)
+    if args.command == "compare":
+        return _compare(args)
     from tb_attn_plugin.loader import Loader, resolve_runs
     from tb_attn_plugin.trace.events import TraceError
 
@@ -88,6 +95,82 @@ def main(argv: Sequence[str] | None = None) -> int:
     for run, err in failed:
         print(f"{PROG}: {run}/{err.file}: {err.error}", file=sys.stderr)
     return 1 if failed else 0
+
+
+def _compare(args: argparse.Namespace) -> int:
+    from tb_attn_plugin.analysis.compare import compare, scaling
+    from tb_attn_plugin.loader import Loader, resolve_runs
+    from tb_attn_plugin.trace.events import TraceError
+
+    try:
+        runs = resolve_runs(args.path)
+    except TraceError as exc:
+        return _fail(str(exc))
+    if args.runs:
+        wanted = [n.strip("/") for n in args.runs.split(",") if n.strip()]
+        by_name = {r.name: r for r in runs}
+        missing = [n for n in wanted if n not in by_name]
+        if missing:
+            return _fail(f"no run named {missing[0]!r} under {args.path}")
+        runs = [by_name[n] for n in wanted]
+    if not runs:
+        return _fail(f"no traces under {args.path}")
+    if args.baseline is not None and args.baseline.strip("/") not in {r.name for r in runs}:
+        return _fail(f"the baseline {args.baseline!r} is not one of the runs")
+    gc.disable()
+    loader = Loader()
+    summaries = [loader.summarize_run(r) for r in runs]
+    try:
+        result = compare(summaries, baseline=args.baseline.strip("/") if args.baseline else None)
+    except ValueError as exc:
+        return _fail(str(exc))
+    scale = scaling(summaries)
+    if args.format == "json":
+        sys.stdout.write(json.dumps({"compare": result, "scaling": scale}, indent=2) + "\n")
+    else:
+        sys.stdout.write(_compare_table(result, scale))
+    return 1 if result["errors"] else 0
+
+
+def _ratio(x: float | None) -> str:
+    return "-" if x is None else f"{x:.2f}x"
+
+
+def _compare_table(result: dict[str, object], scale: dict[str, object]) -> str:
+    runs = result["runs"]
+    assert isinstance(runs, list)
+    header = ("run", "impl", "seq", "dtype", "backend", "attn ms", "ratio", "alloc MiB", "ratio", "peak MiB",
+              "ratio", "FLOP/s", "ratio", "ops/fwd", "kernels/fwd", "findings")
+    rows = []
+    for f in runs:
+        r = f["ratio"]
+        t = f["attention_device_us"] or f["attention_cpu_us"]
+        t_ratio = r["attention_device_us"] if f["attention_device_us"] else r["attention_cpu_us"]
+        rows.append((f["run"], str(f["impl"] or "-"), str(f["seq"] or "-"), str(f["dtype"] or "-"), f["backend"],
+                     _ms(t), _ratio(t_ratio), _mib(f["alloc_bytes"]), _ratio(r["alloc_bytes"]),
+                     _mib(f["peak_bytes"]), _ratio(r["peak_bytes"]), _si(f["flops_per_s"]), _ratio(r["flops_per_s"]),
+                     f"{f['ops_per_forward']:.1f}", f"{f['kernels_per_forward']:.1f}", ",".join(f["findings"]) or "-"))
+    widths = [max(len(str(row[i])) for row in [header, *rows]) for i in range(len(header))]
+    fmt = "  ".join(f"{{:<{w}}}" if i < 5 or i == len(widths) - 1 else f"{{:>{w}}}" for i, w in enumerate(widths))
+    lines = [f"baseline: {result['baseline']} (time is device time where there is some, else CPU; means per step)",
+             fmt.format(*header), *(fmt.format(*row) for row in rows)]
+    errors = result["errors"]
+    assert isinstance(errors, list)
+    lines += [f"error: {e['run']}: {e['error']}" for e in errors]
+    series = scale["series"]
+    assert isinstance(series, list)
+    fitted = [s for s in series if s["time_fit"] or s["memory_fit"]]
+    if fitted:
+        lines.append("")
+        lines.append("scaling with sequence length (cost ~ a * S^k):")
+        for s in fitted:
+            seqs = ",".join(str(p["seq"]) for p in s["points"])
+            tf, mf = s["time_fit"], s["memory_fit"]
+            lines.append(f"  {s['label']:<32} seq {seqs:<16} time k={tf['k']:.2f} (R2 {tf['r2']:.2f})"
+                         if tf else f"  {s['label']:<32} seq {seqs:<16} time -")
+            if mf:
+                lines[-1] += f"  memory k={mf['k']:.2f} (R2 {mf['r2']:.2f})"
+    return "\n".join(lines) + "\n"
 
 
 def _gate(args: argparse.Namespace) -> int:

@@ -71,6 +71,8 @@ class AttentionPlugin(base_plugin.TBPlugin):
             "/memory": self._serve_memory,
             "/timeline": self._serve_timeline,
             "/trace": self._serve_trace,
+            "/compare": self._serve_compare,
+            "/scaling": self._serve_scaling,
         }
         return {route: wrappers.Request.application(handler) for route, handler in routes.items()}
 
@@ -108,6 +110,13 @@ class AttentionPlugin(base_plugin.TBPlugin):
             limit=limit,
         )
         return http_util.Respond(request, _to_json(body), _JSON)
+
+    def _serve_compare(self, request: wrappers.Request) -> wrappers.Response:
+        body = self.service.compare(_run_list(request), request.args.get("baseline") or None)
+        return http_util.Respond(request, _to_json(body), _JSON)
+
+    def _serve_scaling(self, request: wrappers.Request) -> wrappers.Response:
+        return http_util.Respond(request, _to_json(self.service.scaling(_run_list(request))), _JSON)
 
     def _serve_trace(self, request: wrappers.Request) -> wrappers.Response:
         from tb_attn_plugin.trace import io
@@ -156,6 +165,11 @@ def _safe_static_path(rel: str) -> str | None:
     if os.path.commonpath([root, candidate]) != root or not os.path.isfile(candidate):
         return None
     return candidate
+
+
+def _run_list(request: wrappers.Request) -> list[str]:
+    names = [n for n in _required(request, "runs").split(",") if n]
+    return list(dict.fromkeys(names))
 
 
 def _required(request: wrappers.Request, name: str) -> str:

@@ -44,6 +44,7 @@ class PhaseStats(msgspec.Struct, kw_only=True):
     kernels: float  # device events per step
     kernel_names: list[str]  # the most expensive first, at most 5
     ops: list[str]  # the most expensive top-level ops first, at most 5
+    op_count: float = 0.0  # top-level ops per step (dispatcher calls the phase makes)
     flops: float
     flops_per_s: float  # over device time where there is some, else CPU time
     alloc_bytes: float

@@ -188,6 +188,28 @@ class Service:
         except views.ViewError as exc:
             raise errors.NotFoundError(str(exc)) from None
 
+    def _summaries(self, names: list[str]) -> list[RunSummary]:
+        if not names:
+            raise errors.InvalidArgumentError("pass runs=R1,R2,... (run names as /runs lists them)")
+        if len(names) > 200:
+            raise errors.InvalidArgumentError("at most 200 runs at once")
+        return [self.summary(name, None, None) for name in names]
+
+    def compare(self, names: list[str], baseline: str | None) -> dict[str, Any]:
+        from tb_attn_plugin.analysis.compare import compare
+
+        if baseline is not None and baseline not in names:
+            raise errors.InvalidArgumentError(f"the baseline {baseline!r} is not one of the runs")
+        try:
+            return compare(self._summaries(names), baseline=baseline)
+        except ValueError as exc:
+            raise errors.InvalidArgumentError(str(exc)) from None
+
+    def scaling(self, names: list[str]) -> dict[str, Any]:
+        from tb_attn_plugin.analysis.compare import scaling
+
+        return scaling(self._summaries(names))
+
     def trace_download(self, run_name: str, file: str) -> TraceFile:
         run = self.run(run_name)
         for f in run.files:

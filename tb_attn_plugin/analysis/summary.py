@@ -311,6 +311,7 @@ class _Summarizer:
             kernels=self._per_step(device.size),
             kernel_names=self._names(device),
             ops=self._names(ops),
+            op_count=self._per_step(ops.size),
             flops=flops,
             flops_per_s=_rate(flops, device_us or cpu_us),
             alloc_bytes=self._per_step(nbytes[nbytes > 0].sum()),

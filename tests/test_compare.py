@@ -1,0 +1,93 @@
+"""Compare and scaling on a runner sweep: the API, the CLI and the tab's routes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from helpers import profile_run
+from tensorboard.backend import application
+from tensorboard.plugins import base_plugin
+from werkzeug.test import Client
+
+from tb_attn_plugin.analysis.compare import compare, fit_power, scaling
+from tb_attn_plugin.cli import main
+from tb_attn_plugin.loader import Loader, resolve_runs
+from tb_attn_plugin.plugin import AttentionPlugin
+
+SEQS = (32, 64, 128)
+
+
+@pytest.fixture(scope="module")
+def sweep(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    logdir = tmp_path_factory.mktemp("sweep")
+    for impl in ("naive", "sdpa"):
+        for seq in SEQS:
+            assert profile_run(logdir, f"{impl}/seq{seq}", impl=impl, seq=seq).status == "ok"
+    return logdir
+
+
+def _summaries(logdir: Path) -> list:  # type: ignore[type-arg]
+    loader = Loader()
+    return [loader.summarize_run(r) for r in resolve_runs(str(logdir))]
+
+
+def test_power_fit() -> None:
+    fit = fit_power([1, 2, 4, 8], [3.0, 12.0, 48.0, 192.0])
+    assert fit is not None and fit["k"] == pytest.approx(2.0) and fit["a"] == pytest.approx(3.0)
+    assert fit["r2"] == pytest.approx(1.0)
+    assert fit_power([4, 4], [1.0, 2.0]) is None
+
+
+def test_compare_ratios_and_groups(sweep: Path) -> None:
+    result = compare(_summaries(sweep), baseline="sdpa/seq128")
+    facts = {f["run"]: f for f in result["runs"]}
+    assert result["baseline"] == "sdpa/seq128" and not result["errors"]
+    base, naive = facts["sdpa/seq128"], facts["naive/seq128"]
+    assert base["ratio"]["alloc_bytes"] == 1.0
+    assert naive["impl"] == "naive" and naive["seq"] == 128 and naive["backend"] == "naive"
+    assert naive["ratio"]["alloc_bytes"] > 1.5  # the S×S scores
+    assert naive["sxs_bytes"] > 0 and base["sxs_bytes"] == 0
+    assert naive["ops_per_forward"] > base["ops_per_forward"]  # matmul, mul, masked_fill, softmax, matmul vs SDPA
+    assert set(naive["phases"]) >= {"qk_matmul", "softmax", "av_matmul"} and "sdpa" in base["phases"]
+    assert "hidden-copy" in naive["findings"] and "hidden-copy" not in base["findings"]
+    with pytest.raises(ValueError, match="baseline"):
+        compare(_summaries(sweep), baseline="nope")
+
+
+def test_scaling_memory_exponents(sweep: Path) -> None:
+    series = {s["impl"]: s for s in scaling(_summaries(sweep))["series"]}
+    assert set(series) == {"naive", "sdpa"}
+    for s in series.values():
+        assert [p["seq"] for p in s["points"]] == list(SEQS)
+        assert s["time_fit"] is not None and s["memory_fit"] is not None
+    # Materialized scores grow with S²; the fused kernel's memory grows about linearly.
+    assert series["naive"]["memory_fit"]["k"] > 1.4
+    assert series["sdpa"]["memory_fit"]["k"] < 1.2
+    assert series["naive"]["memory_fit"]["k"] > series["sdpa"]["memory_fit"]["k"] + 0.4
+
+
+def test_cli_compare(sweep: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["compare", str(sweep), "--baseline", "sdpa/seq32"]) == 0
+    out = capsys.readouterr().out
+    assert "baseline: sdpa/seq32" in out and "naive/seq128" in out and "memory k=" in out
+    assert main(["compare", str(sweep), "--runs", "naive/seq32,sdpa/seq32", "--format", "json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert [f["run"] for f in doc["compare"]["runs"]] == ["naive/seq32", "sdpa/seq32"]
+    assert main(["compare", str(sweep), "--runs", "nope"]) == 2
+    assert main(["compare", str(sweep), "--baseline", "nope"]) == 2
+
+
+def test_routes(sweep: Path) -> None:
+    client = Client(application.TensorBoardWSGI([AttentionPlugin(base_plugin.TBContext(logdir=str(sweep)))]))
+    base = "/data/plugin/tb_attn"
+    r = client.get(f"{base}/compare?runs=naive/seq64,sdpa/seq64&baseline=sdpa/seq64")
+    assert r.status_code == 200
+    body = json.loads(r.get_data())
+    assert body["schema"] == "tb-attn.compare/1" and len(body["runs"]) == 2
+    r = client.get(f"{base}/scaling?runs=" + ",".join(f"{i}/seq{s}" for i in ("naive", "sdpa") for s in SEQS))
+    assert r.status_code == 200 and len(json.loads(r.get_data())["series"]) == 2
+    assert client.get(f"{base}/compare").status_code == 400
+    assert client.get(f"{base}/compare?runs=nope").status_code == 404
+    assert client.get(f"{base}/compare?runs=naive/seq64&baseline=sdpa/seq64").status_code == 400
