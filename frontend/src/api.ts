@@ -2,7 +2,15 @@
 // plugin iframe sets <base href="plugin/tb_attn/">, which also makes --path_prefix work.
 // Failures are thrown as ApiError with the server's message; nothing is turned into "no data".
 
-import type { Drilldown, MemoryResponse, RunsResponse, RunSummary, TimelineResponse } from "./types";
+import type {
+  CompareResponse,
+  Drilldown,
+  MemoryResponse,
+  RunsResponse,
+  RunSummary,
+  ScalingResponse,
+  TimelineResponse,
+} from "./types";
 
 export class ApiError extends Error {
   constructor(
@@ -26,8 +34,20 @@ export function url(route: string, params: Params = {}): string {
   return `./${route}${parts.length ? "?" + parts.join("&") : ""}`;
 }
 
+/**
+ * `./route?runs=R1,R2&...`: the run names are URI-encoded one by one and joined with literal
+ * commas (a comma inside a name is encoded, so it cannot split it).
+ */
+export function runsUrl(route: string, runs: string[], params: Params = {}): string {
+  const rest = url(route, params).slice(`./${route}`.length).replace(/^\?/, "");
+  return `./${route}?runs=${runs.map(encodeURIComponent).join(",")}${rest ? "&" + rest : ""}`;
+}
+
 async function getJson<T>(route: string, params: Params, signal?: AbortSignal): Promise<T> {
-  const target = url(route, params);
+  return getJsonAt<T>(route, url(route, params), signal);
+}
+
+async function getJsonAt<T>(route: string, target: string, signal?: AbortSignal): Promise<T> {
   let response: Response;
   try {
     response = await fetch(target, { signal, headers: { Accept: "application/json" } });
@@ -87,6 +107,10 @@ export const api = {
     getJson<MemoryResponse>("memory", { run: t.run, worker: t.worker, span: t.span, step }, signal),
   timeline: (t: Target, step: number | null, signal?: AbortSignal) =>
     getJson<TimelineResponse>("timeline", { run: t.run, worker: t.worker, span: t.span, step }, signal),
+  compare: (runs: string[], baseline: string | null, signal?: AbortSignal) =>
+    getJsonAt<CompareResponse>("compare", runsUrl("compare", runs, { baseline }), signal),
+  scaling: (runs: string[], signal?: AbortSignal) =>
+    getJsonAt<ScalingResponse>("scaling", runsUrl("scaling", runs), signal),
 };
 
 /**

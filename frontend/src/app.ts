@@ -5,6 +5,7 @@ import { api, errorText, Latest, type Target } from "./api";
 import { h } from "./dom";
 import { idle, initialState, Store, type Actions, type Loadable, type Selection, type State, type Tab } from "./state";
 import type { RunEntry } from "./types";
+import { CompareView } from "./views/compare";
 import { currentWorker, RunView } from "./views/run";
 import { RunsView } from "./views/runs";
 
@@ -15,20 +16,25 @@ export class App implements Actions {
   private readonly drillReq = new Latest();
   private readonly memoryReq = new Latest();
   private readonly timelineReq = new Latest();
+  private readonly compareReq = new Latest();
+  private readonly scalingReq = new Latest();
   private readonly runsView: RunsView;
   private readonly runView: RunView;
+  private readonly compareView: CompareView;
   private pollTimer = 0;
 
   constructor(root: HTMLElement) {
     this.runsView = new RunsView(this);
     this.runView = new RunView(this);
-    root.appendChild(h("div", "page", this.runsView.el, this.runView.el));
+    this.compareView = new CompareView(this);
+    root.appendChild(h("div", "page", this.runsView.el, this.compareView.el, this.runView.el));
     this.store.subscribe((s) => this.render(s));
     this.render(this.store.get());
   }
 
   start(): void {
     void this.loadRuns(false);
+    this.loadCompare(false);
   }
 
   /** TensorBoard's reload button: re-scan the logdir, then refresh what is shown. */
@@ -36,6 +42,7 @@ export class App implements Actions {
     await this.loadRuns(true);
     const s = this.store.get();
     if (s.run) this.loadViewData(true);
+    else this.loadCompare(true);
   }
 
   // ---- actions -------------------------------------------------------------------------
@@ -56,6 +63,7 @@ export class App implements Actions {
     if (run === null) {
       this.runView.dispose();
       void this.loadRuns(false);
+      this.loadCompare(false); // back to the compare view when it is open
       return;
     }
     this.resolveTarget();
@@ -81,8 +89,31 @@ export class App implements Actions {
     this.loadViewData(false);
   }
 
-  patch(p: Partial<Pick<State, "chartMetric" | "columns" | "sort" | "headMetric">>): void {
+  patch(p: Partial<Pick<State, "chartMetric" | "columns" | "sort" | "headMetric" | "groupBy" | "phaseMetric">>): void {
     this.store.set(p);
+  }
+
+  pick(runs: string[], on: boolean): void {
+    const s = this.store.get();
+    const picked = on ? [...s.picked, ...runs.filter((r) => !s.picked.includes(r))] : s.picked.filter((r) => !runs.includes(r));
+    const baseline = s.baseline !== null && picked.includes(s.baseline) ? s.baseline : null;
+    this.store.set({ picked, baseline });
+  }
+
+  setBaseline(run: string | null): void {
+    this.store.set({ baseline: run });
+    if (this.store.get().compare) this.loadCompare(false);
+  }
+
+  openCompare(runs: string[] | null): void {
+    this.compareReq.cancel();
+    this.scalingReq.cancel();
+    this.store.set({ compare: runs && runs.length ? [...runs] : null, compareData: idle(), scaling: idle() });
+    if (!runs) {
+      this.compareView.dispose();
+      return;
+    }
+    this.loadCompare(false);
   }
 
   select(sel: Selection | null): void {
@@ -203,6 +234,34 @@ export class App implements Actions {
     }
   }
 
+  /** The compare table (per baseline) and the scaling fits (per run set) of the compare view. */
+  private loadCompare(force: boolean): void {
+    const s = this.store.get();
+    const runs = s.compare;
+    if (!runs || s.run !== null) return;
+    const baseline = s.baseline !== null && runs.includes(s.baseline) ? s.baseline : runs[0]!;
+    const key = JSON.stringify([runs, baseline]);
+    if (force || s.compareData.key !== key || s.compareData.status === "error") {
+      this.store.set({ compareData: this.begin(s.compareData, key) });
+      this.compareReq
+        .run((signal) => api.compare(runs, baseline, signal))
+        .then((r) => {
+          if (!r.stale) this.store.set({ compareData: { status: "ok", data: r.value, error: null, key } });
+        })
+        .catch((err) => this.store.set({ compareData: { status: "error", data: null, error: errorText(err), key } }));
+    }
+    const skey = JSON.stringify(runs);
+    if (force || s.scaling.key !== skey || s.scaling.status === "error") {
+      this.store.set({ scaling: this.begin(s.scaling, skey) });
+      this.scalingReq
+        .run((signal) => api.scaling(runs, signal))
+        .then((r) => {
+          if (!r.stale) this.store.set({ scaling: { status: "ok", data: r.value, error: null, key: skey } });
+        })
+        .catch((err) => this.store.set({ scaling: { status: "error", data: null, error: errorText(err), key: skey } }));
+    }
+  }
+
   private loadDrill(force: boolean): void {
     const s = this.store.get();
     const t = this.target(s);
@@ -223,9 +282,12 @@ export class App implements Actions {
 
   private render(s: State): void {
     const onRun = s.run !== null;
-    this.runsView.el.hidden = onRun;
+    const onCompare = !onRun && s.compare !== null;
+    this.runsView.el.hidden = onRun || onCompare;
+    this.compareView.el.hidden = !onCompare;
     this.runView.el.hidden = !onRun;
     if (onRun) this.runView.update(s, this.entry(s));
+    else if (onCompare) this.compareView.update(s);
     else this.runsView.update(s);
   }
 }

@@ -171,6 +171,12 @@ export function phaseLabel(phase: string): string {
 export function phasesOf(layers: LayerStats[]): string[] {
   const seen = new Set<string>();
   for (const l of layers) for (const p of l.phases) seen.add(p.phase);
+  return orderPhases(seen);
+}
+
+/** Phase names in execution order; unknown names go last, as they come, then "other". */
+export function orderPhases(names: Iterable<string>): string[] {
+  const seen = new Set(names);
   const known = PHASE_ORDER.filter((p) => seen.has(p));
   const unknown = [...seen].filter((p) => !PHASE_ORDER.includes(p));
   const other = known.filter((p) => p === "other");

@@ -1,12 +1,25 @@
 // The tab's state: one plain object, replaced by patches; views re-render from it. The only
 // thing persisted (sessionStorage, so it survives TensorBoard re-creating the iframe) is the
-// open run, the sub-view and the chosen metrics.
+// open run, the sub-view, the chosen metrics and the compared runs.
 
 import type { HeadMetricKey, MetricKey } from "./metrics";
-import type { Drilldown, MemoryResponse, RunsResponse, RunSummary, TimelineResponse } from "./types";
+import type {
+  CompareResponse,
+  Drilldown,
+  MemoryResponse,
+  RunsResponse,
+  RunSummary,
+  ScalingResponse,
+  TimelineResponse,
+} from "./types";
 
 export type Tab = "layers" | "heads" | "memory" | "timeline";
 export const TABS: Tab[] = ["layers", "heads", "memory", "timeline"];
+
+export type GroupBy = "impl" | "seq" | "dtype" | "none";
+export const GROUP_BY: GroupBy[] = ["impl", "seq", "dtype", "none"];
+export type PhaseMetric = "cpu_us" | "device_us" | "alloc_bytes" | "flops";
+export const PHASE_METRICS: PhaseMetric[] = ["cpu_us", "device_us", "alloc_bytes", "flops"];
 
 export interface Loadable<T> {
   status: "idle" | "loading" | "ok" | "error";
@@ -43,6 +56,16 @@ export interface State {
   drill: Loadable<Drilldown>;
   memory: Loadable<MemoryResponse>;
   timeline: Loadable<TimelineResponse>;
+  /** Runs ticked in the runs list, in the order they were picked. */
+  picked: string[];
+  /** null: the first picked run. */
+  baseline: string | null;
+  /** The runs the compare view shows; null: the compare view is closed. */
+  compare: string[] | null;
+  groupBy: GroupBy;
+  phaseMetric: PhaseMetric;
+  compareData: Loadable<CompareResponse>;
+  scaling: Loadable<ScalingResponse>;
 }
 
 const STORAGE_KEY = "tb-attn.view";
@@ -53,6 +76,10 @@ interface Persisted {
   chartMetric?: MetricKey;
   columns?: MetricKey[];
   headMetric?: HeadMetricKey;
+  compare?: string[] | null;
+  baseline?: string | null;
+  groupBy?: GroupBy;
+  phaseMetric?: PhaseMetric;
 }
 
 function loadPersisted(): Persisted {
@@ -67,6 +94,8 @@ function loadPersisted(): Persisted {
 
 export function initialState(): State {
   const p = loadPersisted();
+  const compare =
+    Array.isArray(p.compare) && p.compare.length && p.compare.every((r) => typeof r === "string") ? p.compare : null;
   return {
     runs: idle(),
     filter: "",
@@ -84,6 +113,13 @@ export function initialState(): State {
     drill: idle(),
     memory: idle(),
     timeline: idle(),
+    picked: compare ? [...compare] : [],
+    baseline: compare && typeof p.baseline === "string" && compare.includes(p.baseline) ? p.baseline : null,
+    compare,
+    groupBy: p.groupBy && GROUP_BY.includes(p.groupBy) ? p.groupBy : "none",
+    phaseMetric: p.phaseMetric && PHASE_METRICS.includes(p.phaseMetric) ? p.phaseMetric : "cpu_us",
+    compareData: idle(),
+    scaling: idle(),
   };
 }
 
@@ -131,6 +167,10 @@ export class Store {
       chartMetric: s.chartMetric,
       columns: s.columns,
       headMetric: s.headMetric,
+      compare: s.compare,
+      baseline: s.baseline,
+      groupBy: s.groupBy,
+      phaseMetric: s.phaseMetric,
     };
     try {
       window.sessionStorage.setItem(STORAGE_KEY, JSON.stringify(p));
@@ -147,7 +187,12 @@ export interface Actions {
   setTarget(worker: string | null, span: string | null): void;
   setStep(step: number | null): void;
   setTab(tab: Tab): void;
-  patch(p: Partial<Pick<State, "chartMetric" | "columns" | "sort" | "headMetric">>): void;
+  patch(p: Partial<Pick<State, "chartMetric" | "columns" | "sort" | "headMetric" | "groupBy" | "phaseMetric">>): void;
   select(sel: Selection | null): void;
   retry(): void;
+  /** Ticks or unticks runs in the runs list. */
+  pick(runs: string[], on: boolean): void;
+  setBaseline(run: string | null): void;
+  /** Opens the compare view for the picked runs; null closes it. */
+  openCompare(runs: string[] | null): void;
 }

@@ -110,5 +110,25 @@ table.layers-table .module { color: #9e9e9e; font-weight: normal; font-size: 11p
 .drill tr.nested td { color: #757575; }
 .trace-link { margin: 4px 0; }
 @media (max-width: 900px) { .drill-cols { grid-template-columns: minmax(0, 1fr); } }
+.compare-bar { min-height: 26px; }
+.primary { border: 1px solid #ef6c00; background: #fb8c00; color: #fff !important; border-radius: 3px; padding: 2px 12px; font-weight: 600; }
+.primary:disabled { background: #eee; border-color: #ccc; color: #9e9e9e !important; cursor: default; }
+.link-button { border: none; background: none; color: #1565c0; padding: 0; }
+table.runs td.pick, table.runs th.pick { width: 24px; padding-right: 0; }
+table.compare-table tr.group th { background: #f5f5f5; color: #424242; font-weight: 600; padding-top: 8px; }
+table.compare-table tr.base-row { background: #fffaf2; }
+table.compare-table td.run-name { font-weight: 600; }
+table.compare-table td.run-name a { color: #1565c0; text-decoration: none; }
+table.compare-table td.run-name a:hover { text-decoration: underline; }
+.badge.baseline { background: #fff3e0; color: #e65100; margin-left: 6px; }
+table.compare-table td.findings-cell { white-space: normal; min-width: 200px; }
+.badge.finding-id { background: #eceff1; color: #37474f; font-family: ui-monospace, SFMono-Regular, Menlo, Consolas, monospace; }
+.ratio { display: inline-block; min-width: 46px; color: #757575; font-size: 11px; }
+.ratio.worse { color: #c62828; font-weight: 600; }
+.ratio.better { color: #2e7d32; font-weight: 600; }
+.scaling-charts { display: grid; grid-template-columns: minmax(0, 1fr) minmax(0, 1fr); gap: 16px; }
+.chart-title { font-weight: 600; color: #424242; margin: 4px 0 0; }
+.legend .fit { color: #424242; font-variant-numeric: tabular-nums; }
+@media (max-width: 900px) { .scaling-charts { grid-template-columns: minmax(0, 1fr); } }
 [hidden] { display: none !important; }
 `;

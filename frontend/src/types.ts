@@ -227,3 +227,85 @@ export interface TimelineResponse {
   events: TimelineEvents;
   phases: string[];
 }
+
+// ---- ./compare and ./scaling (docs/http_api.md) ---------------------------------------------
+
+export interface ComparePhase {
+  cpu_us: number;
+  device_us: number;
+  alloc_bytes: number;
+  flops: number;
+  calls: number;
+}
+
+export interface CompareRatio {
+  attention_cpu_us: number | null;
+  attention_device_us: number | null;
+  alloc_bytes: number | null;
+  peak_bytes: number | null;
+  flops_per_s: number | null;
+}
+
+export interface CompareRun {
+  run: string;
+  impl: string | null;
+  seq: number | null;
+  dtype: string | null;
+  model: string | null;
+  backend: string;
+  steps: number;
+  attention_cpu_us: number;
+  attention_device_us: number;
+  step_cpu_us: number;
+  attention_share_cpu: number | null;
+  alloc_bytes: number;
+  peak_bytes: number;
+  sxs_bytes: number;
+  flops: number;
+  flops_per_s: number;
+  ops_per_forward: number;
+  kernels_per_forward: number;
+  /** candidate / baseline; null when the baseline's value is 0 */
+  ratio: CompareRatio;
+  /** summed over layers, per step */
+  phases: Record<string, ComparePhase>;
+  layers: { layer: number; cpu_us: number; device_us: number; alloc_bytes: number; peak_bytes: number }[];
+  findings: string[];
+}
+
+export interface CompareResponse {
+  schema: string;
+  baseline: string;
+  runs: CompareRun[];
+  errors: { run: string; error: string }[];
+}
+
+/** value ≈ a·seq^k */
+export interface Fit {
+  a: number;
+  k: number;
+  r2: number;
+}
+
+export interface ScalingPoint {
+  seq: number;
+  run: string;
+  time_us: number;
+  alloc_bytes: number;
+  peak_bytes: number;
+}
+
+export interface ScalingSeries {
+  label: string;
+  impl: string | null;
+  dtype: string | null;
+  model: string | null;
+  points: ScalingPoint[];
+  time_fit: Fit | null;
+  memory_fit: Fit | null;
+}
+
+export interface ScalingResponse {
+  schema: string;
+  series: ScalingSeries[];
+}

@@ -438,6 +438,32 @@ def test_switching_runs_shows_no_stale_data(tensorboard: Any, page: Page, artifa
     expect(frame.locator(".card .meta-line")).to_contain_text("sdpa-math")
 
 
+def test_compare_view_with_ratios_and_scaling(tensorboard: Any, browser_logdir: Path, page: Page,
+                                              artifacts: Path) -> None:
+    from tb_attn_plugin.analysis.compare import compare
+    from tb_attn_plugin.loader import Loader, resolve_runs
+
+    frame = open_tab(page, tensorboard.url)
+    for run in ("demo/sdpa", "demo/naive"):  # ticked in this order: demo/sdpa is the baseline
+        frame.get_by_role("checkbox", name=f"Pick {run} for comparing").check()
+    frame.get_by_test_id("compare-button").click()
+    table = frame.get_by_test_id("compare-table")
+    expect(table).to_be_visible()
+    expect(table).to_contain_text("demo/naive")
+    expect(table).to_contain_text("baseline")
+    runs = {r.name: r for r in resolve_runs(str(browser_logdir))}
+    loader = Loader()
+    expected = compare([loader.summarize_run(runs["demo/sdpa"]), loader.summarize_run(runs["demo/naive"])],
+                       baseline="demo/sdpa")
+    naive = next(f for f in expected["runs"] if f["run"] == "demo/naive")
+    ratio = f"{naive['ratio']['alloc_bytes']:.2f}"
+    row = table.locator("tr", has=frame.get_by_role("link", name="demo/naive", exact=True)).first
+    expect(row).to_contain_text(ratio)
+    expect(row).to_contain_text("hidden-copy")
+    expect(frame.get_by_test_id("scaling-chart")).to_be_visible()
+    shot(page, artifacts, "compare")
+
+
 def test_broken_run_shows_the_error(tensorboard: Any, page: Page, artifacts: Path) -> None:
     frame = open_tab(page, tensorboard.url)
     open_run(frame, "broken/not-a-trace")

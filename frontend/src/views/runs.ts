@@ -1,12 +1,12 @@
 // The runs list: grouped by run path, filterable, with metadata and load status.
 
-import { append, clear, h } from "../dom";
+import { append, clear, h, replace, select } from "../dom";
 import { fmtWhen } from "../format";
 import type { Actions, State } from "../state";
 import type { RunEntry } from "../types";
 import { errorBox, loadingBox, metaConfig, metaString } from "./common";
 
-const COLUMNS = ["run", "model", "impl", "seq", "dtype", "device", "who", "when", "status"];
+const COLUMNS = ["", "run", "model", "impl", "seq", "dtype", "device", "who", "when", "status"];
 
 export function matchesFilter(r: RunEntry, filter: string): boolean {
   const f = filter.trim().toLowerCase();
@@ -21,7 +21,13 @@ export class RunsView {
   private readonly body: HTMLElement;
   private readonly count: HTMLElement;
   private readonly input: HTMLInputElement;
-  private last: { runs: State["runs"] | null; filter: string } = { runs: null, filter: "" };
+  private readonly compareBar: HTMLElement;
+  private last: { runs: State["runs"] | null; filter: string; picked: string[] | null; baseline: string | null } = {
+    runs: null,
+    filter: "",
+    picked: null,
+    baseline: null,
+  };
 
   constructor(private readonly actions: Actions) {
     this.input = h("input", {
@@ -31,12 +37,21 @@ export class RunsView {
     this.input.addEventListener("input", () => actions.setFilter(this.input.value));
     this.count = h("span", "muted");
     this.body = h("div");
-    this.el = h("section", "runs-page", h("div", "toolbar", h("h2", null, "Runs"), this.input, this.count), this.body);
+    this.compareBar = h("div", "toolbar compare-bar");
+    this.el = h(
+      "section",
+      "runs-page",
+      h("div", "toolbar", h("h2", null, "Runs"), this.input, this.count),
+      this.compareBar,
+      this.body,
+    );
   }
 
   update(s: State): void {
-    if (this.last.runs === s.runs && this.last.filter === s.filter) return;
-    this.last = { runs: s.runs, filter: s.filter };
+    const l = this.last;
+    if (l.runs === s.runs && l.filter === s.filter && l.picked === s.picked && l.baseline === s.baseline) return;
+    this.last = { runs: s.runs, filter: s.filter, picked: s.picked, baseline: s.baseline };
+    this.renderCompareBar(s);
     if (this.input.value !== s.filter) this.input.value = s.filter;
     clear(this.body);
     const data = s.runs.data;
@@ -58,10 +73,50 @@ export class RunsView {
       this.body.appendChild(h("p", "muted", `No run matches \u201c${s.filter}\u201d.`));
       return;
     }
-    this.body.appendChild(this.table(shown));
+    this.body.appendChild(this.table(shown, s.picked));
   }
 
-  private table(runs: RunEntry[]): HTMLElement {
+  /** Picked runs, the baseline and the Compare button. */
+  private renderCompareBar(s: State): void {
+    const picked = s.picked;
+    const baseline = s.baseline ?? picked[0] ?? "";
+    const button = h(
+      "button",
+      {
+        class: "primary",
+        attrs: { type: "button", disabled: picked.length < 2, "data-testid": "compare-button" },
+        title: picked.length < 2 ? "Tick two or more runs to compare them" : `Compare ${picked.length} runs against ${baseline}`,
+        on: { click: () => this.actions.openCompare(picked) },
+      },
+      picked.length >= 2 ? `Compare ${picked.length} runs` : "Compare",
+    );
+    replace(
+      this.compareBar,
+      button,
+      picked.length
+        ? h(
+            "label",
+            null,
+            "baseline ",
+            select(
+              picked.map((r) => ({ value: r, label: r })),
+              baseline,
+              (v) => this.actions.setBaseline(v),
+              "Baseline run",
+            ),
+          )
+        : h("span", "muted", "Tick runs to compare them side by side."),
+      picked.length
+        ? h(
+            "button",
+            { class: "link-button", attrs: { type: "button" }, on: { click: () => this.actions.pick(picked, false) } },
+            `clear (${picked.length})`,
+          )
+        : null,
+    );
+  }
+
+  private table(runs: RunEntry[], picked: string[]): HTMLElement {
     const groups = new Map<string, RunEntry[]>();
     for (const r of [...runs].sort((a, b) => (a.run < b.run ? -1 : a.run > b.run ? 1 : 0))) {
       const list = groups.get(r.group) ?? [];
@@ -71,17 +126,26 @@ export class RunsView {
     const tbody = h("tbody");
     for (const [group, list] of [...groups].sort((a, b) => (a[0] < b[0] ? -1 : a[0] > b[0] ? 1 : 0))) {
       if (group) tbody.appendChild(h("tr", "group", h("th", { attrs: { colspan: COLUMNS.length } }, group)));
-      for (const r of list) append(tbody, ...this.rows(r, group));
+      for (const r of list) append(tbody, ...this.rows(r, group, picked.includes(r.run)));
     }
+    const names = runs.map((r) => r.run);
+    const allOn = names.every((n) => picked.includes(n));
+    const all = h("input", {
+      attrs: { type: "checkbox", "aria-label": allOn ? "Untick all shown runs" : "Tick all shown runs" },
+      title: allOn ? "Untick all shown runs" : "Tick all shown runs (for comparing)",
+    });
+    all.checked = allOn;
+    all.indeterminate = !allOn && names.some((n) => picked.includes(n));
+    all.addEventListener("change", () => this.actions.pick(names, !allOn));
     return h(
       "table",
       "grid runs",
-      h("thead", null, h("tr", null, ...COLUMNS.map((c) => h("th", null, c)))),
+      h("thead", null, h("tr", null, h("th", "pick", all), ...COLUMNS.slice(1).map((c) => h("th", null, c)))),
       tbody,
     );
   }
 
-  private rows(r: RunEntry, group: string): HTMLElement[] {
+  private rows(r: RunEntry, group: string, isPicked: boolean): HTMLElement[] {
     const m = r.metadata;
     const name = group && r.run.startsWith(group + "/") ? r.run.slice(group.length + 1) : r.run;
     const user = metaString(m, "user");
@@ -90,6 +154,9 @@ export class RunsView {
     const started = metaString(m, "started_at");
     const runnerStatus = metaString(m, "status");
     const open = () => this.actions.openRun(r.run);
+    const box = h("input", { attrs: { type: "checkbox", "aria-label": `Pick ${r.run} for comparing` } });
+    box.checked = isPicked;
+    box.addEventListener("change", () => this.actions.pick([r.run], box.checked));
     const row = h(
       "tr",
       {
@@ -98,6 +165,7 @@ export class RunsView {
         on: {
           click: open,
           keydown: (ev) => {
+            if (ev.target !== ev.currentTarget) return; // the checkbox's own keys
             if (ev.key === "Enter" || ev.key === " ") {
               ev.preventDefault();
               open();
@@ -105,6 +173,7 @@ export class RunsView {
           },
         },
       },
+      h("td", { class: "pick", on: { click: (ev) => ev.stopPropagation() } }, box),
       h("td", { class: "run-name", title: r.run }, name),
       h("td", null, metaString(m, "model")),
       h("td", null, metaString(m, "impl") || metaConfig(m, "impl")),
