@@ -68,3 +68,22 @@ def test_switchtransformers_ten_naive_fp32_blocks() -> None:
         assert any("sgemm" in k for k in qk.kernel_names)  # FP32 on CUDA cores
         assert next(p for p in layer.phases if p.phase == "softmax").sxs_bytes > 0
         assert layer.device_us > 0
+
+
+@pytest.mark.parametrize("name", [p.name for p in sorted(SHARED_TRACES.glob("gpu/*.json.gz"))])
+def test_device_time_per_layer_is_the_sum_of_its_kernels(name: str) -> None:
+    import numpy as np
+
+    from tb_attn_plugin.analysis.attribute import DEVICE_KINDS
+    from tb_attn_plugin.analysis.summary import analyze, summarize_analysis
+    from tb_attn_plugin.trace.schema import Kind
+
+    analysis = analyze(load_events(str(SHARED_TRACES / "gpu" / name)))
+    summary = summarize_analysis(analysis)
+    ev, a = analysis.events, analysis.attr
+    device = np.isin(ev.kind, DEVICE_KINDS) & (ev.kind != Kind.GPU_ANNOTATION) & ~a.backward
+    assert summary.layers
+    for layer in summary.layers:
+        kernels = ev.dur[device & (a.layer == layer.layer)].sum() / summary.step_count
+        assert layer.device_us == pytest.approx(kernels)
+        assert layer.device_us == pytest.approx(sum(p.device_us for p in layer.phases))
