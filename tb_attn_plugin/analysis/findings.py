@@ -419,9 +419,13 @@ def _sxs_materialized(t: _Trace) -> list[Finding]:
     per_fwd = big.sxs_bytes / max(big.calls, 1e-9)
     allocs = sum(p.sxs_allocs for p in big.phases)
     heads = big.heads_count or 0
-    layer_share = min(1.0, per_fwd / big.peak_bytes) if big.peak_bytes > 0 else 0.0
+    # One score tensor is what is certainly alive at the layer's peak; the per-forward sum is not
+    # (scores are freed as the next one is written), so shares are of a single tensor.
+    per_allocs = allocs / max(big.calls, 1e-9)
+    one = per_fwd / per_allocs if per_allocs > 0 else per_fwd
+    layer_share = min(1.0, one / big.peak_bytes) if big.peak_bytes > 0 else 0.0
     peak = _step_peak(t)
-    step_share = min(1.0, total / peak) if peak > 0 else 0.0
+    step_share = min(1.0, one / peak) if peak > 0 else 0.0
     phases = [p for layer in hit for p in layer.phases if p.sxs_bytes > 0]
     time_us = sum(p.device_us if t.cuda else p.cpu_us for p in phases)
     layers = [layer.layer for layer in hit]
@@ -431,11 +435,12 @@ def _sxs_materialized(t: _Trace) -> list[Finding]:
             + (f" ({_bytes(per_fwd / heads)} per head)" if heads else "") +
             f", {_bytes(total)} per step over {len(hit)} layers.")
     if big.peak_bytes > 0:
-        text += f" They make up to {_pct(layer_share)} of the layer's peak rise ({_bytes(big.peak_bytes)})"
-        text += f" and up to {_pct(step_share)} of the step's peak allocated memory ({_bytes(peak)})." if peak else "."
+        text += (f" One score tensor is {_bytes(one)}: {_pct(layer_share)} of the layer's peak rise"
+                 f" ({_bytes(big.peak_bytes)})")
+        text += f" and {_pct(step_share)} of the step's peak allocated memory ({_bytes(peak)})." if peak else "."
     text += " This memory grows with the square of the sequence length."
     details: dict[str, float | int | str] = {
-        "sxs_bytes_per_layer": per_fwd, "sxs_allocs_per_forward": allocs / max(big.calls, 1e-9),
+        "sxs_bytes_per_layer": per_fwd, "sxs_allocs_per_forward": per_allocs, "sxs_tensor_bytes": one,
         "layer_peak_bytes": big.peak_bytes, "share_of_layer_peak": layer_share, "step_peak_bytes": peak,
         "share_of_step_peak": step_share}
     if heads:
