@@ -487,14 +487,23 @@ def _finish(builder: _Builder, top: dict[str, Any]) -> Events:
 
 def decode(chunks: Iterable[bytes], *, batch_bytes: int = 8 << 20) -> Events:
     """Decode a trace from a stream of byte chunks (already decompressed)."""
+    opened = _open(chunks, batch_bytes)
+    if isinstance(opened, Events):
+        return opened
+    builder, header, rest = opened
+    return _finish(builder, {**header, **_closing(builder, rest)})
+
+
+def _open(chunks: Iterable[bytes], batch_bytes: int) -> tuple[_Builder, dict[str, Any], bytearray] | Events:
+    """Read the header and decode every whole batch; return what is left at the end of the
+    stream (or, for a layout other than Kineto's, the whole document decoded)."""
     it: Iterator[bytes] = iter(chunks)
     head = _header(it)
     if isinstance(head, Events):
         return head
     header, rest = head
     builder = _Builder()
-    rest = _batches(builder, it, rest, batch_bytes)
-    return _finish(builder, {**header, **_closing(builder, rest)})
+    return builder, header, _batches(builder, it, rest, batch_bytes)
 
 
 def _header(it: Iterator[bytes]) -> tuple[dict[str, Any], bytearray] | Events:
@@ -560,13 +569,10 @@ def _closing(builder: _Builder, rest: bytearray) -> dict[str, Any]:
 
 def decode_first_half(chunks: Iterable[bytes], *, batch_bytes: int = 8 << 20) -> tuple[_Builder, dict[str, Any]] | None:
     """Decode from the start of the file to the cut (an event start). None: not Kineto's layout."""
-    it: Iterator[bytes] = iter(chunks)
-    head = _header(it)
-    if isinstance(head, Events):
+    opened = _open(chunks, batch_bytes)
+    if isinstance(opened, Events):
         return None
-    header, rest = head
-    builder = _Builder()
-    rest = _batches(builder, it, rest, batch_bytes)
+    builder, header, rest = opened
     if rest.strip():
         _add_batch(builder, _as_array(memoryview(rest)))
     return builder, header
