@@ -201,10 +201,14 @@ class Loader:
             self.disk.put(key, msgspec.msgpack.encode(summary))
         return summary
 
-    def summarize_run(self, run: Run, *, worker: str | None = None) -> RunSummary:
+    def summarize_run(self, run: Run, *, worker: str | None = None,
+                      metadata: dict[str, object] | None = None) -> RunSummary:
+        """Every trace of the run (or of one worker). ``metadata``: the run's, if the caller has
+        it already (the plugin caches it), else it is read here."""
         workers: list[WorkerSummary] = []
         errors: list[FileError] = []
-        metadata = self.metadata(run)
+        if metadata is None:
+            metadata = self.metadata(run)
         for trace in run.files:
             if worker is not None and trace.worker != worker:
                 continue

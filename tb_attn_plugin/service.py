@@ -145,7 +145,7 @@ class Service:
         run = self.run(run_name)
         if worker is not None and worker not in run.workers:
             raise errors.NotFoundError(f"no worker {worker!r} in run {run_name!r}")
-        summary = self.loader.summarize_run(run, worker=worker)
+        summary = self.loader.summarize_run(run, worker=worker, metadata=self.metadata(run))
         if span is not None:
             summary.workers = [w for w in summary.workers if w.span == span]
             if not summary.workers and not summary.errors:
