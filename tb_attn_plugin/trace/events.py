@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["Events", "OpShapes", "TraceError", "TraceMeta", "Track", "with_annotations"]
+__all__ = ["Events", "OpShapes", "ReadError", "TraceError", "TraceMeta", "Track", "with_annotations"]
 
 I32 = npt.NDArray[np.int32]
 I64 = npt.NDArray[np.int64]
@@ -24,6 +24,11 @@ I8 = npt.NDArray[np.int8]
 
 class TraceError(ValueError):
     """A trace that cannot be read: the message says why, for the user."""
+
+
+class ReadError(TraceError):
+    """The storage failed (a missing file, a network or permission error), not the trace's
+    content: trying again later may succeed, so it is never remembered as the file's fault."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,11 +14,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from tb_attn_plugin.trace.events import TraceError
+from tb_attn_plugin.trace.events import ReadError, TraceError
 
 __all__ = [
     "CHUNK_BYTES", "FileInfo", "find_after", "has_trace_file", "is_dir", "is_plain_local_file", "is_url", "join",
-    "list_tree", "raw_chunks", "read_chunks", "read_range", "read_small", "stat",
+    "list_tree", "raw_chunks", "read_chunks", "read_many", "read_range", "read_small", "stat",
 ]
 
 CHUNK_BYTES = 4 << 20
@@ -105,13 +105,13 @@ def stat(path: str) -> FileInfo:
         try:
             info = fs.info(p)
         except (OSError, FileNotFoundError) as exc:
-            raise TraceError(f"cannot read {path}: {exc}") from None
+            raise ReadError(f"cannot read {path}: {exc}") from None
         return FileInfo(path, int(info.get("size") or 0), _mtime(info))
     local = _strip_file_scheme(path)
     try:
         st = os.stat(local)
     except OSError as exc:
-        raise TraceError(f"cannot read {path}: {exc.strerror or exc}") from None
+        raise ReadError(f"cannot read {path}: {exc.strerror or exc}") from None
     return FileInfo(path, st.st_size, st.st_mtime)
 
 
@@ -126,7 +126,7 @@ def list_tree(root: str, *, follow_symlinks: bool = False) -> list[FileInfo]:
         try:
             found = fs.find(p, detail=True)
         except (OSError, FileNotFoundError) as exc:
-            raise TraceError(f"cannot list {root}: {exc}") from None
+            raise ReadError(f"cannot list {root}: {exc}") from None
         out = []
         base = p.rstrip("/")
         for name, info in sorted(found.items()):
@@ -158,18 +158,18 @@ def _raw_chunks(path: str, chunk_bytes: int) -> Iterator[bytes]:
         try:
             f = fs.open(p, "rb")
         except (OSError, FileNotFoundError) as exc:
-            raise TraceError(f"cannot read {path}: {exc}") from None
+            raise ReadError(f"cannot read {path}: {exc}") from None
     else:
         try:
             f = open(_strip_file_scheme(path), "rb")
         except OSError as exc:
-            raise TraceError(f"cannot read {path}: {exc.strerror or exc}") from None
+            raise ReadError(f"cannot read {path}: {exc.strerror or exc}") from None
     with f:
         while True:
             try:
                 chunk = f.read(chunk_bytes)
             except OSError as exc:
-                raise TraceError(f"reading {path} failed: {exc}") from None
+                raise ReadError(f"reading {path} failed: {exc}") from None
             if not chunk:
                 return
             yield chunk
@@ -191,7 +191,7 @@ def read_range(path: str, start: int, end: int, *, chunk_bytes: int = CHUNK_BYTE
     try:
         f = open(_strip_file_scheme(path), "rb")
     except OSError as exc:
-        raise TraceError(f"cannot read {path}: {exc.strerror or exc}") from None
+        raise ReadError(f"cannot read {path}: {exc.strerror or exc}") from None
     with f:
         f.seek(start)
         left = end - start
@@ -267,3 +267,35 @@ def read_small(path: str, *, limit: int = 1 << 20) -> bytes:
     for chunk in read_chunks(path, chunk_bytes=limit, max_bytes=limit):
         data += chunk
     return data
+
+
+def read_many(paths: list[str], *, limit: int = 1 << 20) -> dict[str, bytes | TraceError]:
+    """Small files (run metadata) by path, each its bytes or the error that stopped it.
+
+    On object stores the requests go out together (fsspec's batched ``cat``), so listing a
+    thousand runs costs about one round trip, not a thousand.
+    """
+    out: dict[str, bytes | TraceError] = {}
+    remote = [p for p in paths if is_url(p)]
+    for path in paths:
+        if not is_url(path):
+            try:
+                out[path] = read_small(path, limit=limit)
+            except TraceError as exc:
+                out[path] = exc
+    if remote:
+        try:
+            fs, _ = _fs(remote[0])
+            stripped = {fs._strip_protocol(p): p for p in remote}
+            got = fs.cat(list(stripped), on_error="return")
+        except Exception as exc:  # noqa: BLE001 - any storage failure is reported per file
+            got = {p: exc for p in stripped}
+        for key, path in stripped.items():
+            value = got.get(key, ReadError(f"cannot read {path}: no response"))
+            if isinstance(value, bytes) and len(value) <= limit:
+                out[path] = value
+            elif isinstance(value, bytes):
+                out[path] = TraceError(f"{path} is larger than {limit >> 10} KiB")
+            else:
+                out[path] = ReadError(f"cannot read {path}: {value}")
+    return out
