@@ -21,7 +21,10 @@ setup(
         "fsspec",
     ],
     extras_require={
-        "test": ["pytest", "ruff", "mypy", "playwright"],
+        "test": ["pytest", "ruff", "mypy", "playwright", "moto[server]>=5", "s3fs", "boto3"],
+        "s3": ["s3fs"],
+        "gcs": ["gcsfs"],
+        "azure": ["adlfs"],
     },
     entry_points={
         "console_scripts": [
