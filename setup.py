@@ -32,7 +32,7 @@ setup(
             "tb-attn=tb_attn_plugin.cli:main",
         ],
         "tensorboard_plugins": [
-            "tb_attn=tb_attn_plugin.plugin:AttentionPlugin",
+            "tb_attn=tb_attn_plugin.plugin:AttentionLoader",
         ],
     },
 )

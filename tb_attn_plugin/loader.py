@@ -13,22 +13,23 @@ import json
 import os
 import pickle
 import threading
+import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import msgspec
 
 from tb_attn_plugin import __version__
 from tb_attn_plugin.analysis.findings import find
 from tb_attn_plugin.analysis.summary import Analysis, analyze, summarize_analysis
-from tb_attn_plugin.cache import DiskCache, LRUCache, cache_key
+from tb_attn_plugin.cache import DiskCache, Key, LRUCache, cache_key
 from tb_attn_plugin.schema import SUMMARY_SCHEMA, FileError, RunSummary, WorkerSummary
 from tb_attn_plugin.trace import io
 from tb_attn_plugin.trace.decode import decode, decode_first_half, decode_second_half, merge_halves
 from tb_attn_plugin.trace.discover import Run, TraceFile, find_runs, parse_trace_name
-from tb_attn_plugin.trace.events import Events, TraceError
+from tb_attn_plugin.trace.events import Events, ReadError, TraceError
 
-__all__ = ["DEFAULT_MAX_TRACE_BYTES", "Loader", "load_events", "resolve_runs"]
+__all__ = ["DEFAULT_MAX_TRACE_BYTES", "Loader", "load_events", "parse_metadata", "resolve_runs"]
 
 DEFAULT_MAX_TRACE_BYTES = 4 << 30  # uncompressed; larger traces are refused, not parsed
 
@@ -134,53 +135,92 @@ class Loader:
     """Summarizes runs, caching per-file summaries in memory (and optionally on disk).
 
     With ``keep_analyses`` > 0 it also keeps that many analyzed traces (events and their
-    attribution, bounded by ``max_analysis_bytes``) for the tab's drill-down, memory and
-    timeline views. Failures are remembered per file version, so a broken file is not
-    re-parsed on every request.
+    attribution) for the tab's drill-down, memory and timeline views. ``cache_bytes`` bounds
+    the memory both caches hold together: summaries get an eighth of it (at most 64 MiB),
+    analyses the rest. Failures are remembered per file version, so a broken file is not
+    re-parsed on every request; storage failures (``ReadError``) only for ``read_retry_s``,
+    since the storage may come back.
     """
 
     cache_dir: str | None = None
     max_trace_bytes: int | None = DEFAULT_MAX_TRACE_BYTES
     keep_analyses: int = 0
-    max_analysis_bytes: int = 1 << 30
-    memory: LRUCache[WorkerSummary] = field(default_factory=lambda: LRUCache(max_entries=4096))
+    cache_bytes: int = 1 << 30
+    read_retry_s: float = 10.0
 
     def __post_init__(self) -> None:
         self.disk = DiskCache(self.cache_dir, namespace=f"{SUMMARY_SCHEMA}-{__version__}") if self.cache_dir else None
+        summary_bytes = min(64 << 20, self.cache_bytes // 8)
+        self.memory: LRUCache[WorkerSummary] = LRUCache(max_entries=1 << 16, max_bytes=summary_bytes,
+                                                        sizeof=_summary_nbytes)
         self.analyses: LRUCache[Analysis] = LRUCache(max_entries=max(self.keep_analyses, 1),
-                                                     max_bytes=self.max_analysis_bytes, sizeof=lambda a: a.nbytes)
+                                                     max_bytes=self.cache_bytes - summary_bytes,
+                                                     sizeof=lambda a: a.nbytes)
         self.failures: LRUCache[str] = LRUCache(max_entries=4096)
+        self._read_errors: dict[Key, tuple[str, float]] = {}
+
+    @property
+    def cache_nbytes(self) -> int:
+        """Bytes held by the summary and analysis caches."""
+        return self.memory.nbytes + self.analyses.nbytes
 
     def cached_summary(self, trace: TraceFile) -> WorkerSummary | None:
-        return self.memory.get(cache_key(trace.path, trace.size, trace.mtime))
+        return self.memory.get(_key(trace))
+
+    def cached_analysis(self, trace: TraceFile) -> Analysis | None:
+        return self.analyses.get(_key(trace)) if self.keep_analyses else None
 
     def cached_failure(self, trace: TraceFile) -> str | None:
-        return self.failures.get(cache_key(trace.path, trace.size, trace.mtime))
+        key = _key(trace)
+        failure = self.failures.get(key)
+        if failure is not None:
+            return failure
+        read_error = self._read_errors.get(key)
+        if read_error is not None and time.monotonic() - read_error[1] < self.read_retry_s:
+            return read_error[0]
+        return None
+
+    def _fail(self, key: Key, exc: TraceError) -> None:
+        if isinstance(exc, ReadError):
+            if len(self._read_errors) > 4096:
+                self._read_errors.clear()
+            self._read_errors[key] = (str(exc), time.monotonic())
+        else:
+            self.failures.put(key, str(exc))
 
     def analyze_file(self, trace: TraceFile) -> Analysis:
         """Events and attribution of one trace file; raises TraceError."""
-        key = cache_key(trace.path, trace.size, trace.mtime)
-        cached = self.analyses.get(key) if self.keep_analyses else None
+        key = _key(trace)
+        cached = self.cached_analysis(trace)
         if cached is not None:
             return cached
-        failure = self.failures.get(key)
+        failure = self.cached_failure(trace)
         if failure is not None:
             raise TraceError(failure)
         try:
+            self._check_size(trace)
             analysis = analyze(load_events(trace.path, max_bytes=self.max_trace_bytes))
         except TraceError as exc:
-            self.failures.put(key, str(exc))
+            self._fail(key, exc)
             raise
         except MemoryError:
-            message = "out of memory while reading this trace"
-            self.failures.put(key, message)
-            raise TraceError(message) from None
+            error = TraceError("out of memory while reading this trace")
+            self._fail(key, error)
+            raise error from None
+        self._read_errors.pop(key, None)
         if self.keep_analyses:
             self.analyses.put(key, analysis)
         return analysis
 
+    def _check_size(self, trace: TraceFile) -> None:
+        """Refuses a file that is over the limit as stored: no need to read it to know."""
+        limit = self.max_trace_bytes
+        if limit is not None and trace.size > limit:
+            raise TraceError(f"{trace.name} is {trace.size / 2**20:.0f} MiB, over the limit of "
+                             f"{limit / 2**20:.0f} MiB; it is not read (raise the limit to read it)")
+
     def summarize_file(self, trace: TraceFile, *, metadata: dict[str, object] | None = None) -> WorkerSummary:
-        key = cache_key(trace.path, trace.size, trace.mtime)
+        key = _key(trace)
         cached = self.memory.get(key)
         if cached is not None:
             return cached
@@ -223,7 +263,23 @@ class Loader:
         if run.metadata_path is None:
             return None
         try:
-            value = json.loads(io.read_small(run.metadata_path))
-        except (TraceError, ValueError):
+            return parse_metadata(io.read_small(run.metadata_path))
+        except TraceError:
             return None
-        return value if isinstance(value, dict) else None
+
+
+def parse_metadata(raw: bytes) -> dict[str, object] | None:
+    """The runner's ``tb_attn_run.json``, or None if it is not a JSON object."""
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def _key(trace: TraceFile) -> Key:
+    return cache_key(trace.path, trace.size, trace.mtime)
+
+
+def _summary_nbytes(summary: WorkerSummary) -> int:
+    return len(msgspec.msgpack.encode(summary))

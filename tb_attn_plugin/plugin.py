@@ -7,6 +7,8 @@ request.
 
 from __future__ import annotations
 
+import argparse
+import functools
 import importlib.util
 import json
 import mimetypes
@@ -22,9 +24,12 @@ from werkzeug import wrappers
 if TYPE_CHECKING:
     from tb_attn_plugin.service import Service
 
-__all__ = ["STATIC_DIR", "AttentionPlugin"]
+__all__ = ["STATIC_DIR", "AttentionLoader", "AttentionPlugin"]
 
 PLUGIN_NAME = "tb_attn"
+DEFAULT_CACHE_MB = 1024
+DEFAULT_MAX_TRACE_MB = 4096
+DEFAULT_PARSE_WORKERS = 2
 STATIC_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "static")
 _JSON = "application/json"
 
@@ -37,19 +42,46 @@ def _to_json(value: Any) -> bytes:
     return msgspec.json.encode(value)
 
 
+class AttentionLoader(base_plugin.TBLoader):
+    """The entry point: adds the tab's flags to TensorBoard's command line."""
+
+    def define_flags(self, parser: argparse.ArgumentParser) -> None:
+        group = parser.add_argument_group("tb_attn (the Attention tab)")
+        group.add_argument("--tb_attn_cache_mb", type=int, default=DEFAULT_CACHE_MB, metavar="MB",
+                           help="memory for parsed traces kept for the Attention tab (default %(default)s MiB)")
+        group.add_argument("--tb_attn_max_trace_mb", type=int, default=DEFAULT_MAX_TRACE_MB, metavar="MB",
+                           help="refuse trace files larger than this, uncompressed (default %(default)s MiB)")
+        group.add_argument("--tb_attn_parse_workers", type=int, default=DEFAULT_PARSE_WORKERS, metavar="N",
+                           help="threads that parse traces in the background (default %(default)s)")
+
+    def fix_flags(self, flags: argparse.Namespace) -> None:
+        for name in ("tb_attn_cache_mb", "tb_attn_max_trace_mb", "tb_attn_parse_workers"):
+            value = getattr(flags, name, None)
+            if value is not None and value < 1:
+                raise base_plugin.FlagsError(f"--{name} must be at least 1, got {value}")
+
+    def load(self, context: base_plugin.TBContext) -> AttentionPlugin:
+        return AttentionPlugin(context)
+
+
 class AttentionPlugin(base_plugin.TBPlugin):
     plugin_name = PLUGIN_NAME
 
     def __init__(self, context: base_plugin.TBContext) -> None:
         self._logdir = context.logdir or ""
+        flags = context.flags
+        self._cache_mb = getattr(flags, "tb_attn_cache_mb", None) or DEFAULT_CACHE_MB
+        self._max_trace_mb = getattr(flags, "tb_attn_max_trace_mb", None) or DEFAULT_MAX_TRACE_MB
+        self._parse_workers = getattr(flags, "tb_attn_parse_workers", None) or DEFAULT_PARSE_WORKERS
         self._service: Service | None = None
 
     @property
     def service(self) -> Service:
-        if self._service is None:
+        if self._service is None:  # on the first request: the constructor stays cheap
             from tb_attn_plugin.service import Service
 
-            self._service = Service(self._logdir)
+            self._service = Service(self._logdir, cache_bytes=self._cache_mb << 20,
+                                    max_trace_bytes=self._max_trace_mb << 20, parse_workers=self._parse_workers)
         return self._service
 
     def is_active(self) -> bool:
@@ -62,9 +94,8 @@ class AttentionPlugin(base_plugin.TBPlugin):
         return base_plugin.FrontendMetadata(es_module_path="/index.js", tab_name="Attention")
 
     def get_plugin_apps(self) -> dict[str, WSGIApp]:
-        routes = {
-            "/index.js": self._serve_index,
-            "/static/*": self._serve_static,
+        static = {"/index.js": self._serve_index, "/static/*": self._serve_static}
+        data = {
             "/runs": self._serve_runs,
             "/summary": self._serve_summary,
             "/drilldown": self._serve_drilldown,
@@ -74,7 +105,9 @@ class AttentionPlugin(base_plugin.TBPlugin):
             "/compare": self._serve_compare,
             "/scaling": self._serve_scaling,
         }
-        return {route: wrappers.Request.application(handler) for route, handler in routes.items()}
+        apps = {route: wrappers.Request.application(handler) for route, handler in static.items()}
+        apps.update({route: wrappers.Request.application(_answer_loading(handler)) for route, handler in data.items()})
+        return apps
 
     # -- data routes ----------------------------------------------------------------------
     def _serve_runs(self, request: wrappers.Request) -> wrappers.Response:
@@ -151,6 +184,22 @@ class AttentionPlugin(base_plugin.TBPlugin):
         if path.endswith(".js"):
             mimetype = "text/javascript"
         return http_util.Respond(request, content, mimetype)
+
+
+def _answer_loading(handler: Callable[[wrappers.Request], wrappers.Response]) -> Callable[..., wrappers.Response]:
+    """202 with ``{"status": "loading", ...}`` while the route's traces are parsed in the background."""
+
+    @functools.wraps(handler)
+    def route(request: wrappers.Request) -> wrappers.Response:
+        from tb_attn_plugin.service import Loading  # the service is imported by then
+
+        try:
+            return handler(request)
+        except Loading as loading:
+            return http_util.Respond(request, _to_json(loading.body()), _JSON, code=202,
+                                     headers=[("Retry-After", "1")])
+
+    return route
 
 
 def _safe_static_path(rel: str) -> str | None:

@@ -9,37 +9,62 @@ from __future__ import annotations
 
 import threading
 import time
+from concurrent.futures import Future, wait
 from typing import Any
 
 from tensorboard import errors
 
 from tb_attn_plugin.analysis import views
 from tb_attn_plugin.analysis.summary import Analysis
-from tb_attn_plugin.loader import Loader
-from tb_attn_plugin.schema import RunSummary
+from tb_attn_plugin.jobs import Jobs
+from tb_attn_plugin.loader import Loader, parse_metadata
+from tb_attn_plugin.schema import FileError, RunSummary, WorkerSummary
 from tb_attn_plugin.trace import io
 from tb_attn_plugin.trace.discover import Run, TraceFile, find_runs
-from tb_attn_plugin.trace.events import TraceError
+from tb_attn_plugin.trace.events import ReadError, TraceError
 
-__all__ = ["Service"]
+__all__ = ["Loading", "Service"]
 
 RUNS_SCHEMA = "tb-attn.runs/1"
 _RECENT_S = 60.0  # an incomplete trace modified this recently is still being written
+RETRY_AFTER_MS = 300  # how soon a client polls a route that answered "loading"
+
+
+class Loading(Exception):
+    """A route's traces are still being parsed in the background: answer 202 and be polled."""
+
+    def __init__(self, runs: list[str], pending: int, files: int) -> None:
+        super().__init__(f"parsing {pending} of {files} trace files")
+        self.runs, self.pending, self.files = runs, pending, files
+
+    def body(self) -> dict[str, Any]:
+        return {"status": "loading", "runs": self.runs, "pending": self.pending, "files": self.files,
+                "retry_after_ms": RETRY_AFTER_MS}
 
 
 class Service:
+    """The run registry over one logdir, with caches and a background parser.
+
+    ``cache_bytes`` bounds the parsed data kept in memory (``--tb_attn_cache_mb``),
+    ``max_trace_bytes`` refuses larger traces (``--tb_attn_max_trace_mb``), ``parse_workers``
+    threads parse in the background, and a route waits at most ``wait_s`` for them before it
+    answers "loading".
+    """
+
     def __init__(self, logdir: str, *, scan_ttl_s: float = 5.0, keep_analyses: int = 8,
-                 max_analysis_bytes: int = 1 << 30, max_trace_bytes: int | None = 4 << 30) -> None:
+                 cache_bytes: int = 1 << 30, max_trace_bytes: int | None = 4 << 30,
+                 parse_workers: int = 2, wait_s: float = 0.5) -> None:
         self.logdir = logdir
         self.scan_ttl_s = scan_ttl_s
-        self.loader = Loader(keep_analyses=keep_analyses, max_analysis_bytes=max_analysis_bytes,
-                             max_trace_bytes=max_trace_bytes)
+        self.wait_s = wait_s
+        self.loader = Loader(keep_analyses=keep_analyses, cache_bytes=cache_bytes, max_trace_bytes=max_trace_bytes)
+        self.jobs = Jobs(parse_workers)
         self._runs: list[Run] = []
         self._scanned_at = -1e18
         self._lock = threading.Lock()
         self._active = False
         self._active_checked_at = -1e18
-        self._metadata: dict[tuple[str, float], dict[str, object] | None] = {}
+        self._metadata: dict[tuple[str, float | None], dict[str, object] | None] = {}
 
     # -- the registry ---------------------------------------------------------------------
     def runs(self, *, refresh: bool = False) -> list[Run]:
@@ -55,7 +80,23 @@ class Service:
             files = []
         self._runs = find_runs(self.logdir, files)
         self._scanned_at = time.monotonic()
+        self._read_metadata(self._runs)
         return self._runs
+
+    def _read_metadata(self, runs: list[Run]) -> None:
+        """Reads the metadata files that are new or changed since the last listing, in one batch."""
+        wanted = {(r.metadata_path, r.metadata_mtime) for r in runs if r.metadata_path is not None}
+        missing = [key for key in wanted if key not in self._metadata]
+        if not missing:
+            return
+        got = io.read_many([path for path, _ in missing if path is not None])
+        if len(self._metadata) + len(missing) > 16384:
+            self._metadata = {k: v for k, v in self._metadata.items() if k in wanted}
+        for path, mtime in missing:
+            raw = got.get(path or "")
+            if isinstance(raw, ReadError):
+                continue  # read again on the next listing
+            self._metadata[(path, mtime)] = parse_metadata(raw) if isinstance(raw, bytes) else None
 
     def has_traces(self) -> bool:
         """Cheap enough for ``is_active``: a fresh listing if there is one, else a local walk
@@ -96,19 +137,15 @@ class Service:
     def metadata(self, run: Run) -> dict[str, object] | None:
         if run.metadata_path is None:
             return None
-        try:
-            mtime = io.stat(run.metadata_path).mtime
-        except TraceError:
-            return None
-        key = (run.metadata_path, mtime)
+        key = (run.metadata_path, run.metadata_mtime)
         if key not in self._metadata:
-            if len(self._metadata) > 4096:
-                self._metadata.clear()
-            self._metadata[key] = Loader.metadata(run)
-        return self._metadata[key]
+            self._read_metadata([run])
+        return self._metadata.get(key)
 
     def _status(self, run: Run, metadata: dict[str, object] | None) -> tuple[str, str | None]:
         if metadata is not None and metadata.get("status") == "running":
+            return "running", None
+        if any(self.jobs.running(_file_key(f)) for f in run.files):
             return "loading", None
         summaries = [self.loader.cached_summary(f) for f in run.files]
         failures = [self.loader.cached_failure(f) for f in run.files]
@@ -120,6 +157,44 @@ class Service:
                 return "loading", None
             return "error", "; ".join(sorted({m for m in failures if m}))
         return "unloaded", None
+
+    # -- background parsing ---------------------------------------------------------------
+    def _parse(self, trace: TraceFile, metadata: dict[str, object] | None) -> Future[WorkerSummary]:
+        """The job that parses ``trace`` (started if need be); its result is the summary, and
+        the analysis lands in the loader's cache for the views."""
+        return self.jobs.submit(_file_key(trace), lambda: self.loader.summarize_file(trace, metadata=metadata))
+
+    def _await(self, futures: list[Future[Any]], runs: list[str], files: int) -> None:
+        if not futures:
+            return
+        wait(futures, timeout=self.wait_s)
+        pending = sum(not f.done() for f in futures)
+        if pending:
+            raise Loading(runs, pending, files)
+
+    def _start_summaries(self, run: Run, worker: str | None,
+                         metadata: dict[str, object] | None) -> list[tuple[TraceFile, Future[WorkerSummary] | None]]:
+        out: list[tuple[TraceFile, Future[WorkerSummary] | None]] = []
+        for trace in run.files:
+            if worker is not None and trace.worker != worker:
+                continue
+            done = self.loader.cached_summary(trace) is not None or self.loader.cached_failure(trace) is not None
+            out.append((trace, None if done else self._parse(trace, metadata)))
+        return out
+
+    def _finish_summary(self, run: Run, metadata: dict[str, object] | None,
+                        started: list[tuple[TraceFile, Future[WorkerSummary] | None]]) -> RunSummary:
+        workers: list[WorkerSummary] = []
+        failed: list[FileError] = []
+        for trace, future in started:
+            try:
+                summary = future.result() if future is not None else self.loader.cached_summary(trace)
+                if summary is None:  # evicted in the meantime: the failure or a fresh parse
+                    summary = self.loader.summarize_file(trace, metadata=metadata)
+                workers.append(summary)
+            except TraceError as exc:
+                failed.append(FileError(file=trace.name, error=str(exc)))
+        return RunSummary(run=run.name, metadata=metadata, workers=workers, errors=failed)
 
     # -- routes ---------------------------------------------------------------------------
     def runs_response(self, *, refresh: bool) -> dict[str, Any]:
@@ -145,7 +220,10 @@ class Service:
         run = self.run(run_name)
         if worker is not None and worker not in run.workers:
             raise errors.NotFoundError(f"no worker {worker!r} in run {run_name!r}")
-        summary = self.loader.summarize_run(run, worker=worker, metadata=self.metadata(run))
+        metadata = self.metadata(run)
+        started = self._start_summaries(run, worker, metadata)
+        self._await([f for _, f in started if f is not None], [run.name], len(started))
+        summary = self._finish_summary(run, metadata, started)
         if span is not None:
             summary.workers = [w for w in summary.workers if w.span == span]
             if not summary.workers and not summary.errors:
@@ -155,10 +233,25 @@ class Service:
     def _analysis(self, run_name: str, worker: str | None, span: str | None) -> tuple[Run, TraceFile, Analysis]:
         run = self.run(run_name)
         trace = self.trace_file(run, worker, span)
-        try:
-            return run, trace, self.loader.analyze_file(trace)
-        except TraceError as exc:
-            raise errors.NotFoundError(f"cannot read {trace.name}: {exc}") from None
+        analysis = self.loader.cached_analysis(trace)
+        if analysis is None:
+            failure = self.loader.cached_failure(trace)
+            if failure is None:
+                future = self._parse(trace, self.metadata(run))
+                self._await([future], [run.name], 1)
+                failure = _error(future)
+            if failure is not None:
+                raise errors.NotFoundError(f"cannot read {trace.name}: {failure}")
+            analysis = self.loader.cached_analysis(trace)
+            if analysis is None:  # summarized earlier, analysis evicted since: parse it again
+                job: Future[Analysis] = self.jobs.submit(("analysis", _file_key(trace)),
+                                                         lambda: self.loader.analyze_file(trace))
+                self._await([job], [run.name], 1)
+                failure = _error(job)
+                if failure is not None:
+                    raise errors.NotFoundError(f"cannot read {trace.name}: {failure}")
+                analysis = job.result()
+        return run, trace, analysis
 
     def drilldown(self, run_name: str, worker: str | None, span: str | None, *, layer: int, phase: str | None,
                   backward: bool, profiler_installed: bool) -> dict[str, Any]:
@@ -193,7 +286,12 @@ class Service:
             raise errors.InvalidArgumentError("pass runs=R1,R2,... (run names as /runs lists them)")
         if len(names) > 200:
             raise errors.InvalidArgumentError("at most 200 runs at once")
-        return [self.summary(name, None, None) for name in names]
+        runs = [self.run(name) for name in names]
+        metadata = [self.metadata(run) for run in runs]
+        started = [self._start_summaries(run, None, meta) for run, meta in zip(runs, metadata, strict=True)]
+        self._await([f for s in started for _, f in s if f is not None], [r.name for r in runs],
+                    sum(len(s) for s in started))
+        return [self._finish_summary(run, meta, s) for run, meta, s in zip(runs, metadata, started, strict=True)]
 
     def compare(self, names: list[str], baseline: str | None) -> dict[str, Any]:
         from tb_attn_plugin.analysis.compare import compare
@@ -216,6 +314,20 @@ class Service:
             if f.name == file:
                 return f
         raise errors.NotFoundError(f"no trace file {file!r} in run {run_name!r}")
+
+
+def _file_key(trace: TraceFile) -> tuple[str, int, float]:
+    return (trace.path, trace.size, trace.mtime)
+
+
+def _error(future: Future[Any]) -> str | None:
+    """The message of a finished job's TraceError, or None if it succeeded (other errors raise)."""
+    exc = future.exception()
+    if exc is None:
+        return None
+    if isinstance(exc, TraceError):
+        return str(exc)
+    raise exc
 
 
 def _query(**params: str) -> str:

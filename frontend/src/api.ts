@@ -1,6 +1,7 @@
 // Fetching from the plugin's JSON routes (docs/http_api.md). Relative URLs only: TensorBoard's
 // plugin iframe sets <base href="plugin/tb_attn/">, which also makes --path_prefix work.
 // Failures are thrown as ApiError with the server's message; nothing is turned into "no data".
+// A 202 means the server is still parsing the traces behind the answer: it is polled.
 
 import type {
   CompareResponse,
@@ -47,7 +48,39 @@ async function getJson<T>(route: string, params: Params, signal?: AbortSignal): 
   return getJsonAt<T>(route, url(route, params), signal);
 }
 
+/** How long a route may stay "loading" (202) before the tab gives up waiting for it. */
+const LOADING_TIMEOUT_MS = 30 * 60 * 1000;
+
+/** A route's final answer: 202 "loading" (traces still being parsed) is polled until it is not. */
 async function getJsonAt<T>(route: string, target: string, signal?: AbortSignal): Promise<T> {
+  const started = Date.now();
+  for (;;) {
+    const { status, body } = await fetchJson(route, target, signal);
+    if (status !== 202) return body as T;
+    if (Date.now() - started > LOADING_TIMEOUT_MS) {
+      throw new ApiError(`${route}: the server is still parsing after ${LOADING_TIMEOUT_MS / 60000} minutes`, 202);
+    }
+    const retry = (body as { retry_after_ms?: unknown }).retry_after_ms;
+    await sleep(typeof retry === "number" && retry > 0 ? Math.min(retry, 5000) : 500, signal);
+  }
+}
+
+function sleep(ms: number, signal?: AbortSignal): Promise<void> {
+  return new Promise((resolve, reject) => {
+    if (signal?.aborted) return reject(new DOMException("aborted", "AbortError"));
+    const timer = setTimeout(() => {
+      signal?.removeEventListener("abort", onAbort);
+      resolve();
+    }, ms);
+    const onAbort = () => {
+      clearTimeout(timer);
+      reject(new DOMException("aborted", "AbortError"));
+    };
+    signal?.addEventListener("abort", onAbort, { once: true });
+  });
+}
+
+async function fetchJson(route: string, target: string, signal?: AbortSignal): Promise<{ status: number; body: unknown }> {
   let response: Response;
   try {
     response = await fetch(target, { signal, headers: { Accept: "application/json" } });
@@ -75,7 +108,7 @@ async function getJsonAt<T>(route: string, target: string, signal?: AbortSignal)
     throw new ApiError(message, response.status);
   }
   if (body === undefined) throw new ApiError(`${route}: the response is not JSON`, response.status);
-  return body as T;
+  return { status: response.status, body };
 }
 
 export function isAbort(err: unknown): boolean {

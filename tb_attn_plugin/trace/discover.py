@@ -38,6 +38,7 @@ class Run:
     path: str
     files: tuple[TraceFile, ...]  # sorted by worker, then span
     metadata_path: str | None
+    metadata_mtime: float | None = None  # from the listing, so that it needs no stat
 
     @property
     def workers(self) -> list[str]:
@@ -64,7 +65,7 @@ def find_runs(root: str, files: Iterable[FileInfo]) -> list[Run]:
     """Group a recursive listing of ``root`` into runs, sorted by name."""
     root_norm = root.replace("\\", "/").rstrip("/")
     by_dir: dict[str, list[TraceFile]] = {}
-    metadata: dict[str, str] = {}
+    metadata: dict[str, FileInfo] = {}
     for info in files:
         directory, name = _split(info.path)
         parsed = parse_trace_name(name)
@@ -73,11 +74,13 @@ def find_runs(root: str, files: Iterable[FileInfo]) -> list[Run]:
                 TraceFile(info.path, name, parsed[0], parsed[1], info.size, info.mtime)
             )
         elif name == METADATA_FILE:
-            metadata[directory] = info.path
+            metadata[directory] = info
     runs = []
     for directory, traces in by_dir.items():
         rel = directory[len(root_norm):].strip("/") if directory.startswith(root_norm) else directory
         name = posixpath.normpath(rel) if rel else "."
         traces.sort(key=lambda t: (t.worker, int(t.span) if t.span else -1, t.name))
-        runs.append(Run(name=name, path=directory, files=tuple(traces), metadata_path=metadata.get(directory)))
+        meta = metadata.get(directory)
+        runs.append(Run(name=name, path=directory, files=tuple(traces),
+                        metadata_path=meta.path if meta else None, metadata_mtime=meta.mtime if meta else None))
     return sorted(runs, key=lambda r: r.name)

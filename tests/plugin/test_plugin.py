@@ -12,14 +12,12 @@ from importlib.metadata import entry_points
 from pathlib import Path
 
 import pytest
-from tensorboard.backend import application
 from tensorboard.plugins import base_plugin
 from tracetools import trace_files
+from webtools import BASE, get, get_json, plugin_client
 from werkzeug.test import Client
 
 from tb_attn_plugin.plugin import STATIC_DIR, AttentionPlugin
-
-BASE = "/data/plugin/tb_attn"
 
 
 @pytest.fixture
@@ -30,21 +28,15 @@ def logdir(tmp_path: Path, builtin_logdir: Path) -> Path:
 
 
 def _client(logdir: Path, path_prefix: str = "") -> Client:
-    plugin = AttentionPlugin(base_plugin.TBContext(logdir=str(logdir)))
-    return Client(application.TensorBoardWSGI([plugin], path_prefix=path_prefix))
+    return plugin_client(logdir, path_prefix=path_prefix)
 
 
-def _get(client: Client, url: str, status: int = 200) -> object:
-    response = client.get(url)
-    assert response.status_code == status, (url, response.status_code, response.get_data(as_text=True)[:300])
-    if response.mimetype == "application/json":
-        return json.loads(response.get_data())
-    return response.get_data(as_text=True)
+_get = get_json
 
 
 def test_entry_point_and_frontend_metadata() -> None:
     names = {ep.name: ep.value for ep in entry_points(group="tensorboard_plugins")}
-    assert names.get("tb_attn") == "tb_attn_plugin.plugin:AttentionPlugin"
+    assert names.get("tb_attn") == "tb_attn_plugin.plugin:AttentionLoader"
     meta = AttentionPlugin(base_plugin.TBContext(logdir="x")).frontend_metadata()
     assert meta.tab_name == "Attention" and meta.es_module_path == "/index.js"
 
@@ -96,7 +88,7 @@ def test_drilldown_memory_timeline_and_download(logdir: Path) -> None:
     short = _get(client, f"{BASE}/timeline?{q}&limit=5")
     assert short["truncated"] and len(short["events"]["name"]) == 5
     file = drill["trace_file"]
-    response = client.get(f"{BASE}/trace?run=exp/naive&file={file}")
+    response = get(client, f"{BASE}/trace?run=exp/naive&file={file}")
     assert response.status_code == 200 and "attachment" in response.headers["Content-Disposition"]
     assert json.loads(response.get_data())["traceEvents"]
 
@@ -121,7 +113,7 @@ def test_drilldown_memory_timeline_and_download(logdir: Path) -> None:
     ],
 )
 def test_bad_arguments_are_4xx_with_a_message(logdir: Path, url: str, status: int) -> None:
-    response = _client(logdir).get(BASE + url)
+    response = get(_client(logdir), BASE + url)
     assert response.status_code == status
     assert response.get_data(as_text=True).strip()
 
@@ -203,7 +195,7 @@ def test_several_spans_need_a_choice(logdir: Path) -> None:
     (path,) = trace_files(run)
     shutil.copy(path, run / path.name.replace(".pt.trace", "1.pt.trace"))
     client = _client(logdir)
-    assert client.get(f"{BASE}/memory?run=exp/naive").status_code == 400
+    assert get(client, f"{BASE}/memory?run=exp/naive").status_code == 400
     runs = {r["run"]: r for r in _get(client, f"{BASE}/runs?refresh=1")["runs"]}
     spans = [s["span"] for s in runs["exp/naive"]["workers"][0]["spans"]]
     worker = runs["exp/naive"]["workers"][0]["worker"]
