@@ -153,7 +153,7 @@ class Service:
             return "ready", None
         if run.files and all(f is not None for f in failures):
             recent = any(time.time() - f.mtime < _RECENT_S for f in run.files)
-            if recent and any("truncated" in (msg or "") for msg in failures):
+            if recent and any(_incomplete(msg or "") for msg in failures):
                 return "loading", None
             return "error", "; ".join(sorted({m for m in failures if m}))
         return "unloaded", None
@@ -314,6 +314,11 @@ class Service:
             if f.name == file:
                 return f
         raise errors.NotFoundError(f"no trace file {file!r} in run {run_name!r}")
+
+
+def _incomplete(message: str) -> bool:
+    """Whether a failure may only mean that the file is still being written."""
+    return "truncated" in message or message.startswith("empty file")
 
 
 def _file_key(trace: TraceFile) -> tuple[str, int, float]:

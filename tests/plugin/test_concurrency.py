@@ -1,0 +1,91 @@
+"""Writers and readers at once: runners writing into the logdir while the tab reads it."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from tb_attn_plugin.schema import RunSummary
+from tb_attn_plugin.service import Loading, Service
+
+TINY_ARGS = ["--layers", "2", "--heads", "4", "--d-model", "32", "--batch", "2", "--vocab", "64",
+             "--warmup", "1", "--active", "2", "--no-progress"]
+
+
+def _poll(service: Service, seen: dict[str, set[str]], summaries: list[RunSummary]) -> None:
+    for run in service.runs_response(refresh=True)["runs"]:
+        seen.setdefault(run["run"], set()).add(run["status"])
+        try:
+            summaries.append(service.summary(run["run"], None, None))
+        except Loading:
+            pass
+
+
+def test_runners_write_while_the_tab_reads(tmp_path: Path) -> None:
+    """Two sweeps write at once (one gzipped) while a reader lists and summarizes every run it
+    sees: no partial trace is ever summarized, runs in progress show as running, and at the
+    end every run is complete and readable."""
+    writers = [
+        subprocess.Popen([sys.executable, "-m", "runner", "--logdir", str(tmp_path), "--name", name,
+                          "--impl", "naive,sdpa,sdpa-math", "--seq", "16,32", *extra, *TINY_ARGS],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        for name, extra in (("alice", []), ("bob", ["--gzip"]))
+    ]
+    service = Service(str(tmp_path), scan_ttl_s=0, wait_s=0.02)
+    seen: dict[str, set[str]] = {}
+    summaries: list[RunSummary] = []
+    deadline = time.monotonic() + 240
+    while any(w.poll() is None for w in writers):
+        assert time.monotonic() < deadline, "the runners did not finish"
+        _poll(service, seen, summaries)
+    for w in writers:
+        _, stderr = w.communicate()
+        assert w.returncode == 0, stderr
+    service.wait_s = 60
+    _poll(service, seen, summaries)
+
+    assert len(seen) == 12, sorted(seen)
+    assert all(not s.errors for s in summaries), [s.errors for s in summaries if s.errors]
+    assert any("running" in statuses for statuses in seen.values()), seen
+    final = {r["run"]: r for r in service.runs_response(refresh=True)["runs"]}
+    assert {r["status"] for r in final.values()} == {"ready"}
+    assert all(r["metadata"]["status"] == "ok" for r in final.values())
+    for name in final:
+        (worker,) = service.summary(name, None, None).workers
+        assert len(worker.layers) == 2
+    leftovers = [p for p in tmp_path.rglob(".*") if p.is_file()]
+    assert not leftovers, leftovers
+
+
+def test_a_trace_written_in_place_is_never_read_as_complete(tmp_path: Path, builtin_logdir: Path) -> None:
+    """Writers other than our runner (the stock trace handler) write in place: a reader that
+    catches the file half-written reports it as still loading, never summarizes a part of it,
+    and reads it whole once it is."""
+    (source,) = (builtin_logdir / "naive").glob("*.pt.trace.json")
+    data = source.read_bytes()
+    run = tmp_path / "foreign"
+    run.mkdir()
+    target = run / source.name
+    service = Service(str(tmp_path), scan_ttl_s=0, wait_s=60)
+    with target.open("wb") as out:
+        for cut in (0, 1, len(data) // 7, len(data) // 2, len(data) - 2):
+            out.seek(0)
+            out.truncate()
+            out.write(data[:cut])
+            out.flush()
+            os.utime(target)
+            summary = service.summary("foreign", None, None)
+            assert not summary.workers
+            assert "truncated" in summary.errors[0].error or summary.errors[0].error == "empty file"
+            (listed,) = service.runs_response(refresh=True)["runs"]
+            assert listed["status"] == "loading"
+        out.seek(0)
+        out.write(data)
+    os.utime(target, (time.time() + 1, time.time() + 1))
+    summary = service.summary("foreign", None, None)
+    assert not summary.errors and summary.workers[0].backend == "naive"
+    assert json.loads(target.read_bytes()) == json.loads(data)
