@@ -4,11 +4,17 @@ A run is ``LOGDIR/<name>/``: one trace file per worker and profiler cycle, plus
 ``tb_attn_run.json``. A configuration the device cannot run is recorded as ``unsupported``
 with PyTorch's reason; any other failure as ``failed`` with its error. Neither raises, so a
 sweep goes on. Ctrl-C marks the run ``interrupted`` and propagates.
+
+A file that cannot be written (a full disk, a file-size limit) fails the run with one line on
+stderr, ``error: cannot write <file>: <reason>``, and leaves no partial or temporary file. If
+even the final metadata cannot be written, the metadata that still says ``running`` is removed
+rather than left to claim a run in progress.
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import time
 import warnings
 from dataclasses import dataclass, field
@@ -22,9 +28,9 @@ from torch.profiler import ProfilerActivity, profile, schedule
 from runner.config import ModelConfig, ProfileConfig
 from runner.distributed import DistContext, barrier
 from runner.instrument import instrument
-from runner.metadata import environment, now_iso, write_metadata
+from runner.metadata import METADATA_FILE, environment, now_iso, write_metadata
 from runner.models import Unsupported, build_workload
-from runner.traces import TRACE_FILE_RE, default_worker_name, trace_handler
+from runner.traces import TRACE_FILE_RE, WriteError, default_worker_name, trace_handler
 
 __all__ = ["SDPA_BACKENDS", "RunResult", "RunSpec", "run_one"]
 
@@ -34,6 +40,8 @@ SDPA_BACKENDS: dict[str, SDPBackend] = {
     "sdpa-efficient": SDPBackend.EFFICIENT_ATTENTION,
     "sdpa-cudnn": SDPBackend.CUDNN_ATTENTION,
 }
+
+_log = logging.getLogger(__name__)
 
 # PyTorch's messages when a pinned SDPA backend cannot run these inputs on this device.
 _UNSUPPORTED_MARKERS = ("No viable backend", "No available kernel")
@@ -97,9 +105,10 @@ def run_one(
     }
     result = RunResult(name=spec.name, status="running")
     start = time.perf_counter()
-    if writer:
-        write_metadata(run_dir, meta)
+    write_failed = False
     try:
+        if writer:
+            write_metadata(run_dir, meta)
         _profile(spec, run_dir, prof, dist, seed, meta, result)
         result.status = "ok"
     except KeyboardInterrupt:
@@ -107,6 +116,8 @@ def run_one(
         raise
     except Unsupported as exc:
         result.status, result.error = "unsupported", str(exc)
+    except WriteError as exc:
+        result.status, result.error, write_failed = "failed", str(exc), True
     except Exception as exc:
         if _is_unsupported(exc):
             result.status, result.error = "unsupported", f"{cfg.impl} on {cfg.device}: {_describe(exc)}"
@@ -118,8 +129,27 @@ def run_one(
             barrier(dist)  # every rank's traces are written before rank 0 lists them
         meta.update(status=result.status, error=result.error, finished_at=now_iso(), traces=_trace_names(run_dir))
         if writer:
-            write_metadata(run_dir, meta)
+            write_failed = not _finish_metadata(run_dir, meta, result) or write_failed
+        if write_failed:
+            _log.error("error: %s", result.error)
     return result
+
+
+def _finish_metadata(run_dir: Path, meta: dict[str, Any], result: RunResult) -> bool:
+    """Rewrite the metadata with the outcome. False if it could not be written: the run then
+    failed, and the earlier metadata (which says "running") is removed."""
+    try:
+        write_metadata(run_dir, meta)
+        return True
+    except WriteError as exc:
+        with contextlib.suppress(OSError):
+            (run_dir / METADATA_FILE).unlink(missing_ok=True)
+        if result.status == "failed" and result.error:
+            result.error += f"; {exc}, so it was removed"
+        else:
+            note = f" (the run was {result.status}: {result.error})" if result.error else ""
+            result.status, result.error = "failed", f"{exc}{note}"
+        return False
 
 
 def _trace_names(run_dir: Path) -> list[str]:
@@ -138,7 +168,7 @@ def _profile(
     result: RunResult,
 ) -> None:
     torch.manual_seed(seed)
-    work = build_workload(spec.model, spec.cfg, hf_overrides=spec.hf_overrides)
+    work = build_workload(spec.model, spec.cfg, hf_overrides=spec.hf_overrides, dist=dist)
     meta["config"] = work.cfg.to_dict()
     cuda = torch.device(work.cfg.device).type == "cuda"
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])

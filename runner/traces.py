@@ -10,10 +10,19 @@ read them unchanged. Two things differ:
 - Gzip runs at a low compression level after the export, with large buffers. The handler's own
   gzip (``use_gzip=True``) runs zlib's level 9 through the profiler's export path; see
   ``bench/README.md`` for the measured difference.
+
+A write that fails (a full disk, a file-size limit, a permission) raises ``WriteError``, which
+names the file and the operating system's reason, after removing every temporary file. The
+profiler's exporter (Kineto, C++) does not raise when its writes fail: it logs "Failed to write
+to log file!", keeps its own ``.tmp`` file and, when the failure happens at its final flush,
+renames a truncated trace into place. So the export is checked (the file must end with the
+trailer Kineto writes last), and when it failed, the cause is found by writing where Kineto
+stopped (the same disk, the same file-size limit).
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 import socket
@@ -24,12 +33,34 @@ from pathlib import Path
 
 from torch.profiler import profile
 
-__all__ = ["TMP_SUFFIX", "TRACE_FILE_RE", "atomic_write_bytes", "default_worker_name", "gzip_file", "trace_handler"]
+__all__ = [
+    "TMP_SUFFIX", "TRACE_FILE_RE", "WriteError", "atomic_write_bytes", "default_worker_name", "gzip_file",
+    "trace_handler",
+]
 
 #: A finished trace file; group 1 is the worker, group 2 the span's time stamp.
 TRACE_FILE_RE = re.compile(r"^(.+)\.(\d+)\.pt\.trace\.json(?:\.gz)?$")
 TMP_SUFFIX = ".tmp"
 _CHUNK = 4 << 20
+# The last thing both of torch's exporters write: ``"traceName": "<path>"`` and the closing brace.
+_TRAILER_RE = re.compile(rb'"traceName"\s*:\s*"[^\n]*"\s*}\s*$')  # Kineto does not escape the path
+_TRAILER_WINDOW = 8 << 10  # bytes read from the end; the trailer holds a path (at most 4 KiB)
+_PROBE_BYTES = 1 << 20
+
+
+class WriteError(OSError):
+    """A file could not be written. ``str()`` is one line for the user: the file and the reason."""
+
+    def __init__(self, path: str | os.PathLike[str], cause: OSError) -> None:
+        code = cause.errno if cause.errno is not None else errno.EIO
+        super().__init__(code, cause.strerror or str(cause) or os.strerror(code), os.fspath(path))
+
+    def __str__(self) -> str:
+        return f"cannot write {self.filename}: {self.strerror}"
+
+
+def _write_error(path: Path, exc: OSError) -> WriteError:
+    return exc if isinstance(exc, WriteError) else WriteError(path, exc)
 
 
 def default_worker_name(rank: int | None = None) -> str:
@@ -74,9 +105,58 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
+    except OSError as exc:
+        _unlink_quietly(tmp)
+        raise _write_error(path, exc) from None
     except BaseException:
-        tmp.unlink(missing_ok=True)
+        _unlink_quietly(tmp)
         raise
+
+
+def _unlink_quietly(path: Path) -> None:
+    try:
+        path.unlink(missing_ok=True)
+    except OSError:
+        pass
+
+
+def _is_complete_export(path: Path) -> bool:
+    """Whether the exporter finished ``path``: it ends with the trailer written last."""
+    try:
+        with open(path, "rb") as f:
+            size = f.seek(0, os.SEEK_END)
+            f.seek(max(0, size - _TRAILER_WINDOW))
+            tail = f.read()
+    except OSError:
+        return False
+    return _TRAILER_RE.search(tail) is not None
+
+
+def _why_export_failed(partial: Path) -> OSError:
+    """The operating system's reason why the exporter could not write ``partial``.
+
+    Kineto reports none, so this writes where it stopped: a full disk, a file-size limit or a
+    permission fails here the same way. The caller removes ``partial``.
+    """
+    try:
+        with open(partial, "ab") as f:
+            f.write(bytes(_PROBE_BYTES))
+            f.flush()
+            os.fsync(f.fileno())
+    except OSError as exc:
+        return exc
+    return OSError(errno.EIO, "the profiler could not write the trace (its log above may say why)")
+
+
+def _export(prof: profile, tmp_json: Path) -> None:
+    """``prof.export_chrome_trace`` into ``tmp_json``; raises OSError if it is not complete."""
+    kineto_tmp = tmp_json.with_name(tmp_json.name + ".tmp")  # Kineto writes here, then renames
+    try:
+        prof.export_chrome_trace(str(tmp_json))
+        if not _is_complete_export(tmp_json):
+            raise _why_export_failed(tmp_json if tmp_json.exists() else kineto_tmp)
+    finally:
+        _unlink_quietly(kineto_tmp)
 
 
 def trace_handler(
@@ -87,17 +167,21 @@ def trace_handler(
     gzip_level: int = 1,
     on_written: Callable[[Path], None] | None = None,
 ) -> Callable[[profile], None]:
-    """An ``on_trace_ready`` callback that writes one trace file per profiler cycle."""
+    """An ``on_trace_ready`` callback that writes one trace file per profiler cycle.
+
+    Raises ``WriteError`` (naming the trace file) when the trace cannot be written; nothing of
+    it is left on disk then.
+    """
     directory = Path(run_dir)
 
     def handler(prof: profile) -> None:
-        directory.mkdir(parents=True, exist_ok=True)
         stem = f"{worker_name}.{time.time_ns()}.pt.trace.json"
         final = directory / (stem + (".gz" if use_gzip else ""))
         tmp_json = directory / f".{stem}{TMP_SUFFIX}"
         tmp_gz = directory / f".{stem}.gz{TMP_SUFFIX}"
         try:
-            prof.export_chrome_trace(str(tmp_json))
+            directory.mkdir(parents=True, exist_ok=True)
+            _export(prof, tmp_json)
             if use_gzip:
                 gzip_file(tmp_json, tmp_gz, level=gzip_level)
                 tmp_json.unlink()
@@ -107,9 +191,11 @@ def trace_handler(
                     os.fsync(f.fileno())
                 os.replace(tmp_json, final)
             _fsync_dir(directory)
-        except BaseException:
-            tmp_json.unlink(missing_ok=True)
-            tmp_gz.unlink(missing_ok=True)
+        except BaseException as exc:
+            _unlink_quietly(tmp_json)
+            _unlink_quietly(tmp_gz)
+            if isinstance(exc, OSError):
+                raise _write_error(final, exc) from None
             raise
         if on_written is not None:
             on_written(final)
