@@ -1,6 +1,7 @@
 """``tb-attn``: attention summaries of torch.profiler traces in the terminal and in CI.
 
     tb-attn summarize PATH [--run R] [--worker W] [--format table|json|csv]
+    tb-attn ranks PATH [--run R] [--margin 0.2] [--fail-on-straggler] [--format table|json]
     tb-attn gate --baseline RUN --candidate RUN [--max-time-regression 10%] [--max-memory-regression 10%]
 
 PATH is a logdir, a run directory or one trace file (local or an fsspec URL). Exit codes: 0
@@ -22,7 +23,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, NoReturn
 
 if TYPE_CHECKING:
-    from tb_attn_plugin.schema import Finding, RunSummary
+    from tb_attn_plugin.schema import Finding, RanksResponse, RunSummary
 
 __all__ = ["main"]
 
@@ -50,6 +51,13 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--runs", help="comma-separated run names (default: every run)")
     c.add_argument("--baseline", help="the run the ratios are against (default: the first)")
     c.add_argument("--format", choices=("table", "json"), default="table")
+    r = sub.add_parser("ranks", help="multi-rank runs: attention per rank and layer, stragglers, collectives")
+    r.add_argument("path", help="a logdir or a run directory (local path or fsspec URL)")
+    r.add_argument("--run", help="only this run (default: every run with two or more workers)")
+    r.add_argument("--margin", type=float, default=0.2,
+                   help="a straggler's attention time exceeds the median over ranks by more than this (default 0.2)")
+    r.add_argument("--fail-on-straggler", action="store_true", help="exit 1 when a straggler is found")
+    r.add_argument("--format", choices=("table", "json"), default="table")
     g = sub.add_parser("gate", help="fail (exit 1) when attention got slower or hungrier than a baseline")
     g.add_argument("--baseline", required=True, help="the baseline run: a run directory or a trace file")
     g.add_argument("--candidate", required=True, help="the candidate run: a run directory or a trace file")
@@ -67,6 +75,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _gate(args)
     if args.command == "compare":
         return _compare(args)
+    if args.command == "ranks":
+        return _ranks(args)
     from tb_attn_plugin.loader import Loader, resolve_runs
     from tb_attn_plugin.trace.events import TraceError
 
@@ -130,6 +140,83 @@ def _compare(args: argparse.Namespace) -> int:
     else:
         sys.stdout.write(_compare_table(result, scale))
     return 1 if result["errors"] else 0
+
+
+def _ranks(args: argparse.Namespace) -> int:
+    import msgspec
+
+    from tb_attn_plugin.analysis.ranks import ranks
+    from tb_attn_plugin.loader import Loader, resolve_runs
+    from tb_attn_plugin.trace.events import TraceError
+
+    if not 0 <= args.margin <= 10:
+        return _fail("--margin must be in 0..10 (a fraction: 0.2 is 20%)")
+    try:
+        runs = resolve_runs(args.path)
+    except TraceError as exc:
+        return _fail(str(exc))
+    if args.run is not None:
+        runs = [r for r in runs if r.name == args.run.strip("/")]
+        if not runs:
+            return _fail(f"no run named {args.run!r} under {args.path}")
+    else:
+        runs = [r for r in runs if len(r.workers) > 1]
+        if not runs:
+            return _fail(f"no run with two or more workers (ranks) under {args.path}")
+    gc.disable()
+    loader = Loader()
+    views = [ranks(loader.summarize_run(r), margin=args.margin) for r in runs]
+    if args.format == "json":
+        body = msgspec.json.encode(views if len(views) > 1 else views[0])
+        sys.stdout.write(msgspec.json.format(body).decode() + "\n")
+    else:
+        sys.stdout.write("\n".join(_ranks_table(v) for v in views))
+    for v in views:
+        for err in v.errors:
+            print(f"{PROG}: {v.run}/{err.file}: {err.error}", file=sys.stderr)
+    if any(v.errors for v in views):
+        return 1
+    return 1 if args.fail_on_straggler and any(v.stragglers for v in views) else 0
+
+
+def _ranks_table(view: RanksResponse) -> str:
+    layers = [a.layer for a in view.all_ranks]
+    header = ("rank", "worker", "step ms", "attn ms", "coll ms", "other ms", *(f"L{k} ms" for k in layers), "heads", "")
+    rows = [(str(r.rank if r.rank is not None else "-"), r.worker, _ms(r.step_us), _ms(r.attention_us),
+             _ms(r.collective_us), _ms(r.other_us),
+             *(_ms(next((x.time_us for x in r.layers if x.layer == k), 0.0)) for k in layers),
+             _head_span(r.heads), "STRAGGLER" if r.straggler else "") for r in view.ranks]
+    rows.append(("all", "mean", "", _ms(view.attention_mean_us), _ms(view.collective_mean_us), "",
+                 *(_ms(a.mean_us) for a in view.all_ranks), "", ""))
+    rows.append(("all", "max", "", _ms(view.attention_max_us), "", "",
+                 *(_ms(a.max_us) for a in view.all_ranks), "", ""))
+    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
+    fmt = "  ".join(f"{{:<{w}}}" if i < 2 or i >= len(widths) - 2 else f"{{:>{w}}}" for i, w in enumerate(widths))
+    lines = [f"{view.run}: {len(view.ranks)} ranks, {view.clock} time per step (means)",
+             fmt.format(*header).rstrip(), *(fmt.format(*row).rstrip() for row in rows)]
+    for s in view.stragglers:
+        lines.append(f"straggler: rank {s.rank if s.rank is not None else '-'} ({s.worker}): {s.metric} "
+                     f"{_ms(s.value_us)} ms against a median of {_ms(s.median_us)} ms ({s.ratio:.2f}x, "
+                     f"margin {view.margin:.0%})")
+    names = sorted({c.name for r in view.ranks for c in r.collectives})
+    if names:
+        lines.append("collectives per step: " + "; ".join(
+            f"rank {r.rank if r.rank is not None else r.worker}: " + ", ".join(
+                f"{c.name} x{c.calls:g} {_ms(c.device_us if view.clock == 'device' else c.cpu_us)} ms"
+                for c in r.collectives) for r in view.ranks if r.collectives))
+    if view.heads:
+        kind = "sharded across ranks (tensor parallel)" if view.heads_sharded else "on every rank"
+        gaps = "" if view.heads_complete else " (with gaps: some heads were not seen)"
+        lines.append(f"heads: {view.head_count} per layer, {kind}{gaps}")
+    return "\n".join(lines) + "\n"
+
+
+def _head_span(heads: list[int]) -> str:
+    if not heads:
+        return "-"
+    if heads == list(range(heads[0], heads[-1] + 1)):
+        return f"{heads[0]}-{heads[-1]}" if len(heads) > 1 else str(heads[0])
+    return ",".join(map(str, heads))
 
 
 def _ratio(x: float | None) -> str:

@@ -98,6 +98,7 @@ class AttentionPlugin(base_plugin.TBPlugin):
         data = {
             "/runs": self._serve_runs,
             "/summary": self._serve_summary,
+            "/ranks": self._serve_ranks,
             "/drilldown": self._serve_drilldown,
             "/memory": self._serve_memory,
             "/timeline": self._serve_timeline,
@@ -117,6 +118,10 @@ class AttentionPlugin(base_plugin.TBPlugin):
     def _serve_summary(self, request: wrappers.Request) -> wrappers.Response:
         run, worker, span = _required(request, "run"), request.args.get("worker"), request.args.get("span")
         return http_util.Respond(request, _to_json(self.service.summary(run, worker, span)), _JSON)
+
+    def _serve_ranks(self, request: wrappers.Request) -> wrappers.Response:
+        body = self.service.ranks(_required(request, "run"), margin=_float(request, "margin"))
+        return http_util.Respond(request, _to_json(body), _JSON)
 
     def _serve_drilldown(self, request: wrappers.Request) -> wrappers.Response:
         body = self.service.drilldown(

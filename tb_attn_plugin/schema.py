@@ -93,6 +93,15 @@ class StepStats(msgspec.Struct, kw_only=True):
     attention_device_us: float
 
 
+class CollectiveStats(msgspec.Struct, kw_only=True):
+    """One kind of collective (analysis/collectives.py), means per step."""
+
+    name: str  # "all_reduce", "all_gather", "broadcast", ... or "collective"
+    calls: float
+    cpu_us: float  # the calling thread's time in the calls (only the enqueue, for async ones)
+    device_us: float  # the collective kernels' time
+
+
 class Evidence(msgspec.Struct, kw_only=True):
     layers: list[int]
     ops: list[str]  # op names behind the finding, most expensive first, at most 8
@@ -132,6 +141,9 @@ class WorkerSummary(msgspec.Struct, kw_only=True):
     diagnostics: dict[str, int]
     notes: list[str]
     findings: list[Finding] = msgspec.field(default_factory=list)  # analysis/findings.py, docs/findings.md
+    rank: int | None = None  # the trace's distributedInfo rank, else a rank in the worker name
+    world_size: int | None = None
+    collectives: list[CollectiveStats] = msgspec.field(default_factory=list)
 
 
 class FileError(msgspec.Struct, kw_only=True):
@@ -144,4 +156,80 @@ class RunSummary(msgspec.Struct, kw_only=True):
     run: str
     metadata: dict[str, object] | None
     workers: list[WorkerSummary]
+    errors: list[FileError]
+
+
+RANKS_SCHEMA = "tb-attn.ranks/1"
+
+
+class RankLayer(msgspec.Struct, kw_only=True):
+    layer: int
+    time_us: float  # forward + backward attention time per step, on the response's clock
+    forward_us: float
+    backward_us: float
+
+
+class RankRow(msgspec.Struct, kw_only=True):
+    """One worker (rank) of a run; means per step over its spans."""
+
+    rank: int | None
+    worker: str
+    files: list[str]
+    world_size: int | None
+    step_us: float
+    attention_us: float  # forward + backward
+    collective_us: float
+    other_us: float  # step time neither attention nor collectives (can be 0 when they overlap)
+    layers: list[RankLayer]
+    heads: list[int]  # the global heads this rank's layers cover
+    collectives: list[CollectiveStats]
+    straggler: bool
+
+
+class RanksLayer(msgspec.Struct, kw_only=True):
+    """One layer across ranks (the "All ranks" aggregate)."""
+
+    layer: int
+    mean_us: float
+    median_us: float
+    min_us: float
+    max_us: float
+    max_rank: int | None
+    phases: dict[str, float]  # mean forward time per phase across ranks
+
+
+class Straggler(msgspec.Struct, kw_only=True):
+    rank: int | None
+    worker: str
+    metric: str  # "attention" (per step) or "layer L"
+    value_us: float
+    median_us: float
+    ratio: float  # value / median
+
+
+class GlobalHead(msgspec.Struct, kw_only=True):
+    layer: int
+    head: int
+    ranks: list[int]  # ranks that computed this head (several: replicas, e.g. data parallel)
+    replicas: int  # workers that computed it (ranks, including workers without a known rank)
+    time_us: float  # mean over those workers, on the response's clock
+    flops: float
+    derived: bool
+
+
+class RanksResponse(msgspec.Struct, kw_only=True):
+    schema: str = RANKS_SCHEMA
+    run: str
+    clock: str  # "device" when the traces have kernels, else "cpu"
+    margin: float  # a straggler is slower than the median by more than this fraction
+    ranks: list[RankRow]
+    all_ranks: list[RanksLayer]
+    attention_mean_us: float
+    attention_max_us: float
+    collective_mean_us: float
+    stragglers: list[Straggler]
+    heads: list[GlobalHead]
+    head_count: int  # distinct global heads per layer (the largest over layers)
+    heads_sharded: bool  # every head computed by exactly one rank (tensor parallelism)
+    heads_complete: bool  # each layer's heads are 0..head_count-1, with no gap
     errors: list[FileError]

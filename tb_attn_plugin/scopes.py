@@ -7,8 +7,9 @@ any change that an older reader would misread.
 
 Grammar (version 1)::
 
-    scope  := PREFIX "/L" layer [ "/H" head ] [ "/" phase ] [ " " module ]
+    scope  := PREFIX "/L" layer [ "/H" heads ] [ "/" phase ] [ " " module ]
     PREFIX := "tbattn.v1"
+    heads  := head [ "-" head ]
     layer, head := non-negative decimal integer
     phase  := one of PHASES
     module := dotted module path (no spaces), only on block scopes
@@ -16,6 +17,12 @@ Grammar (version 1)::
 Examples: ``tbattn.v1/L3`` (the whole attention block of layer 3),
 ``tbattn.v1/L3/softmax``, ``tbattn.v1/L3/H5/qk_matmul``,
 ``tbattn.v1/L0 encoder.layer.0.attention``.
+
+Head indices are global: under tensor parallelism, where each rank computes a slice of the
+heads, the rank with heads 4..7 of 16 writes ``tbattn.v1/L3/H4-7/softmax`` for work done on
+that slice together, and ``tbattn.v1/L3/H5/softmax`` for head 5 measured on its own. A head
+range always names a phase, and it is never a measured head: the plugin splits the range's
+work evenly over its heads, as it does for a whole layer, and marks them derived.
 """
 
 from __future__ import annotations
@@ -58,7 +65,7 @@ PHASES: tuple[str, ...] = tuple(p.value for p in Phase)
 
 _SCOPE_RE = re.compile(
     r"^tbattn\.v(?P<version>\d+)/L(?P<layer>\d+)"
-    r"(?:/H(?P<head>\d+))?"
+    r"(?:/H(?P<head>\d+)(?:-(?P<head_last>\d+))?)?"
     r"(?:/(?P<phase>[a-z_]+))?"
     r"(?: (?P<module>\S+))?$"
 )
@@ -66,27 +73,51 @@ _SCOPE_RE = re.compile(
 
 @dataclass(frozen=True, slots=True)
 class Scope:
-    """One parsed scope name. ``phase`` is None for a block (or head) scope."""
+    """One parsed scope name. ``phase`` is None for a block (or head) scope. ``head`` is the
+    measured head, or with ``head_last`` the first head of a range computed together."""
 
     layer: int
     head: int | None = None
     phase: str | None = None
     module: str | None = None
     version: int = GRAMMAR_VERSION
+    head_last: int | None = None
 
     @property
     def is_block(self) -> bool:
         return self.head is None and self.phase is None
 
+    @property
+    def measured_head(self) -> int | None:
+        """The one head this scope measures, or None (no head, or a range of them)."""
+        return self.head if self.head_last is None else None
+
+    @property
+    def heads(self) -> range | None:
+        """The global heads this scope covers, when it names any."""
+        if self.head is None:
+            return None
+        return range(self.head, (self.head if self.head_last is None else self.head_last) + 1)
+
 
 def format_scope(
-    layer: int, *, head: int | None = None, phase: Phase | str | None = None, module: str | None = None
+    layer: int, *, head: int | range | None = None, phase: Phase | str | None = None, module: str | None = None
 ) -> str:
-    """Build the ``record_function`` name for a scope. Raises ValueError on bad parts."""
-    if layer < 0 or (head is not None and head < 0):
+    """Build the ``record_function`` name for a scope. ``head``: one global head, or a range of
+    heads computed together (tensor parallelism). Raises ValueError on bad parts."""
+    if isinstance(head, range):
+        if len(head) == 0 or head.step != 1 or head.start < 0:
+            raise ValueError(f"a head range must be non-empty, ascending by 1 and >= 0, got {head}")
+        if len(head) == 1:
+            head = head.start
+    if layer < 0 or (isinstance(head, int) and head < 0):
         raise ValueError(f"layer and head must be >= 0, got layer={layer} head={head}")
     name = f"{PREFIX}/L{layer}"
-    if head is not None:
+    if isinstance(head, range):
+        if phase is None:
+            raise ValueError("a head range belongs on phase scopes only")
+        name += f"/H{head.start}-{head[-1]}"
+    elif head is not None:
         name += f"/H{head}"
     if phase is not None:
         value = Phase(phase).value
@@ -117,11 +148,14 @@ def parse_scope(name: str) -> Scope | None:
     phase = m.group("phase")
     if phase is not None and phase not in PHASES:
         return None
-    head = m.group("head")
+    head, head_last = m.group("head"), m.group("head_last")
+    if head_last is not None and (int(head_last) <= int(head) or phase is None):
+        return None  # a range is ascending and always names a phase
     return Scope(
         layer=int(m.group("layer")),
         head=int(head) if head is not None else None,
         phase=phase,
         module=m.group("module"),
         version=int(m.group("version")),
+        head_last=int(head_last) if head_last is not None else None,
     )

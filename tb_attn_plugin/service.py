@@ -18,7 +18,7 @@ from tb_attn_plugin.analysis import views
 from tb_attn_plugin.analysis.summary import Analysis
 from tb_attn_plugin.jobs import Jobs
 from tb_attn_plugin.loader import Loader, parse_metadata
-from tb_attn_plugin.schema import FileError, RunSummary, WorkerSummary
+from tb_attn_plugin.schema import FileError, RanksResponse, RunSummary, WorkerSummary
 from tb_attn_plugin.trace import io
 from tb_attn_plugin.trace.discover import Run, TraceFile, find_runs
 from tb_attn_plugin.trace.events import ReadError, TraceError
@@ -229,6 +229,13 @@ class Service:
             if not summary.workers and not summary.errors:
                 raise errors.NotFoundError(f"no span {span!r} in run {run_name!r}")
         return summary
+
+    def ranks(self, run_name: str, *, margin: float | None) -> RanksResponse:
+        from tb_attn_plugin.analysis.ranks import DEFAULT_MARGIN, ranks
+
+        if margin is not None and not 0 <= margin <= 10:
+            raise errors.InvalidArgumentError("margin must be in 0..10 (a fraction: 0.2 is 20%)")
+        return ranks(self.summary(run_name, None, None), margin=DEFAULT_MARGIN if margin is None else margin)
 
     def _analysis(self, run_name: str, worker: str | None, span: str | None) -> tuple[Run, TraceFile, Analysis]:
         run = self.run(run_name)

@@ -5,8 +5,11 @@ Deliberately independent of the plugin's analysis engine, so runner tests do not
 
 from __future__ import annotations
 
+import bisect
 import gzip
 import json
+import re
+import shutil
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -80,3 +83,34 @@ def step_windows(trace: dict[str, Any]) -> list[tuple[float, float]]:
 
 def scope_counts(scope_events: list[dict[str, Any]]) -> Counter[str]:
     return Counter(e["name"] for e in scope_events)
+
+
+def as_ranks(source: Path, target: Path, *, slow_rank: int | None = None, slow_us: float = 0.0,
+              heads_per_rank: int | None = None) -> None:
+    """Two ranks from one runner trace: rank 1 optionally slowed (``slow_us`` of idle time at the
+    end of each attention block: later events move, enclosing ones grow) and, with
+    ``heads_per_rank``, each rank naming its global heads as tensor parallelism does."""
+    target.mkdir(parents=True)
+    (trace,) = trace_files(source)
+    for rank in (0, 1):
+        data = load_trace(trace)
+        data["distributedInfo"] = {"backend": "gloo", "rank": rank, "world_size": 2}
+        events = data["traceEvents"]
+        if rank == slow_rank:
+            ends = sorted(float(e["ts"]) + float(e["dur"]) for e in events
+                          if re.fullmatch(r"tbattn\.v1/L\d+", str(e.get("name", ""))) and e.get("ph") == "X")
+            for e in events:
+                if "ts" not in e or e.get("ph") == "M":
+                    continue
+                start = float(e["ts"])
+                end = start + float(e.get("dur", 0.0))
+                e["ts"] = start + slow_us * bisect.bisect_right(ends, start)
+                if "dur" in e:
+                    e["dur"] = end + slow_us * bisect.bisect_right(ends, end) - e["ts"]
+        for e in events:
+            name = e.get("name", "")
+            if heads_per_rank is not None and isinstance(name, str) and name.startswith("tbattn.v1/"):
+                first = rank * heads_per_rank
+                e["name"] = re.sub(r"^(tbattn\.v1/L\d+)/(?=[a-z])", rf"\1/H{first}-{first + heads_per_rank - 1}/", name)
+        (target / f"host_rank{rank}.{1000 + rank}.pt.trace.json").write_text(json.dumps(data))
+    shutil.copy(source / "tb_attn_run.json", target / "tb_attn_run.json")

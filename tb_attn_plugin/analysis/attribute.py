@@ -74,7 +74,7 @@ def attribute(events: Events) -> Attribution:
             if scope is not None:
                 is_scope_name[nid] = True
                 sc_layer[nid] = scope.layer
-                sc_head[nid] = -1 if scope.head is None else scope.head
+                sc_head[nid] = -1 if scope.measured_head is None else scope.measured_head
                 sc_phase[nid] = -1 if scope.phase is None else PHASE_CODE[scope.phase]
                 if scope.module:
                     modules.setdefault(scope.layer, scope.module)

@@ -7,6 +7,7 @@ unscoped traces (``analysis.infer``), and aggregates time, FLOPs and memory. Def
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from dataclasses import dataclass
 
@@ -14,10 +15,11 @@ import numpy as np
 
 from tb_attn_plugin.analysis.attribute import DEVICE_KINDS, Attribution, attribute
 from tb_attn_plugin.analysis.backend import detect_backend
+from tb_attn_plugin.analysis.collectives import collectives
 from tb_attn_plugin.analysis.flops import elem_bytes
 from tb_attn_plugin.analysis.infer import MATMUL_OPS, SDPA_OPS, SOFTMAX_OPS, infer_scopes
 from tb_attn_plugin.schema import Backward, HeadStats, LayerStats, PhaseStats, StepStats, WorkerSummary
-from tb_attn_plugin.scopes import PHASES
+from tb_attn_plugin.scopes import PHASES, parse_scope
 from tb_attn_plugin.trace.events import Events, with_annotations
 from tb_attn_plugin.trace.schema import BACKWARD_PREFIX, STEP_PREFIX, Kind
 
@@ -107,6 +109,12 @@ class _Summarizer:
         self.layer_idx = _groups(attr.layer, (attr.layer >= 0) & self.in_steps)
         self.mem_layer_idx = _groups(attr.mem_layer, (attr.mem_layer >= 0) & ~attr.mem_backward & self.mem_in_steps
                                      & self.mem_ok)
+        # Heads a layer's scopes name as ranges (tensor parallelism: this rank's global heads).
+        self.head_ranges: dict[int, set[int]] = {}
+        for nid in np.unique(events.name[attr.is_scope]).tolist():
+            scope = parse_scope(names[nid])
+            if scope is not None and scope.head_last is not None and scope.heads is not None:
+                self.head_ranges.setdefault(scope.layer, set()).update(scope.heads)
 
     # -- helpers --------------------------------------------------------------------------
     def _per_step(self, x: float) -> float:
@@ -158,6 +166,7 @@ class _Summarizer:
         if not self.steps:
             notes.append("no ProfilerStep# in this trace: the whole trace counts as one step")
         backends = sorted({layer.backend for layer in layer_stats})
+        rank, world_size = _rank(ev.meta.distributed_info, worker, file)
         return WorkerSummary(
             file=file, worker=worker, span=span,
             device="cuda" if has_device else "cpu",
@@ -170,6 +179,8 @@ class _Summarizer:
             attention_share_device=att_dev / self._per_step(step_device) if has_device and step_device > 0 else None,
             layers=layer_stats, per_step=self._per_step_stats(step_idx, device_in),
             diagnostics=dict(ev.diagnostics), notes=notes,
+            rank=rank, world_size=world_size,
+            collectives=collectives(ev, a.parent, [(float(ev.ts[i]), float(ev.ts[i] + ev.dur[i])) for i in step_idx]),
         )
 
     def _trace_span(self) -> float:
@@ -389,9 +400,10 @@ class _Summarizer:
                     sxs_bytes=self._per_step(nbytes[sxs].sum()),
                 ))
             return out
-        h_count = stats.heads_count
-        if not h_count:
+        heads = sorted(self.head_ranges.get(stats.layer, ())) or list(range(stats.heads_count or 0))
+        if not heads:
             return []
+        h_count = len(heads)
         core = [p for p in stats.phases if p.phase not in ("qkv_proj", "out_proj", OTHER)]
         cpu = sum(p.cpu_us for p in core)
         dev = sum(p.device_us for p in core)
@@ -399,7 +411,27 @@ class _Summarizer:
         alloc = sum(p.alloc_bytes for p in core)
         return [HeadStats(head=h, derived=True, cpu_us=cpu / h_count, device_us=dev / h_count,
                           flops=flops / h_count, alloc_bytes=alloc / h_count, sxs_bytes=stats.sxs_bytes / h_count)
-                for h in range(h_count)]
+                for h in heads]
+
+
+_RANK_RE = re.compile(r"(?:^|[^a-z0-9])rank[-_]?(\d+)(?:[^0-9]|$)", re.IGNORECASE)
+
+
+def _rank(info: dict[str, object] | None, worker: str, file: str) -> tuple[int | None, int | None]:
+    """(rank, world size): from the trace's ``distributedInfo``, else from a name such as
+    ``host_rank3`` (our runner) or ``trace_rank-3.json`` (others)."""
+    rank = world = None
+    if info is not None:
+        r, w = info.get("rank"), info.get("world_size")
+        rank = r if isinstance(r, int) and not isinstance(r, bool) and r >= 0 else None
+        world = w if isinstance(w, int) and not isinstance(w, bool) and w > 0 else None
+    if rank is None:
+        for name in (worker, file):
+            m = _RANK_RE.search(name)
+            if m is not None:
+                rank = int(m.group(1))
+                break
+    return rank, world
 
 
 def _groups(keys: np.ndarray, mask: np.ndarray) -> dict[int, np.ndarray]:

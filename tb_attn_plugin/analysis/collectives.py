@@ -1,0 +1,99 @@
+"""Collective communication in one trace (NCCL, RCCL, Gloo...): calls and time per step, by kind.
+
+What a collective looks like in a trace (PyTorch 2.x): on the CPU, ``c10d::allreduce_`` (an op)
+around ``record_param_comms`` (an op carrying the collective's arguments) around a
+``nccl:all_reduce`` / ``gloo:all_reduce`` annotation that the process group records; on the
+device, one kernel per call, ``ncclKernel_AllReduce_RING_LL_Sum_float`` (``ncclDevKernel_...``
+in newer NCCL). The CPU side counts once per call: the outermost of those nested events, named
+after the most specific one inside it. CPU time is how long the calling thread spent in the
+call (for an asynchronous collective only the enqueue); device time is the kernels' time.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+from tb_attn_plugin.schema import CollectiveStats
+from tb_attn_plugin.trace.events import Events
+from tb_attn_plugin.trace.schema import Kind
+
+__all__ = ["collective_name", "collectives"]
+
+_ANNOTATION_RE = re.compile(r"^(?:nccl|gloo|rccl|mpi|ucc|xccl):(?P<op>[a-z_]+)$")
+_C10D_RE = re.compile(r"^c10d::_?(?P<op>[a-z_]+?)_*$")
+_KERNEL_RE = re.compile(r"^(?:nccl|rccl)(?:Dev)?Kernel_(?P<op>[A-Za-z]+)")
+GENERIC = "collective"  # record_param_comms with nothing more specific inside
+#: c10d op and kernel spellings -> the annotations' names.
+_ALIASES = {
+    "allreduce": "all_reduce", "allreduce_coalesced": "all_reduce",
+    "allgather": "all_gather", "allgather_into_tensor_coalesced": "all_gather", "allgather_base": "all_gather",
+    "allgather_coalesced": "all_gather", "all_gather_into_tensor": "all_gather",
+    "reduce_scatter_tensor_coalesced": "reduce_scatter", "reduce_scatter_base": "reduce_scatter",
+    "reduce_scatter_tensor": "reduce_scatter",
+    "alltoall": "all_to_all", "alltoall_base": "all_to_all",
+    "AllReduce": "all_reduce", "AllGather": "all_gather", "ReduceScatter": "reduce_scatter",
+    "Broadcast": "broadcast", "Reduce": "reduce", "SendRecv": "send_recv", "Send": "send", "Recv": "recv",
+}
+
+
+def collective_name(name: str) -> str | None:
+    """The collective an event name stands for ("all_reduce", "broadcast"...), None if none."""
+    if name == "record_param_comms":
+        return GENERIC
+    m = _ANNOTATION_RE.match(name) or _C10D_RE.match(name) or _KERNEL_RE.match(name)
+    if m is None:
+        return None
+    op = m.group("op")
+    return _ALIASES.get(op, op if op.islower() else op.lower())
+
+
+def collectives(events: Events, parent: np.ndarray, steps: list[tuple[float, float]]) -> list[CollectiveStats]:
+    """Collectives per step (means over the profiled ``steps``, (start_us, end_us) each, or the
+    whole trace if there are none), most expensive first. ``parent``: each event's enclosing
+    event (-1 if none), from the attribution.
+
+    Collectives mostly run on other threads than the step annotations (the process group's
+    worker threads, autograd's), so an event belongs to the step its start falls in.
+    """
+    kind_of = [collective_name(n) for n in events.names]
+    if not any(kind_of):
+        return []
+    named = np.array([k is not None for k in kind_of], np.bool_)[events.name]
+    if steps:
+        starts = np.array([s for s, _ in steps])
+        ends = np.array([e for _, e in steps])
+        order = np.argsort(starts)
+        starts, ends = starts[order], ends[order]
+        k = np.searchsorted(starts, events.ts, side="right") - 1
+        in_steps = (k >= 0) & (events.ts < ends[np.maximum(k, 0)])
+    else:
+        in_steps = np.ones(len(events), np.bool_)
+    step_count = max(1, len(steps))
+    cpu = named & ((events.kind == Kind.CPU_OP) | (events.kind == Kind.ANNOTATION)) & in_steps
+    kernel = named & (events.kind == Kind.KERNEL) & in_steps
+    calls: dict[str, float] = {}
+    kernel_calls: dict[str, float] = {}
+    cpu_us: dict[str, float] = {}
+    device_us: dict[str, float] = {}
+    outer: dict[int, str] = {}  # outermost CPU collective -> its most specific name
+    for i in np.flatnonzero(cpu).tolist():
+        top, p = i, int(parent[i])
+        while p >= 0 and cpu[p]:
+            top, p = p, int(parent[p])
+        name = kind_of[events.name[i]] or GENERIC
+        if outer.get(top, GENERIC) == GENERIC:
+            outer[top] = name
+    for top, name in outer.items():
+        calls[name] = calls.get(name, 0.0) + 1
+        cpu_us[name] = cpu_us.get(name, 0.0) + float(events.dur[top])
+    for i in np.flatnonzero(kernel).tolist():
+        name = kind_of[events.name[i]] or GENERIC
+        device_us[name] = device_us.get(name, 0.0) + float(events.dur[i])
+        kernel_calls[name] = kernel_calls.get(name, 0.0) + 1
+    names = sorted(set(calls) | set(device_us), key=lambda n: (-(device_us.get(n, 0.0) + cpu_us.get(n, 0.0)), n))
+    # Calls as the CPU made them; kernels count only for collectives the CPU side did not show.
+    return [CollectiveStats(name=n, calls=calls.get(n, kernel_calls.get(n, 0.0)) / step_count,
+                            cpu_us=cpu_us.get(n, 0.0) / step_count, device_us=device_us.get(n, 0.0) / step_count)
+            for n in names]

@@ -1,0 +1,176 @@
+"""A run's ranks side by side: attention per rank and layer, the "All ranks" aggregate,
+stragglers, collectives and the global layer × head map (pure: from the run's summaries).
+
+A run written under ``torchrun`` holds one trace per rank. Ranks should cost the same; one
+that spends more time in attention than the others holds them all up at the next collective.
+A straggler is a rank whose attention time per step exceeds the median over ranks by more
+than ``margin`` (attention as a whole, or any one layer). Under tensor parallelism each rank
+computes a slice of the heads and names them with global indices (``docs/scopes.md``), so
+putting every rank's heads together gives the whole layer × head map; under data parallelism
+every rank computes every head and the map shows their mean.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import defaultdict
+
+from tb_attn_plugin.schema import (
+    CollectiveStats,
+    GlobalHead,
+    RankLayer,
+    RankRow,
+    RanksLayer,
+    RanksResponse,
+    RunSummary,
+    Straggler,
+    WorkerSummary,
+)
+
+__all__ = ["DEFAULT_MARGIN", "ranks"]
+
+DEFAULT_MARGIN = 0.2
+#: A layer differing by less than this is not called a straggler, whatever the ratio: below it,
+#: scheduling noise between processes dominates.
+MIN_LAYER_GAP_US = 50.0
+
+
+def ranks(run: RunSummary, *, margin: float = DEFAULT_MARGIN) -> RanksResponse:
+    """The ranks view of ``run`` (every worker of it; one row per worker, spans averaged)."""
+    if margin < 0:
+        raise ValueError("margin must be >= 0")
+    by_worker: dict[str, list[WorkerSummary]] = defaultdict(list)
+    for w in run.workers:
+        by_worker[w.worker].append(w)
+    device = any(w.device == "cuda" for w in run.workers)
+    rows = [_row(name, spans, device) for name, spans in by_worker.items()]
+    rows.sort(key=lambda r: (r.rank is None, r.rank if r.rank is not None else 0, r.worker))
+    stragglers = _stragglers(rows, margin)
+    flagged = {s.worker for s in stragglers}
+    for row in rows:
+        row.straggler = row.worker in flagged
+    heads = _global_heads(by_worker, device)
+    per_layer: dict[int, set[int]] = defaultdict(set)
+    owners: dict[tuple[int, int], int] = {}
+    for h in heads:
+        per_layer[h.layer].add(h.head)
+        owners[(h.layer, h.head)] = h.replicas
+    head_count = max((len(v) for v in per_layer.values()), default=0)
+    attention = [r.attention_us for r in rows]
+    return RanksResponse(
+        run=run.run, clock="device" if device else "cpu", margin=margin, ranks=rows,
+        all_ranks=_aggregate(rows, by_worker, device),
+        attention_mean_us=statistics.fmean(attention) if attention else 0.0,
+        attention_max_us=max(attention, default=0.0),
+        collective_mean_us=statistics.fmean(r.collective_us for r in rows) if rows else 0.0,
+        stragglers=stragglers, heads=heads, head_count=head_count,
+        heads_sharded=bool(owners) and len(rows) > 1 and all(n == 1 for n in owners.values()),
+        heads_complete=bool(per_layer) and all(v == set(range(len(v))) for v in per_layer.values()),
+        errors=run.errors,
+    )
+
+
+def _time(device: bool, cpu_us: float, device_us: float) -> float:
+    return device_us if device else cpu_us
+
+
+def _mean(values: list[float]) -> float:
+    return statistics.fmean(values) if values else 0.0
+
+
+def _row(worker: str, spans: list[WorkerSummary], device: bool) -> RankRow:
+    layers: dict[int, list[tuple[float, float]]] = defaultdict(list)
+    for w in spans:
+        for layer in w.layers:
+            layers[layer.layer].append((_time(device, layer.cpu_us, layer.device_us),
+                                        _time(device, layer.backward.cpu_us, layer.backward.device_us)))
+    step = _mean([_time(device, w.step_cpu_us, w.step_device_us) for w in spans])
+    attention = _mean([_time(device, w.attention_cpu_us, w.attention_device_us) for w in spans])
+    collectives = _merge_collectives([w.collectives for w in spans])
+    collective = sum(_time(device, c.cpu_us, c.device_us) for c in collectives)
+    first = spans[0]
+    return RankRow(
+        rank=first.rank, worker=worker, files=[w.file for w in spans], world_size=first.world_size,
+        step_us=step, attention_us=attention, collective_us=collective,
+        other_us=max(step - attention - collective, 0.0),
+        layers=[RankLayer(layer=k, forward_us=_mean([f for f, _ in v]), backward_us=_mean([b for _, b in v]),
+                          time_us=_mean([f + b for f, b in v])) for k, v in sorted(layers.items())],
+        heads=sorted({h.head for w in spans for layer in w.layers for h in layer.heads}),
+        collectives=collectives, straggler=False,
+    )
+
+
+def _merge_collectives(per_span: list[list[CollectiveStats]]) -> list[CollectiveStats]:
+    n = len(per_span)
+    merged: dict[str, list[float]] = {}
+    for stats in per_span:
+        for c in stats:
+            acc = merged.setdefault(c.name, [0.0, 0.0, 0.0])
+            acc[0] += c.calls / n
+            acc[1] += c.cpu_us / n
+            acc[2] += c.device_us / n
+    out = [CollectiveStats(name=k, calls=v[0], cpu_us=v[1], device_us=v[2]) for k, v in merged.items()]
+    return sorted(out, key=lambda c: (-(c.cpu_us + c.device_us), c.name))
+
+
+def _stragglers(rows: list[RankRow], margin: float) -> list[Straggler]:
+    if len(rows) < 2:
+        return []
+    out: list[Straggler] = []
+    median = statistics.median(r.attention_us for r in rows)
+    for r in rows:
+        if median > 0 and r.attention_us > median * (1 + margin):
+            out.append(Straggler(rank=r.rank, worker=r.worker, metric="attention", value_us=r.attention_us,
+                                 median_us=median, ratio=r.attention_us / median))
+    layers = sorted({layer.layer for r in rows for layer in r.layers})
+    for k in layers:
+        times = {r.worker: next((x.time_us for x in r.layers if x.layer == k), 0.0) for r in rows}
+        med = statistics.median(times.values())
+        for r in rows:
+            t = times[r.worker]
+            if med > 0 and t > med * (1 + margin) and t - med >= MIN_LAYER_GAP_US:
+                out.append(Straggler(rank=r.rank, worker=r.worker, metric=f"layer {k}", value_us=t, median_us=med,
+                                     ratio=t / med))
+    return out
+
+
+def _aggregate(rows: list[RankRow], by_worker: dict[str, list[WorkerSummary]], device: bool) -> list[RanksLayer]:
+    layers = sorted({layer.layer for r in rows for layer in r.layers})
+    out = []
+    for k in layers:
+        times = [(next((x.time_us for x in r.layers if x.layer == k), 0.0), r.rank) for r in rows]
+        values = [t for t, _ in times]
+        phases: dict[str, list[float]] = defaultdict(list)
+        for spans in by_worker.values():
+            for w in spans:
+                for layer in w.layers:
+                    if layer.layer == k:
+                        for p in layer.phases:
+                            phases[p.phase].append(_time(device, p.cpu_us, p.device_us))
+        n = max(1, sum(1 for spans in by_worker.values() for w in spans if any(x.layer == k for x in w.layers)))
+        out.append(RanksLayer(
+            layer=k, mean_us=_mean(values), median_us=statistics.median(values), min_us=min(values),
+            max_us=max(values), max_rank=max(times, key=lambda tr: tr[0])[1],
+            phases={p: sum(v) / n for p, v in phases.items()},
+        ))
+    return out
+
+
+def _global_heads(by_worker: dict[str, list[WorkerSummary]], device: bool) -> list[GlobalHead]:
+    cells: dict[tuple[int, int], dict[str, list[tuple[float, float, bool, int | None]]]] = defaultdict(dict)
+    for worker, spans in by_worker.items():
+        for w in spans:
+            for stats in w.layers:
+                for h in stats.heads:
+                    cells[(stats.layer, h.head)].setdefault(worker, []).append(
+                        (_time(device, h.cpu_us, h.device_us), h.flops, h.derived, w.rank))
+    out = []
+    for (layer, head), per_worker in sorted(cells.items()):
+        values = [(_mean([t for t, _, _, _ in v]), _mean([f for _, f, _, _ in v]), any(d for _, _, d, _ in v), v[0][3])
+                  for v in per_worker.values()]
+        out.append(GlobalHead(
+            layer=layer, head=head, ranks=sorted(r for *_, r in values if r is not None), replicas=len(values),
+            time_us=_mean([t for t, _, _, _ in values]), flops=_mean([f for _, f, _, _ in values]),
+            derived=any(d for _, _, d, _ in values),
+        ))
+    return out

@@ -1,0 +1,111 @@
+"""Multi-rank runs: ranks, collectives, stragglers and global heads (analysis/ranks.py,
+analysis/collectives.py), on public multi-rank traces and on runner traces made into ranks."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from helpers import SHARED_TRACES
+from tracetools import as_ranks
+
+from tb_attn_plugin.analysis.collectives import collective_name
+from tb_attn_plugin.analysis.ranks import ranks
+from tb_attn_plugin.loader import Loader, resolve_runs
+from tb_attn_plugin.schema import RanksResponse
+
+OTHER = SHARED_TRACES / "other"
+
+
+@pytest.mark.parametrize(("name", "expected"), [
+    ("nccl:all_reduce", "all_reduce"), ("gloo:all_reduce", "all_reduce"), ("c10d::allreduce_", "all_reduce"),
+    ("c10d::allgather_into_tensor_coalesced_", "all_gather"), ("c10d::_allgather_base_", "all_gather"),
+    ("c10d::reduce_scatter_tensor_coalesced_", "reduce_scatter"), ("c10d::alltoall_base_", "all_to_all"),
+    ("c10d::broadcast_", "broadcast"), ("nccl:all_to_all", "all_to_all"), ("record_param_comms", "collective"),
+    ("ncclKernel_AllReduce_RING_LL_Sum_float(ncclDevComm*, unsigned long, ncclWork*)", "all_reduce"),
+    ("ncclDevKernel_AllGather_RING_LL(ncclDevKernelArgsStorage<4096ul>)", "all_gather"),
+    ("ncclKernel_SendRecv_RING_SIMPLE_Sum_int8_t(ncclDevComm*, unsigned long, ncclWork*)", "send_recv"),
+    ("aten::broadcast_tensors", None), ("aten::all", None), ("ProfilerStep#3", None),
+])
+def test_collective_names(name: str, expected: str | None) -> None:
+    assert collective_name(name) == expected
+
+
+def _worker(path: Path):  # type: ignore[no-untyped-def]
+    (run,) = resolve_runs(str(path))
+    (worker,) = Loader().summarize_run(run).workers
+    return worker
+
+
+def test_public_traces_ranks_and_collectives() -> None:
+    """Rank from distributedInfo; collectives of NCCL (CPU and kernels) and Gloo traces."""
+    nccl = _worker(OTHER / "hta_nccl_parser_config_nccl_data.json.gz")
+    assert (nccl.rank, nccl.world_size) == (0, 2)
+    by_name = {c.name: c for c in nccl.collectives}
+    assert by_name["all_reduce"].calls == 5.0 and by_name["all_reduce"].device_us > 0
+    assert by_name["broadcast"].calls == 2.0
+    gloo = _worker(OTHER / "hta_cpu_only_rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz")
+    assert (gloo.rank, gloo.world_size) == (34, 300)
+    (all_reduce,) = gloo.collectives
+    # Two all_reduce calls (on two gloo threads) start inside the one profiled step.
+    assert all_reduce.name == "all_reduce" and all_reduce.calls == 2.0 and all_reduce.device_us == 0
+    assert _worker(OTHER / "kineto_resnet50_v100_worker0.1623143089861.pt.trace.json.gz").collectives == []
+
+
+def _view(run_dir: Path, **kwargs: float) -> RanksResponse:
+    (run,) = resolve_runs(str(run_dir.parent))
+    return ranks(Loader().summarize_run(run), **kwargs)
+
+
+def test_a_slowed_rank_is_a_straggler(tmp_path: Path, builtin_logdir: Path) -> None:
+    as_ranks(builtin_logdir / "naive", tmp_path / "logdir" / "run", slow_rank=1, slow_us=500_000.0)
+    view = _view(tmp_path / "logdir" / "run")
+    assert [(r.rank, r.worker) for r in view.ranks] == [(0, "host_rank0"), (1, "host_rank1")]
+    r0, r1 = view.ranks
+    layers = len(r0.layers)
+    # Each of rank 1's block scopes is 0.5 s longer: once per layer per forward. (A longer scope
+    # also swallows the ops after it, whose backward then counts too: hence >= in total.)
+    for a, b in zip(r0.layers, r1.layers, strict=True):
+        assert b.forward_us - a.forward_us == pytest.approx(500_000.0, rel=1e-6)
+    assert r1.attention_us - r0.attention_us >= 500_000.0 * layers
+    assert r1.straggler and not r0.straggler
+    flagged = {(s.rank, s.metric) for s in view.stragglers}
+    assert (1, "attention") in flagged and all(rank == 1 for rank, _ in flagged)
+    assert {a.layer: a.max_rank for a in view.all_ranks} == {k: 1 for k in range(layers)}
+    for a in view.all_ranks:
+        times = [next(x.time_us for x in r.layers if x.layer == a.layer) for r in view.ranks]
+        assert a.mean_us == pytest.approx(sum(times) / 2) and a.max_us == max(times) and a.min_us == min(times)
+    # Replicas (data parallel): every rank computes every head.
+    assert not view.heads_sharded and view.heads_complete and view.head_count == 4
+    assert all(h.ranks == [0, 1] and h.replicas == 2 for h in view.heads)
+    # A wide margin flags nobody; a negative one is refused.
+    assert _view(tmp_path / "logdir" / "run", margin=10.0).stragglers == []
+    with pytest.raises(ValueError, match="margin"):
+        _view(tmp_path / "logdir" / "run", margin=-1.0)
+
+
+def test_identical_ranks_have_no_straggler(tmp_path: Path, builtin_logdir: Path) -> None:
+    as_ranks(builtin_logdir / "naive", tmp_path / "logdir" / "run")
+    view = _view(tmp_path / "logdir" / "run", margin=0.0)
+    assert view.stragglers == [] and not any(r.straggler for r in view.ranks)
+
+
+def test_tensor_parallel_heads_form_one_global_map(tmp_path: Path, builtin_logdir: Path) -> None:
+    as_ranks(builtin_logdir / "naive", tmp_path / "logdir" / "run", heads_per_rank=2)
+    view = _view(tmp_path / "logdir" / "run")
+    assert [r.heads for r in view.ranks] == [[0, 1], [2, 3]]
+    layers = {h.layer for h in view.heads}
+    for layer in layers:
+        cells = [h for h in view.heads if h.layer == layer]
+        assert [h.head for h in cells] == [0, 1, 2, 3]
+        assert [h.ranks for h in cells] == [[0], [0], [1], [1]] and all(h.derived for h in cells)
+    assert view.heads_sharded and view.heads_complete and view.head_count == 4
+
+
+def test_a_gap_in_the_heads_is_reported(tmp_path: Path, builtin_logdir: Path) -> None:
+    as_ranks(builtin_logdir / "naive", tmp_path / "logdir" / "run", heads_per_rank=2)
+    (rank1,) = (tmp_path / "logdir" / "run").glob("host_rank1.*")
+    rank1.write_text(rank1.read_text().replace("/H2-3/", "/H4-5/"))
+    view = _view(tmp_path / "logdir" / "run")
+    assert not view.heads_complete and view.heads_sharded
+    assert sorted({h.head for h in view.heads}) == [0, 1, 4, 5]

@@ -1,0 +1,52 @@
+"""/ranks through TensorBoard's WSGI app, and `tb-attn ranks` in the terminal."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from tracetools import as_ranks
+from webtools import BASE, get, get_json, plugin_client
+
+from tb_attn_plugin.cli import main
+
+
+@pytest.fixture
+def logdir(tmp_path: Path, builtin_logdir: Path) -> Path:
+    as_ranks(builtin_logdir / "naive", tmp_path / "logdir" / "tp", slow_rank=1, slow_us=500_000.0, heads_per_rank=2)
+    as_ranks(builtin_logdir / "sdpa", tmp_path / "logdir" / "single")
+    for extra in (tmp_path / "logdir" / "single").glob("host_rank1.*"):
+        extra.unlink()
+    return tmp_path / "logdir"
+
+
+def test_ranks_route(logdir: Path) -> None:
+    client = plugin_client(logdir)
+    body = get_json(client, f"{BASE}/ranks?run=tp")
+    assert body["schema"] == "tb-attn.ranks/1" and body["clock"] == "cpu" and body["margin"] == 0.2
+    assert [r["rank"] for r in body["ranks"]] == [0, 1] and [r["heads"] for r in body["ranks"]] == [[0, 1], [2, 3]]
+    assert body["ranks"][1]["straggler"] and {s["rank"] for s in body["stragglers"]} == {1}
+    assert body["heads_sharded"] and body["heads_complete"] and body["head_count"] == 4
+    assert get_json(client, f"{BASE}/ranks?run=tp&margin=10")["stragglers"] == []
+    single = get_json(client, f"{BASE}/ranks?run=single")
+    assert len(single["ranks"]) == 1 and single["stragglers"] == []
+    for url, status in ((f"{BASE}/ranks", 400), (f"{BASE}/ranks?run=nope", 404), (f"{BASE}/ranks?run=tp&margin=x", 400),
+                        (f"{BASE}/ranks?run=tp&margin=-1", 400), (f"{BASE}/ranks?run=tp&margin=nan", 400)):
+        assert get(client, url).status_code == status, url
+
+
+def test_ranks_cli(logdir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["ranks", str(logdir)]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("tp: 2 ranks, cpu time per step (means)")
+    assert "STRAGGLER" in out and "straggler: rank 1 (host_rank1): attention" in out
+    assert "heads: 4 per layer, sharded across ranks (tensor parallel)" in out
+    assert main(["ranks", str(logdir), "--fail-on-straggler"]) == 1
+    capsys.readouterr()
+    assert main(["ranks", str(logdir), "--run", "tp", "--format", "json", "--margin", "10"]) == 0
+    body = json.loads(capsys.readouterr().out)
+    assert body["run"] == "tp" and body["stragglers"] == []
+    assert main(["ranks", str(logdir), "--run", "nope"]) == 2
+    assert main(["ranks", str(logdir / "single")]) == 2
+    assert "no run with two or more workers" in capsys.readouterr().err
