@@ -41,6 +41,15 @@ table.runs tr.run-error td { color: #b71c1c; padding-left: 18px; white-space: no
 .status-loading { background: #e3f2fd; color: #0d47a1; }
 .status-error, .runner-failed, .runner-interrupted { background: #ffebee; color: #b71c1c; }
 .runner-unsupported, .runner-running { background: #fff8e1; color: #6d4c41; }
+.status-running { background: #ede7f6; color: #4527a0; }
+.status-running::before { content: ""; display: inline-block; width: 6px; height: 6px; border-radius: 50%; background: #7e57c2; margin: 0 4px 1px 0; vertical-align: middle; }
+table.runs tr.in-progress td.run-name { color: #5e35b1; }
+.facets { display: inline-flex; flex-wrap: wrap; gap: 6px; }
+.facets select.facet { max-width: 220px; }
+.facets select.facet.on { border-color: #fb8c00; background: #fff3e0; }
+.more-runs { margin: 8px 0 0; }
+.more-runs button { border: 1px solid #ccc; background: #fff; border-radius: 3px; padding: 2px 10px; }
+.more-runs button:hover { background: #f5f5f5; }
 .badge.inferred { background: #fff3e0; color: #e65100; border: 1px dashed #fb8c00; }
 .empty { max-width: 720px; border: 1px solid #e0e0e0; border-radius: 6px; padding: 14px 18px; background: #fafafa; }
 .empty li { margin: 4px 0; }

@@ -1,7 +1,8 @@
 // Response types of the plugin's JSON routes. Mirrors docs/http_api.md and docs/summary.md
 // (tb_attn_plugin/schema.py on the server). Times are microseconds, memory bytes.
 
-export type RunStatus = "ready" | "unloaded" | "loading" | "error";
+/** "running": the runner's metadata says the run is still being written (docs/http_api.md). */
+export type RunStatus = "ready" | "unloaded" | "loading" | "error" | "running";
 
 export interface SpanEntry {
   span: string | null;

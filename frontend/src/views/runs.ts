@@ -1,19 +1,96 @@
-// The runs list: grouped by run path, filterable, with metadata and load status.
+// The runs list: grouped by run path, filterable (text, user, model, implementation), with
+// metadata and load status. A logdir may hold thousands of runs, so the list is indexed once per
+// runs response, a filter change only re-runs a scan of plain strings, and at most PAGE rows are
+// built at a time ("show more" adds the next page): typing stays fast whatever the run count.
 
 import { append, clear, h, replace, select } from "../dom";
 import { fmtWhen } from "../format";
 import type { Actions, State } from "../state";
-import type { RunEntry } from "../types";
+import type { RunEntry, RunsResponse } from "../types";
 import { errorBox, loadingBox, metaConfig, metaString } from "./common";
 
 const COLUMNS = ["", "run", "model", "impl", "seq", "dtype", "device", "who", "when", "status"];
+/** Rows built at once; measured in bench/many_runs.py (README "Many runs"). */
+const PAGE = 100;
 
-export function matchesFilter(r: RunEntry, filter: string): boolean {
-  const f = filter.trim().toLowerCase();
-  if (!f) return true;
-  const m = r.metadata;
-  const hay = [r.run, metaString(m, "user"), metaString(m, "model"), metaString(m, "impl")];
-  return hay.some((s) => s.toLowerCase().includes(f));
+type FacetKey = "user" | "model" | "impl";
+const FACETS: { key: FacetKey; label: string; all: string }[] = [
+  { key: "user", label: "Filter by user", all: "all users" },
+  { key: "model", label: "Filter by model", all: "all models" },
+  { key: "impl", label: "Filter by implementation", all: "all implementations" },
+];
+/** The option for runs whose metadata lacks the field. */
+const NONE = "\u0000none";
+
+type Facets = Record<FacetKey, string | null>; // null: any value
+
+/** What filtering and drawing need of a run, computed once per runs response. */
+interface Item {
+  r: RunEntry;
+  /** Lower-cased run path, user, model and implementation, for the text filter. */
+  hay: string[];
+  user: string;
+  model: string;
+  impl: string;
+}
+
+interface Index {
+  items: Item[]; // sorted by group, then run, in natural order
+  values: Record<FacetKey, Map<string, number>>; // value -> runs
+}
+
+function runImpl(r: RunEntry): string {
+  return metaString(r.metadata, "impl") || metaConfig(r.metadata, "impl");
+}
+
+function buildIndex(data: RunsResponse): Index {
+  const items = data.runs.map((r): Item => {
+    const user = metaString(r.metadata, "user");
+    const model = metaString(r.metadata, "model");
+    const impl = runImpl(r);
+    return { r, user, model, impl, hay: [r.run, user, model, impl].map((x) => x.toLowerCase()) };
+  });
+  const keys = new Map(items.map((it) => [it, [chunks(it.r.group), chunks(it.r.run)] as const]));
+  items.sort((a, b) => {
+    const [ga, ra] = keys.get(a)!;
+    const [gb, rb] = keys.get(b)!;
+    return compareChunks(ga, gb) || compareChunks(ra, rb);
+  });
+  const values: Index["values"] = { user: new Map(), model: new Map(), impl: new Map() };
+  for (const it of items) {
+    for (const f of FACETS) {
+      const v = it[f.key] || NONE;
+      values[f.key].set(v, (values[f.key].get(v) ?? 0) + 1);
+    }
+  }
+  return { items, values };
+}
+
+/** A name split into runs of digits (as numbers) and of other characters. */
+function chunks(name: string): (string | number)[] {
+  return (name.match(/\d+|\D+/g) ?? []).map((c) => (c.charCodeAt(0) >= 48 && c.charCodeAt(0) <= 57 ? Number(c) : c));
+}
+
+/** Natural order: "seq512" before "seq1024"; other chunks by code point, a number before text. */
+function compareChunks(a: (string | number)[], b: (string | number)[]): number {
+  for (let i = 0; i < a.length && i < b.length; i++) {
+    const x = a[i]!;
+    const y = b[i]!;
+    if (x === y) continue;
+    if (typeof x === "number" && typeof y === "number") return x < y ? -1 : 1;
+    if (typeof x === "number") return -1;
+    if (typeof y === "number") return 1;
+    return x < y ? -1 : 1;
+  }
+  return a.length - b.length;
+}
+
+function matches(it: Item, text: string, facets: Facets): boolean {
+  for (const f of FACETS) {
+    const want = facets[f.key];
+    if (want !== null && (it[f.key] || NONE) !== want) return false;
+  }
+  return !text || it.hay.some((s) => s.includes(text));
 }
 
 export class RunsView {
@@ -21,7 +98,13 @@ export class RunsView {
   private readonly body: HTMLElement;
   private readonly count: HTMLElement;
   private readonly input: HTMLInputElement;
+  private readonly facetBar: HTMLElement;
   private readonly compareBar: HTMLElement;
+  private facets: Facets = { user: null, model: null, impl: null };
+  private facetSignature = "";
+  private limit = PAGE;
+  private index: { data: RunsResponse; index: Index } | null = null;
+  private state: State | null = null;
   private last: { runs: State["runs"] | null; filter: string; picked: string[] | null; baseline: string | null } = {
     runs: null,
     filter: "",
@@ -34,14 +117,18 @@ export class RunsView {
       class: "filter",
       attrs: { type: "search", placeholder: "Filter: run, user, model, implementation", "aria-label": "Filter runs" },
     });
-    this.input.addEventListener("input", () => actions.setFilter(this.input.value));
-    this.count = h("span", "muted");
+    this.input.addEventListener("input", () => {
+      this.limit = PAGE;
+      actions.setFilter(this.input.value);
+    });
+    this.count = h("span", { class: "muted", attrs: { "data-testid": "runs-count" } });
+    this.facetBar = h("span", "facets");
     this.body = h("div");
     this.compareBar = h("div", "toolbar compare-bar");
     this.el = h(
       "section",
       "runs-page",
-      h("div", "toolbar", h("h2", null, "Runs"), this.input, this.count),
+      h("div", "toolbar", h("h2", null, "Runs"), this.input, this.facetBar, this.count),
       this.compareBar,
       this.body,
     );
@@ -51,11 +138,28 @@ export class RunsView {
     const l = this.last;
     if (l.runs === s.runs && l.filter === s.filter && l.picked === s.picked && l.baseline === s.baseline) return;
     this.last = { runs: s.runs, filter: s.filter, picked: s.picked, baseline: s.baseline };
+    this.state = s;
     this.renderCompareBar(s);
     if (this.input.value !== s.filter) this.input.value = s.filter;
+    this.render();
+  }
+
+  private indexFor(data: RunsResponse): Index {
+    if (this.index?.data !== data) {
+      this.index = { data, index: buildIndex(data) };
+      this.renderFacets(this.index.index);
+    }
+    return this.index.index;
+  }
+
+  /** The list from the last state and the view's own filters. */
+  private render(): void {
+    const s = this.state;
+    if (!s) return;
     clear(this.body);
     const data = s.runs.data;
     if (s.runs.status === "error") this.body.appendChild(errorBox("Could not list runs:", s.runs.error ?? ""));
+    this.facetBar.hidden = !data?.runs.length;
     if (!data) {
       if (s.runs.status !== "error") this.body.appendChild(loadingBox("runs"));
       this.count.textContent = "";
@@ -66,14 +170,77 @@ export class RunsView {
       this.body.appendChild(emptyState(data.logdir));
       return;
     }
-    const shown = data.runs.filter((r) => matchesFilter(r, s.filter));
-    this.count.textContent =
-      shown.length === data.runs.length ? `${data.runs.length} runs` : `${shown.length} of ${data.runs.length} runs`;
+    const index = this.indexFor(data);
+    const text = s.filter.trim().toLowerCase();
+    const shown = index.items.filter((it) => matches(it, text, this.facets));
+    const total = index.items.length;
+    this.count.textContent = shown.length === total ? `${total} runs` : `${shown.length} of ${total} runs`;
     if (shown.length === 0) {
-      this.body.appendChild(h("p", "muted", `No run matches \u201c${s.filter}\u201d.`));
+      const what = [s.filter.trim() ? `\u201c${s.filter}\u201d` : "", ...this.facetWords()].filter(Boolean);
+      this.body.appendChild(h("p", "muted", `No run matches ${what.join(", ")}.`));
       return;
     }
-    this.body.appendChild(this.table(shown, s.picked));
+    this.body.appendChild(this.table(shown, new Set(s.picked)));
+    if (shown.length > this.limit) this.body.appendChild(this.more(shown.length));
+  }
+
+  private facetWords(): string[] {
+    return FACETS.flatMap((f) => {
+      const v = this.facets[f.key];
+      return v === null ? [] : [`${f.key} ${v === NONE ? "(none)" : v}`];
+    });
+  }
+
+  /**
+   * One select per facet, its options the values found in the runs' metadata, with counts. Left
+   * alone when a new runs response brings the same options, so that a periodic re-listing does
+   * not close a select the user has open.
+   */
+  private renderFacets(index: Index): void {
+    const lists = FACETS.map((f) => {
+      const values = index.values[f.key];
+      const current = this.facets[f.key];
+      const keys = [...values.keys()].sort((a, b) => (a === NONE ? 1 : b === NONE ? -1 : a < b ? -1 : a > b ? 1 : 0));
+      if (current !== null && !values.has(current)) keys.push(current); // gone since: still shown, with 0
+      return [
+        { value: "", label: `${f.all} (${values.size - (values.has(NONE) ? 1 : 0)})` },
+        ...keys.map((v) => ({ value: v, label: `${v === NONE ? "(none)" : v} (${values.get(v) ?? 0})` })),
+      ];
+    });
+    const signature = JSON.stringify(lists);
+    if (signature === this.facetSignature) return;
+    this.facetSignature = signature;
+    const selects = FACETS.map((f, i) => {
+      const current = this.facets[f.key];
+      const el = select(lists[i]!, current ?? "", (v) => this.setFacet(f.key, v || null), f.label);
+      el.classList.add("facet");
+      el.classList.toggle("on", current !== null);
+      return el;
+    });
+    replace(this.facetBar, ...selects);
+  }
+
+  private setFacet(key: FacetKey, value: string | null): void {
+    this.facets = { ...this.facets, [key]: value };
+    this.limit = PAGE;
+    const i = FACETS.findIndex((f) => f.key === key);
+    this.facetBar.children[i]?.classList.toggle("on", value !== null);
+    this.render();
+  }
+
+  private more(matching: number): HTMLElement {
+    const next = Math.min(PAGE, matching - this.limit);
+    const grow = (limit: number) => () => {
+      this.limit = limit;
+      this.render();
+    };
+    return h(
+      "div",
+      { class: "toolbar more-runs", attrs: { "data-testid": "more-runs" } },
+      h("span", "muted", `Showing the first ${this.limit} of ${matching} matching runs.`),
+      h("button", { attrs: { type: "button" }, on: { click: grow(this.limit + PAGE) } }, `Show ${next} more`),
+      h("button", { attrs: { type: "button" }, on: { click: grow(matching) } }, `Show all ${matching}`),
+    );
   }
 
   /** Picked runs, the baseline and the Compare button. */
@@ -116,89 +283,106 @@ export class RunsView {
     );
   }
 
-  private table(runs: RunEntry[], picked: string[]): HTMLElement {
-    const groups = new Map<string, RunEntry[]>();
-    for (const r of [...runs].sort((a, b) => (a.run < b.run ? -1 : a.run > b.run ? 1 : 0))) {
-      const list = groups.get(r.group) ?? [];
-      list.push(r);
-      groups.set(r.group, list);
-    }
+  /**
+   * The table of the first `limit` matching runs, built detached and attached once. Rows carry
+   * their run name; one set of listeners on the table serves them all.
+   */
+  private table(shown: Item[], picked: Set<string>): HTMLElement {
     const tbody = h("tbody");
-    for (const [group, list] of [...groups].sort((a, b) => (a[0] < b[0] ? -1 : a[0] > b[0] ? 1 : 0))) {
-      if (group) tbody.appendChild(h("tr", "group", h("th", { attrs: { colspan: COLUMNS.length } }, group)));
-      for (const r of list) append(tbody, ...this.rows(r, group, picked.includes(r.run)));
+    let group: string | null = null;
+    for (const it of shown.slice(0, this.limit)) {
+      if (it.r.group !== group) {
+        group = it.r.group;
+        if (group) tbody.appendChild(h("tr", "group", h("th", { attrs: { colspan: COLUMNS.length } }, group)));
+      }
+      append(tbody, ...rows(it, picked.has(it.r.run)));
     }
-    const names = runs.map((r) => r.run);
-    const allOn = names.every((n) => picked.includes(n));
-    const all = h("input", {
-      attrs: { type: "checkbox", "aria-label": allOn ? "Untick all shown runs" : "Tick all shown runs" },
-      title: allOn ? "Untick all shown runs" : "Tick all shown runs (for comparing)",
-    });
+    const names = shown.map((it) => it.r.run);
+    const allOn = names.every((n) => picked.has(n));
+    const label = allOn ? `Untick all ${names.length} shown runs` : `Tick all ${names.length} shown runs`;
+    const all = h("input", { attrs: { type: "checkbox", "aria-label": label }, title: label + " (for comparing)" });
     all.checked = allOn;
-    all.indeterminate = !allOn && names.some((n) => picked.includes(n));
+    all.indeterminate = !allOn && names.some((n) => picked.has(n));
     all.addEventListener("change", () => this.actions.pick(names, !allOn));
-    return h(
+    const table = h(
       "table",
       "grid runs",
       h("thead", null, h("tr", null, h("th", "pick", all), ...COLUMNS.slice(1).map((c) => h("th", null, c)))),
       tbody,
     );
+    const rowOf = (ev: Event): HTMLElement | null => {
+      const t = ev.target instanceof Element ? ev.target : null;
+      return t?.closest<HTMLElement>("tr.run-row") ?? null;
+    };
+    tbody.addEventListener("click", (ev) => {
+      const row = rowOf(ev);
+      if (!row || (ev.target instanceof Element && ev.target.closest("td.pick"))) return; // the checkbox's cell
+      this.actions.openRun(row.dataset["run"] ?? "");
+    });
+    tbody.addEventListener("keydown", (ev) => {
+      const row = rowOf(ev);
+      if (!row || ev.target !== row) return; // the checkbox's own keys
+      if (ev.key === "Enter" || ev.key === " ") {
+        ev.preventDefault();
+        this.actions.openRun(row.dataset["run"] ?? "");
+      }
+    });
+    tbody.addEventListener("change", (ev) => {
+      const row = rowOf(ev);
+      if (row && ev.target instanceof HTMLInputElement) this.actions.pick([row.dataset["run"] ?? ""], ev.target.checked);
+    });
+    return table;
   }
+}
 
-  private rows(r: RunEntry, group: string, isPicked: boolean): HTMLElement[] {
-    const m = r.metadata;
-    const name = group && r.run.startsWith(group + "/") ? r.run.slice(group.length + 1) : r.run;
-    const user = metaString(m, "user");
-    const host = metaString(m, "host");
-    const who = user && host ? `${user}@${host}` : user || host;
-    const started = metaString(m, "started_at");
-    const runnerStatus = metaString(m, "status");
-    const open = () => this.actions.openRun(r.run);
-    const box = h("input", { attrs: { type: "checkbox", "aria-label": `Pick ${r.run} for comparing` } });
-    box.checked = isPicked;
-    box.addEventListener("change", () => this.actions.pick([r.run], box.checked));
-    const row = h(
-      "tr",
-      {
-        class: "run-row",
-        attrs: { tabindex: 0, role: "button", "aria-label": `Open run ${r.run}` },
-        on: {
-          click: open,
-          keydown: (ev) => {
-            if (ev.target !== ev.currentTarget) return; // the checkbox's own keys
-            if (ev.key === "Enter" || ev.key === " ") {
-              ev.preventDefault();
-              open();
-            }
-          },
-        },
-      },
-      h("td", { class: "pick", on: { click: (ev) => ev.stopPropagation() } }, box),
-      h("td", { class: "run-name", title: r.run }, name),
-      h("td", null, metaString(m, "model")),
-      h("td", null, metaString(m, "impl") || metaConfig(m, "impl")),
-      h("td", "num", metaConfig(m, "seq")),
-      h("td", null, metaString(m, "dtype") || metaConfig(m, "dtype")),
-      h("td", { title: metaString(m, "device_name") }, metaString(m, "device")),
-      h("td", null, who),
-      h("td", { title: started }, started ? fmtWhen(started) : ""),
-      h(
-        "td",
-        null,
-        h("span", `badge status-${r.status}`, r.status),
-        runnerStatus && runnerStatus !== "ok" ? h("span", `badge runner-${runnerStatus}`, runnerStatus) : null,
-      ),
-    );
-    const out: HTMLElement[] = [row];
-    const messages: string[] = [];
-    if (r.status === "error" && r.error) messages.push(r.error);
-    const runnerError = metaString(m, "error");
-    if (runnerError && runnerStatus !== "ok") messages.push(`runner: ${runnerError}`);
-    if (messages.length) {
-      out.push(h("tr", "run-error", h("td", { attrs: { colspan: COLUMNS.length } }, messages.join(" \u2014 "))));
-    }
-    return out;
+const RUNNING_TITLE = "In progress: the runner is still writing this run (its metadata says \u201crunning\u201d)";
+
+function rows(it: Item, isPicked: boolean): HTMLElement[] {
+  const r = it.r;
+  const m = r.metadata;
+  const group = r.group;
+  const name = group && r.run.startsWith(group + "/") ? r.run.slice(group.length + 1) : r.run;
+  const host = metaString(m, "host");
+  const who = it.user && host ? `${it.user}@${host}` : it.user || host;
+  const started = metaString(m, "started_at");
+  const runnerStatus = metaString(m, "status");
+  const box = h("input", { attrs: { type: "checkbox", "aria-label": `Pick ${r.run} for comparing` } });
+  box.checked = isPicked;
+  const row = h(
+    "tr",
+    {
+      class: r.status === "running" ? "run-row in-progress" : "run-row",
+      dataset: { run: r.run },
+      attrs: { tabindex: 0, role: "button", "aria-label": `Open run ${r.run}` },
+    },
+    h("td", "pick", box),
+    h("td", { class: "run-name", title: r.run }, name),
+    h("td", null, it.model),
+    h("td", null, it.impl),
+    h("td", "num", metaConfig(m, "seq")),
+    h("td", null, metaString(m, "dtype") || metaConfig(m, "dtype")),
+    h("td", { title: metaString(m, "device_name") }, metaString(m, "device")),
+    h("td", null, who),
+    h("td", { title: started }, started ? fmtWhen(started) : ""),
+    h(
+      "td",
+      null,
+      h("span", { class: `badge status-${r.status}`, title: r.status === "running" ? RUNNING_TITLE : undefined }, r.status),
+      // The runner's own status, unless it says the same (a run in progress is "running" twice).
+      runnerStatus && runnerStatus !== "ok" && runnerStatus !== r.status
+        ? h("span", `badge runner-${runnerStatus}`, runnerStatus)
+        : null,
+    ),
+  );
+  const out: HTMLElement[] = [row];
+  const messages: string[] = [];
+  if (r.status === "error" && r.error) messages.push(r.error);
+  const runnerError = metaString(m, "error");
+  if (runnerError && runnerStatus !== "ok") messages.push(`runner: ${runnerError}`);
+  if (messages.length) {
+    out.push(h("tr", "run-error", h("td", { attrs: { colspan: COLUMNS.length } }, messages.join(" \u2014 "))));
   }
+  return out;
 }
 
 function emptyState(logdir: string): HTMLElement {

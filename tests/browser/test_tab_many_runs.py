@@ -1,0 +1,191 @@
+"""The runs list with 1,000 runs, in a real TensorBoard and Chromium: count, filters, runs in progress.
+
+TensorBoard here serves its static plugins and ours only: torch-tb-profiler, if loaded, would
+start parsing all 1,000 runs at once, each in a spawned Python process of its own. Speed is
+measured by ``bench/many_runs.py``, not asserted here. Screenshots go to ``test-artifacts/``.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from manyruns import ManyRun, many_run, write_many_runs
+from playwright.sync_api import Frame, Page, expect
+
+N = 1000
+PAGE = 100  # rows the list builds at once (frontend/src/views/runs.ts)
+TAB_FRAME = "plugin_entry.html?name=tb_attn"
+SERVE = (
+    "import sys\n"
+    "from tensorboard import default, program\n"
+    "from tb_attn_plugin.plugin import AttentionPlugin\n"
+    "tb = program.TensorBoard(plugins=default.get_static_plugins() + [AttentionPlugin])\n"
+    "tb.configure(argv=['tensorboard'] + sys.argv[1:])\n"
+    "sys.exit(tb.main())\n"
+)
+RUNS = [many_run(i) for i in range(N)]
+
+
+@pytest.fixture(scope="module")
+def many_url(tmp_path_factory: pytest.TempPathFactory, builtin_logdir: Path) -> Iterator[str]:
+    """``tensorboard --logdir`` (static plugins and ours) over 1,000 runs; its URL."""
+    logdir = tmp_path_factory.mktemp("many-runs-browser")
+    write_many_runs(logdir, builtin_logdir / "naive", range(N))
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = int(s.getsockname()[1])
+    url = f"http://127.0.0.1:{port}/"
+    with tempfile.TemporaryFile(mode="w+", prefix="tensorboard-") as out:
+        proc = subprocess.Popen([sys.executable, "-c", SERVE, "--logdir", str(logdir), "--host", "127.0.0.1",
+                                 "--port", str(port)], stdout=out, stderr=subprocess.STDOUT, text=True)
+        try:
+            deadline = time.monotonic() + 90
+            while True:
+                if proc.poll() is not None:
+                    out.seek(0)
+                    raise RuntimeError(f"tensorboard exited: {out.read()[-3000:]}")
+                try:
+                    with urllib.request.urlopen(url + "data/plugins_listing", timeout=2):
+                        break
+                except OSError:
+                    assert time.monotonic() < deadline, "tensorboard did not start within 90 s"
+                    time.sleep(0.2)
+            yield url
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+def open_tab(page: Page, url: str) -> Frame:
+    page.goto(url + "#tb_attn")
+    deadline = time.monotonic() + 30
+    frame = None
+    while frame is None:
+        frame = next((f for f in page.frames if TAB_FRAME in f.url), None)
+        if frame is None:
+            assert time.monotonic() < deadline, f"no iframe {TAB_FRAME}"
+            page.wait_for_timeout(50)
+    expect(frame.get_by_test_id("runs-count")).to_have_text(f"{N} runs")
+    return frame
+
+
+def shown_runs(frame: Frame) -> list[str]:
+    return frame.locator("table.runs tr.run-row").evaluate_all("rs => rs.map(r => r.dataset.run)")
+
+
+def _chunks(name: str) -> list[int | str]:
+    return [int(c) if c.isdigit() else c for c in re.findall(r"\d+|\D+", name)]
+
+
+def _compare(a: list[int | str], b: list[int | str]) -> int:
+    """The list's natural order (runs.ts compareChunks): numbers as numbers, before text."""
+    for x, y in zip(a, b, strict=False):
+        if x == y:
+            continue
+        if isinstance(x, int) and isinstance(y, int):
+            return -1 if x < y else 1
+        if isinstance(x, int) or isinstance(y, int):
+            return -1 if isinstance(x, int) else 1
+        return -1 if x < y else 1
+    return len(a) - len(b)
+
+
+def ordered(runs: list[ManyRun]) -> list[str]:
+    """Run names as the list shows them: by group (the path without its last part), then name,
+    both in natural order (seq512 before seq1024)."""
+    def compare(a: str, b: str) -> int:
+        return _compare(_chunks(a.rsplit("/", 1)[0]), _chunks(b.rsplit("/", 1)[0])) or _compare(_chunks(a), _chunks(b))
+
+    return sorted((r.name for r in runs), key=functools.cmp_to_key(compare))
+
+
+def count_text(runs: list[ManyRun]) -> str:
+    return f"{len(runs)} of {N} runs"
+
+
+def text_match(r: ManyRun, text: str) -> bool:
+    return any(text in s.lower() for s in (r.name, r.user, r.model, r.impl))
+
+
+def test_thousand_runs_filters_and_running_badge(many_url: str, page: Page, artifacts: Path) -> None:
+    frame = open_tab(page, many_url)
+    rows = frame.locator("table.runs tr.run-row")
+    # One page of rows is built; the rest on demand.
+    expect(rows).to_have_count(PAGE)
+    assert shown_runs(frame) == ordered(RUNS)[:PAGE]
+    more = frame.get_by_test_id("more-runs")
+    expect(more).to_contain_text(f"Showing the first {PAGE} of {N} matching runs.")
+    page.screenshot(path=str(artifacts / "many-runs.png"))
+    more.get_by_role("button", name=f"Show all {N}").click()
+    expect(rows).to_have_count(N)
+    assert shown_runs(frame) == ordered(RUNS)
+    expect(frame.get_by_test_id("more-runs")).to_have_count(0)
+
+    # The filters list the values found in the metadata, with their run counts.
+    user_select = frame.get_by_role("combobox", name="Filter by user")
+    impl_select = frame.get_by_role("combobox", name="Filter by implementation")
+    model_select = frame.get_by_role("combobox", name="Filter by model")
+    users = sorted({r.user for r in RUNS})
+    assert user_select.locator("option").all_inner_texts() == [f"all users ({len(users)})"] + [
+        f"{u} ({sum(r.user == u for r in RUNS)})" for u in users]
+    assert len(model_select.locator("option").all()) == 1 + len({r.model for r in RUNS})
+
+    # A user, then an implementation: the run in progress among them is in the list.
+    running = next(r for r in RUNS if r.status == "running" and r.user == "carol")
+    user_select.select_option(running.user)
+    want = [r for r in RUNS if r.user == running.user]
+    expect(frame.get_by_test_id("runs-count")).to_have_text(count_text(want))
+    assert shown_runs(frame) == ordered(want)[:PAGE]
+    impl_select.select_option(running.impl)
+    want = [r for r in want if r.impl == running.impl]
+    assert 1 < len(want) < PAGE
+    expect(frame.get_by_test_id("runs-count")).to_have_text(count_text(want))
+    assert shown_runs(frame) == ordered(want)
+    row = frame.get_by_role("button", name=f"Open run {running.name}", exact=True)
+    expect(row.locator(".badge")).to_have_count(1)  # not "running" twice (the tab's and the runner's)
+    expect(row.locator(".badge.status-running")).to_have_text("running")
+    row.scroll_into_view_if_needed()
+    page.screenshot(path=str(artifacts / "many-runs-filtered.png"))
+    finished = next(r for r in want if r.status == "ok")
+    expect(frame.get_by_role("button", name=f"Open run {finished.name}", exact=True)
+           .locator(".badge")).to_have_text("unloaded")
+
+    # The text filter narrows the chosen user and implementation further.
+    search = frame.get_by_role("searchbox", name="Filter runs")
+    text = f"seq{running.seq}"
+    search.fill(text.upper())  # case-insensitive
+    want = [r for r in want if text_match(r, text)]
+    expect(frame.get_by_test_id("runs-count")).to_have_text(count_text(want))
+    assert shown_runs(frame) == ordered(want)
+
+    # Back to all users: the text filter and the implementation still apply.
+    user_select.select_option("")
+    want = [r for r in RUNS if r.impl == running.impl and text_match(r, text)]
+    expect(frame.get_by_test_id("runs-count")).to_have_text(count_text(want))
+    impl_select.select_option("")
+    search.fill("no-such-run")
+    expect(frame.get_by_text("No run matches \u201cno-such-run\u201d.")).to_be_visible()
+    search.fill("")
+    expect(frame.get_by_test_id("runs-count")).to_have_text(f"{N} runs")
+    expect(rows).to_have_count(PAGE)  # a filter change starts again from one page
+
+    # Every run in progress shows as such, and only those.
+    running_names = {r.name for r in RUNS if r.status == "running"}
+    frame.get_by_test_id("more-runs").get_by_role("button", name=f"Show all {N}").click()
+    expect(rows).to_have_count(N)
+    badged = frame.locator("tr.run-row:has(.badge.status-running)").evaluate_all("rs => rs.map(r => r.dataset.run)")
+    assert set(badged) == running_names

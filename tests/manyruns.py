@@ -1,0 +1,70 @@
+"""A logdir of many small runs for tests (importable as ``manyruns``): one real runner run, copied.
+
+Each run is ``<user>/<model>/<impl>/seq<S>-<i>`` holding a hard link to the source trace (a copy
+where links are not possible) and its own ``tb_attn_run.json``: the source's metadata with the
+user, model, implementation, sequence length, start time and, for every 97th run, the status
+``running`` changed. Everything is a function of ``i``, so the tests know what to expect.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+USERS = ("alice", "bob", "carol", "dave", "erin", "frank", "grace", "heidi", "ivan", "judy")
+MODELS = ("builtin", "gpt2", "llama", "bert", "mha")
+IMPLS = ("naive", "naive-inplace", "sdpa", "sdpa-math", "sdpa-flash", "eager")
+SEQS = (128, 256, 512, 1024, 2048)
+RUNNING_EVERY = 97
+_T0 = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+@dataclass(frozen=True)
+class ManyRun:
+    name: str
+    user: str
+    model: str
+    impl: str
+    seq: int
+    status: str  # the runner's: "ok" or "running"
+
+
+def many_run(i: int) -> ManyRun:
+    """The ``i``-th run: users cycle fastest, then models, implementations and lengths, so that
+    the combinations spread (1,000 runs give every user 100 runs, every model 200...)."""
+    user = USERS[i % len(USERS)]
+    model = MODELS[(i // 3) % len(MODELS)]
+    impl = IMPLS[(i // 7) % len(IMPLS)]
+    seq = SEQS[(i // 11) % len(SEQS)]
+    status = "running" if i % RUNNING_EVERY == RUNNING_EVERY - 1 else "ok"
+    return ManyRun(f"{user}/{model}/{impl}/seq{seq}-{i}", user, model, impl, seq, status)
+
+
+def write_many_runs(logdir: Path, source: Path, indices: range | list[int]) -> list[ManyRun]:
+    """Writes runs ``indices`` under ``logdir`` from the runner run in ``source`` (its one trace
+    file and its ``tb_attn_run.json``)."""
+    (trace,) = [f for f in source.iterdir() if ".pt.trace.json" in f.name]
+    template = json.loads((source / "tb_attn_run.json").read_text())
+    out = []
+    for i in indices:
+        run = many_run(i)
+        target = logdir / run.name
+        target.mkdir(parents=True)
+        try:
+            os.link(trace, target / trace.name)
+        except OSError:
+            shutil.copy2(trace, target / trace.name)
+        started = _T0 + timedelta(hours=i)
+        meta = dict(template)
+        meta.update(user=run.user, model=run.model, impl=run.impl, run=run.name, status=run.status,
+                    started_at=started.isoformat(timespec="seconds"),
+                    finished_at=None if run.status == "running" else
+                    (started + timedelta(seconds=30)).isoformat(timespec="seconds"))
+        meta["config"] = {**template.get("config", {}), "impl": run.impl, "seq": run.seq}
+        (target / "tb_attn_run.json").write_text(json.dumps(meta, indent=2))
+        out.append(run)
+    return out
