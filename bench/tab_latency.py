@@ -31,13 +31,9 @@ import argparse
 import json
 import os
 import platform
-import socket
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
-import urllib.request
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -45,6 +41,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from devtools.tbserver import TensorBoard  # noqa: E402
 from tb_attn_plugin.loader import resolve_runs  # noqa: E402
 
 DEFAULT_LOGDIR = "/tmp/tb-attn-bench-traces/l12-d384-h12-s128-b2-a15/logdir"
@@ -52,16 +49,6 @@ CHROMIUM = "/usr/bin/chromium"
 TAB_FRAME = "plugin_entry.html?name=tb_attn"
 FMP_TARGET_MS = 1000.0
 ROUTE_TARGET_MS = 100.0
-
-# TensorBoard with its static plugins and ours, without the other entry-point plugins.
-ONLY_TB_ATTN = (
-    "import sys\n"
-    "from tensorboard import default, program\n"
-    "from tb_attn_plugin.plugin import AttentionPlugin\n"
-    "tb = program.TensorBoard(plugins=default.get_static_plugins() + [AttentionPlugin])\n"
-    "tb.configure(argv=['tensorboard'] + sys.argv[1:])\n"
-    "sys.exit(tb.main())\n"
-)
 
 # From the click on the run's row to the frame in which its per-layer table is on screen (or an
 # error box, so that a broken run ends the wait too).
@@ -104,51 +91,6 @@ ROUTE_TIMINGS = """() => performance.getEntriesByType('resource')
 
 def log(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-class TensorBoard:
-    def __init__(self, logdir: str, *, only_tb_attn: bool) -> None:
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}/"
-        flags = ["--logdir", logdir, "--host", "127.0.0.1", "--port", str(self.port)]
-        if only_tb_attn:
-            args = [sys.executable, "-c", ONLY_TB_ATTN, *flags]
-        else:
-            args = [str(Path(sys.executable).with_name("tensorboard")), *flags]
-        self.log = tempfile.TemporaryFile(mode="w+", prefix="tensorboard-")
-        self.proc = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT, text=True, cwd=ROOT)
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"tensorboard exited: {self.output()}")
-            try:
-                with urllib.request.urlopen(self.url + "data/plugins_listing", timeout=2) as r:
-                    plugins = json.load(r)
-                    self.plugins = sorted(plugins)
-                    return
-            except OSError:
-                time.sleep(0.3)
-        self.stop()
-        raise RuntimeError("tensorboard did not start within 120 s")
-
-    def output(self) -> str:
-        self.log.seek(0)
-        return self.log.read()[-3000:]
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
 
 
 def open_tab(page: Any, url: str) -> tuple[Any, float]:
@@ -210,7 +152,7 @@ def main() -> int:
 
     from playwright.sync_api import sync_playwright
 
-    tb = TensorBoard(args.logdir, only_tb_attn=args.only_tb_attn)
+    tb = TensorBoard(args.logdir, only=["tb_attn"] if args.only_tb_attn else None)
     log(f"tensorboard on {tb.url}, plugins: {', '.join(tb.plugins)}")
     result: dict[str, Any] = {
         "when": datetime.now(UTC).isoformat(timespec="seconds"),
@@ -247,7 +189,7 @@ def main() -> int:
                 page.close()
             browser.close()
     finally:
-        tb.stop()
+        tb.close()
 
     keys = ("tab_load_ms", "first_meaningful_paint_ms", "memory_view_ms", "timeline_view_ms")
     result["warm"] = {

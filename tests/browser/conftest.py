@@ -1,4 +1,5 @@
-"""Browser tests: a real ``tensorboard --logdir`` on a free loopback port, and headless Chromium.
+"""Browser tests: a real ``tensorboard --logdir`` on a free loopback port (``devtools.tbserver``),
+and headless Chromium.
 
 Chromium is Debian's (/usr/bin/chromium, installed by ``make test``); no browser is ever
 downloaded. Screenshots go to ``test-artifacts/`` at the repository root.
@@ -9,17 +10,17 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
-import subprocess
 import sys
-import tempfile
 import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root: devtools
+
+from devtools.tbserver import TensorBoard
 
 CHROMIUM = "/usr/bin/chromium"
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
@@ -29,12 +30,6 @@ HOSTILE_OP = "<script>window.__xss=2</script>"
 #: The hostile run's metadata "user".
 HOSTILE_USER = '<svg onload="window.__xss=3">'
 VIEWPORT = {"width": 1400, "height": 1400}
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.fixture(scope="session")
@@ -67,57 +62,10 @@ def _write_hostile_run(source: Path, target: Path) -> None:
         (target / f.name).write_text(text)
 
 
-class TensorBoard:
-    """``tensorboard --logdir`` on a free loopback port. Its output goes to a temporary file, not
-    a pipe: nobody reads a pipe while the tests run, and a full one would block the server."""
-
-    def __init__(self, logdir: Path, path_prefix: str = "") -> None:
-        self.logdir = logdir
-        self.port = _free_port()
-        self.path_prefix = path_prefix
-        self.url = f"http://127.0.0.1:{self.port}{path_prefix}/"
-        tensorboard = Path(sys.executable).with_name("tensorboard")
-        args = [str(tensorboard), "--logdir", str(logdir), "--host", "127.0.0.1", "--port", str(self.port)]
-        if path_prefix:
-            args += ["--path_prefix", path_prefix]
-        self.log = tempfile.TemporaryFile(mode="w+", prefix="tensorboard-")
-        self.proc = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT, text=True)
-        deadline = time.monotonic() + 90
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                output = self.output()
-                self.log.close()
-                raise RuntimeError(f"tensorboard exited: {output}")
-            try:
-                with urllib.request.urlopen(self.url + "data/plugins_listing", timeout=2) as r:
-                    if r.status == 200:
-                        return
-            except OSError:
-                time.sleep(0.3)
-        output = self.output()
-        self.stop()
-        raise RuntimeError(f"tensorboard did not start within 90 s: {output}")
-
-    def output(self) -> str:
-        self.log.seek(0)
-        return self.log.read()[-5000:]
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self.log.close()
-
-
 @pytest.fixture(scope="session")
 def tensorboard(browser_logdir: Path) -> Iterator[TensorBoard]:
-    tb = TensorBoard(browser_logdir)
-    yield tb
-    tb.stop()
+    with TensorBoard(browser_logdir) as tb:
+        yield tb
 
 
 @pytest.fixture(scope="session")
@@ -142,9 +90,8 @@ def hostile() -> dict[str, str]:
 @pytest.fixture(scope="session")
 def prefixed_tensorboard(browser_logdir: Path) -> Iterator[TensorBoard]:
     """A second TensorBoard over the same logdir, served under --path_prefix=/tb."""
-    tb = TensorBoard(browser_logdir, path_prefix="/tb")
-    yield tb
-    tb.stop()
+    with TensorBoard(browser_logdir, path_prefix="/tb") as tb:
+        yield tb
 
 
 @pytest.fixture(scope="session")
