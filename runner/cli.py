@@ -11,13 +11,14 @@ from __future__ import annotations
 import argparse
 import itertools
 import logging
+import os
 import sys
 import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
 
-from runner.config import DTYPES, IMPLS, MODES, ConfigError, ModelConfig, ProfileConfig
+from runner.config import DTYPES, IMPLS, MODES, PARALLEL, ConfigError, ModelConfig, ProfileConfig
 
 if TYPE_CHECKING:
     from runner.session import RunSpec
@@ -75,6 +76,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--per-head", action="store_true", help="compute each head in its own scope")
     p.add_argument("--hf-config", action="append", default=[], metavar="KEY=VALUE",
                    help="override a Hugging Face config field (repeatable)")
+    d = p.add_argument_group("torchrun")
+    d.add_argument("--parallel", choices=PARALLEL, default=None,
+                   help="ddp: data parallel; tp: attention heads split over ranks (builtin); none: each rank "
+                        "alone (default: ddp under torchrun when training, else none)")
+    d.add_argument("--slow-rank", type=int, metavar="R", help="make rank R a straggler (with --slow-ms)")
+    d.add_argument("--slow-ms", type=float, default=0.0, metavar="X",
+                   help="extra milliseconds that --slow-rank spends in every attention block")
     g = p.add_argument_group("profiler")
     g.add_argument("--wait", type=int, default=1)
     g.add_argument("--warmup", type=int, default=1)
@@ -106,8 +114,20 @@ def _model_label(model: str) -> str:
     return model.replace(":", "-")
 
 
+def world_size() -> int:
+    """The number of ranks torchrun started (1 outside torchrun)."""
+    try:
+        return max(1, int(os.environ.get("WORLD_SIZE", "1")))
+    except ValueError:
+        return 1
+
+
+def default_parallel(mode: str, ranks: int) -> str:
+    return "ddp" if ranks > 1 and mode == "training" else "none"
+
+
 def run_name(model: str, cfg: ModelConfig, prefix: str = "") -> str:
-    impl = cfg.impl + ("-per-head" if cfg.per_head else "")
+    impl = cfg.impl + ("-per-head" if cfg.per_head else "") + ("-tp" if cfg.parallel == "tp" else "")
     name = f"{_model_label(model)}/{impl}/seq{cfg.seq}"
     if cfg.dtype != "float32":
         name += f"-{cfg.dtype}"
@@ -123,6 +143,8 @@ def plan_sweep(args: argparse.Namespace) -> list[RunSpec]:
     device = _resolve_device(args.device)
     hf = parse_hf_overrides(args.hf_config)
     seqs = args.seq if args.seq is not None else [128]
+    ranks = world_size()
+    parallel = args.parallel or default_parallel(args.mode, ranks)
     specs: list[RunSpec] = []
     names: set[str] = set()
     for impl, seq, dtype in itertools.product(args.impl, seqs, args.dtype):
@@ -133,8 +155,9 @@ def plan_sweep(args: argparse.Namespace) -> list[RunSpec]:
             d_model=args.d_model if args.d_model is not None else d_model,
             seq=seq, batch=args.batch, vocab=args.vocab, dtype=dtype, causal=args.causal,
             dropout=args.dropout, device=device, mode=args.mode, impl=impl, per_head=args.per_head,
+            parallel=parallel, slow_rank=args.slow_rank, slow_ms=args.slow_ms,
         )
-        check_model_spec(args.model, cfg, hf)
+        check_model_spec(args.model, cfg, hf, world_size=ranks)
         name = run_name(args.model, cfg, args.name)
         if name in names:
             raise ConfigError(f"the sweep lists {name} twice")

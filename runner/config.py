@@ -14,9 +14,11 @@ __all__ = [
     "DTYPES",
     "IMPLS",
     "MODES",
+    "PARALLEL",
     "ConfigError",
     "ModelConfig",
     "ProfileConfig",
+    "check_world",
 ]
 
 
@@ -36,6 +38,10 @@ IMPLS: tuple[str, ...] = (
 )
 DTYPES: tuple[str, ...] = ("float32", "bfloat16", "float16")
 MODES: tuple[str, ...] = ("training", "inference")
+#: Multi-rank modes under torchrun: none (each rank runs the whole model on its own), ddp (data
+#: parallel: gradients all-reduced in backward), tp (tensor parallel: each rank computes heads/N
+#: heads of every attention block, and the blocks' outputs are all-reduced).
+PARALLEL: tuple[str, ...] = ("none", "ddp", "tp")
 
 Mode = Literal["training", "inference"]
 
@@ -58,6 +64,9 @@ class ModelConfig:
     mode: Mode = "training"
     impl: str = "naive"
     per_head: bool = False
+    parallel: str = "none"
+    slow_rank: int | None = None  # this rank spends slow_ms extra in every attention block
+    slow_ms: float = 0.0
 
     def __post_init__(self) -> None:
         for name in ("layers", "heads", "d_model", "seq", "batch", "vocab"):
@@ -81,6 +90,16 @@ class ModelConfig:
             raise ConfigError(f"dropout must be in [0, 1), got {self.dropout}")
         if self.device not in ("cpu", "cuda") and not self.device.startswith("cuda:"):
             raise ConfigError(f"unknown device {self.device!r}; use cpu or cuda")
+        if self.parallel not in PARALLEL:
+            raise ConfigError(f"unknown parallel mode {self.parallel!r}; choose from {', '.join(PARALLEL)}")
+        if self.slow_rank is not None and self.slow_rank < 0:
+            raise ConfigError(f"slow rank must be >= 0, got {self.slow_rank}")
+        if not 0.0 <= self.slow_ms < float("inf"):
+            raise ConfigError(f"--slow-ms must be > 0, got {self.slow_ms}")
+        if self.slow_rank is not None and self.slow_ms == 0.0:
+            raise ConfigError("--slow-rank needs --slow-ms (the extra milliseconds per attention block, > 0)")
+        if self.slow_rank is None and self.slow_ms:
+            raise ConfigError("--slow-ms needs --slow-rank (the rank to slow down)")
 
     @property
     def n_kv_heads(self) -> int:
@@ -90,11 +109,29 @@ class ModelConfig:
     def head_dim(self) -> int:
         return self.d_model // self.heads
 
+    def delay_ms(self, rank: int) -> float:
+        """Extra milliseconds per attention block on ``rank`` (the straggler knob)."""
+        return self.slow_ms if rank == self.slow_rank else 0.0
+
     def replace(self, **changes: Any) -> ModelConfig:
         return dataclasses.replace(self, **changes)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+
+def check_world(cfg: ModelConfig, world_size: int) -> None:
+    """Reject parallel settings that this number of ranks cannot run."""
+    if cfg.parallel != "none" and world_size < 2:
+        raise ConfigError(f"--parallel {cfg.parallel} needs 2 or more ranks (run under torchrun "
+                          f"--nproc_per_node N); the world size is {world_size}")
+    if cfg.parallel == "tp":
+        for name, n in (("heads", cfg.heads), ("kv_heads", cfg.n_kv_heads)):
+            if n % world_size:
+                raise ConfigError(f"--parallel tp splits heads over ranks: {name} ({n}) must be divisible "
+                                  f"by the world size ({world_size})")
+    if cfg.slow_rank is not None and cfg.slow_rank >= world_size:
+        raise ConfigError(f"--slow-rank {cfg.slow_rank} is not a rank: the world size is {world_size}")
 
 
 @dataclass(frozen=True)

@@ -3,12 +3,19 @@
 from __future__ import annotations
 
 import os
+import socket
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.distributed as torch_dist
 
-__all__ = ["DistContext", "barrier", "init_from_env", "shutdown"]
+from runner.traces import default_worker_name
+
+if TYPE_CHECKING:
+    from runner.config import ModelConfig
+
+__all__ = ["DistContext", "barrier", "init_from_env", "rank_metadata", "shutdown"]
 
 
 @dataclass(frozen=True)
@@ -46,3 +53,26 @@ def barrier(ctx: DistContext | None) -> None:
 def shutdown(ctx: DistContext | None) -> None:
     if ctx is not None and torch_dist.is_initialized():
         torch_dist.destroy_process_group()
+
+
+def rank_metadata(ctx: DistContext | None, cfg: ModelConfig) -> dict[str, Any]:
+    """The run metadata's ``parallel``, ``world_size`` and ``ranks``: one entry per rank with
+    its worker name (as in its trace files), host, global heads ``[first, last]`` under tensor
+    parallelism (else null: every head) and straggler delay. A collective: every rank calls it."""
+    rank, world_size = (ctx.rank, ctx.world_size) if ctx is not None else (0, 1)
+    heads = None
+    if cfg.parallel == "tp":
+        per = cfg.heads // world_size
+        heads = [rank * per, (rank + 1) * per - 1]
+    mine = {
+        "rank": rank,
+        "worker": default_worker_name(rank if ctx is not None else None),
+        "host": socket.gethostname(),
+        "heads": heads,
+        "delay_ms": cfg.delay_ms(rank),
+    }
+    ranks: list[Any] = [mine]
+    if ctx is not None:
+        ranks = [None] * world_size
+        torch_dist.all_gather_object(ranks, mine)  # each rank knows only its own host
+    return {"parallel": cfg.parallel, "world_size": world_size, "ranks": ranks}

@@ -3,14 +3,23 @@
 Attention comes in several implementations (see ``runner.config.IMPLS``). Every phase of every
 block runs inside a scope from ``tb_attn_plugin.scopes``, so traces show where attention spends
 time and memory. Shapes in comments: B batch, T sequence, C d_model, H heads, Hkv kv heads,
-D head dim.
+D head dim; under tensor parallelism H and Hkv are this rank's heads (heads / world size).
+
+Tensor parallelism (``TensorParallel``) follows Megatron-LM: each rank holds the q/k/v rows of
+its own heads (column-parallel) and the matching input columns of the output projection
+(row-parallel); the block's partial outputs are summed over ranks right after the block scope
+closes, and the output projection's bias is added once, after that sum.
 """
 
 from __future__ import annotations
 
 import math
+import time
+from dataclasses import dataclass
+from typing import Any
 
 import torch
+import torch.distributed as torch_dist
 import torch.nn.functional as F
 from torch import nn
 
@@ -18,7 +27,11 @@ from runner.config import ModelConfig
 from runner.scoping import scope
 from tb_attn_plugin.scopes import Phase, format_scope
 
-__all__ = ["TORCH_DTYPES", "Attention", "Transformer"]
+__all__ = ["SLOW_RANK_SCOPE", "TORCH_DTYPES", "Attention", "TensorParallel", "Transformer", "shard_state_dict"]
+
+#: The ``record_function`` around the straggler knob's delay (``ModelConfig.slow_rank``): inside
+#: the block scope, outside every phase scope, and not a tbattn scope itself.
+SLOW_RANK_SCOPE = "tb_attn_run/slow_rank"
 
 TORCH_DTYPES: dict[str, torch.dtype] = {
     "float32": torch.float32,
@@ -27,11 +40,64 @@ TORCH_DTYPES: dict[str, torch.dtype] = {
 }
 
 
-class _PhaseNames:
-    """Scope names for one (layer, head), formatted once instead of on every call."""
+@dataclass(frozen=True)
+class TensorParallel:
+    """This rank's place in a tensor-parallel group: it computes heads/size of the heads."""
 
-    def __init__(self, layer: int, head: int | None) -> None:
-        self.block = format_scope(layer, head=head)
+    rank: int
+    size: int
+    group: Any = None  # the process group; None is the default (world) group
+
+    def heads(self, n: int) -> range:
+        """The global indices of this rank's share of ``n`` heads."""
+        per = n // self.size
+        return range(self.rank * per, (self.rank + 1) * per)
+
+
+class _TPInput(torch.autograd.Function):
+    """Megatron's "f": identity forward; backward sums the input gradient over the ranks, since
+    each rank's heads contribute only their part of it."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, group: Any) -> torch.Tensor:
+        ctx.group = group
+        return x
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
+        grad = grad.contiguous().clone()
+        torch_dist.all_reduce(grad, group=ctx.group)
+        return grad, None
+
+
+class _TPOutputSum(torch.autograd.Function):
+    """Megatron's "g": forward sums the partial outputs over the ranks; backward is the identity
+    (every rank already holds the whole output gradient). Unlike
+    ``torch.distributed.nn.functional.all_reduce`` (deprecated), whose backward sums the
+    gradient again and so scales it by the world size."""
+
+    @staticmethod
+    def forward(ctx: Any, y: torch.Tensor, group: Any) -> torch.Tensor:
+        # In place, as Megatron does (no copy of the block output): the linear that made ``y``
+        # does not keep it for its backward.
+        if y.is_contiguous():
+            ctx.mark_dirty(y)
+        else:
+            y = y.contiguous()
+        torch_dist.all_reduce(y, group=group)
+        return y
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
+        return grad, None
+
+
+class _PhaseNames:
+    """Scope names for one (layer, head), formatted once instead of on every call. ``head``: one
+    measured head, or the range of heads this rank computes together (tensor parallelism)."""
+
+    def __init__(self, layer: int, head: int | range | None) -> None:
+        self.block = format_scope(layer, head=head if isinstance(head, int) else None)
         for phase in Phase:
             setattr(self, phase.name.lower(), format_scope(layer, head=head, phase=phase))
 
@@ -49,19 +115,35 @@ class _PhaseNames:
 
 
 class Attention(nn.Module):
-    """Multi-head (or grouped-query) self-attention with a selectable implementation."""
+    """Multi-head (or grouped-query) self-attention with a selectable implementation.
 
-    def __init__(self, cfg: ModelConfig, layer: int, *, scoped: bool = True) -> None:
+    ``tp``: compute only this rank's heads and sum the output over ranks. ``delay_ms``: spend
+    that long in every call, inside the block scope (a simulated straggler).
+    """
+
+    def __init__(
+        self,
+        cfg: ModelConfig,
+        layer: int,
+        *,
+        scoped: bool = True,
+        tp: TensorParallel | None = None,
+        delay_ms: float = 0.0,
+    ) -> None:
         super().__init__()
         self.cfg = cfg
         self.layer = layer
         self.scoped = scoped
-        self.n_head = cfg.heads
-        self.n_kv_head = cfg.n_kv_heads
+        self.tp = tp
+        self.delay_s = delay_ms / 1000.0
+        heads = tp.heads(cfg.heads) if tp is not None else range(cfg.heads)
+        self.n_head = len(heads)
+        self.n_kv_head = cfg.n_kv_heads // (tp.size if tp is not None else 1)
         self.head_dim = cfg.head_dim
-        kv_dim = self.n_kv_head * self.head_dim
-        self.qkv = nn.Linear(cfg.d_model, cfg.d_model + 2 * kv_dim)
-        self.out_proj = nn.Linear(cfg.d_model, cfg.d_model)
+        self.q_dim = self.n_head * self.head_dim
+        self.kv_dim = self.n_kv_head * self.head_dim
+        self.qkv = nn.Linear(cfg.d_model, self.q_dim + 2 * self.kv_dim)
+        self.out_proj = nn.Linear(self.q_dim, cfg.d_model)
         self.scale = 1.0 / math.sqrt(self.head_dim)
         # True above the diagonal: the positions a causal query must not see. Built once, not
         # per call, so that the mask phase measures masking rather than mask construction.
@@ -69,17 +151,24 @@ class Attention(nn.Module):
         self.register_buffer(
             "causal_mask", torch.ones(cfg.seq, cfg.seq, dtype=torch.bool).triu(1), persistent=False
         )
-        self.names = _PhaseNames(layer, None)
-        self.head_names = [_PhaseNames(layer, h) for h in range(cfg.heads)] if cfg.per_head else []
+        # Scopes carry global head indices: under tensor parallelism the phases this rank runs on
+        # its heads together name them as a range.
+        self.names = _PhaseNames(layer, heads if tp is not None else None)
+        self.head_names = [_PhaseNames(layer, h) for h in heads] if cfg.per_head else []
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        B, T, C = x.shape
+        B, T, _ = x.shape
         n = self.names
         on = self.scoped
+        tp = self.tp
+        if tp is not None:
+            x = _TPInput.apply(x, tp.group)
         with scope(n.block, on):
+            if self.delay_s:
+                with scope(SLOW_RANK_SCOPE, on):
+                    time.sleep(self.delay_s)
             with scope(n.qkv_proj, on):
-                kv_dim = self.n_kv_head * self.head_dim
-                q, k, v = self.qkv(x).split([C, kv_dim, kv_dim], dim=-1)
+                q, k, v = self.qkv(x).split([self.q_dim, self.kv_dim, self.kv_dim], dim=-1)
                 q = q.view(B, T, self.n_head, self.head_dim).transpose(1, 2)  # (B, H, T, D)
                 k = k.view(B, T, self.n_kv_head, self.head_dim).transpose(1, 2)  # (B, Hkv, T, D)
                 v = v.view(B, T, self.n_kv_head, self.head_dim).transpose(1, 2)  # (B, Hkv, T, D)
@@ -88,14 +177,17 @@ class Attention(nn.Module):
             else:
                 y = self._core(q, k, v, n)  # (B, H, T, D)
             with scope(n.out_proj, on):
-                y = y.transpose(1, 2).contiguous().view(B, T, C)
-                y = self.out_proj(y)
+                y = y.transpose(1, 2).contiguous().view(B, T, self.q_dim)
+                y = self.out_proj(y) if tp is None else F.linear(y, self.out_proj.weight)
+        if tp is not None:
+            # Outside every scope, so that traces show attention and the collective apart.
+            y = _TPOutputSum.apply(y, tp.group) + self.out_proj.bias
         return y
 
     def _per_head(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         group = self.n_head // self.n_kv_head
         outs = []
-        for h, names in enumerate(self.head_names):
+        for h, names in enumerate(self.head_names):  # h: this rank's head, names: its global one
             g = h // group
             with scope(names.block, self.scoped):
                 outs.append(self._core(q[:, h : h + 1], k[:, g : g + 1], v[:, g : g + 1], names))
@@ -153,10 +245,10 @@ class _MLP(nn.Module):
 
 
 class _Block(nn.Module):
-    def __init__(self, cfg: ModelConfig, layer: int, scoped: bool) -> None:
+    def __init__(self, cfg: ModelConfig, layer: int, scoped: bool, tp: TensorParallel | None, delay_ms: float) -> None:
         super().__init__()
         self.ln1 = nn.LayerNorm(cfg.d_model)
-        self.attn = Attention(cfg, layer, scoped=scoped)
+        self.attn = Attention(cfg, layer, scoped=scoped, tp=tp, delay_ms=delay_ms)
         self.ln2 = nn.LayerNorm(cfg.d_model)
         self.mlp = _MLP(cfg)
 
@@ -166,15 +258,21 @@ class _Block(nn.Module):
 
 
 class Transformer(nn.Module):
-    """Token and position embeddings, ``cfg.layers`` blocks, and a language-model head."""
+    """Token and position embeddings, ``cfg.layers`` blocks, and a language-model head.
 
-    def __init__(self, cfg: ModelConfig, *, scoped: bool = True) -> None:
+    ``tp``: tensor-parallel attention (everything else is replicated on every rank); load
+    weights with ``shard_state_dict``. ``delay_ms``: see ``Attention``.
+    """
+
+    def __init__(
+        self, cfg: ModelConfig, *, scoped: bool = True, tp: TensorParallel | None = None, delay_ms: float = 0.0
+    ) -> None:
         super().__init__()
         self.cfg = cfg
         self.wte = nn.Embedding(cfg.vocab, cfg.d_model)
         self.wpe = nn.Embedding(cfg.seq, cfg.d_model)
         self.drop = nn.Dropout(cfg.dropout)
-        self.blocks = nn.ModuleList(_Block(cfg, i, scoped) for i in range(cfg.layers))
+        self.blocks = nn.ModuleList(_Block(cfg, i, scoped, tp, delay_ms) for i in range(cfg.layers))
         self.ln_f = nn.LayerNorm(cfg.d_model)
         self.lm_head = nn.Linear(cfg.d_model, cfg.vocab, bias=False)
 
@@ -185,3 +283,23 @@ class Transformer(nn.Module):
         for block in self.blocks:
             x = block(x)
         return self.lm_head(self.ln_f(x))
+
+
+def shard_state_dict(full: dict[str, torch.Tensor], cfg: ModelConfig, tp: TensorParallel) -> dict[str, torch.Tensor]:
+    """Slice a single-process ``Transformer``'s state dict into rank ``tp.rank``'s share: the q,
+    k and v rows of its heads, and the output projection's columns for them."""
+    D = cfg.head_dim
+    q_rows = tp.heads(cfg.heads)
+    kv_rows = tp.heads(cfg.n_kv_heads)
+    q = slice(q_rows.start * D, q_rows.stop * D)
+    k = slice(cfg.d_model + kv_rows.start * D, cfg.d_model + kv_rows.stop * D)
+    kv_dim = cfg.n_kv_heads * D
+    v = slice(k.start + kv_dim, k.stop + kv_dim)
+    out: dict[str, torch.Tensor] = {}
+    for name, value in full.items():
+        if name.endswith("attn.qkv.weight") or name.endswith("attn.qkv.bias"):
+            value = torch.cat([value[q], value[k], value[v]])
+        elif name.endswith("attn.out_proj.weight"):
+            value = value[:, q]
+        out[name] = value.clone()
+    return out

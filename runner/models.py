@@ -11,6 +11,10 @@ Model specs:
 For models other than ``builtin`` the implementation maps onto what the model can do: ``naive``
 is Hugging Face's ``eager`` attention or MHA's ``need_weights=True`` path (bmm + softmax), and
 the ``sdpa*`` implementations run ``F.scaled_dot_product_attention`` pinned by the runner.
+
+Under ``torchrun`` (``cfg.parallel``): ``ddp`` wraps the model in ``DistributedDataParallel``
+and gives each rank its own batches; ``tp`` (builtin only) splits every attention block's heads
+over the ranks, which then share their batches and their initial weights.
 """
 
 from __future__ import annotations
@@ -24,9 +28,11 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.nn.parallel import DistributedDataParallel
 
-from runner.config import ConfigError, ModelConfig
-from runner.model import TORCH_DTYPES, Transformer
+from runner.config import ConfigError, ModelConfig, check_world
+from runner.distributed import DistContext
+from runner.model import TORCH_DTYPES, TensorParallel, Transformer, shard_state_dict
 
 __all__ = [
     "MODEL_SPECS",
@@ -63,19 +69,25 @@ class Workload:
     """A model on its device and the step that the profiler times."""
 
     spec: str
-    model: nn.Module
+    model: nn.Module  # the model itself: instrument it, read its modules and parameters
     cfg: ModelConfig  # as actually run (e.g. causal is the model family's)
     step: Callable[[], None]
     needs_instrument: bool  # True when scopes come from runner.instrument()
     optimizer: torch.optim.Optimizer | None = None
+    runnable: nn.Module | None = None  # what the step calls: the model, or its DDP wrapper
 
 
-def check_model_spec(spec: str, cfg: ModelConfig, hf_overrides: dict[str, Any]) -> None:
+def check_model_spec(spec: str, cfg: ModelConfig, hf_overrides: dict[str, Any], *, world_size: int = 1) -> None:
     """Reject combinations that can never run, before anything is written."""
     if spec not in MODEL_SPECS:
         raise ConfigError(f"unknown model {spec!r}; choose from {', '.join(MODEL_SPECS)}")
     if spec != "builtin" and cfg.per_head:
         raise ConfigError("--per-head needs the builtin model (other models compute heads batched)")
+    if spec != "builtin" and cfg.parallel == "tp":
+        raise ConfigError(f"--parallel tp (heads split over ranks) needs the builtin model, not {spec}")
+    if spec != "builtin" and cfg.slow_rank is not None:
+        raise ConfigError(f"--slow-rank needs the builtin model, not {spec}")
+    check_world(cfg, world_size)
     if cfg.kv_heads not in (None, cfg.heads) and spec not in ("builtin", "hf:llama"):
         raise ConfigError(f"kv_heads (grouped-query attention) is supported by builtin and hf:llama, not {spec}")
     if hf_overrides and not spec.startswith("hf:"):
@@ -134,21 +146,34 @@ def build_workload(
     *,
     hf_overrides: dict[str, Any] | None = None,
     wrap: Callable[[nn.Module], nn.Module] | None = None,
+    dist: DistContext | None = None,
 ) -> Workload:
     """Build the model on ``cfg.device`` in ``cfg.dtype`` and the step that runs it.
 
-    ``wrap`` (e.g. DistributedDataParallel) wraps the model that the step calls; scopes and
-    hooks stay on the inner model. Raises ``Unsupported`` when the model cannot run this
-    implementation at all.
+    ``wrap`` wraps the model that the step calls; scopes and hooks stay on the inner model.
+    ``dist``: this rank, under torchrun; ``cfg.parallel`` says what the ranks share. Weights
+    come from the global seed, the same on every rank. Raises ``Unsupported`` when the model
+    cannot run this implementation at all.
     """
     hf_overrides = hf_overrides or {}
-    check_model_spec(spec, cfg, hf_overrides)
+    world_size, rank = (dist.world_size, dist.rank) if dist is not None else (1, 0)
+    check_model_spec(spec, cfg, hf_overrides, world_size=world_size)
     device = torch.device(cfg.device)
     dtype = TORCH_DTYPES[cfg.dtype]
-    ids = torch.randint(cfg.vocab, (cfg.batch, cfg.seq), device=device)
+    seed = torch.initial_seed()
+    # Data-parallel ranks train on different batches; tensor-parallel ranks share theirs.
+    data = torch.Generator().manual_seed(seed + (rank if cfg.parallel == "ddp" else 0))
+    ids = torch.randint(cfg.vocab, (cfg.batch, cfg.seq), generator=data).to(device)
     model: nn.Module
     if spec == "builtin":
-        model = Transformer(cfg)
+        if cfg.parallel == "tp":
+            tp = TensorParallel(rank, world_size)
+            full = Transformer(cfg, scoped=False)  # the single-process weights, then this rank's share
+            model = Transformer(cfg, tp=tp, delay_ms=cfg.delay_ms(rank))
+            model.load_state_dict(shard_state_dict(full.state_dict(), cfg, tp))
+            del full
+        else:
+            model = Transformer(cfg, delay_ms=cfg.delay_ms(rank))
         needs_instrument = False
     elif spec.startswith("hf:"):
         if cfg.impl == "naive-inplace":
@@ -170,7 +195,16 @@ def build_workload(
         model = _TorchEncoder(cfg) if spec == "torch:encoder" else _MHAStack(cfg)
         needs_instrument = True
     model.to(device=device, dtype=dtype)
-    runnable = wrap(model) if wrap is not None else model
+    runnable = model
+    if cfg.parallel == "ddp":
+        # No buffer broadcast before every forward: these models' buffers are constants (masks,
+        # position ids), and the broadcast would add a collective to every profiled step.
+        runnable = DistributedDataParallel(
+            model, device_ids=[_cuda_index(device)] if device.type == "cuda" else None, forward_sync_buffers=False
+        )
+        torch.manual_seed(seed + rank)  # dropout differs between ranks as their data does
+    if wrap is not None:
+        runnable = wrap(runnable)
     hf = spec.startswith("hf:")
 
     def logits() -> torch.Tensor:
@@ -195,7 +229,11 @@ def build_workload(
                 logits()
 
     return Workload(spec=spec, model=model, cfg=cfg, step=step, needs_instrument=needs_instrument,
-                    optimizer=optimizer)
+                    optimizer=optimizer, runnable=runnable)
+
+
+def _cuda_index(device: torch.device) -> int:
+    return device.index if device.index is not None else torch.cuda.current_device()
 
 
 def _causal_mask(seq: int) -> torch.Tensor:

@@ -26,7 +26,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.profiler import ProfilerActivity, profile, schedule
 
 from runner.config import ModelConfig, ProfileConfig
-from runner.distributed import DistContext, barrier
+from runner.distributed import DistContext, barrier, rank_metadata
 from runner.instrument import instrument
 from runner.metadata import METADATA_FILE, environment, now_iso, write_metadata
 from runner.models import Unsupported, build_workload
@@ -98,7 +98,7 @@ def run_one(
         "config": cfg.to_dict(),
         "hf_config": spec.hf_overrides,
         "profile": prof.to_dict(),
-        "world_size": dist.world_size if dist else 1,
+        **rank_metadata(dist, cfg),  # parallel, world_size, ranks
         "started_at": now_iso(),
         "status": "running",
         **environment(cfg.device),
