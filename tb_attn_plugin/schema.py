@@ -178,6 +178,7 @@ class RankRow(msgspec.Struct, kw_only=True):
     world_size: int | None
     step_us: float
     attention_us: float  # forward + backward
+    attention_best_us: float  # in the rank's fastest step: what stragglers are judged by
     collective_us: float
     other_us: float  # step time neither attention nor collectives (can be 0 when they overlap)
     layers: list[RankLayer]

@@ -9,7 +9,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))  # helpers, tracetools
 
-from helpers import profile_run
+from helpers import profile_run, torchrun
 
 
 @pytest.fixture(scope="session")
@@ -23,4 +23,15 @@ def builtin_logdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     profile_run(logdir, "naive-gqa", impl="naive", kv_heads=2)
     profile_run(logdir, "naive-dropout", impl="naive", dropout=0.1)
     profile_run(logdir, "naive-inference", impl="naive", mode="inference")
+    return logdir
+
+
+@pytest.fixture(scope="session")
+def torchrun_logdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Two 2-rank runs under torchrun (gloo): tensor-parallel heads with rank 1 slowed by 20 ms
+    per attention block (``builtin/naive-tp/seq16``), and data parallel (``builtin/sdpa/seq16``)."""
+    logdir = tmp_path_factory.mktemp("torchrun")
+    for args in (["--parallel", "tp", "--impl", "naive", "--slow-rank", "1", "--slow-ms", "20"],
+                 ["--parallel", "ddp", "--impl", "sdpa"]):
+        torchrun(logdir, args)
     return logdir

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import socket
+import subprocess
+import sys
 from pathlib import Path
 
 from runner.config import ModelConfig, ProfileConfig
@@ -19,3 +23,18 @@ ACTIVE_STEPS = PROFILE.active
 def profile_run(logdir: Path, name: str, model: str = "builtin", **changes: object) -> RunResult:
     spec = RunSpec(model=model, cfg=TINY.replace(**changes), name=name)
     return run_one(spec, logdir, PROFILE)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def torchrun(logdir: Path, args: list[str], *, ranks: int = 2) -> None:
+    """``python -m runner`` under torchrun with ``ranks`` gloo processes and a tiny model."""
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(ranks), "--master_addr",
+           "127.0.0.1", "--master_port", str(free_port()), "-m", "runner", "--logdir", str(logdir),
+           "--layers", "2", "--heads", "4", "--d-model", "32", "--seq", "16", "--no-progress", *args]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=240, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert proc.returncode == 0, proc.stderr[-3000:]

@@ -4,9 +4,12 @@ What a collective looks like in a trace (PyTorch 2.x): on the CPU, ``c10d::allre
 around ``record_param_comms`` (an op carrying the collective's arguments) around a
 ``nccl:all_reduce`` / ``gloo:all_reduce`` annotation that the process group records; on the
 device, one kernel per call, ``ncclKernel_AllReduce_RING_LL_Sum_float`` (``ncclDevKernel_...``
-in newer NCCL). The CPU side counts once per call: the outermost of those nested events, named
-after the most specific one inside it. CPU time is how long the calling thread spent in the
-call (for an asynchronous collective only the enqueue); device time is the kernels' time.
+in newer NCCL). Gloo runs the work on its own thread, under a ``gloo:all_reduce`` annotation,
+while the calling thread's ``c10d::allreduce_`` only enqueues it. A call counts once: the
+outermost of the nested events on the calling thread, named after the most specific one inside
+it (or the work annotation, when no calling side was recorded). CPU time is the work
+annotation's span where the work runs on its own thread (the transfer and any wait for slower
+ranks), else the calling thread's time in the call; device time is the kernels' time.
 """
 
 from __future__ import annotations
@@ -73,21 +76,35 @@ def collectives(events: Events, parent: np.ndarray, steps: list[tuple[float, flo
     step_count = max(1, len(steps))
     cpu = named & ((events.kind == Kind.CPU_OP) | (events.kind == Kind.ANNOTATION)) & in_steps
     kernel = named & (events.kind == Kind.KERNEL) & in_steps
-    calls: dict[str, float] = {}
-    kernel_calls: dict[str, float] = {}
-    cpu_us: dict[str, float] = {}
-    device_us: dict[str, float] = {}
-    outer: dict[int, str] = {}  # outermost CPU collective -> its most specific name
+    # The calling thread issues a call (c10d::allreduce_ around record_param_comms); NCCL records
+    # its nccl:* annotation inside it, Gloo does the work on its own thread under gloo:*. A
+    # call counts once, from the issuing side when there is one; CPU time is the work's span
+    # where it runs apart (transfer and waiting for the other ranks), else the issuing call's.
+    issue: dict[int, str] = {}
+    work: dict[int, str] = {}
     for i in np.flatnonzero(cpu).tolist():
         top, p = i, int(parent[i])
         while p >= 0 and cpu[p]:
             top, p = p, int(parent[p])
         name = kind_of[events.name[i]] or GENERIC
-        if outer.get(top, GENERIC) == GENERIC:
-            outer[top] = name
-    for top, name in outer.items():
+        target = work if _ANNOTATION_RE.match(events.names[events.name[top]]) else issue
+        if target.get(top, GENERIC) == GENERIC:
+            target[top] = name
+    calls: dict[str, float] = {}
+    kernel_calls: dict[str, float] = {}
+    issue_us: dict[str, float] = {}
+    work_us: dict[str, float] = {}
+    device_us: dict[str, float] = {}
+    work_calls: dict[str, float] = {}
+    for top, name in issue.items():
         calls[name] = calls.get(name, 0.0) + 1
-        cpu_us[name] = cpu_us.get(name, 0.0) + float(events.dur[top])
+        issue_us[name] = issue_us.get(name, 0.0) + float(events.dur[top])
+    for top, name in work.items():
+        work_calls[name] = work_calls.get(name, 0.0) + 1
+        work_us[name] = work_us.get(name, 0.0) + float(events.dur[top])
+    for name, n in work_calls.items():
+        calls.setdefault(name, n)
+    cpu_us = {name: work_us.get(name, issue_us.get(name, 0.0)) for name in set(issue_us) | set(work_us)}
     for i in np.flatnonzero(kernel).tolist():
         name = kind_of[events.name[i]] or GENERIC
         device_us[name] = device_us.get(name, 0.0) + float(events.dur[i])

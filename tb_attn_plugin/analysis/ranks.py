@@ -3,8 +3,10 @@ stragglers, collectives and the global layer × head map (pure: from the run's s
 
 A run written under ``torchrun`` holds one trace per rank. Ranks should cost the same; one
 that spends more time in attention than the others holds them all up at the next collective.
-A straggler is a rank whose attention time per step exceeds the median over ranks by more
-than ``margin`` (attention as a whole, or any one layer). Under tensor parallelism each rank
+A straggler is a rank whose attention time exceeds the median over ranks by more than
+``margin`` and by at least ``MIN_GAP_US``: attention as a whole in each rank's fastest step
+(interference from other processes only ever slows a step down, while a real straggler is slow
+in every step), or any one layer's mean. Under tensor parallelism each rank
 computes a slice of the heads and names them with global indices (``docs/scopes.md``), so
 putting every rank's heads together gives the whole layer × head map; under data parallelism
 every rank computes every head and the map shows their mean.
@@ -30,9 +32,9 @@ from tb_attn_plugin.schema import (
 __all__ = ["DEFAULT_MARGIN", "ranks"]
 
 DEFAULT_MARGIN = 0.2
-#: A layer differing by less than this is not called a straggler, whatever the ratio: below it,
-#: scheduling noise between processes dominates.
-MIN_LAYER_GAP_US = 50.0
+#: A rank ahead of the median by less than this is not called a straggler, whatever the ratio:
+#: below it, scheduling noise between processes dominates.
+MIN_GAP_US = 500.0
 
 
 def ranks(run: RunSummary, *, margin: float = DEFAULT_MARGIN) -> RanksResponse:
@@ -86,12 +88,14 @@ def _row(worker: str, spans: list[WorkerSummary], device: bool) -> RankRow:
                                         _time(device, layer.backward.cpu_us, layer.backward.device_us)))
     step = _mean([_time(device, w.step_cpu_us, w.step_device_us) for w in spans])
     attention = _mean([_time(device, w.attention_cpu_us, w.attention_device_us) for w in spans])
+    per_step = [_time(device, p.attention_cpu_us, p.attention_device_us) for w in spans for p in w.per_step]
     collectives = _merge_collectives([w.collectives for w in spans])
     collective = sum(_time(device, c.cpu_us, c.device_us) for c in collectives)
     first = spans[0]
     return RankRow(
         rank=first.rank, worker=worker, files=[w.file for w in spans], world_size=first.world_size,
-        step_us=step, attention_us=attention, collective_us=collective,
+        step_us=step, attention_us=attention, attention_best_us=min(per_step, default=attention),
+        collective_us=collective,
         other_us=max(step - attention - collective, 0.0),
         layers=[RankLayer(layer=k, forward_us=_mean([f for f, _ in v]), backward_us=_mean([b for _, b in v]),
                           time_us=_mean([f + b for f, b in v])) for k, v in sorted(layers.items())],
@@ -117,18 +121,19 @@ def _stragglers(rows: list[RankRow], margin: float) -> list[Straggler]:
     if len(rows) < 2:
         return []
     out: list[Straggler] = []
-    median = statistics.median(r.attention_us for r in rows)
+    median = statistics.median(r.attention_best_us for r in rows)
     for r in rows:
-        if median > 0 and r.attention_us > median * (1 + margin):
-            out.append(Straggler(rank=r.rank, worker=r.worker, metric="attention", value_us=r.attention_us,
-                                 median_us=median, ratio=r.attention_us / median))
+        t = r.attention_best_us
+        if median > 0 and t > median * (1 + margin) and t - median >= MIN_GAP_US:
+            out.append(Straggler(rank=r.rank, worker=r.worker, metric="attention", value_us=t,
+                                 median_us=median, ratio=t / median))
     layers = sorted({layer.layer for r in rows for layer in r.layers})
     for k in layers:
         times = {r.worker: next((x.time_us for x in r.layers if x.layer == k), 0.0) for r in rows}
         med = statistics.median(times.values())
         for r in rows:
             t = times[r.worker]
-            if med > 0 and t > med * (1 + margin) and t - med >= MIN_LAYER_GAP_US:
+            if med > 0 and t > med * (1 + margin) and t - med >= MIN_GAP_US:
                 out.append(Straggler(rank=r.rank, worker=r.worker, metric=f"layer {k}", value_us=t, median_us=med,
                                      ratio=t / med))
     return out
