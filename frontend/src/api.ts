@@ -7,6 +7,7 @@ import type {
   CompareResponse,
   Drilldown,
   MemoryResponse,
+  RanksResponse,
   RunsResponse,
   RunSummary,
   ScalingResponse,
@@ -144,6 +145,8 @@ export const api = {
     getJsonAt<CompareResponse>("compare", runsUrl("compare", runs, { baseline }), signal),
   scaling: (runs: string[], signal?: AbortSignal) =>
     getJsonAt<ScalingResponse>("scaling", runsUrl("scaling", runs), signal),
+  ranks: (run: string, margin: number | null, signal?: AbortSignal) =>
+    getJson<RanksResponse>("ranks", { run, margin }, signal),
 };
 
 /**

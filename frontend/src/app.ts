@@ -18,6 +18,7 @@ export class App implements Actions {
   private readonly timelineReq = new Latest();
   private readonly compareReq = new Latest();
   private readonly scalingReq = new Latest();
+  private readonly ranksReq = new Latest();
   private readonly runsView: RunsView;
   private readonly runView: RunView;
   private readonly compareView: CompareView;
@@ -48,7 +49,7 @@ export class App implements Actions {
   // ---- actions -------------------------------------------------------------------------
 
   openRun(run: string | null): void {
-    for (const r of [this.summaryReq, this.drillReq, this.memoryReq, this.timelineReq]) r.cancel();
+    for (const r of [this.summaryReq, this.drillReq, this.memoryReq, this.timelineReq, this.ranksReq]) r.cancel();
     this.store.set({
       run,
       worker: null,
@@ -59,6 +60,7 @@ export class App implements Actions {
       drill: idle(),
       memory: idle(),
       timeline: idle(),
+      ranks: idle(),
     });
     if (run === null) {
       this.runView.dispose();
@@ -89,8 +91,19 @@ export class App implements Actions {
     this.loadViewData(false);
   }
 
-  patch(p: Partial<Pick<State, "chartMetric" | "columns" | "sort" | "headMetric" | "groupBy" | "phaseMetric">>): void {
+  patch(p: Partial<Pick<State, "chartMetric" | "columns" | "sort" | "headMetric" | "groupBy" | "phaseMetric" | "ranksSort">>): void {
     this.store.set(p);
+  }
+
+  setMargin(margin: number): void {
+    this.store.set({ ranksMargin: margin });
+    this.loadRanks(false);
+  }
+
+  openWorker(worker: string): void {
+    const w = this.entry()?.workers.find((x) => x.worker === worker);
+    this.store.set({ tab: "layers" });
+    this.setTarget(worker, w?.spans[0]?.span ?? null);
   }
 
   pick(runs: string[], on: boolean): void {
@@ -171,7 +184,9 @@ export class App implements Actions {
     if (s.run === null || !s.runs.data) return; // loadRuns calls back once the list is here
     const entry = this.entry(s);
     const worker = entry?.workers[0];
-    this.store.set({ worker: worker?.worker ?? null, span: worker?.spans[0]?.span ?? null });
+    // The ranks view needs two workers or more; a run with one opens on its layers.
+    const tab = s.tab === "ranks" && (entry?.workers.length ?? 0) < 2 ? "layers" : s.tab;
+    this.store.set({ worker: worker?.worker ?? null, span: worker?.spans[0]?.span ?? null, tab });
     this.loadViewData(false);
   }
 
@@ -184,6 +199,8 @@ export class App implements Actions {
     if (force || s.summary.key !== key || s.summary.status === "idle") void this.loadSummary(t, key);
     else if (s.summary.status !== "loading") this.loadTabData(force);
     if (force && s.selection) this.loadDrill(true);
+    // The ranks view reads every worker of the run, not the one the summary is for.
+    if (s.tab === "ranks") this.loadRanks(force);
   }
 
   private begin<T>(l: Loadable<T>, key: string): Loadable<T> {
@@ -260,6 +277,24 @@ export class App implements Actions {
         })
         .catch((err) => this.store.set({ scaling: { status: "error", data: null, error: errorText(err), key: skey } }));
     }
+  }
+
+  /** The ranks view of the open run at the chosen margin; the shown data stays until the new arrives. */
+  private loadRanks(force: boolean): void {
+    const s = this.store.get();
+    const run = s.run;
+    if (run === null || s.tab !== "ranks") return;
+    const margin = s.ranksMargin;
+    const key = JSON.stringify([run, margin]);
+    if (!force && s.ranks.key === key && s.ranks.status !== "error") return;
+    const keep = s.ranks.data?.run === run;
+    this.store.set({ ranks: { status: "loading", data: keep ? s.ranks.data : null, error: null, key } });
+    this.ranksReq
+      .run((signal) => api.ranks(run, margin, signal))
+      .then((r) => {
+        if (!r.stale) this.store.set({ ranks: { status: "ok", data: r.value, error: null, key } });
+      })
+      .catch((err) => this.store.set({ ranks: { status: "error", data: null, error: errorText(err), key } }));
   }
 
   private loadDrill(force: boolean): void {

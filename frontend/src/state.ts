@@ -1,20 +1,25 @@
 // The tab's state: one plain object, replaced by patches; views re-render from it. The only
 // thing persisted (sessionStorage, so it survives TensorBoard re-creating the iframe) is the
-// open run, the sub-view, the chosen metrics and the compared runs.
+// open run, the sub-view, the chosen metrics, the straggler margin and the compared runs.
 
 import type { HeadMetricKey, MetricKey } from "./metrics";
 import type {
   CompareResponse,
   Drilldown,
   MemoryResponse,
+  RanksResponse,
   RunsResponse,
   RunSummary,
   ScalingResponse,
   TimelineResponse,
 } from "./types";
 
-export type Tab = "layers" | "heads" | "memory" | "timeline";
-export const TABS: Tab[] = ["layers", "heads", "memory", "timeline"];
+/** "ranks": every worker (rank) of the run side by side; offered when a run has two or more. */
+export type Tab = "layers" | "heads" | "memory" | "timeline" | "ranks";
+export const TABS: Tab[] = ["layers", "heads", "memory", "timeline", "ranks"];
+/** The straggler margins the ranks view offers (fractions over the median); the server's default is 0.2. */
+export const MARGINS: number[] = [0.05, 0.1, 0.2, 0.5, 1];
+export const DEFAULT_MARGIN = 0.2;
 
 export type GroupBy = "impl" | "seq" | "dtype" | "none";
 export const GROUP_BY: GroupBy[] = ["impl", "seq", "dtype", "none"];
@@ -56,6 +61,11 @@ export interface State {
   drill: Loadable<Drilldown>;
   memory: Loadable<MemoryResponse>;
   timeline: Loadable<TimelineResponse>;
+  /** The ranks view (./ranks) of the open run, for `ranksMargin`. */
+  ranks: Loadable<RanksResponse>;
+  ranksMargin: number;
+  /** The ranks table's sort: "rank", "worker", "step", "attention", "collectives", "other", "L<n>", "heads". */
+  ranksSort: { key: string; desc: boolean };
   /** Runs ticked in the runs list, in the order they were picked. */
   picked: string[];
   /** null: the first picked run. */
@@ -80,6 +90,7 @@ interface Persisted {
   baseline?: string | null;
   groupBy?: GroupBy;
   phaseMetric?: PhaseMetric;
+  ranksMargin?: number;
 }
 
 function loadPersisted(): Persisted {
@@ -113,6 +124,12 @@ export function initialState(): State {
     drill: idle(),
     memory: idle(),
     timeline: idle(),
+    ranks: idle(),
+    ranksMargin:
+      typeof p.ranksMargin === "number" && Number.isFinite(p.ranksMargin) && p.ranksMargin >= 0 && p.ranksMargin <= 10
+        ? p.ranksMargin
+        : DEFAULT_MARGIN,
+    ranksSort: { key: "rank", desc: false },
     picked: compare ? [...compare] : [],
     baseline: compare && typeof p.baseline === "string" && compare.includes(p.baseline) ? p.baseline : null,
     compare,
@@ -171,6 +188,7 @@ export class Store {
       baseline: s.baseline,
       groupBy: s.groupBy,
       phaseMetric: s.phaseMetric,
+      ranksMargin: s.ranksMargin,
     };
     try {
       window.sessionStorage.setItem(STORAGE_KEY, JSON.stringify(p));
@@ -187,9 +205,13 @@ export interface Actions {
   setTarget(worker: string | null, span: string | null): void;
   setStep(step: number | null): void;
   setTab(tab: Tab): void;
-  patch(p: Partial<Pick<State, "chartMetric" | "columns" | "sort" | "headMetric" | "groupBy" | "phaseMetric">>): void;
+  patch(p: Partial<Pick<State, "chartMetric" | "columns" | "sort" | "headMetric" | "groupBy" | "phaseMetric" | "ranksSort">>): void;
   select(sel: Selection | null): void;
   retry(): void;
+  /** The ranks view's straggler margin (a fraction over the median): refetches ./ranks. */
+  setMargin(margin: number): void;
+  /** Leaves the ranks view for one worker's own overview (its first span). */
+  openWorker(worker: string): void;
   /** Ticks or unticks runs in the runs list. */
   pick(runs: string[], on: boolean): void;
   setBaseline(run: string | null): void;

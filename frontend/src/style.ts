@@ -139,5 +139,22 @@ table.compare-table td.findings-cell { white-space: normal; min-width: 200px; }
 .chart-title { font-weight: 600; color: #424242; margin: 4px 0 0; }
 .legend .fit { color: #424242; font-variant-numeric: tabular-nums; }
 @media (max-width: 900px) { .scaling-charts { grid-template-columns: minmax(0, 1fr); } }
+.ranks h3 { margin: 16px 0 4px; }
+.stragglers ul { margin: 4px 0 2px; padding-left: 18px; }
+.stragglers li { margin: 2px 0; }
+.badge.straggler { background: #ffebee; color: #b71c1c; border: 1px solid #ef9a9a; margin-left: 6px; font-weight: 600; }
+.stragglers li .badge.straggler { margin-left: 0; }
+table.ranks-table th.sortable { cursor: pointer; user-select: none; }
+table.ranks-table th.sortable:hover, table.ranks-table th.sorted { color: #e65100; }
+table.ranks-table th.num { text-align: right; }
+table.ranks-table tbody th.row-head { font-weight: 600; }
+table.ranks-table tr.straggler-row { background: #fff5f5; }
+table.ranks-table tr.straggler-row th.row-head { box-shadow: inset 3px 0 0 #c62828; }
+table.ranks-table td.slow { color: #b71c1c; font-weight: 600; }
+table.ranks-table tfoot tr.all-ranks th, table.ranks-table tfoot tr.all-ranks td { background: #fafafa; }
+table.ranks-table tfoot tr.all-ranks:first-child th, table.ranks-table tfoot tr.all-ranks:first-child td { border-top: 2px solid #bdbdbd; }
+table.ranks-table .link-button { color: #1565c0; font-family: ui-monospace, SFMono-Regular, Menlo, Consolas, monospace; font-size: 11.5px; }
+table.ranks-table .link-button:hover { text-decoration: underline; }
+.ranks-collectives table { min-width: 420px; }
 [hidden] { display: none !important; }
 `;

@@ -310,3 +310,102 @@ export interface ScalingResponse {
   schema: string;
   series: ScalingSeries[];
 }
+
+// ---- ./ranks (docs/http_api.md "GET /ranks") -------------------------------------------------
+
+/** One kind of collective (all_reduce, all_gather, ...), means per step. */
+export interface CollectiveStats {
+  name: string;
+  calls: number;
+  /** the calling thread's time in the calls (only the enqueue, for async ones) */
+  cpu_us: number;
+  /** the collective kernels' time */
+  device_us: number;
+}
+
+export interface RankLayer {
+  layer: number;
+  /** forward + backward attention time per step, on the response's clock */
+  time_us: number;
+  forward_us: number;
+  backward_us: number;
+}
+
+export interface RankRow {
+  rank: number | null;
+  worker: string;
+  files: string[];
+  world_size: number | null;
+  step_us: number;
+  /** forward + backward */
+  attention_us: number;
+  /** attention in the rank's fastest step: what stragglers are judged by */
+  attention_best_us: number;
+  collective_us: number;
+  /** step time that is neither attention nor collectives (0 when they overlap) */
+  other_us: number;
+  layers: RankLayer[];
+  /** the global heads this rank's layers cover */
+  heads: number[];
+  collectives: CollectiveStats[];
+  straggler: boolean;
+}
+
+/** One layer across ranks (the "All ranks" aggregate). */
+export interface RanksLayer {
+  layer: number;
+  mean_us: number;
+  median_us: number;
+  min_us: number;
+  max_us: number;
+  max_rank: number | null;
+  /** mean forward time per phase across ranks */
+  phases: Record<string, number>;
+}
+
+export interface Straggler {
+  rank: number | null;
+  worker: string;
+  /** "attention" (in the rank's fastest step, against the median of those) or "layer L" (its mean) */
+  metric: string;
+  value_us: number;
+  median_us: number;
+  /** value / median */
+  ratio: number;
+}
+
+export interface GlobalHead {
+  layer: number;
+  head: number;
+  /** ranks that computed this head (several: replicas, e.g. data parallel) */
+  ranks: number[];
+  /** workers that computed it (including workers without a known rank) */
+  replicas: number;
+  /** mean over those workers, on the response's clock */
+  time_us: number;
+  flops: number;
+  derived: boolean;
+}
+
+export interface RanksResponse {
+  schema: string;
+  run: string;
+  /** "device" when the traces have kernels, else "cpu" */
+  clock: "cpu" | "device";
+  /** a straggler is slower than the median by more than this fraction */
+  margin: number;
+  ranks: RankRow[];
+  all_ranks: RanksLayer[];
+  attention_mean_us: number;
+  attention_max_us: number;
+  collective_mean_us: number;
+  stragglers: Straggler[];
+  heads: GlobalHead[];
+  /** distinct global heads per layer (the largest over layers) */
+  head_count: number;
+  /** every head computed by exactly one rank (tensor parallelism) */
+  heads_sharded: boolean;
+  /** each layer's heads are 0..head_count-1, with no gap */
+  heads_complete: boolean;
+  errors: FileError[];
+}

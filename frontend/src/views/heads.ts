@@ -1,6 +1,8 @@
 // The layer x head heatmap for one metric. Per-head figures the trace did not measure (no head
 // scopes) are derived from the layer: those cells are dimmed and hatched, and the legend says so.
+// The chart's option (heatmapOption) is shared with the ranks view's global head map.
 
+import type { EChartsCoreOption } from "echarts/core";
 import { createChart, esc, TOOLTIP_BASE, type EChart } from "../charts";
 import { h, replace, select } from "../dom";
 import { HEAD_METRICS, headValue, metric, type HeadMetricKey } from "../metrics";
@@ -8,7 +10,8 @@ import type { Actions, State } from "../state";
 import type { LayerStats, WorkerSummary } from "../types";
 import { note } from "./common";
 
-type Cell = [head: number, row: number, value: number, derived: number];
+/** A heatmap cell: column (head), row, value, and 1 when the value is derived, not measured. */
+export type HeatCell = [col: number, row: number, value: number, derived: number];
 
 let hatch: HTMLCanvasElement | null = null;
 
@@ -52,6 +55,99 @@ function luminance(color: string): number {
   return (0.2126 * r + 0.7152 * g + 0.0722 * b) / 255;
 }
 
+export interface Heatmap {
+  rows: string[];
+  columns: string[];
+  cells: HeatCell[];
+  format: (v: number) => string;
+  /** The tooltip of cell `i`, as HTML: the caller escapes what comes from data. */
+  tooltip: (i: number) => string;
+  /** Extra bottom margin for multi-line column labels. */
+  labelLines?: number;
+}
+
+/**
+ * The ECharts option of a layer x head heatmap (used here and by the ranks view's global heads):
+ * derived cells dimmed and hatched, values written in cells wide enough for them.
+ */
+export function heatmapOption(map: Heatmap): EChartsCoreOption {
+  const maxValue = Math.max(0, ...map.cells.map((c) => c[2]));
+  const extra = ((map.labelLines ?? 1) - 1) * 14;
+  const pattern = hatchPattern();
+  return {
+    animation: false,
+    grid: { left: 60, right: 20, top: 10, bottom: 70 + extra },
+    tooltip: {
+      ...TOOLTIP_BASE,
+      trigger: "item",
+      formatter: (p: unknown) => map.tooltip((p as { dataIndex: number }).dataIndex),
+    },
+    xAxis: {
+      type: "category",
+      name: "head",
+      nameLocation: "middle",
+      nameGap: 24 + extra,
+      data: map.columns,
+      axisLabel: { lineHeight: 14 },
+      splitArea: { show: false },
+    },
+    yAxis: { type: "category", data: map.rows, inverse: true },
+    visualMap: {
+      type: "continuous",
+      min: 0,
+      max: maxValue > 0 ? maxValue : 1,
+      dimension: 2,
+      orient: "horizontal",
+      left: "center",
+      bottom: 0,
+      itemHeight: 220,
+      itemWidth: 12,
+      calculable: false,
+      text: [map.format(maxValue), "0"],
+      inRange: { color: ["#fff3e0", "#fb8c00", "#bf360c"] },
+      textStyle: { fontSize: 11 },
+    },
+    series: [
+      {
+        type: "custom",
+        data: map.cells,
+        encode: { x: 0, y: 1 },
+        renderItem: (_params: unknown, api: any) => {
+          const c = api.coord([api.value(0), api.value(1)]) as number[];
+          const size = api.size([1, 1]) as number[];
+          const w = Math.max(1, (size[0] ?? 0) - 2);
+          const hh = Math.max(1, (size[1] ?? 0) - 2);
+          const shape = { x: (c[0] ?? 0) - w / 2, y: (c[1] ?? 0) - hh / 2, width: w, height: hh };
+          const fill = String(api.visual("color"));
+          const derived = api.value(3) === 1;
+          const children: object[] = [{ type: "rect", shape, style: { fill, opacity: derived ? 0.72 : 1 } }];
+          if (derived) children.push({ type: "rect", shape, silent: true, style: { fill: { image: pattern, repeat: "repeat" } } });
+          if (w > 56 && hh > 14) {
+            children.push({
+              type: "text",
+              silent: true,
+              style: {
+                text: map.format(Number(api.value(2))),
+                x: c[0],
+                y: c[1],
+                align: "center",
+                verticalAlign: "middle",
+                fontSize: 11,
+                // A derived cell is drawn at 0.72 opacity over white: lighter than its colour.
+                fill: (derived ? 0.72 * luminance(fill) + 0.28 : luminance(fill)) < 0.55 ? "#fff" : "#212121",
+                // A halo in the cell's colour keeps the text readable over the hatching.
+                stroke: fill,
+                lineWidth: 3,
+              },
+            });
+          }
+          return { type: "group", children };
+        },
+      },
+    ],
+  };
+}
+
 export class HeadsView {
   readonly el: HTMLElement;
   private readonly controls: HTMLElement;
@@ -61,7 +157,7 @@ export class HeadsView {
   private chart: EChart | null = null;
   private disposeChart: (() => void) | null = null;
   private last: { ws: WorkerSummary | null; metric: string } = { ws: null, metric: "" };
-  private cells: Cell[] = [];
+  private cells: HeatCell[] = [];
   private rows: LayerStats[] = [];
 
   constructor(private readonly actions: Actions) {
@@ -101,7 +197,7 @@ export class HeadsView {
     }
     const m = metric(s.headMetric);
     const maxHeads = Math.max(...layers.map((l) => Math.max(...l.heads.map((x) => x.head)) + 1));
-    const cells: Cell[] = [];
+    const cells: HeatCell[] = [];
     layers.forEach((l, row) => {
       for (const hd of l.heads) cells.push([hd.head, row, headValue(hd, s.headMetric), hd.derived ? 1 : 0]);
     });
@@ -109,7 +205,6 @@ export class HeadsView {
     this.rows = layers;
     const anyDerived = cells.some((c) => c[3] === 1);
     const anyMeasured = cells.some((c) => c[3] === 0);
-    const maxValue = Math.max(0, ...cells.map((c) => c[2]));
     const height = Math.min(900, Math.max(180, layers.length * 30 + 90));
     this.chartEl.style.height = `${height}px`;
     replace(this.body, this.chartEl, this.legend);
@@ -136,88 +231,23 @@ export class HeadsView {
       });
     }
     this.chart.resize();
-    const rowNames = layers.map((l) => `L${l.layer}`);
-    const pattern = hatchPattern();
     this.chart.setOption(
-      {
-        animation: false,
-        grid: { left: 60, right: 20, top: 10, bottom: 70 },
-        tooltip: {
-          ...TOOLTIP_BASE,
-          trigger: "item",
-          formatter: (p: unknown) => {
-            const cell = this.cells[(p as { dataIndex: number }).dataIndex];
-            if (!cell) return "";
-            const layer = layers[cell[1]];
-            return [
-              `<b>Layer ${esc(layer?.layer ?? "?")}, head ${esc(cell[0])}</b>`,
-              `${esc(m.title)}: <b>${esc(m.format(cell[2]))}</b>`,
-              cell[3] ? "<i>derived: split evenly from the layer</i>" : "measured",
-            ].join("<br>");
-          },
+      heatmapOption({
+        rows: layers.map((l) => `L${l.layer}`),
+        columns: Array.from({ length: maxHeads }, (_, i) => String(i)),
+        cells,
+        format: m.format,
+        tooltip: (i) => {
+          const cell = this.cells[i];
+          if (!cell) return "";
+          const layer = layers[cell[1]];
+          return [
+            `<b>Layer ${esc(layer?.layer ?? "?")}, head ${esc(cell[0])}</b>`,
+            `${esc(m.title)}: <b>${esc(m.format(cell[2]))}</b>`,
+            cell[3] ? "<i>derived: split evenly from the layer</i>" : "measured",
+          ].join("<br>");
         },
-        xAxis: {
-          type: "category",
-          name: "head",
-          nameLocation: "middle",
-          nameGap: 24,
-          data: Array.from({ length: maxHeads }, (_, i) => String(i)),
-          splitArea: { show: false },
-        },
-        yAxis: { type: "category", data: rowNames, inverse: true },
-        visualMap: {
-          type: "continuous",
-          min: 0,
-          max: maxValue > 0 ? maxValue : 1,
-          dimension: 2,
-          orient: "horizontal",
-          left: "center",
-          bottom: 0,
-          itemHeight: 220,
-          itemWidth: 12,
-          calculable: false,
-          text: [m.format(maxValue), "0"],
-          inRange: { color: ["#fff3e0", "#fb8c00", "#bf360c"] },
-          textStyle: { fontSize: 11 },
-        },
-        series: [
-          {
-            type: "custom",
-            data: cells,
-            encode: { x: 0, y: 1 },
-            renderItem: (_params: unknown, api: any) => {
-              const c = api.coord([api.value(0), api.value(1)]) as number[];
-              const size = api.size([1, 1]) as number[];
-              const w = Math.max(1, (size[0] ?? 0) - 2);
-              const hh = Math.max(1, (size[1] ?? 0) - 2);
-              const shape = { x: (c[0] ?? 0) - w / 2, y: (c[1] ?? 0) - hh / 2, width: w, height: hh };
-              const fill = String(api.visual("color"));
-              const derived = api.value(3) === 1;
-              const children: object[] = [{ type: "rect", shape, style: { fill, opacity: derived ? 0.72 : 1 } }];
-              if (derived) children.push({ type: "rect", shape, silent: true, style: { fill: { image: pattern, repeat: "repeat" } } });
-              if (w > 56 && hh > 14) {
-                children.push({
-                  type: "text",
-                  silent: true,
-                  style: {
-                    text: m.format(Number(api.value(2))),
-                    x: c[0],
-                    y: c[1],
-                    align: "center",
-                    verticalAlign: "middle",
-                    fontSize: 11,
-                    fill: luminance(fill) < 0.55 ? "#fff" : "#212121",
-                    // A halo in the cell's colour keeps the text readable over the hatching.
-                    stroke: fill,
-                    lineWidth: 3,
-                  },
-                });
-              }
-              return { type: "group", children };
-            },
-          },
-        ],
-      },
+      }),
       { notMerge: true },
     );
   }

@@ -10,6 +10,7 @@ import { DrillView } from "./drilldown";
 import { HeadsView } from "./heads";
 import { LayersView } from "./layers";
 import { MemoryView } from "./memory";
+import { RanksView } from "./ranks";
 import { TimelineView } from "./timeline";
 
 const TAB_LABELS: Record<Tab, string> = {
@@ -17,7 +18,11 @@ const TAB_LABELS: Record<Tab, string> = {
   heads: "Layers \u00d7 heads",
   memory: "Memory",
   timeline: "Timeline",
+  ranks: "Ranks",
 };
+
+/** The worker selector's choice that opens the ranks view (not a worker name: those come from files). */
+const ALL_RANKS = "\u0000all-ranks";
 
 export function currentWorker(s: State): WorkerSummary | null {
   const ws = s.summary.data?.workers ?? [];
@@ -34,6 +39,7 @@ export class RunView {
   private readonly heads: HeadsView;
   private readonly memory: MemoryView;
   private readonly timeline: TimelineView;
+  private readonly ranks: RanksView;
   private readonly drill: DrillView;
   private last: Record<string, unknown> = {};
   private shownTab: Tab | null = null;
@@ -47,6 +53,7 @@ export class RunView {
     this.heads = new HeadsView(actions);
     this.memory = new MemoryView(actions);
     this.timeline = new TimelineView(actions);
+    this.ranks = new RanksView(actions);
     this.drill = new DrillView(actions);
     this.el = h("section", "run-page", this.top, this.card, this.tabs, this.content, this.drill.el);
   }
@@ -58,16 +65,18 @@ export class RunView {
       this.last[k] = v;
       return c;
     };
-    const topChanged = [diff("run", s.run), diff("entry", entry), diff("worker", s.worker), diff("span", s.span), diff("step", s.step), diff("ws", ws)];
-    if (topChanged.some(Boolean)) this.renderTop(s, entry, ws);
-    const cardChanged = [diff("summary", s.summary.data), diff("summaryErr", s.summary.error), diff("summaryStatus", s.summary.status), diff("ws2", ws)];
-    if (cardChanged.some(Boolean)) this.renderCard(s, entry, ws);
-    if (diff("tab", s.tab)) this.renderTabs(s.tab);
+    const multi = (entry?.workers.length ?? 0) >= 2;
+    const onRanks = s.tab === "ranks" && multi;
+    const topChanged = [diff("run", s.run), diff("entry", entry), diff("worker", s.worker), diff("span", s.span), diff("step", s.step), diff("ws", ws), diff("onRanks", onRanks)];
+    if (topChanged.some(Boolean)) this.renderTop(s, entry, ws, onRanks);
+    const cardChanged = [diff("summary", s.summary.data), diff("summaryErr", s.summary.error), diff("summaryStatus", s.summary.status), diff("ws2", ws), diff("onRanks2", onRanks)];
+    if (cardChanged.some(Boolean)) this.renderCard(s, entry, ws, onRanks);
+    if ([diff("tab", s.tab), diff("multi", multi)].some(Boolean)) this.renderTabs(s.tab, multi);
     this.renderContent(s, ws);
     this.drill.update(s);
   }
 
-  private renderTop(s: State, entry: RunEntry | undefined, ws: WorkerSummary | null): void {
+  private renderTop(s: State, entry: RunEntry | undefined, ws: WorkerSummary | null, onRanks: boolean): void {
     const back = h(
       "button",
       { class: "back", attrs: { type: "button" }, on: { click: () => this.actions.openRun(null) } },
@@ -82,9 +91,14 @@ export class RunView {
           null,
           "worker ",
           select(
-            workers.map((w) => ({ value: w.worker, label: w.worker })),
-            s.worker ?? "",
+            [
+              ...(workers.length >= 2 ? [{ value: ALL_RANKS, label: `All ranks (${workers.length})` }] : []),
+              ...workers.map((w) => ({ value: w.worker, label: w.worker })),
+            ],
+            onRanks ? ALL_RANKS : (s.worker ?? ""),
             (v) => {
+              if (v === ALL_RANKS) return this.actions.setTab("ranks");
+              if (onRanks) return this.actions.openWorker(v);
               const w = workers.find((x) => x.worker === v);
               this.actions.setTarget(v, w?.spans[0]?.span ?? null);
             },
@@ -93,7 +107,7 @@ export class RunView {
         ),
       );
       const spans = workers.find((w) => w.worker === s.worker)?.spans ?? [];
-      if (spans.length > 1 || (spans.length === 1 && spans[0]!.span !== null)) {
+      if (!onRanks && (spans.length > 1 || (spans.length === 1 && spans[0]!.span !== null))) {
         controls.push(
           h(
             "label",
@@ -109,7 +123,7 @@ export class RunView {
         );
       }
     }
-    const steps = ws?.steps ?? [];
+    const steps = onRanks ? [] : (ws?.steps ?? []);
     if (steps.length) {
       controls.push(
         h(
@@ -135,7 +149,7 @@ export class RunView {
     );
   }
 
-  private renderCard(s: State, entry: RunEntry | undefined, ws: WorkerSummary | null): void {
+  private renderCard(s: State, entry: RunEntry | undefined, ws: WorkerSummary | null, onRanks: boolean): void {
     const meta = s.summary.data?.metadata ?? entry?.metadata ?? null;
     const parts: string[] = [];
     const add = (label: string, v: string) => v && parts.push(label ? `${label} ${v}` : v);
@@ -174,7 +188,9 @@ export class RunView {
       for (const e of sum.data.errors) children.push(errorBox(`Could not read ${e.file}:`, e.error));
       if (!sum.data.workers.length && !sum.data.errors.length) children.push(note("This run has no trace files."));
     }
-    if (ws) children.push(...this.stats(ws));
+    // The ranks view is about every worker: one worker's figures would read as the run's.
+    if (ws && onRanks) children.push(h("div", "muted small", `All ${entry?.workers.length ?? 0} workers below; pick one in the worker selector for its own overview.`));
+    else if (ws) children.push(...this.stats(ws));
     replace(this.card, ...children);
   }
 
@@ -267,10 +283,10 @@ export class RunView {
     return out;
   }
 
-  private renderTabs(active: Tab): void {
+  private renderTabs(active: Tab, multi: boolean): void {
     replace(
       this.tabs,
-      ...TABS.map((t) =>
+      ...TABS.filter((t) => t !== "ranks" || multi).map((t) =>
         h(
           "button",
           {
@@ -285,7 +301,7 @@ export class RunView {
   }
 
   private renderContent(s: State, ws: WorkerSummary | null): void {
-    const views = { layers: this.layers, heads: this.heads, memory: this.memory, timeline: this.timeline };
+    const views = { layers: this.layers, heads: this.heads, memory: this.memory, timeline: this.timeline, ranks: this.ranks };
     const view = views[s.tab];
     if (this.shownTab !== s.tab) {
       // Charts of hidden tabs are disposed; they are cheap to rebuild and free canvas memory.
@@ -298,13 +314,15 @@ export class RunView {
       const show = !!ws && ws.layers.length > 0;
       view.el.hidden = !show;
       if (show) (s.tab === "layers" ? this.layers : this.heads).update(s, ws);
+    } else if (s.tab === "ranks") {
+      this.ranks.update(s);
     } else {
       (s.tab === "memory" ? this.memory : this.timeline).update(s);
     }
   }
 
   dispose(): void {
-    for (const v of [this.layers, this.heads, this.memory, this.timeline]) v.dispose();
+    for (const v of [this.layers, this.heads, this.memory, this.timeline, this.ranks]) v.dispose();
     this.shownTab = null;
     this.last = {};
   }
