@@ -1,14 +1,19 @@
-"""All file access: local paths and fsspec URLs (s3://, gs://, memory://, file://...).
+"""All file access: local paths and fsspec URLs (s3://, gs://, abfs://, memory://, file://...).
 
 This is the only module that opens, lists or stats files. It reads and never writes. Gzip is
 recognised by its magic bytes, not the file name, and decompressed as a stream, so memory
 stays bounded whatever the file size.
+
+A failed request to the storage (a missing object, a refused or dropped connection, a timeout,
+missing credentials) raises ``ReadError`` whatever the storage library raised, so callers never
+see a botocore or aiohttp exception and never blame the file's content for it.
 """
 
 from __future__ import annotations
 
 import os
 import stat as stat_module
+import sys
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -52,10 +57,46 @@ def _fs(url: str) -> tuple[Any, str]:
     except ImportError as exc:  # pragma: no cover - fsspec is a declared dependency
         raise TraceError(f"reading {url} needs fsspec: {exc}") from None
     try:
-        fs, path = fsspec.core.url_to_fs(url)
+        try:
+            # fsspec's listings cache never expires by default: a long-running server would not
+            # see an overwritten object, and its reads would fail on the stale size and ETag. The
+            # service lists at most every few seconds and keeps what it needs itself.
+            fs, path = fsspec.core.url_to_fs(url, use_listings_cache=False)
+        except TypeError:  # pragma: no cover - a filesystem that takes no such option
+            fs, path = fsspec.core.url_to_fs(url)
     except (ImportError, ValueError) as exc:
         raise TraceError(f"cannot open {url}: {exc}") from None
+    except _storage_errors() as exc:
+        raise ReadError(f"cannot open {url}: {_describe(exc)}") from None
     return fs, path
+
+
+# What storage libraries raise for a failed request, besides OSError. Looked up in sys.modules
+# only: a library that raised is loaded, and importing the others would cost time for nothing.
+_STORAGE_ERROR_TYPES = (
+    ("botocore.exceptions", "BotoCoreError"),  # s3fs: connection refused, timeouts, no credentials
+    ("aiohttp", "ClientError"),  # s3fs, gcsfs, adlfs, http: a connection dropped mid-response
+    ("fsspec.exceptions", "FSTimeoutError"),
+    ("gcsfs.retry", "HttpError"),
+    ("google.auth.exceptions", "GoogleAuthError"),
+    ("azure.core.exceptions", "AzureError"),
+)
+
+
+def _storage_errors() -> tuple[type[BaseException], ...]:
+    found: list[type[BaseException]] = [OSError]
+    for module_name, name in _STORAGE_ERROR_TYPES:
+        error = getattr(sys.modules.get(module_name), name, None)
+        if isinstance(error, type) and issubclass(error, BaseException):
+            found.append(error)
+    return tuple(found)
+
+
+def _describe(exc: BaseException) -> str:
+    text = str(exc)
+    if isinstance(exc, FileNotFoundError) and " " not in text:
+        return "no such file"  # fsspec's message is only the path
+    return text or type(exc).__name__
 
 
 def _mtime(info: dict[str, Any]) -> float:
@@ -78,12 +119,16 @@ def _mtime(info: dict[str, Any]) -> float:
 
 
 def is_dir(path: str) -> bool:
+    """Whether ``path`` is a directory (a prefix that holds objects, on object stores). Raises
+    ReadError when the storage cannot answer, rather than calling the logdir empty."""
     if is_url(path):
+        fs, p = _fs(path)
         try:
-            fs, p = _fs(path)
             return bool(fs.isdir(p))
-        except (TraceError, OSError):
+        except FileNotFoundError:
             return False
+        except _storage_errors() as exc:
+            raise ReadError(f"cannot list {path}: {_describe(exc)}") from None
     return os.path.isdir(_strip_file_scheme(path))
 
 
@@ -104,8 +149,8 @@ def stat(path: str) -> FileInfo:
         fs, p = _fs(path)
         try:
             info = fs.info(p)
-        except (OSError, FileNotFoundError) as exc:
-            raise ReadError(f"cannot read {path}: {exc}") from None
+        except _storage_errors() as exc:
+            raise ReadError(f"cannot read {path}: {_describe(exc)}") from None
         return FileInfo(path, int(info.get("size") or 0), _mtime(info))
     local = _strip_file_scheme(path)
     try:
@@ -124,14 +169,19 @@ def list_tree(root: str, *, follow_symlinks: bool = False) -> list[FileInfo]:
     if is_url(root):
         fs, p = _fs(root)
         try:
-            found = fs.find(p, detail=True)
-        except (OSError, FileNotFoundError) as exc:
-            raise ReadError(f"cannot list {root}: {exc}") from None
+            found = fs.find(p, detail=True)  # a prefix that holds nothing lists as empty
+        except FileNotFoundError:
+            return []
+        except _storage_errors() as exc:
+            raise ReadError(f"cannot list {root}: {_describe(exc)}") from None
         out = []
-        base = p.rstrip("/")
+        base = p.rstrip("/") + "/"
         for name, info in sorted(found.items()):
-            rel = name[len(base):].strip("/") if name.startswith(base) else name.strip("/")
-            if not rel or any(part.startswith(".") for part in rel.split("/")):
+            # Keys ending in "/" are the folder markers some tools write, not files.
+            if not name.startswith(base) or name.endswith("/") or info.get("type") == "directory":
+                continue
+            rel = name[len(base):]
+            if any(part.startswith(".") for part in rel.split("/")):
                 continue
             out.append(FileInfo(f"{root.rstrip('/')}/{rel}", int(info.get("size") or 0), _mtime(info)))
         return out
@@ -152,27 +202,51 @@ def list_tree(root: str, *, follow_symlinks: bool = False) -> list[FileInfo]:
     return out
 
 
-def _raw_chunks(path: str, chunk_bytes: int) -> Iterator[bytes]:
+def _open(path: str) -> Any:
     if is_url(path):
         fs, p = _fs(path)
         try:
-            f = fs.open(p, "rb")
-        except (OSError, FileNotFoundError) as exc:
-            raise ReadError(f"cannot read {path}: {exc}") from None
-    else:
+            return fs.open(p, "rb")
+        except _storage_errors() as exc:
+            raise ReadError(f"cannot read {path}: {_describe(exc)}") from None
+    try:
+        return open(_strip_file_scheme(path), "rb")
+    except OSError as exc:
+        raise ReadError(f"cannot read {path}: {exc.strerror or exc}") from None
+
+
+class _Chunks:
+    """An open file's bytes in chunks, which closes the file when done, on error, or when
+    ``close()`` is called (as WSGI servers do with a response they stop sending)."""
+
+    def __init__(self, f: Any, path: str, chunk_bytes: int) -> None:
+        self._f, self._path, self._chunk_bytes = f, path, chunk_bytes
+
+    def __iter__(self) -> _Chunks:
+        return self
+
+    def __next__(self) -> bytes:
+        if self._f.closed:
+            raise StopIteration
         try:
-            f = open(_strip_file_scheme(path), "rb")
-        except OSError as exc:
-            raise ReadError(f"cannot read {path}: {exc.strerror or exc}") from None
-    with f:
-        while True:
-            try:
-                chunk = f.read(chunk_bytes)
-            except OSError as exc:
-                raise ReadError(f"reading {path} failed: {exc}") from None
-            if not chunk:
-                return
-            yield chunk
+            chunk = self._f.read(self._chunk_bytes)
+        except _storage_errors() as exc:
+            self.close()
+            raise ReadError(f"reading {self._path} failed: {_describe(exc)}") from None
+        if not chunk:
+            self.close()
+            raise StopIteration
+        return bytes(chunk)
+
+    def close(self) -> None:
+        try:
+            self._f.close()
+        except _storage_errors():
+            pass  # nothing was written: there is nothing to lose
+
+
+def _raw_chunks(path: str, chunk_bytes: int) -> _Chunks:
+    return _Chunks(_open(path), path, chunk_bytes)
 
 
 def is_plain_local_file(path: str) -> bool:
@@ -211,13 +285,22 @@ def find_after(path: str, offset: int, needle: bytes, *, window: int = 8 << 20) 
 
 
 def raw_chunks(path: str, *, chunk_bytes: int = CHUNK_BYTES) -> Iterator[bytes]:
-    """The file's bytes as stored (no decompression), in chunks; for downloads."""
+    """The file's bytes as stored (no decompression), in chunks; for downloads. The file is
+    opened before this returns, so a missing file or an unreachable store raises ReadError
+    here, before a response has started; the iterator has ``close()``."""
     return _raw_chunks(path, chunk_bytes)
 
 
 def read_chunks(path: str, *, chunk_bytes: int = CHUNK_BYTES, max_bytes: int | None = None) -> Iterator[bytes]:
     """The file's bytes, decompressed if gzip, in chunks. ``max_bytes`` caps the decompressed size."""
     raw = _raw_chunks(path, chunk_bytes)
+    try:
+        yield from _decompressed(raw, path, chunk_bytes, max_bytes)
+    finally:
+        raw.close()  # also when the reader stops early or an error stops it
+
+
+def _decompressed(raw: _Chunks, path: str, chunk_bytes: int, max_bytes: int | None) -> Iterator[bytes]:
     first = next(raw, b"")
     total = 0
 
@@ -272,8 +355,10 @@ def read_small(path: str, *, limit: int = 1 << 20) -> bytes:
 def read_many(paths: list[str], *, limit: int = 1 << 20) -> dict[str, bytes | TraceError]:
     """Small files (run metadata) by path, each its bytes or the error that stopped it.
 
-    On object stores the requests go out together (fsspec's batched ``cat``), so listing a
-    thousand runs costs about one round trip, not a thousand.
+    On object stores the requests go out together (fsspec's batched ``cat_ranges``), so listing
+    a thousand runs costs about one round trip, not a thousand. Each is one ranged GET of at most
+    ``limit`` + 1 bytes: no HEAD first (``cat`` asks for the size before each GET on S3), and
+    an oversized file is not downloaded whole.
     """
     out: dict[str, bytes | TraceError] = {}
     remote = [p for p in paths if is_url(p)]
@@ -284,18 +369,43 @@ def read_many(paths: list[str], *, limit: int = 1 << 20) -> dict[str, bytes | Tr
             except TraceError as exc:
                 out[path] = exc
     if remote:
-        try:
-            fs, _ = _fs(remote[0])
-            stripped = {fs._strip_protocol(p): p for p in remote}
-            got = fs.cat(list(stripped), on_error="return")
-        except Exception as exc:  # noqa: BLE001 - any storage failure is reported per file
-            got = {p: exc for p in stripped}
-        for key, path in stripped.items():
-            value = got.get(key, ReadError(f"cannot read {path}: no response"))
+        for path, value in zip(remote, _fetch_small(remote, limit), strict=True):
             if isinstance(value, bytes) and len(value) <= limit:
                 out[path] = value
             elif isinstance(value, bytes):
                 out[path] = TraceError(f"{path} is larger than {limit >> 10} KiB")
+            elif isinstance(value, TraceError):
+                out[path] = value
             else:
-                out[path] = ReadError(f"cannot read {path}: {value}")
+                out[path] = ReadError(f"cannot read {path}: {_describe(value)}")
     return out
+
+
+def _fetch_small(urls: list[str], limit: int) -> list[bytes | BaseException]:
+    try:
+        fs, _ = _fs(urls[0])
+        keys = [fs._strip_protocol(u) for u in urls]
+    except TraceError as exc:
+        return [exc for _ in urls]
+    try:
+        got: list[bytes | BaseException] = list(fs.cat_ranges(keys, 0, limit + 1, on_error="return"))
+    except Exception as exc:  # whatever stopped the batch is reported per file
+        return [exc for _ in urls]
+    # An empty object has no byte 0: a ranged GET of it fails (HTTP 416). Read those whole.
+    empty = [i for i, value in enumerate(got) if _is_unsatisfiable_range(value)]
+    if empty:
+        try:
+            whole = fs.cat([keys[i] for i in empty], on_error="return")
+        except Exception as exc:  # as above
+            whole = {keys[i]: exc for i in empty}
+        for i in empty:
+            got[i] = whole.get(keys[i], got[i])  # a list of paths gives a dict
+    return got
+
+
+def _is_unsatisfiable_range(value: object) -> bool:
+    if not isinstance(value, OSError) or isinstance(value, FileNotFoundError):
+        return False
+    cause = getattr(value.__cause__, "response", None)
+    code = cause.get("Error", {}).get("Code") if isinstance(cause, dict) else None
+    return code == "InvalidRange" or "range is not satisfiable" in str(value).lower()
