@@ -11,6 +11,11 @@ decoding the whole document at once.
 A batch that msgspec rejects (``NaN``, numbers out of range, strings where numbers belong) is
 decoded again leniently; events with unusable times are dropped and counted in
 ``Events.diagnostics``. Input that is not a trace raises ``TraceError`` with a clear message.
+
+Hostile input stays within bounds: nesting deeper than Python's recursion limit, integers of
+thousands of digits and invalid UTF-8 raise ``TraceError``, never anything else; times and
+sizes beyond any real trace's are dropped like non-finite ones, and shapes are reduced to lists
+of integers in range, so the analyses' int64 and float arithmetic cannot overflow.
 """
 
 from __future__ import annotations
@@ -44,6 +49,12 @@ _EVENT_END = b"\n  }"
 _HEADER_LIMIT = 64 << 20  # a header larger than this is not Kineto's layout
 _EMPTY_RAW = msgspec.Raw(b"")
 _INT64_MAX = 2**63 - 1
+#: Larger times (microseconds; about 3 million years) or sizes (bytes or elements) are not from
+#: a real trace: treated as unusable, so sums and products downstream stay finite and in int64.
+_MAX_TIME_US = 1e20
+_MAX_SIZE = 2**53
+_MAX_RANK = 64  # sizes of one input (PyTorch tensors have at most 64 dimensions)
+_MAX_INPUTS = 4096  # inputs of one op
 
 
 class _Args(msgspec.Struct, gc=False):
@@ -153,14 +164,31 @@ class _Builder:
         self.track_ids[key] = tr
         return tr
 
-    def sizes(self) -> tuple[int, int]:
-        return len(self.x["name"]), len(self.m["ts"])
+    def mark(self) -> tuple[int, int, int, int, int, dict[str, int], set[int]]:
+        """The state to go back to if the batch about to be added fails part way."""
+        return (len(self.x["name"]), len(self.m["ts"]), len(self.names), len(self.tracks), len(self.shapes),
+                dict(self.diag), set(self.device_tracks))
 
-    def truncate(self, sizes: tuple[int, int]) -> None:
+    def rollback(self, mark: tuple[int, int, int, int, int, dict[str, int], set[int]]) -> None:
+        """Forget everything added since ``mark``: events, and the names, tracks, shapes and
+        diagnostics they brought (the batch is decoded again, leniently, and counted then)."""
+        xs, ms, names, tracks, shapes, self.diag, self.device_tracks = mark
         for col in self.x.values():
-            del col[sizes[0]:]
+            del col[xs:]
         for col in self.m.values():
-            del col[sizes[1]:]
+            del col[ms:]
+        for name in self.names[names:]:
+            del self.shape_name[self.name_ids.pop(name)]
+        del self.names[names:]
+        if len(self.tracks) > tracks:
+            for ids in (self.track_ids, self.norm_ids):
+                for key in [k for k, v in ids.items() if v >= tracks]:
+                    del ids[key]
+            del self.tracks[tracks:]
+        if len(self.shapes) > shapes:
+            for skey in [k for k, v in self.shape_ids.items() if v >= shapes]:
+                del self.shape_ids[skey]
+            del self.shapes[shapes:]
 
     def add(self, events: list[_Event]) -> None:
         """Append one batch. Column by column (list comprehensions), which is several times
@@ -189,7 +217,7 @@ class _Builder:
             xs, kind = [e for e, _ in pairs], [k for _, k in pairs]
         ts = np.array([e.ts for e in xs], np.float64)
         dur = np.array([e.dur for e in xs], np.float64)
-        bad = ~np.isfinite(ts) | np.isnan(dur) | (dur == np.inf)
+        bad = ~(np.abs(ts) <= _MAX_TIME_US) | ~(dur <= _MAX_TIME_US)  # NaN compares False: bad
         if bad.any():
             self.diag["events with unusable times"] = self.diag.get("events with unusable times", 0) + int(bad.sum())
             keep = np.flatnonzero(~bad).tolist()
@@ -253,13 +281,14 @@ class _Builder:
         x["shape"].extend(shape)
 
     def _add_memory(self, events: list[_Event]) -> None:
-        ok = [e for e in events if e.args is not None and e.args.nbytes is not None and math.isfinite(e.ts)]
+        ok = [e for e in events if e.args is not None and e.args.nbytes is not None and abs(e.ts) <= _MAX_TIME_US
+              and abs(e.args.nbytes) <= _MAX_SIZE]
         if len(ok) != len(events):
             without = sum(1 for e in events if e.args is None or e.args.nbytes is None)
             if without:
                 self.diag["memory events without Bytes"] = self.diag.get("memory events without Bytes", 0) + without
             if len(events) - len(ok) - without:
-                label = "memory events dropped (time not finite)"
+                label = "memory events dropped (time not finite or Bytes out of range)"
                 self.diag[label] = self.diag.get(label, 0) + len(events) - len(ok) - without
         track_ids = self.track_ids
         keys = [(e.pid, e.tid) for e in ok]
@@ -271,7 +300,7 @@ class _Builder:
         m["ts"].extend([e.ts for e in ok])
         m["track"].extend([track_ids[k] for k in keys])
         m["bytes"].extend([a.nbytes for a in args])
-        m["total"].extend([-1 if a.total is None else a.total for a in args])
+        m["total"].extend([-1 if a.total is None or abs(a.total) > _MAX_SIZE else a.total for a in args])
         m["dtype"].extend([a.dev_type if a.dev_type is not None and 0 <= a.dev_type < 128 else -1 for a in args])
         m["did"].extend([a.dev_id if a.dev_id is not None and 0 <= a.dev_id < 2**31 else -1 for a in args])
 
@@ -337,13 +366,30 @@ def _shapes(key: tuple[bytes, bytes, bytes]) -> OpShapes:
             return ()
         try:
             value = json.loads(raw)
-        except ValueError:
+        except (ValueError, RecursionError):  # not JSON, an int of thousands of digits, nested too deeply
             return ()
         return tuple(value) if isinstance(value, list) else ()
 
-    dims, types, concrete = key
-    return OpShapes(dims=load(dims), types=tuple(str(t) for t in load(types)), concrete=tuple(str(c) for c in
-                                                                                               load(concrete)))
+    dims, types, concrete = (load(raw)[:_MAX_INPUTS] for raw in key)
+    return OpShapes(dims=tuple(_sizes(d) for d in dims), types=tuple(_text(t) for t in types),
+                    concrete=tuple(_text(c) for c in concrete))
+
+
+def _sizes(value: Any) -> list[int]:
+    """One input's sizes: a list of integers in range, else ``[]`` (not a tensor, or unusable: a
+    tensor list, strings, floats, sizes no tensor has). Analyses then never meet other types."""
+    if isinstance(value, list) and len(value) <= _MAX_RANK and all(
+            type(x) is int and -_MAX_SIZE <= x <= _MAX_SIZE for x in value):
+        return value
+    return []
+
+
+def _text(value: Any) -> str:
+    """A type name or concrete input as text ("" for a value nested too deeply to format)."""
+    try:
+        return str(value)
+    except RecursionError:
+        return ""
 
 
 # -- lenient path -------------------------------------------------------------------------
@@ -411,19 +457,43 @@ def _lenient(objs: Any) -> list[_Event]:
     return out
 
 
+def _loads(text: bytes) -> Any:
+    """``json.loads``, except that an integer of more digits than Python converts (4300) reads
+    as a float (infinite, so unusable like any other out-of-range number) instead of failing."""
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        if "integer string conversion" not in str(exc):
+            raise
+    return json.loads(text, parse_int=_parse_int)
+
+
+def _parse_int(digits: str) -> int | float:
+    return int(digits) if len(digits) <= 4000 else float(digits)
+
+
+def _nested_too_deeply(exc: RecursionError) -> TraceError:
+    return TraceError(f"invalid JSON: nested too deeply to read ({exc})")
+
+
 def _add_batch(builder: _Builder, text: bytes | bytearray | memoryview) -> None:
-    sizes = builder.sizes()
+    mark = builder.mark()
     try:
         builder.add(_batch_decoder.decode(text))
         return
     except (msgspec.DecodeError, msgspec.ValidationError, OverflowError, TypeError, RecursionError):
-        builder.truncate(sizes)
+        builder.rollback(mark)
     try:
-        objs = json.loads(bytes(text))
-    except (ValueError, RecursionError) as exc:
+        objs = _loads(bytes(text))
+    except RecursionError as exc:
+        raise _nested_too_deeply(exc) from None
+    except ValueError as exc:
         raise TraceError(f"invalid JSON in traceEvents: {exc}") from None
     builder.count("events decoded leniently")
-    builder.add(_lenient(objs))
+    try:
+        builder.add(_lenient(objs))
+    except RecursionError as exc:  # re-encoding a value that json.loads only just managed to nest
+        raise _nested_too_deeply(exc) from None
 
 
 # -- document layouts ---------------------------------------------------------------------
@@ -432,12 +502,14 @@ _TRUNCATED = "truncated trace: the JSON ends early (is it still being written?)"
 
 def _load_object(text: bytes, what: str) -> dict[str, Any]:
     try:
-        value = json.loads(text)
+        value = _loads(text)
     except json.JSONDecodeError as exc:
         if exc.pos >= len(text.rstrip()):
             raise TraceError(_TRUNCATED) from None
         raise TraceError(f"invalid JSON in the trace {what}: {exc}") from None
-    except (ValueError, RecursionError) as exc:
+    except RecursionError as exc:
+        raise TraceError(f"invalid JSON in the trace {what}: nested too deeply to read ({exc})") from None
+    except ValueError as exc:
         raise TraceError(f"invalid JSON in the trace {what}: {exc}") from None
     if not isinstance(value, dict):
         raise TraceError(f"the trace {what} is not a JSON object")
@@ -463,7 +535,7 @@ def _whole(document: bytes) -> Events:
     if raw is not None and "traceEvents" in raw:
         events_raw = raw.pop("traceEvents")
         try:
-            top = {k: json.loads(bytes(v)) for k, v in raw.items()}
+            top = {k: _loads(bytes(v)) for k, v in raw.items()}
         except (ValueError, RecursionError):
             top = None
         with memoryview(events_raw) as text:
@@ -475,7 +547,10 @@ def _whole(document: bytes) -> Events:
     if events is None:
         raise TraceError("not a trace: the JSON object has no traceEvents")
     builder = _Builder()
-    builder.add(_lenient(events))
+    try:
+        builder.add(_lenient(events))
+    except RecursionError as exc:
+        raise _nested_too_deeply(exc) from None
     return _finish(builder, top)
 
 
@@ -523,15 +598,15 @@ def _header(it: Iterator[bytes]) -> tuple[dict[str, Any], bytearray] | Events:
     if not header_text.startswith(b"{"):
         return _whole(bytes(buf) + b"".join(it))
     rest = bytearray(buf[match.end():])
-    while not rest.strip():
+    seen = bool(rest.strip())
+    while not seen:  # whitespace only so far: look at each new chunk once, not at all of it again
         following = next(it, None)
         if following is None:
-            break
+            raise TraceError(_TRUNCATED)
         rest += following
-    if not rest.strip():
-        raise TraceError(_TRUNCATED)
-    lead = rest[: len(rest) - len(rest.lstrip())]
-    if not rest.lstrip().startswith(b"]") and not (rest.lstrip().startswith(b"{") and lead.endswith(b"\n  ")):
+        seen = bool(following.strip())
+    start = len(rest) - len(rest.lstrip())
+    if not rest.startswith(b"]", start) and not (rest.startswith(b"{", start) and rest.endswith(b"\n  ", 0, start)):
         # Not Kineto's layout (events not each on a line at two spaces): decode it whole.
         return _whole(bytes(buf) + bytes(rest[len(buf) - match.end():]) + b"".join(it))
     header = _load_object(header_text + b"}", "header") if header_text != b"{" else {}
@@ -540,15 +615,18 @@ def _header(it: Iterator[bytes]) -> tuple[dict[str, Any], bytearray] | Events:
 
 def _batches(builder: _Builder, it: Iterator[bytes], rest: bytearray, batch_bytes: int) -> bytearray:
     """Decode whole batches of events as the stream comes; return what is left at its end."""
+    searched = 0  # rest[:searched] holds no event start but the one at 0, if any
     for chunk in it:
         rest += chunk
         if len(rest) < batch_bytes:
             continue
-        cut = rest.rfind(_EVENT_START)
+        cut = rest.rfind(_EVENT_START, max(searched - len(_EVENT_START), 0))
         if cut <= 0:
-            continue  # one event larger than a batch: read on
+            searched = len(rest)
+            continue  # one event larger than a batch (or megabytes of whitespace): read on
         _add_batch_in_place(builder, rest, cut)
         del rest[:cut]
+        searched = 0
     return rest
 
 
@@ -598,9 +676,7 @@ def _add_batch_in_place(builder: _Builder, rest: bytearray, cut: int) -> None:
     """Decode ``rest[:cut]`` (whitespace, events separated by commas, a trailing comma) as an
     array without copying it: the leading whitespace byte becomes ``[`` and the trailing comma
     ``]``. Both bytes are cut off by the caller right after."""
-    last = cut - 1
-    while last > 0 and rest[last] in _SPACE:
-        last -= 1
+    last = _last_non_space(rest, cut)
     if rest[0] not in _SPACE or rest[last] != ord(","):
         with memoryview(rest) as view:
             _add_batch(builder, _as_array(view[:cut]))
@@ -611,16 +687,35 @@ def _add_batch_in_place(builder: _Builder, rest: bytearray, cut: int) -> None:
         _add_batch(builder, body)
 
 
+def _last_non_space(buf: bytearray, end: int, *, window: int = 1 << 16) -> int:
+    """The position of the last byte before ``end`` that is not whitespace (0 if none), found a
+    window at a time in C: there may be megabytes of whitespace."""
+    while end > 0:
+        start = max(end - window, 0)
+        with memoryview(buf) as view, view[start:end] as part:
+            kept = len(bytes(part).rstrip(b" \t\r\n"))
+        if kept:
+            return start + kept - 1
+        end = start
+    return 0
+
+
 _TRAILER_RE = re.compile(rb"\]\s*(?:,(?P<keys>.*))?\}$", re.DOTALL)
 
 
 def _tail(builder: _Builder, tail: bytes) -> dict[str, Any]:
     """Decode the last events and return the document's keys after the events array.
 
-    The array's closing bracket is the last ``]`` after which only the document's remaining
-    keys follow; a ``]`` inside those keys (a path in traceName, say) fails to decode as the
-    end of the events and the search moves left.
+    Usually the tail completes a document that opens with ``{"traceEvents": [``, which one
+    decoder call splits into the events and the keys after them, however those keys nest.
+    Otherwise (values that only the lenient decoder takes, say) the array's closing bracket is
+    the last ``]`` after which only the document's remaining keys follow; a ``]`` inside those
+    keys (a path in traceName, say) fails to decode as the end of the events and the search
+    moves left.
     """
+    trailer = _tail_as_document(builder, tail)
+    if trailer is not None:
+        return trailer
     pos = len(tail)
     error: TraceError | None = None
     for _ in range(16):
@@ -644,6 +739,27 @@ def _tail(builder: _Builder, tail: bytes) -> dict[str, Any]:
             continue
         return trailer
     raise error or TraceError(_TRUNCATED)
+
+
+def _tail_as_document(builder: _Builder, tail: bytes) -> dict[str, Any] | None:
+    try:
+        raw = _top_decoder.decode(b'{"traceEvents":[' + tail)
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return None
+    except RecursionError as exc:
+        raise _nested_too_deeply(exc) from None
+    events = raw.pop("traceEvents")  # a duplicate key in the trailer wins, as in any JSON reader
+    try:
+        trailer = {k: _loads(bytes(v)) for k, v in raw.items()}
+    except ValueError:
+        return None
+    except RecursionError as exc:
+        raise _nested_too_deeply(exc) from None
+    with memoryview(events) as text:
+        if text[:1] != b"[":
+            return None
+        _add_batch(builder, text)
+    return trailer
 
 
 def _as_array(body: memoryview) -> bytes:
