@@ -158,6 +158,7 @@ class AttentionPlugin(base_plugin.TBPlugin):
 
     def _serve_trace(self, request: wrappers.Request) -> wrappers.Response:
         from tb_attn_plugin.trace import io
+        from tb_attn_plugin.trace.events import TraceError
 
         trace = self.service.trace_download(_required(request, "run"), _required(request, "file"))
         headers = [
@@ -166,8 +167,11 @@ class AttentionPlugin(base_plugin.TBPlugin):
             ("Content-Length", str(trace.size)),
         ]
         mimetype = "application/gzip" if trace.name.endswith(".gz") else _JSON
-        return wrappers.Response(io.raw_chunks(trace.path), mimetype=mimetype, headers=headers,
-                                 direct_passthrough=True)
+        try:
+            chunks = io.raw_chunks(trace.path)  # opens the file now: a storage error is a 404, not a 500
+        except TraceError as exc:
+            raise errors.NotFoundError(f"cannot read {trace.name}: {exc}") from None
+        return wrappers.Response(chunks, mimetype=mimetype, headers=headers, direct_passthrough=True)
 
     # -- static assets --------------------------------------------------------------------
     def _serve_index(self, request: wrappers.Request) -> wrappers.Response:
@@ -241,13 +245,15 @@ def _required_int(request: wrappers.Request, name: str) -> int:
 
 
 def _int(request: wrappers.Request, name: str) -> int | None:
+    """ASCII digits with an optional minus sign, at most 18 of them (so the value fits numpy's
+    int64). Python's ``int`` would also take spaces, underscores and other scripts' digits."""
     raw = request.args.get(name)
     if raw is None or raw == "":
         return None
-    try:
-        return int(raw)
-    except ValueError:
-        raise errors.InvalidArgumentError(f"{name} must be an integer, got {raw!r}") from None
+    digits = raw[1:] if raw.startswith("-") else raw
+    if not (digits.isascii() and digits.isdigit() and len(digits) <= 18):
+        raise errors.InvalidArgumentError(f"{name} must be an integer, got {raw[:40]!r}")
+    return int(raw)
 
 
 def _float(request: wrappers.Request, name: str) -> float | None:
@@ -255,9 +261,11 @@ def _float(request: wrappers.Request, name: str) -> float | None:
     if raw is None or raw == "":
         return None
     try:
+        if len(raw) > 64 or not raw.isascii() or not set(raw) <= set("0123456789+-.eE"):
+            raise ValueError(raw)  # Python's float would also take spaces, underscores, "nan", ...
         value = float(raw)
     except ValueError:
-        raise errors.InvalidArgumentError(f"{name} must be a number, got {raw!r}") from None
+        raise errors.InvalidArgumentError(f"{name} must be a number, got {raw[:40]!r}") from None
     if value != value or value in (float("inf"), float("-inf")):
         raise errors.InvalidArgumentError(f"{name} must be finite")
     return value

@@ -222,7 +222,8 @@ class RanksResponse(msgspec.Struct, kw_only=True):
     schema: str = RANKS_SCHEMA
     run: str
     clock: str  # "device" when the traces have kernels, else "cpu"
-    margin: float  # a straggler is slower than the median by more than this fraction
+    margin: float  # a straggler is slower than the other ranks' median by more than this fraction
+    min_gap_us: float  # ... and by at least this much
     ranks: list[RankRow]
     all_ranks: list[RanksLayer]
     attention_mean_us: float
@@ -230,7 +231,8 @@ class RanksResponse(msgspec.Struct, kw_only=True):
     collective_mean_us: float
     stragglers: list[Straggler]
     heads: list[GlobalHead]
-    head_count: int  # distinct global heads per layer (the largest over layers)
+    head_count: int  # the width of the layer x head map: the largest global head index + 1
     heads_sharded: bool  # every head computed by exactly one rank (tensor parallelism)
     heads_complete: bool  # each layer's heads are 0..head_count-1, with no gap
+    warnings: list[str]  # e.g. two workers claiming one rank
     errors: list[FileError]

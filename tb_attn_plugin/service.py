@@ -51,7 +51,7 @@ class Service:
     answers "loading".
     """
 
-    def __init__(self, logdir: str, *, scan_ttl_s: float = 5.0, keep_analyses: int = 8,
+    def __init__(self, logdir: str, *, scan_ttl_s: float = 5.0, keep_analyses: int = 256,
                  cache_bytes: int = 1 << 30, max_trace_bytes: int | None = 4 << 30,
                  parse_workers: int = 2, wait_s: float = 0.5) -> None:
         self.logdir = logdir
@@ -65,6 +65,7 @@ class Service:
         self._active = False
         self._active_checked_at = -1e18
         self._metadata: dict[tuple[str, float | None], dict[str, object] | None] = {}
+        self.listing_error: str | None = None
 
     # -- the registry ---------------------------------------------------------------------
     def runs(self, *, refresh: bool = False) -> list[Run]:
@@ -74,10 +75,16 @@ class Service:
             return self._runs
 
     def _runs_unlocked(self) -> list[Run]:
+        """A fresh listing. When the storage cannot be listed (a network error), the last
+        listing stands and the error is reported: nothing was deleted, so nothing disappears."""
         try:
-            files = io.list_tree(self.logdir) if io.is_dir(self.logdir) else []
-        except TraceError:
-            files = []
+            # A missing prefix lists as empty on object stores: no separate existence check.
+            files = io.list_tree(self.logdir) if io.is_url(self.logdir) or io.is_dir(self.logdir) else []
+        except TraceError as exc:
+            self.listing_error = str(exc)
+            self._scanned_at = time.monotonic()
+            return self._runs
+        self.listing_error = None
         self._runs = find_runs(self.logdir, files)
         self._scanned_at = time.monotonic()
         self._read_metadata(self._runs)
@@ -214,7 +221,7 @@ class Service:
                 "error": error,
                 "workers": [{"worker": w, "spans": spans} for w, spans in workers.items()],
             })
-        return {"schema": RUNS_SCHEMA, "logdir": self.logdir, "runs": out}
+        return {"schema": RUNS_SCHEMA, "logdir": self.logdir, "runs": out, "listing_error": self.listing_error}
 
     def summary(self, run_name: str, worker: str | None, span: str | None) -> RunSummary:
         run = self.run(run_name)

@@ -320,8 +320,6 @@ else:
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
-@pytest.mark.xfail(strict=True, reason="bug: io.read_range ends silently at an early end of file, and "
-                   "loader._load_in_two merges a first half that came back short")
 def test_a_file_that_shrinks_during_a_two_process_decode_is_not_decoded(tmp_path: Path, trace: bytes) -> None:
     path = tmp_path / NAME
     path.write_bytes(trace)

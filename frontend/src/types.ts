@@ -392,8 +392,10 @@ export interface RanksResponse {
   run: string;
   /** "device" when the traces have kernels, else "cpu" */
   clock: "cpu" | "device";
-  /** a straggler is slower than the median by more than this fraction */
+  /** a straggler is slower than the other ranks' median by more than this fraction */
   margin: number;
+  /** ... and by at least this many microseconds */
+  min_gap_us: number;
   ranks: RankRow[];
   all_ranks: RanksLayer[];
   attention_mean_us: number;
@@ -401,11 +403,13 @@ export interface RanksResponse {
   collective_mean_us: number;
   stragglers: Straggler[];
   heads: GlobalHead[];
-  /** distinct global heads per layer (the largest over layers) */
+  /** the width of the layer x head map: the largest global head + 1 */
   head_count: number;
   /** every head computed by exactly one rank (tensor parallelism) */
   heads_sharded: boolean;
   /** each layer's heads are 0..head_count-1, with no gap */
   heads_complete: boolean;
+  /** e.g. two workers that claim the same rank */
+  warnings: string[];
   errors: FileError[];
 }

@@ -3,8 +3,9 @@ stragglers, collectives and the global layer × head map (pure: from the run's s
 
 A run written under ``torchrun`` holds one trace per rank. Ranks should cost the same; one
 that spends more time in attention than the others holds them all up at the next collective.
-A straggler is a rank whose attention time exceeds the median over ranks by more than
-``margin`` and by at least ``MIN_GAP_US``: attention as a whole in each rank's fastest step
+A straggler is a rank whose attention time exceeds the median of the other ranks by more than
+``margin`` and by at least ``MIN_GAP_US`` (against the others, not all ranks: with two ranks
+the median of all would be the mean, straggler included): attention as a whole in each rank's fastest step
 (interference from other processes only ever slows a step down, while a real straggler is slow
 in every step), or any one layer's mean. Under tensor parallelism each rank
 computes a slice of the heads and names them with global indices (``docs/scopes.md``), so
@@ -57,10 +58,16 @@ def ranks(run: RunSummary, *, margin: float = DEFAULT_MARGIN) -> RanksResponse:
     for h in heads:
         per_layer[h.layer].add(h.head)
         owners[(h.layer, h.head)] = h.replicas
-    head_count = max((len(v) for v in per_layer.values()), default=0)
+    head_count = max((max(v) + 1 for v in per_layer.values()), default=0)
+    claimed: dict[int, list[str]] = defaultdict(list)
+    for row in rows:
+        if row.rank is not None:
+            claimed[row.rank].append(row.worker)
+    warnings = [f"workers {', '.join(ws)} all report rank {r}: their traces may come from different jobs"
+                for r, ws in sorted(claimed.items()) if len(ws) > 1]
     attention = [r.attention_us for r in rows]
     return RanksResponse(
-        run=run.run, clock="device" if device else "cpu", margin=margin, ranks=rows,
+        run=run.run, clock="device" if device else "cpu", margin=margin, min_gap_us=MIN_GAP_US, ranks=rows,
         all_ranks=_aggregate(rows, by_worker, device),
         attention_mean_us=statistics.fmean(attention) if attention else 0.0,
         attention_max_us=max(attention, default=0.0),
@@ -68,7 +75,7 @@ def ranks(run: RunSummary, *, margin: float = DEFAULT_MARGIN) -> RanksResponse:
         stragglers=stragglers, heads=heads, head_count=head_count,
         heads_sharded=bool(owners) and len(rows) > 1 and all(n == 1 for n in owners.values()),
         heads_complete=bool(per_layer) and all(v == set(range(len(v))) for v in per_layer.values()),
-        errors=run.errors,
+        warnings=warnings, errors=run.errors,
     )
 
 
@@ -121,21 +128,23 @@ def _stragglers(rows: list[RankRow], margin: float) -> list[Straggler]:
     if len(rows) < 2:
         return []
     out: list[Straggler] = []
-    median = statistics.median(r.attention_best_us for r in rows)
-    for r in rows:
-        t = r.attention_best_us
-        if median > 0 and t > median * (1 + margin) and t - median >= MIN_GAP_US:
-            out.append(Straggler(rank=r.rank, worker=r.worker, metric="attention", value_us=t,
-                                 median_us=median, ratio=t / median))
-    layers = sorted({layer.layer for r in rows for layer in r.layers})
-    for k in layers:
+    best = {r.worker: r.attention_best_us for r in rows}
+    out += _slower(rows, best, margin, "attention")
+    for k in sorted({layer.layer for r in rows for layer in r.layers}):
         times = {r.worker: next((x.time_us for x in r.layers if x.layer == k), 0.0) for r in rows}
-        med = statistics.median(times.values())
-        for r in rows:
-            t = times[r.worker]
-            if med > 0 and t > med * (1 + margin) and t - med >= MIN_GAP_US:
-                out.append(Straggler(rank=r.rank, worker=r.worker, metric=f"layer {k}", value_us=t, median_us=med,
-                                     ratio=t / med))
+        out += _slower(rows, times, margin, f"layer {k}")
+    return out
+
+
+def _slower(rows: list[RankRow], value: dict[str, float], margin: float, metric: str) -> list[Straggler]:
+    """The ranks whose ``value`` exceeds the median of the other ranks' by the margin and gap."""
+    out = []
+    for r in rows:
+        t = value[r.worker]
+        median = statistics.median(v for w, v in value.items() if w != r.worker)
+        if median > 0 and t > median * (1 + margin) and t - median >= MIN_GAP_US:
+            out.append(Straggler(rank=r.rank, worker=r.worker, metric=metric, value_us=t, median_us=median,
+                                 ratio=t / median))
     return out
 
 

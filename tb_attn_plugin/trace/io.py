@@ -261,7 +261,8 @@ def is_plain_local_file(path: str) -> bool:
 
 
 def read_range(path: str, start: int, end: int, *, chunk_bytes: int = CHUNK_BYTES) -> Iterator[bytes]:
-    """Bytes [start, end) of a local file, in chunks."""
+    """Bytes [start, end) of a local file, in chunks. A file that ends before ``end`` (it shrank
+    since it was measured) raises ReadError rather than passing for a shorter whole."""
     try:
         f = open(_strip_file_scheme(path), "rb")
     except OSError as exc:
@@ -272,7 +273,7 @@ def read_range(path: str, start: int, end: int, *, chunk_bytes: int = CHUNK_BYTE
         while left > 0:
             chunk = f.read(min(chunk_bytes, left))
             if not chunk:
-                return
+                raise ReadError(f"{path} changed while it was read: it ends {left} bytes early")
             left -= len(chunk)
             yield chunk
 

@@ -78,7 +78,6 @@ def test_server_down_between_listing_and_reading(s3_watched: LocalS3, local_runs
         {"exp/naive", "exp/sdpa", "exp/sdpa-math"}
 
 
-@pytest.mark.xfail(strict=True, reason="plugin.py _serve_trace lets ReadError through (HTTP 500)")
 def test_trace_download_with_the_server_down_is_not_a_500(s3_watched: LocalS3, local_runs: Path) -> None:
     client, _ = client_of(URL)
     get_json(client, f"{BASE}/runs")
@@ -91,7 +90,6 @@ def test_trace_download_with_the_server_down_is_not_a_500(s3_watched: LocalS3, l
     assert response.status_code in (404, 503), response.status_code
 
 
-@pytest.mark.xfail(strict=True, reason="service.py _runs_unlocked turns a failed listing into an empty logdir")
 def test_runs_survive_a_failed_listing(s3_watched: LocalS3) -> None:
     client, service = client_of(URL)
     assert len(get_json(client, f"{BASE}/runs")["runs"]) == 3

@@ -1,5 +1,5 @@
 // The ranks view of a multi-worker run (./ranks): every rank's attention time per layer with the
-// "All ranks" aggregate, stragglers against the median at a chosen margin, attention /
+// "All ranks" aggregate, stragglers against the other ranks' median at a chosen margin, attention /
 // collectives / other per rank, the collectives by name, and the layer x global head map that
 // puts tensor-parallel shards back together.
 
@@ -132,7 +132,7 @@ export class RanksView {
       h("span", "spacer"),
       h(
         "label",
-        { title: "A rank is a straggler when its attention time (in all or in one layer) exceeds the median over ranks by more than this" },
+        { title: "A rank is a straggler when its attention time (in all or in one layer) exceeds the median of the other ranks by more than this" },
         "Straggler margin ",
         select(
           margins.map((m) => ({ value: String(m), label: pct(m) })),
@@ -170,15 +170,12 @@ export class RanksView {
   private stragglers(d: RanksResponse): HTMLElement {
     const box = (cls: string, ...children: (HTMLElement | string | null)[]) =>
       h("div", { class: `stragglers ${cls}`, dataset: { testid: "stragglers" } }, ...children);
-    const twoRanks =
-      d.ranks.length === 2
-        ? h("div", "muted small", "With two ranks the median is their mean, so a ratio stays under 2\u00d7.")
-        : null;
+    const warnings = d.warnings.length ? h("ul", "warnings", ...d.warnings.map((w) => h("li", null, w))) : null;
     if (!d.stragglers.length) {
       return box(
         "note",
-        `No straggler at a ${pct(d.margin)} margin: no rank's attention time (in its fastest step, or in any layer) exceeds the median over ranks by more than ${pct(d.margin)} (and by more than scheduling noise).`,
-        twoRanks,
+        `No straggler at a ${pct(d.margin)} margin: no rank's attention time (in its fastest step, or in any layer) exceeds the median of the other ranks by more than ${pct(d.margin)} and ${fmtUs(d.min_gap_us)}.`,
+        warnings,
       );
     }
     const workers = [...new Set(d.stragglers.map((x) => x.worker))];
@@ -197,9 +194,9 @@ export class RanksView {
     return box(
       "warn",
       h("b", null, `Straggler${workers.length > 1 ? "s" : ""}: ${workers.map((w) => rankName(d.ranks.find((r) => r.worker === w) ?? { rank: null, worker: w })).join(", ")}`),
-      ` \u2014 slower than the median over ${d.ranks.length} ranks by more than the ${pct(d.margin)} margin. The other ranks wait for it at the next collective.`,
+      ` \u2014 slower than the median of the other ranks by more than the ${pct(d.margin)} margin (and ${fmtUs(d.min_gap_us)}). The other ranks wait for it at the next collective.`,
       h("ul", null, ...d.stragglers.map(item)),
-      twoRanks,
+      warnings,
     );
   }
 
@@ -254,7 +251,7 @@ export class RanksView {
             "th",
             { class: "row-head", dataset: { col: "rank" } },
             r.rank === null ? "\u2014" : String(r.rank),
-            r.straggler ? h("span", { class: "badge straggler", title: "slower than the median by more than the margin" }, "straggler") : null,
+            r.straggler ? h("span", { class: "badge straggler", title: "slower than the other ranks' median by more than the margin" }, "straggler") : null,
           ),
           h(
             "td",

@@ -206,16 +206,21 @@ def test_ranks_view_of_a_tensor_parallel_run(ranks_url: str, page: Page, artifac
     expect(tip).to_contain_text("computed by rank 1 \u00b7 1 replica")
     shot(page, artifacts, "ranks")
 
-    # A wider margin: rank 1 is under it (with two ranks the ratio stays under 2x), then back.
+    # A wider margin is asked of the server and shown as it answers, then back.
     margin = frame.get_by_role("combobox", name="Straggler margin")
     margin.select_option(label="100%")
-    expect(callout).to_contain_text("No straggler at a 100% margin")
-    expect(frame.locator("[data-testid=ranks-table] tr.straggler-row")).to_have_count(0)
-    assert not server_ranks(ranks_url, TP_RUN, 1.0)["stragglers"]
+    wide = server_ranks(ranks_url, TP_RUN, 1.0)
+    if wide["stragglers"]:  # rank 1 is 20 ms per block slower: usually far above 2x the other
+        expect(callout).to_contain_text("than the median of the other ranks by more than the 100% margin")
+        expect(frame.locator("[data-testid=ranks-table] tr.straggler-row")).to_have_count(1)
+    else:
+        expect(callout).to_contain_text("No straggler at a 100% margin")
+        expect(frame.locator("[data-testid=ranks-table] tr.straggler-row")).to_have_count(0)
     urls = frame.evaluate("performance.getEntriesByType('resource').map(e => e.name)")
     assert any("/ranks?" in u and "margin=1" in u for u in urls), urls
     margin.select_option(label="20%")
     expect(callout).to_contain_text("Straggler: rank 1")
+    expect(callout).to_contain_text("20% margin")
     expect(row(frame, slow["worker"])).to_have_class(re.compile(r"\bstraggler-row\b"))
 
     # A worker's name opens that worker's own overview.
