@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))  # helpers, tracetools
+sys.path.insert(0, str(Path(__file__).parent))  # helpers, tracetools, webtools
+sys.path.insert(1, str(Path(__file__).resolve().parent.parent))  # the repository root: devtools
 
 from helpers import profile_run, torchrun
 

@@ -10,15 +10,12 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root: devtools
 
 from devtools.tbserver import TensorBoard
 

@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from devtools.tbserver import TensorBoard
 from tb_attn_plugin.schema import RunSummary
 from tb_attn_plugin.service import Loading, Service
 
@@ -89,3 +93,38 @@ def test_a_trace_written_in_place_is_never_read_as_complete(tmp_path: Path, buil
     summary = service.summary("foreign", None, None)
     assert not summary.errors and summary.workers[0].backend == "naive"
     assert json.loads(target.read_bytes()) == json.loads(data)
+
+
+def _snapshot(root: Path) -> dict[str, tuple[int, int]]:
+    return {str(p.relative_to(root)): (p.stat().st_size, p.stat().st_mtime_ns) for p in root.rglob("*")}
+
+
+def _get_final(url: str) -> dict[str, object]:
+    deadline = time.monotonic() + 120
+    while True:
+        with urllib.request.urlopen(url, timeout=60) as response:
+            body = json.loads(response.read())
+            if response.status != 202:
+                return body
+        assert time.monotonic() < deadline, f"{url} still loading"
+        time.sleep(0.1)
+
+
+def test_two_tensorboards_read_one_logdir(tmp_path: Path, builtin_logdir: Path) -> None:
+    """Two TensorBoard servers on one directory answer alike, at the same time, and leave it as
+    it was (the plugin keeps its state in memory, never in the logdir)."""
+    for run in ("naive", "sdpa"):
+        shutil.copytree(builtin_logdir / run, tmp_path / run)
+    before = _snapshot(tmp_path)
+    with TensorBoard(tmp_path, only=["tb_attn"]) as one, TensorBoard(tmp_path, only=["tb_attn"]) as two:
+        base = "data/plugin/tb_attn"
+        urls = [f"{base}/summary?run=naive", f"{base}/summary?run=sdpa", f"{base}/ranks?run=naive",
+                f"{base}/memory?run=sdpa"]
+        with ThreadPoolExecutor(8) as pool:
+            answers = list(pool.map(lambda u: _get_final(u[0].url + u[1]),
+                                    [(server, url) for url in urls for server in (one, two)]))
+        for a, b in zip(answers[::2], answers[1::2], strict=True):
+            assert a == b
+        listings = [_get_final(server.url + f"{base}/runs") for server in (one, two)]
+        assert [[r["status"] for r in listing["runs"]] for listing in listings] == [["ready", "ready"]] * 2
+    assert _snapshot(tmp_path) == before

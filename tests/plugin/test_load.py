@@ -9,12 +9,9 @@ does. No request may fail, and every route must have answered 200.
 from __future__ import annotations
 
 import shutil
-import sys
 from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root: devtools
 
 from devtools.loadgen import run_load, tb_attn_requests
 from devtools.tbserver import TensorBoard
