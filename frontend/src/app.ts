@@ -169,11 +169,11 @@ export class App implements Actions {
     this.schedulePoll();
   }
 
-  /** While some run is still being written, the list is polled so its status moves on. */
+  /** While some run is still being written or parsed, the list is polled so its status moves on. */
   private schedulePoll(): void {
     window.clearTimeout(this.pollTimer);
     const runs = this.store.get().runs.data?.runs ?? [];
-    if (runs.some((r) => r.status === "loading")) {
+    if (runs.some((r) => r.status === "loading" || r.status === "running")) {
       this.pollTimer = window.setTimeout(() => void this.loadRuns(false), 10000);
     }
   }
