@@ -50,6 +50,15 @@ def barrier(ctx: DistContext | None) -> None:
         torch_dist.barrier()
 
 
+def any_rank(ctx: DistContext | None, flag: bool) -> bool:
+    """Whether ``flag`` is true on any rank (every rank gets the same answer)."""
+    if ctx is None:
+        return flag
+    t = torch.tensor([1 if flag else 0], dtype=torch.int32)
+    torch_dist.all_reduce(t, op=torch_dist.ReduceOp.MAX)
+    return bool(t.item())
+
+
 def shutdown(ctx: DistContext | None) -> None:
     if ctx is not None and torch_dist.is_initialized():
         torch_dist.destroy_process_group()

@@ -64,6 +64,7 @@ class RunResult:
     error: str | None = None
     traces: list[Path] = field(default_factory=list)
     seconds: float = 0.0
+    write_failed: bool = False  # the logdir could not be written (a full disk, a size limit...)
 
 
 def _is_unsupported(exc: BaseException) -> bool:
@@ -131,6 +132,7 @@ def run_one(
         if writer:
             write_failed = not _finish_metadata(run_dir, meta, result) or write_failed
         if write_failed:
+            result.write_failed = True
             _log.error("error: %s", result.error)
     return result
 

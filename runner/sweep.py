@@ -1,6 +1,8 @@
 """Run a list of configurations one after another, with progress, and report the outcome.
 
-A failed or unsupported configuration is recorded and the sweep goes on. Ctrl-C stops the
+A failed or unsupported configuration is recorded and the sweep goes on, except when the logdir
+cannot be written (a full disk, a file-size limit): then the sweep stops, since every later run
+would profile only to fail the same way. Ctrl-C stops the
 sweep: completed runs stay as they are, the run in progress is marked ``interrupted``, and no
 temporary file is left behind.
 """
@@ -12,7 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from runner.config import ProfileConfig
-from runner.distributed import barrier, init_from_env, shutdown
+from runner.distributed import any_rank, barrier, init_from_env, shutdown
 from runner.metadata import METADATA_FILE
 from runner.session import RunResult, RunSpec, run_one
 from runner.traces import TMP_SUFFIX, TRACE_FILE_RE
@@ -70,6 +72,12 @@ def run_sweep(
             barrier(dist)
             if bar is not None:
                 bar.update()
+            left = len(specs) - len(results)
+            if any_rank(dist, results[-1].write_failed) and left:
+                if lead:
+                    print(f"tb-attn-run: stopping the sweep: {logdir} cannot be written; the other {left} "
+                          f"run(s) were not started", file=sys.stderr)
+                break
     except KeyboardInterrupt:
         if bar is not None:
             bar.close()

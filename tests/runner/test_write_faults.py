@@ -245,3 +245,15 @@ def test_an_export_that_fails_silently_is_caught(tmp_path: Path, renamed: bool, 
                         r"\(its log above may say why\)", str(caught.value)), str(caught.value)
     assert caught.value.errno == errno.EIO
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_full_disk_stops_the_sweep(earlier: Path, tmp_path: Path) -> None:
+    """Every later run would profile only to fail the same way: the sweep stops after the first."""
+    logdir, before = _logdir_with_earlier_run(earlier, tmp_path)
+    proc = _run(logdir, "export-enospc", "--impl", "naive,sdpa,sdpa-math")
+    _assert_failed_cleanly(proc, logdir, logdir / "builtin/naive/seq16", r"[^/]+\.\d+\.pt\.trace\.json",
+                           "No space left on device")
+    assert f"tb-attn-run: stopping the sweep: {logdir} cannot be written; the other 2 run(s) were not started" \
+        in proc.stderr.splitlines()
+    assert not (logdir / "builtin/sdpa").exists() and not (logdir / "builtin/sdpa-math").exists()
+    assert _digest(logdir).items() >= before.items()
