@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from tb_attn_plugin.cli import CSV_FIELDS, main
+from tb_attn_plugin.cli import main
+from tb_attn_plugin.report import CSV_FIELDS
 from tb_attn_plugin.scopes import PHASES
 
 

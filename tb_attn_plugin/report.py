@@ -1,0 +1,251 @@
+"""Terminal renderings for ``tb-attn``: summary tables, JSON and CSV, comparisons, ranks and
+gate reports. Pure: values in, text out (``cli.py`` reads the traces and writes the text).
+"""
+
+from __future__ import annotations
+
+import csv
+import io as stdio
+import json
+import textwrap
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from tb_attn_plugin.schema import Finding, RanksResponse, RunSummary
+
+__all__ = ["CSV_FIELDS", "compare_table", "gate_json", "gate_text", "ranks_table", "summary_csv", "summary_json",
+           "summary_table"]
+
+
+def ranks_table(view: RanksResponse) -> str:
+    layers = [a.layer for a in view.all_ranks]
+    header = ("rank", "worker", "step ms", "attn ms", "coll ms", "other ms", *(f"L{k} ms" for k in layers), "heads", "")
+    rows = [(str(r.rank if r.rank is not None else "-"), r.worker, _ms(r.step_us), _ms(r.attention_us),
+             _ms(r.collective_us), _ms(r.other_us),
+             *(_ms(next((x.time_us for x in r.layers if x.layer == k), 0.0)) for k in layers),
+             _head_span(r.heads), "STRAGGLER" if r.straggler else "") for r in view.ranks]
+    rows.append(("all", "mean", "", _ms(view.attention_mean_us), _ms(view.collective_mean_us), "",
+                 *(_ms(a.mean_us) for a in view.all_ranks), "", ""))
+    rows.append(("all", "max", "", _ms(view.attention_max_us), "", "",
+                 *(_ms(a.max_us) for a in view.all_ranks), "", ""))
+    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
+    fmt = "  ".join(f"{{:<{w}}}" if i < 2 or i >= len(widths) - 2 else f"{{:>{w}}}" for i, w in enumerate(widths))
+    lines = [f"{view.run}: {len(view.ranks)} ranks, {view.clock} time per step (means)",
+             fmt.format(*header).rstrip(), *(fmt.format(*row).rstrip() for row in rows)]
+    for s in view.stragglers:
+        lines.append(f"straggler: rank {s.rank if s.rank is not None else '-'} ({s.worker}): {s.metric} "
+                     f"{_ms(s.value_us)} ms against a median of {_ms(s.median_us)} ms ({s.ratio:.2f}x, "
+                     f"margin {view.margin:.0%})")
+    names = sorted({c.name for r in view.ranks for c in r.collectives})
+    if names:
+        lines.append("collectives per step: " + "; ".join(
+            f"rank {r.rank if r.rank is not None else r.worker}: " + ", ".join(
+                f"{c.name} x{c.calls:g} {_ms(c.device_us if view.clock == 'device' else c.cpu_us)} ms"
+                for c in r.collectives) for r in view.ranks if r.collectives))
+    if view.heads:
+        kind = "sharded across ranks (tensor parallel)" if view.heads_sharded else "on every rank"
+        gaps = "" if view.heads_complete else " (with gaps: some heads were not seen)"
+        lines.append(f"heads: {view.head_count} per layer, {kind}{gaps}")
+    return "\n".join(lines) + "\n"
+
+
+def _head_span(heads: list[int]) -> str:
+    if not heads:
+        return "-"
+    if heads == list(range(heads[0], heads[-1] + 1)):
+        return f"{heads[0]}-{heads[-1]}" if len(heads) > 1 else str(heads[0])
+    return ",".join(map(str, heads))
+
+
+def _ratio(x: float | None) -> str:
+    return "-" if x is None else f"{x:.2f}x"
+
+
+def compare_table(result: dict[str, object], scale: dict[str, object]) -> str:
+    runs = result["runs"]
+    assert isinstance(runs, list)
+    header = ("run", "impl", "seq", "dtype", "backend", "attn ms", "ratio", "alloc MiB", "ratio", "peak MiB",
+              "ratio", "FLOP/s", "ratio", "ops/fwd", "kernels/fwd", "findings")
+    rows = []
+    for f in runs:
+        r = f["ratio"]
+        t = f["attention_device_us"] or f["attention_cpu_us"]
+        t_ratio = r["attention_device_us"] if f["attention_device_us"] else r["attention_cpu_us"]
+        rows.append((f["run"], str(f["impl"] or "-"), str(f["seq"] or "-"), str(f["dtype"] or "-"), f["backend"],
+                     _ms(t), _ratio(t_ratio), _mib(f["alloc_bytes"]), _ratio(r["alloc_bytes"]),
+                     _mib(f["peak_bytes"]), _ratio(r["peak_bytes"]), _si(f["flops_per_s"]), _ratio(r["flops_per_s"]),
+                     f"{f['ops_per_forward']:.1f}", f"{f['kernels_per_forward']:.1f}", ",".join(f["findings"]) or "-"))
+    widths = [max(len(str(row[i])) for row in [header, *rows]) for i in range(len(header))]
+    fmt = "  ".join(f"{{:<{w}}}" if i < 5 or i == len(widths) - 1 else f"{{:>{w}}}" for i, w in enumerate(widths))
+    lines = [f"baseline: {result['baseline']} (time is device time where there is some, else CPU; means per step)",
+             fmt.format(*header), *(fmt.format(*row) for row in rows)]
+    errors = result["errors"]
+    assert isinstance(errors, list)
+    lines += [f"error: {e['run']}: {e['error']}" for e in errors]
+    series = scale["series"]
+    assert isinstance(series, list)
+    fitted = [s for s in series if s["time_fit"] or s["memory_fit"]]
+    if fitted:
+        lines.append("")
+        lines.append("scaling with sequence length (cost ~ a * S^k):")
+        for s in fitted:
+            seqs = ",".join(str(p["seq"]) for p in s["points"])
+            tf, mf = s["time_fit"], s["memory_fit"]
+            lines.append(f"  {s['label']:<32} seq {seqs:<16} time k={tf['k']:.2f} (R2 {tf['r2']:.2f})"
+                         if tf else f"  {s['label']:<32} seq {seqs:<16} time -")
+            if mf:
+                lines[-1] += f"  memory k={mf['k']:.2f} (R2 {mf['r2']:.2f})"
+    return "\n".join(lines) + "\n"
+
+
+def gate_text(report: object) -> str:
+    from tb_attn_plugin.analysis.gate import GateReport
+
+    assert isinstance(report, GateReport)
+    lines = [f"attention gate: {report.candidate} against baseline {report.baseline} ({report.clock} time)"]
+    for c in report.checks:
+        fmt = (lambda us: f"{us / 1000:.3f} ms") if c.unit == "us" else (lambda b: f"{b / (1 << 20):.2f} MiB")
+        change = "n/a" if c.change is None else f"{c.change:+.1%}"
+        verdict = "ok" if c.passed else "REGRESSION"
+        lines.append(f"  {c.name:<6} baseline {fmt(c.baseline):>12}  candidate {fmt(c.candidate):>12}  "
+                     f"change {change:>7}  tolerance {c.tolerance:.0%}  {verdict}")
+        lines.append(f"         ({c.detail})")
+    if report.layers:
+        lines.append("  per layer, time per step (baseline -> candidate):")
+        for layer, base, cand in report.layers:
+            lines.append(f"    L{layer:<3} {_ms(base):>10} ms -> {_ms(cand):>10} ms")
+    lines.append("PASS: attention did not regress beyond the tolerances" if report.passed
+                 else "FAIL: attention regressed beyond the tolerances")
+    return "\n".join(lines) + "\n"
+
+
+def gate_json(report: object) -> str:
+    from tb_attn_plugin.analysis.gate import GateReport
+
+    assert isinstance(report, GateReport)
+    body = {
+        "schema": "tb-attn.gate/1", "baseline": report.baseline, "candidate": report.candidate,
+        "clock": report.clock, "passed": report.passed,
+        "checks": [{"name": c.name, "unit": c.unit, "baseline": c.baseline, "candidate": c.candidate,
+                    "change": c.change, "tolerance": c.tolerance, "passed": c.passed, "detail": c.detail}
+                   for c in report.checks],
+        "layers": [{"layer": k, "baseline_us": b, "candidate_us": c} for k, b, c in report.layers],
+    }
+    return json.dumps(body, indent=2) + "\n"
+
+
+def summary_json(summaries: Sequence[RunSummary]) -> str:
+    import msgspec
+
+    from tb_attn_plugin.schema import SUMMARY_SCHEMA
+
+    return msgspec.json.format(msgspec.json.encode({"schema": SUMMARY_SCHEMA, "runs": summaries}), indent=2).decode() \
+        + "\n"
+
+
+CSV_FIELDS = ("run", "worker", "span", "step_count", "layer", "module", "backend", "inferred", "phase", "calls",
+              "cpu_us", "cpu_self_us", "device_us", "kernels", "flops", "flops_per_s", "alloc_bytes", "freed_bytes",
+              "peak_bytes", "sxs_bytes", "bwd_calls", "bwd_cpu_us", "bwd_device_us", "bwd_flops")
+
+
+def summary_csv(summaries: Sequence[RunSummary]) -> str:
+    buf = stdio.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(CSV_FIELDS)
+    for run in summaries:
+        for worker in run.workers:
+            for layer in worker.layers:
+                for ph in layer.phases:
+                    w.writerow([run.run, worker.worker, worker.span or "", worker.step_count,
+                                layer.layer, layer.module or "", layer.backend, layer.inferred, ph.phase,
+                                _num(ph.calls), _num(ph.cpu_us), _num(ph.cpu_self_us), _num(ph.device_us),
+                                _num(ph.kernels), _num(ph.flops), _num(ph.flops_per_s), _num(ph.alloc_bytes),
+                                _num(ph.freed_bytes), ph.peak_bytes, _num(ph.sxs_bytes), _num(ph.backward.calls),
+                                _num(ph.backward.cpu_us), _num(ph.backward.device_us), _num(ph.backward.flops)])
+    return buf.getvalue()
+
+
+def _num(x: float) -> str:
+    return f"{x:.6g}"
+
+
+def _ms(us: float) -> str:
+    return f"{us / 1000:.3f}" if us else "-"
+
+
+def _si(x: float, unit: str = "") -> str:
+    if not x:
+        return "-"
+    for factor, prefix in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(x) >= factor:
+            return f"{x / factor:.2f}{prefix}{unit}"
+    return f"{x:.0f}{unit}"
+
+
+def _mib(x: float) -> str:
+    return f"{x / (1 << 20):.2f}" if x else "-"
+
+
+def _findings_lines(findings: Sequence[Finding]) -> list[str]:
+    if not findings:
+        return []
+    lines = ["", f"  findings ({len(findings)}):"]
+    for f in findings:
+        lines.append(f"  [{f.severity}] {f.id}: {f.title}")
+        lines.extend(textwrap.wrap(f.explanation, width=100, initial_indent="      ", subsequent_indent="      "))
+        lines.extend(textwrap.wrap("-> " + f.suggestion, width=100, initial_indent="      ",
+                                   subsequent_indent="         "))
+    return lines
+
+
+def summary_table(summaries: Sequence[RunSummary]) -> str:
+    lines: list[str] = []
+    header = ("layer", "phase", "calls", "cpu ms", "dev ms", "FLOPs", "FLOP/s", "alloc MiB", "peak MiB", "SxS MiB",
+              "bwd cpu ms", "bwd dev ms")
+    for run in summaries:
+        for worker in run.workers:
+            share = worker.attention_share_device if worker.attention_share_device is not None \
+                else worker.attention_share_cpu
+            where = "device" if worker.attention_share_device is not None else "CPU"
+            lines.append(f"run {run.run}  worker {worker.worker}" + (f"  span {worker.span}" if worker.span else "")
+                         + f"  [{worker.file}]")
+            lines.append(f"  device {worker.device}, backend {worker.backend}, {worker.step_count} step(s)"
+                         + (", inferred (no tb-attn scopes)" if worker.inferred else "")
+                         + (f", attention {share:.1%} of {where} step time" if share is not None else ""))
+            for note in worker.notes:
+                lines.append(f"  note: {note}")
+            if not worker.layers:
+                lines.append("")
+                continue
+            rows = []
+            for layer in worker.layers:
+                label = f"L{layer.layer}" + (f" {layer.module}" if layer.module else "")
+                for ph in layer.phases:
+                    rows.append((label, ph.phase, f"{ph.calls:g}", _ms(ph.cpu_us), _ms(ph.device_us), _si(ph.flops),
+                                 _si(ph.flops_per_s), _mib(ph.alloc_bytes), _mib(ph.peak_bytes), _mib(ph.sxs_bytes),
+                                 _ms(ph.backward.cpu_us), _ms(ph.backward.device_us)))
+                    label = ""
+                rows.append(("", f"= {layer.backend}", f"{layer.calls:g}", _ms(layer.cpu_us), _ms(layer.device_us),
+                             _si(layer.flops), _si(layer.flops_per_s), _mib(layer.alloc_bytes),
+                             _mib(layer.peak_bytes), _mib(layer.sxs_bytes), _ms(layer.backward.cpu_us),
+                             _ms(layer.backward.device_us)))
+            total_flops = sum(layer.flops for layer in worker.layers)
+            rows.append(("total", "", "", _ms(sum(layer.cpu_us for layer in worker.layers)),
+                         _ms(sum(layer.device_us for layer in worker.layers)), _si(total_flops), "",
+                         _mib(sum(layer.alloc_bytes for layer in worker.layers)), "",
+                         _mib(sum(layer.sxs_bytes for layer in worker.layers)),
+                         _ms(sum(layer.backward.cpu_us for layer in worker.layers)),
+                         _ms(sum(layer.backward.device_us for layer in worker.layers))))
+            widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
+            fmt = "  " + "  ".join(f"{{:<{w}}}" if i < 2 else f"{{:>{w}}}" for i, w in enumerate(widths))
+            lines.append(fmt.format(*header))
+            lines.extend(fmt.format(*r) for r in rows)
+            lines.append(f"  (means per step over {worker.step_count} step(s); "
+                         "bwd = backward work attributed through autograd sequence numbers)")
+            lines.extend(_findings_lines(worker.findings))
+            lines.append("")
+        for err in run.errors:
+            lines.append(f"run {run.run}  file {err.file}: error: {err.error}")
+            lines.append("")
+    return "\n".join(lines) + ("\n" if lines else "")
