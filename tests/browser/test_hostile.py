@@ -1,0 +1,124 @@
+"""Strings from traces and run metadata are text wherever the tab shows them.
+
+``test_tab.py::test_hostile_names_render_as_text`` covers a run name in the runs list and run
+view, an op name in the drill-down and the timeline's tooltip, and the user in the metadata.
+This module covers the rest: the compare view (its table and its chart's tooltip, which is
+HTML), a module name (layers table), a thread name (timeline tooltip), a category (decoder
+diagnostics) and every metadata field the tab shows, including a runner error. Each string is
+HTML that would set ``window.__xss`` if it ever ran.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from playwright.sync_api import Frame, Page, expect
+from test_tab import open_run, open_tab, shot, show_tab, timeline_point
+from tracetools import trace_files
+
+from devtools.tbserver import TensorBoard
+
+RUN = '<img src=x onerror="window.__xss=21">'
+OP = "<img src=x onerror=window.__xss=22>"
+MODULE = "<svg/onload=window.__xss=23>"  # a scope's module part has no spaces
+THREAD = "<b onmouseover=window.__xss=24>main</b>"
+CATEGORY = "<img src=x onerror=window.__xss=25>"
+METADATA = {key: f'<img src=x onerror="window.__xss={n}">{key}'
+            for n, key in enumerate(("model", "impl", "dtype", "device", "device_name", "user", "host", "error"), 26)}
+SCRIPT_RAN = "typeof window.__xss"
+
+
+def _hostile_run(source: Path, target: Path) -> None:
+    target.mkdir(parents=True)
+    (trace,) = trace_files(source)
+    data = json.loads(trace.read_text())
+    events = data["traceEvents"]
+    main = max({e.get("tid") for e in events if isinstance(e.get("tid"), int)},
+               key=lambda t: sum(e.get("tid") == t for e in events))
+    for e in events:
+        if e.get("name") == "aten::softmax":
+            e["name"] = OP
+        elif e.get("name") == "tbattn.v1/L0":
+            e["name"] = f"tbattn.v1/L0 {MODULE}"
+        if e.get("tid") == main:
+            e["tid"] = THREAD
+    first = next(e for e in events if e.get("ph") == "X")
+    events.append({**first, "cat": CATEGORY, "name": "odd", "dur": 0.001, "args": {}})
+    assert OP in json.dumps(events) and f"L0 {MODULE}" in json.dumps(events)
+    (target / trace.name).write_text(json.dumps(data, indent=1))
+    meta = json.loads((source / "tb_attn_run.json").read_text())
+    meta.update(METADATA, status="failed")
+    (target / "tb_attn_run.json").write_text(json.dumps(meta))
+
+
+@pytest.fixture(scope="module")
+def hostile_tensorboard(tmp_path_factory: pytest.TempPathFactory, builtin_logdir: Path) -> Iterator[TensorBoard]:
+    logdir = tmp_path_factory.mktemp("hostile-logdir")
+    shutil.copytree(builtin_logdir / "naive", logdir / "plain")
+    _hostile_run(builtin_logdir / "naive", logdir / RUN)
+    with TensorBoard(logdir) as tb:
+        yield tb
+
+
+def _assert_nothing_ran(page: Page, frame: Frame) -> None:
+    for where in (frame, page):
+        assert where.evaluate(SCRIPT_RAN) == "undefined", f"script ran in {where.url}"
+    # Hostile text may sit in text nodes and in title attributes; never in a handler, a source
+    # or a script.
+    injected = frame.evaluate("""() => [...document.querySelectorAll('*')]
+        .filter(e => [...e.attributes].some(a => /^on|^src|^href/i.test(a.name) && /__xss/.test(a.value))
+                     || (e.tagName === 'SCRIPT' && /__xss/.test(e.textContent)))
+        .map(e => e.outerHTML.slice(0, 200))""")
+    assert injected == [], injected
+
+
+def test_metadata_module_thread_and_category_render_as_text(hostile_tensorboard: Any, page: Page,
+                                                           artifacts: Path) -> None:
+    frame = open_tab(page, hostile_tensorboard.url)
+    row = frame.get_by_role("button", name=f"Open run {RUN}", exact=True)
+    for key in ("model", "impl", "dtype", "device", "user"):
+        expect(row).to_contain_text(METADATA[key])
+    expect(frame.locator("tr.run-error")).to_contain_text(METADATA["error"])
+    open_run(frame, RUN)
+    meta = frame.locator(".card .meta-line")
+    for key in ("model", "impl", "device_name", "host"):
+        expect(meta).to_contain_text(METADATA[key])
+    expect(frame.locator("table.layers-table")).to_contain_text(MODULE)
+    diagnostics = frame.locator("details.diagnostics")
+    diagnostics.locator("summary").click()
+    expect(diagnostics).to_contain_text(CATEGORY)
+    shot(page, artifacts, "hostile-metadata")
+    show_tab(frame, "Timeline")
+    point = timeline_point(frame, OP)
+    frame.locator(".timeline-chart").hover(position={"x": point["x"], "y": point["y"]})
+    tooltip = frame.locator(".timeline-chart div", has_text=OP).last
+    expect(tooltip).to_be_visible()
+    expect(tooltip).to_contain_text(THREAD)
+    shot(page, artifacts, "hostile-thread")
+    _assert_nothing_ran(page, frame)
+
+
+def test_compare_view_renders_run_names_as_text(hostile_tensorboard: Any, page: Page, artifacts: Path) -> None:
+    frame = open_tab(page, hostile_tensorboard.url)
+    for run in ("plain", RUN):
+        frame.get_by_role("checkbox", name=f"Pick {run} for comparing").check()
+    frame.get_by_test_id("compare-button").click()
+    table = frame.get_by_test_id("compare-table")
+    expect(table).to_contain_text(RUN)
+    chart = frame.locator("section.compare-phases .chart")
+    expect(chart).to_be_visible()
+    box = chart.bounding_box()
+    assert box is not None
+    tooltip = chart.locator("div", has_text=RUN).last
+    for x in (0.2, 0.35, 0.5, 0.65, 0.8):  # the axis tooltip lists every run at the phase hovered
+        chart.hover(position={"x": box["width"] * x, "y": box["height"] * 0.6})
+        if tooltip.is_visible():
+            break
+    expect(tooltip).to_be_visible()
+    shot(page, artifacts, "hostile-compare")
+    _assert_nothing_ran(page, frame)
