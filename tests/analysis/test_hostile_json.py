@@ -307,7 +307,12 @@ def test_oversize_trace_is_refused_unread_naming_the_limit(tmp_path: Path, monke
     path.write_bytes(b"".join(_kineto(*[b"  " + _TINY] * 300_000)))  # about 20 MiB
     batches: list[int] = []
     add_batch = decode_module._add_batch
-    monkeypatch.setattr(decode_module, "_add_batch", lambda b, t: batches.append(1) or add_batch(b, t))
+
+    def counting(builder: Any, text: Any) -> None:
+        batches.append(len(text))
+        add_batch(builder, text)
+
+    monkeypatch.setattr(decode_module, "_add_batch", counting)
     st = path.stat()
     trace = TraceFile(path=str(path), name=path.name, worker="big", span=None, size=st.st_size, mtime=st.st_mtime)
     with pytest.raises(TraceError, match=r"over the limit of 16 MiB") as raised:
