@@ -129,12 +129,13 @@ HOSTILE = [
     "exp/naive\u200b",
     "EXP/NAIVE", " exp/naive", "exp/naive ", "exp/naive/", "exp//naive", "./exp/naive", "exp/./naive",
     "linked", "exp/mixed/evil", "evil", "top", "secret", "*", "exp/*", "exp/naive;ls", "<script>alert(1)</script>",
+    "tb_attn_run.json", "../sdpa/tb_attn_run.json", "../naive/" + "{file}",
 ]
 
 
 def _expand(template: str, site: Site) -> str:
     return (template.replace("{outside}", str(site.outside)).replace("{logdir}", str(site.logdir))
-            .replace("{evil}", str(site.evil)))
+            .replace("{evil}", str(site.evil)).replace("{file}", site.file))
 
 
 def _hostile_urls(value: str, site: Site) -> list[str]:
