@@ -272,7 +272,7 @@ def parse_metadata(raw: bytes) -> dict[str, object] | None:
     """The runner's ``tb_attn_run.json``, or None if it is not a JSON object."""
     try:
         value = json.loads(raw)
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: nested too deeply
         return None
     return value if isinstance(value, dict) else None
 

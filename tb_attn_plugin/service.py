@@ -169,7 +169,17 @@ class Service:
     def _parse(self, trace: TraceFile, metadata: dict[str, object] | None) -> Future[WorkerSummary]:
         """The job that parses ``trace`` (started if need be); its result is the summary, and
         the analysis lands in the loader's cache for the views."""
-        return self.jobs.submit(_file_key(trace), lambda: self.loader.summarize_file(trace, metadata=metadata))
+        def job() -> WorkerSummary:
+            self._confine(trace)
+            return self.loader.summarize_file(trace, metadata=metadata)
+
+        return self.jobs.submit(_file_key(trace), job)
+
+    def _confine(self, trace: TraceFile) -> None:
+        """Refuses a listed file whose directory became a link out of the logdir since the
+        listing (the file itself is opened without following links)."""
+        if not io.inside(self.logdir, trace.path):
+            raise ReadError(f"cannot read {trace.name}: it is no longer inside the log directory")
 
     def _await(self, futures: list[Future[Any]], runs: list[str], files: int) -> None:
         if not futures:
@@ -258,8 +268,11 @@ class Service:
                 raise errors.NotFoundError(f"cannot read {trace.name}: {failure}")
             analysis = self.loader.cached_analysis(trace)
             if analysis is None:  # summarized earlier, analysis evicted since: parse it again
-                job: Future[Analysis] = self.jobs.submit(("analysis", _file_key(trace)),
-                                                         lambda: self.loader.analyze_file(trace))
+                def analyze() -> Analysis:
+                    self._confine(trace)
+                    return self.loader.analyze_file(trace)
+
+                job: Future[Analysis] = self.jobs.submit(("analysis", _file_key(trace)), analyze)
                 self._await([job], [run.name], 1)
                 failure = _error(job)
                 if failure is not None:
@@ -326,6 +339,10 @@ class Service:
         run = self.run(run_name)
         for f in run.files:
             if f.name == file:
+                try:
+                    self._confine(f)
+                except ReadError as exc:
+                    raise errors.NotFoundError(str(exc)) from None
                 return f
         raise errors.NotFoundError(f"no trace file {file!r} in run {run_name!r}")
 

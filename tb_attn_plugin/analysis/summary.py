@@ -20,12 +20,14 @@ from tb_attn_plugin.analysis.flops import elem_bytes
 from tb_attn_plugin.analysis.infer import MATMUL_OPS, SDPA_OPS, SOFTMAX_OPS, infer_scopes
 from tb_attn_plugin.schema import Backward, HeadStats, LayerStats, PhaseStats, StepStats, WorkerSummary
 from tb_attn_plugin.scopes import PHASES, parse_scope
-from tb_attn_plugin.trace.events import Events, with_annotations
+from tb_attn_plugin.trace.events import Events, TraceError, with_annotations
 from tb_attn_plugin.trace.schema import BACKWARD_PREFIX, STEP_PREFIX, Kind
 
 __all__ = ["Analysis", "analyze", "summarize", "summarize_analysis"]
 
 OTHER = "other"
+MAX_LAYERS = 4096
+MAX_STEPS = 4096
 #: Phases whose outputs are (B, H, Sq, Sk) scores or probabilities, where S×S allocations mean
 #: materialized scores (elsewhere an allocation of the same size is a coincidence).
 SCORE_PHASES = frozenset({"qk_matmul", "scale", "mask", "softmax", "dropout", "sdpa", OTHER})
@@ -155,6 +157,12 @@ class _Summarizer:
     def build(self, *, file: str, worker: str, span: str | None, notes: list[str]) -> WorkerSummary:
         ev, a = self.ev, self.a
         layers_present = sorted(self.layer_idx)
+        # The cost grows with layers (and steps) times events: a trace claiming hundreds of
+        # thousands is hostile or broken, and is refused rather than analyzed for minutes.
+        for what, count, limit in (("attention layers", len(layers_present), MAX_LAYERS),
+                                   ("profiled steps", len(self.steps), MAX_STEPS)):
+            if count > limit:
+                raise TraceError(f"the trace has {count} {what}, more than the {limit} this tool analyzes")
         layer_stats = [self._layer(layer) for layer in layers_present]
         step_idx = np.flatnonzero(self.step_event & (a.step >= 0))
         step_cpu = float(ev.dur[step_idx].sum()) if step_idx.size else float(self._trace_span())

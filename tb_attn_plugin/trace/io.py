@@ -22,7 +22,8 @@ from typing import Any
 from tb_attn_plugin.trace.events import ReadError, TraceError
 
 __all__ = [
-    "CHUNK_BYTES", "FileInfo", "find_after", "has_trace_file", "is_dir", "is_plain_local_file", "is_url", "join",
+    "CHUNK_BYTES", "FileInfo", "find_after", "has_trace_file", "inside", "is_dir", "is_plain_local_file", "is_url",
+    "join",
     "list_tree", "raw_chunks", "read_chunks", "read_many", "read_range", "read_small", "stat",
 ]
 
@@ -136,10 +137,15 @@ def has_trace_file(root: str) -> bool:
     """Whether a local tree holds a trace file; stops at the first one."""
     from tb_attn_plugin.trace.discover import parse_trace_name
 
-    for _, dirnames, filenames in os.walk(_strip_file_scheme(root)):
+    for dirpath, dirnames, filenames in os.walk(_strip_file_scheme(root)):
         dirnames[:] = [d for d in dirnames if not d.startswith(".")]
-        if any(parse_trace_name(name) is not None for name in filenames):
-            return True
+        for name in filenames:
+            if parse_trace_name(name) is not None:
+                try:
+                    if stat_module.S_ISREG(os.lstat(os.path.join(dirpath, name)).st_mode):
+                        return True  # a link named like a trace is not one (the listing skips it)
+                except OSError:
+                    continue
     return False
 
 
@@ -202,6 +208,23 @@ def list_tree(root: str, *, follow_symlinks: bool = False) -> list[FileInfo]:
     return out
 
 
+def _open_local(path: str) -> Any:
+    """A local file for reading, never through a symbolic link (the listing skips links; one
+    swapped in since must not lead outside the tree). Raises OSError."""
+    fd = os.open(_strip_file_scheme(path), os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_BINARY", 0))
+    return os.fdopen(fd, "rb")
+
+
+def inside(root: str, path: str) -> bool:
+    """Whether a local ``path`` really lies under ``root``, links resolved (a run directory
+    swapped for a link since the listing does not). URLs have no links: always True."""
+    if is_url(root) or is_url(path):
+        return True
+    real_root = os.path.realpath(_strip_file_scheme(root))
+    real = os.path.realpath(_strip_file_scheme(path))
+    return os.path.commonpath([real_root, real]) == real_root
+
+
 def _open(path: str) -> Any:
     if is_url(path):
         fs, p = _fs(path)
@@ -210,7 +233,7 @@ def _open(path: str) -> Any:
         except _storage_errors() as exc:
             raise ReadError(f"cannot read {path}: {_describe(exc)}") from None
     try:
-        return open(_strip_file_scheme(path), "rb")
+        return _open_local(path)
     except OSError as exc:
         raise ReadError(f"cannot read {path}: {exc.strerror or exc}") from None
 
@@ -254,8 +277,8 @@ def is_plain_local_file(path: str) -> bool:
     if is_url(path):
         return False
     try:
-        with open(_strip_file_scheme(path), "rb") as f:
-            return f.read(2) != _GZIP_MAGIC
+        with _open_local(path) as f:
+            return bool(f.read(2) != _GZIP_MAGIC)
     except OSError:
         return False
 
@@ -264,7 +287,7 @@ def read_range(path: str, start: int, end: int, *, chunk_bytes: int = CHUNK_BYTE
     """Bytes [start, end) of a local file, in chunks. A file that ends before ``end`` (it shrank
     since it was measured) raises ReadError rather than passing for a shorter whole."""
     try:
-        f = open(_strip_file_scheme(path), "rb")
+        f = _open_local(path)
     except OSError as exc:
         raise ReadError(f"cannot read {path}: {exc.strerror or exc}") from None
     with f:
@@ -280,7 +303,7 @@ def read_range(path: str, start: int, end: int, *, chunk_bytes: int = CHUNK_BYTE
 
 def find_after(path: str, offset: int, needle: bytes, *, window: int = 8 << 20) -> int | None:
     """The position of the first ``needle`` at or after ``offset`` within ``window`` bytes."""
-    data = b"".join(read_range(path, offset, offset + window))
+    data = b"".join(read_range(path, offset, min(offset + window, stat(path).size)))
     pos = data.find(needle)
     return None if pos < 0 else offset + pos
 
@@ -313,6 +336,9 @@ def _decompressed(raw: _Chunks, path: str, chunk_bytes: int, max_bytes: int | No
         return chunk
 
     if not first.startswith(_GZIP_MAGIC):
+        if max_bytes is not None and not is_url(path) and stat(path).size > max_bytes:
+            raw.close()  # refused before any of it is decoded
+            raise TraceError(f"{path} is larger than the limit of {max_bytes >> 20} MiB uncompressed")
         if first:
             yield capped(first)
         for chunk in raw:

@@ -331,3 +331,31 @@ def test_gzip_over_the_limit_is_refused_naming_the_limit(tmp_path: Path) -> None
     trace = TraceFile(path=str(path), name=path.name, worker="bomb", span=None, size=st.st_size, mtime=st.st_mtime)
     with pytest.raises(TraceError, match=r"larger than the limit of 8 MiB uncompressed"):
         Loader(max_trace_bytes=8 * MiB).analyze_file(trace)
+
+
+@pytest.mark.parametrize(("layers", "steps", "refused"), [(4000, 1, None), (5000, 1, "5000 attention layers"),
+                                                          (2, 5000, "5000 profiled steps")])
+def test_too_many_layers_or_steps_are_refused(layers: int, steps: int, refused: str | None) -> None:
+    """The summary's cost grows with layers (and steps) times events: past 4096 of either, a
+    trace is refused in milliseconds instead of being analyzed for minutes."""
+    from tb_attn_plugin.analysis.summary import summarize
+
+    events: list[dict[str, Any]] = []
+    t = 0
+    for s in range(steps):
+        start = t
+        for k in range(layers):
+            events.append({"ph": "X", "cat": "user_annotation", "name": f"tbattn.v1/L{k}", "ts": t + 1, "dur": 5,
+                           "pid": 1, "tid": 1})
+            events.append({"ph": "X", "cat": "cpu_op", "name": "aten::softmax", "ts": t + 2, "dur": 2, "pid": 1,
+                           "tid": 1})
+            t += 10
+        events.append({"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{s}", "ts": start, "dur": t - start,
+                       "pid": 1, "tid": 1})
+        t += 10
+    decoded = decode_bytes(json.dumps({"traceEvents": events}).encode())
+    if refused is None:
+        assert len(summarize(decoded).layers) == layers
+    else:
+        with pytest.raises(TraceError, match=refused):
+            summarize(decoded)

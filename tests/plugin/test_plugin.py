@@ -108,8 +108,6 @@ def test_drilldown_memory_timeline_and_download(logdir: Path) -> None:
         ("/timeline?run=exp/naive&limit=0", 400),
         ("/timeline?run=exp/naive&start_us=nan", 400),
         ("/trace?run=exp/naive", 400),
-        ("/trace?run=exp/naive&file=tb_attn_run.json", 404),
-        ("/trace?run=exp/naive&file=../sdpa/tb_attn_run.json", 404),
     ],
 )
 def test_bad_arguments_are_4xx_with_a_message(logdir: Path, url: str, status: int) -> None:
@@ -118,35 +116,19 @@ def test_bad_arguments_are_4xx_with_a_message(logdir: Path, url: str, status: in
     assert response.get_data(as_text=True).strip()
 
 
-TRAVERSAL = [
-    "/static/../plugin.py",
-    "/static/..%2Fplugin.py",
-    "/static/%2e%2e/plugin.py",
-    "/static/%2e%2e%2fplugin.py",
-    "/static//etc/passwd",
-    "/static/%2Fetc%2Fpasswd",
-    "/static/..\\plugin.py",
-    "/static/.hidden",
-    "/static/",
-    "/static/nope.js",
-    "/static/link-out",
-]
-
-
-@pytest.mark.parametrize("url", TRAVERSAL)
-def test_static_path_traversal_is_404(logdir: Path, url: str, tmp_path: Path) -> None:
+def test_a_link_inside_static_is_not_served(logdir: Path, tmp_path: Path) -> None:
+    """The rest of the hostile static paths are in test_security.py; this one needs a link in
+    the package's own static directory."""
     link = Path(STATIC_DIR) / "link-out"
-    if url.endswith("link-out") and not link.exists():
-        target = tmp_path / "secret.txt"
-        target.write_text("secret")
-        link.symlink_to(target)
+    target = tmp_path / "secret.txt"
+    target.write_text("secret")
+    link.symlink_to(target)
     try:
-        response = _client(logdir).get(BASE + url)
+        response = _client(logdir).get(f"{BASE}/static/link-out")
         assert response.status_code == 404, response.get_data(as_text=True)[:200]
         assert "secret" not in response.get_data(as_text=True)
     finally:
-        if link.is_symlink():
-            link.unlink()
+        link.unlink()
 
 
 def test_index_js_is_served_as_a_module(logdir: Path) -> None:

@@ -265,8 +265,6 @@ def _swap_in(path: Path, target: Path) -> None:
     path.symlink_to(target, target_is_directory=target.is_dir())
 
 
-@pytest.mark.xfail(strict=True, reason="bug: trace/io.py opens a listed path following symlinks, so a trace (or "
-                   "run directory) swapped for a link after the listing is read from outside the logdir")
 @pytest.mark.parametrize("what", ["trace file", "run directory"])
 def test_a_link_swapped_in_after_listing_is_not_followed(tmp_path: Path, site: Site, what: str) -> None:
     logdir = tmp_path / "logdir"
@@ -407,14 +405,8 @@ HOSTILE_METADATA: dict[str, str | bytes] = {
 }
 
 
-_PARSE_METADATA_BUG = pytest.mark.xfail(
-    strict=True, raises=RecursionError,
-    reason="bug: loader.parse_metadata catches ValueError but not RecursionError, so /runs raises (a 500)")
-
-
 @pytest.mark.parametrize("name", [
-    pytest.param(n, marks=_PARSE_METADATA_BUG) if n.startswith(("nested 100k", "nested 980")) else n
-    for n in HOSTILE_METADATA], ids=list(HOSTILE_METADATA))
+    n for n in HOSTILE_METADATA], ids=list(HOSTILE_METADATA))
 def test_hostile_run_metadata_is_read_within_bounds(tmp_path: Path, site: Site, name: str) -> None:
     logdir = tmp_path / "logdir"
     shutil.copytree(site.logdir / "exp" / "naive", logdir / "run", symlinks=True)
