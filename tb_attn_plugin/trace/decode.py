@@ -504,7 +504,8 @@ def _load_object(text: bytes, what: str) -> dict[str, Any]:
     try:
         value = _loads(text)
     except json.JSONDecodeError as exc:
-        if exc.pos >= len(text.rstrip()):
+        # A cut inside a string reports where the string starts, not where the text ends.
+        if exc.pos >= len(text.rstrip()) or exc.msg.startswith("Unterminated string"):
             raise TraceError(_TRUNCATED) from None
         raise TraceError(f"invalid JSON in the trace {what}: {exc}") from None
     except RecursionError as exc:
