@@ -21,10 +21,12 @@ setup(
         "fsspec",
     ],
     extras_require={
-        "test": ["pytest", "ruff", "mypy", "playwright", "moto[server]>=5", "s3fs", "boto3"],
-        "s3": ["s3fs"],
-        "gcs": ["gcsfs"],
-        "azure": ["adlfs"],
+        "test": ["pytest", "ruff", "mypy", "playwright", "moto[server]>=5", "s3fs>=2024.1", "boto3"],
+        # Older s3fs releases have no aiobotocore and break on fsspec's current API; pip falls
+        # back to them when a newer boto3 conflicts with aiobotocore's botocore pin.
+        "s3": ["s3fs>=2024.1"],
+        "gcs": ["gcsfs>=2024.1"],
+        "azure": ["adlfs>=2024.1"],
     },
     entry_points={
         "console_scripts": [

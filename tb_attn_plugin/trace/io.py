@@ -69,6 +69,9 @@ def _fs(url: str) -> tuple[Any, str]:
         raise TraceError(f"cannot open {url}: {exc}") from None
     except _storage_errors() as exc:
         raise ReadError(f"cannot open {url}: {_describe(exc)}") from None
+    except Exception as exc:  # a filesystem library that fails to start (an old or broken install)
+        raise TraceError(f"cannot open {url}: {type(exc).__name__}: {exc} (is the fsspec filesystem package for "
+                         "this URL installed and up to date?)") from None
     return fs, path
 
 
