@@ -9,30 +9,18 @@ from __future__ import annotations
 
 import functools
 import re
-import socket
-import subprocess
-import sys
-import tempfile
-import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from manyruns import ManyRun, many_run, write_many_runs
 from playwright.sync_api import Frame, Page, expect
+from test_tab import open_tab as open_runs_tab
+
+from devtools.tbserver import TensorBoard
 
 N = 1000
 PAGE = 100  # rows the list builds at once (frontend/src/views/runs.ts)
-TAB_FRAME = "plugin_entry.html?name=tb_attn"
-SERVE = (
-    "import sys\n"
-    "from tensorboard import default, program\n"
-    "from tb_attn_plugin.plugin import AttentionPlugin\n"
-    "tb = program.TensorBoard(plugins=default.get_static_plugins() + [AttentionPlugin])\n"
-    "tb.configure(argv=['tensorboard'] + sys.argv[1:])\n"
-    "sys.exit(tb.main())\n"
-)
 RUNS = [many_run(i) for i in range(N)]
 
 
@@ -41,44 +29,12 @@ def many_url(tmp_path_factory: pytest.TempPathFactory, builtin_logdir: Path) -> 
     """``tensorboard --logdir`` (static plugins and ours) over 1,000 runs; its URL."""
     logdir = tmp_path_factory.mktemp("many-runs-browser")
     write_many_runs(logdir, builtin_logdir / "naive", range(N))
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = int(s.getsockname()[1])
-    url = f"http://127.0.0.1:{port}/"
-    with tempfile.TemporaryFile(mode="w+", prefix="tensorboard-") as out:
-        proc = subprocess.Popen([sys.executable, "-c", SERVE, "--logdir", str(logdir), "--host", "127.0.0.1",
-                                 "--port", str(port)], stdout=out, stderr=subprocess.STDOUT, text=True)
-        try:
-            deadline = time.monotonic() + 90
-            while True:
-                if proc.poll() is not None:
-                    out.seek(0)
-                    raise RuntimeError(f"tensorboard exited: {out.read()[-3000:]}")
-                try:
-                    with urllib.request.urlopen(url + "data/plugins_listing", timeout=2):
-                        break
-                except OSError:
-                    assert time.monotonic() < deadline, "tensorboard did not start within 90 s"
-                    time.sleep(0.2)
-            yield url
-        finally:
-            proc.terminate()
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+    with TensorBoard(logdir, only=["tb_attn"]) as tb:
+        yield tb.url
 
 
 def open_tab(page: Page, url: str) -> Frame:
-    page.goto(url + "#tb_attn")
-    deadline = time.monotonic() + 30
-    frame = None
-    while frame is None:
-        frame = next((f for f in page.frames if TAB_FRAME in f.url), None)
-        if frame is None:
-            assert time.monotonic() < deadline, f"no iframe {TAB_FRAME}"
-            page.wait_for_timeout(50)
+    frame = open_runs_tab(page, url)
     expect(frame.get_by_test_id("runs-count")).to_have_text(f"{N} runs")
     return frame
 
