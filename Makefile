@@ -22,9 +22,10 @@ setup: $(VENV)/.installed
 ## demo: set up, profile the built-in demo sweep into $(LOGDIR)/, and serve it with TensorBoard.
 demo: demo-runs serve
 
+# The demo sweep, then two ranks under torchrun with the attention heads split over them and
+# rank 1 slowed on purpose: the Ranks view.
 demo-runs: setup
 	$(PY) -m runner --demo --logdir $(LOGDIR)
-	# Two ranks under torchrun, attention heads split over them, rank 1 slowed: the Ranks view.
 	OMP_NUM_THREADS=1 $(PY) -m torch.distributed.run --standalone --nproc_per_node 2 -m runner --logdir $(LOGDIR) \
 		--name multirank --parallel tp --impl naive --size small --seq 256 --slow-rank 1 --slow-ms 5 --overwrite \
 		--no-progress
