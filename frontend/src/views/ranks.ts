@@ -405,7 +405,7 @@ export class RanksView {
           }),
         ),
       ),
-      device ? null : h("p", "hint", "CPU time of the calling thread; for asynchronous collectives that is the enqueue, and a rank that waits for a straggler waits here."),
+      device ? null : h("p", "hint", "CPU time of the collective's work (Gloo's own thread: the transfer and any wait for other ranks), else of the calling thread; a rank that waits for a straggler waits here."),
     );
     return section;
   }
