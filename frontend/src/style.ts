@@ -50,6 +50,7 @@ table.runs tr.in-progress td.run-name { color: #5e35b1; }
 .more-runs { margin: 8px 0 0; }
 .more-runs button { border: 1px solid #ccc; background: #fff; border-radius: 3px; padding: 2px 10px; }
 .more-runs button:hover { background: #f5f5f5; }
+.badge.ranks { background: #e3f2fd; color: #0d47a1; margin-left: 6px; }
 .badge.inferred { background: #fff3e0; color: #e65100; border: 1px dashed #fb8c00; }
 .empty { max-width: 720px; border: 1px solid #e0e0e0; border-radius: 6px; padding: 14px 18px; background: #fafafa; }
 .empty li { margin: 4px 0; }

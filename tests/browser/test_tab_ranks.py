@@ -132,6 +132,8 @@ def test_ranks_view_of_a_tensor_parallel_run(ranks_url: str, page: Page, artifac
     assert slow["straggler"] and any(s["rank"] == 1 and s["metric"] == "attention" for s in expected["stragglers"])
 
     frame = open_tab(page, ranks_url)
+    # The runs list marks a multi-rank run, with the runner's parallelism.
+    expect(frame.locator(f'tr.run-row[data-run="{TP_RUN}"] .badge.ranks')).to_have_text("2 ranks \u00b7 tp")
     open_ranks(frame, TP_RUN)
     expect(frame.get_by_test_id("ranks-clock")).to_have_text(expected["clock"])
     # Both ranks, with the server's figures per layer; the straggler's row carries the badge.
@@ -243,6 +245,7 @@ def test_replicas_gaps_single_rank_errors_and_stale_answers(ranks_url: str, page
     back_to_runs(frame)
 
     # One rank: no Ranks tab and no "All ranks" choice, even though the Ranks view was open last.
+    expect(frame.locator(f'tr.run-row[data-run="{SINGLE_RUN}"] .badge.ranks')).to_have_count(0)
     frame.get_by_role("button", name=f"Open run {SINGLE_RUN}", exact=True).click()
     expect(frame.get_by_role("tab", name="Layers \u00d7 phases", exact=True)).to_have_attribute("aria-selected", "true")
     expect(frame.get_by_role("tab", name="Ranks", exact=True)).to_have_count(0)

@@ -335,6 +335,14 @@ export class RunsView {
   }
 }
 
+/** "ranks · tp" for a runner's multi-rank run, "ranks" for another torch.distributed one. */
+function parallelOf(m: Record<string, unknown> | null): string | null {
+  const parallel = metaString(m, "parallel");
+  const world = m?.["world_size"];
+  if (typeof world !== "number" || world < 2) return null;
+  return parallel && parallel !== "none" ? `ranks \u00b7 ${parallel}` : "ranks";
+}
+
 const RUNNING_TITLE = "In progress: the runner is still writing this run (its metadata says \u201crunning\u201d)";
 
 function rows(it: Item, isPicked: boolean): HTMLElement[] {
@@ -356,7 +364,16 @@ function rows(it: Item, isPicked: boolean): HTMLElement[] {
       attrs: { tabindex: 0, role: "button", "aria-label": `Open run ${r.run}` },
     },
     h("td", "pick", box),
-    h("td", { class: "run-name", title: r.run }, name),
+    h(
+      "td",
+      { class: "run-name", title: r.run },
+      name,
+      // Several workers: the ranks of a torch.distributed job (their Ranks view is one click in).
+      r.workers.length > 1
+        ? h("span", { class: "badge ranks", title: "one trace per worker: open the run for its Ranks view" },
+            `${r.workers.length} ${parallelOf(m) ?? "workers"}`)
+        : null,
+    ),
     h("td", null, it.model),
     h("td", null, it.impl),
     h("td", "num", metaConfig(m, "seq")),
