@@ -41,6 +41,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from devtools.tabprobe import OPEN_AND_PAINT, ROUTE_TIMINGS, SHOW_AND_PAINT  # noqa: E402
 from devtools.tbserver import TensorBoard  # noqa: E402
 from tb_attn_plugin.loader import resolve_runs  # noqa: E402
 
@@ -49,45 +50,6 @@ CHROMIUM = "/usr/bin/chromium"
 TAB_FRAME = "plugin_entry.html?name=tb_attn"
 FMP_TARGET_MS = 1000.0
 ROUTE_TARGET_MS = 100.0
-
-# From the click on the run's row to the frame in which its per-layer table is on screen (or an
-# error box, so that a broken run ends the wait too).
-OPEN_AND_PAINT = """run => new Promise(resolve => {
-    const row = [...document.querySelectorAll('tr.run-row')]
-        .find(r => r.getAttribute('aria-label') === 'Open run ' + run);
-    if (!row) { resolve(null); return; }
-    const t0 = performance.now();
-    row.click();
-    const check = () => {
-        const t = document.querySelector('table.layers-table');
-        const err = document.querySelector('.run-page [role=alert]');
-        if ((t && t.offsetParent !== null && t.querySelector('tbody tr')) || err)
-            requestAnimationFrame(() => resolve(err && !t ? -1 : performance.now() - t0));
-        else requestAnimationFrame(check);
-    };
-    check();
-})"""
-
-# From the click on a sub-view's tab to the frame in which its first canvas is drawn.
-SHOW_AND_PAINT = """([label, section]) => new Promise(resolve => {
-    const tab = [...document.querySelectorAll('[role=tab]')].find(b => b.textContent === label);
-    const t0 = performance.now();
-    tab.click();
-    const check = () => {
-        const c = document.querySelector(section + ' canvas');
-        const err = document.querySelector(section + ' [role=alert]');
-        if (c || err) requestAnimationFrame(() => resolve(err ? -1 : performance.now() - t0));
-        else requestAnimationFrame(check);
-    };
-    check();
-})"""
-
-ROUTE_TIMINGS = """() => performance.getEntriesByType('resource')
-    .filter(e => /\\/(runs|summary|memory|timeline)\\?/.test(e.name))
-    .map(e => ({route: e.name.match(/\\/(runs|summary|memory|timeline)\\?/)[1], total_ms: e.duration,
-                server_ms: e.responseStart - e.requestStart, encoded_bytes: e.encodedBodySize,
-                bytes: e.decodedBodySize}))"""
-
 
 def log(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
@@ -120,7 +82,7 @@ def visit(frame: Any, run: str, *, timeout_ms: float) -> dict[str, float]:
 
 
 def routes(frame: Any) -> dict[str, dict[str, float]]:
-    return {e["route"]: e for e in frame.evaluate(ROUTE_TIMINGS) if e["route"] != "runs"}
+    return {e["route"]: e for e in frame.evaluate(ROUTE_TIMINGS)}
 
 
 def median(values: list[float]) -> float:

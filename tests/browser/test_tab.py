@@ -24,6 +24,7 @@ from typing import Any
 
 from playwright.sync_api import Frame, Locator, Page, expect
 
+from devtools.tabprobe import OPEN_AND_PAINT, ROUTE_TIMINGS, SHOW_AND_PAINT
 from tb_attn_plugin.loader import Loader, resolve_runs
 from tb_attn_plugin.schema import WorkerSummary
 
@@ -539,39 +540,7 @@ def test_path_prefix(prefixed_tensorboard: Any, page: Page, artifacts: Path) -> 
 
 
 # ---- performance: measured and reported, not asserted ----------------------------------------
-# (bench/tab_latency.py measures the same on a large trace.)
-
-# From the click on a run's row to the frame in which its per-layer table is on screen.
-OPEN_AND_PAINT = """run => new Promise(resolve => {
-    const row = [...document.querySelectorAll('tr.run-row')]
-        .find(r => r.getAttribute('aria-label') === 'Open run ' + run);
-    const t0 = performance.now();
-    row.click();
-    const check = () => {
-        const t = document.querySelector('table.layers-table');
-        if (t && t.offsetParent !== null && t.querySelector('tbody tr'))
-            requestAnimationFrame(() => resolve(performance.now() - t0));
-        else requestAnimationFrame(check);
-    };
-    check();
-})"""
-
-# From the click on a sub-view's tab to the frame in which its first canvas is drawn.
-SHOW_AND_PAINT = """([label, section]) => new Promise(resolve => {
-    const tab = [...document.querySelectorAll('[role=tab]')].find(b => b.textContent === label);
-    const t0 = performance.now();
-    tab.click();
-    const check = () => {
-        if (document.querySelector(section + ' canvas')) requestAnimationFrame(() => resolve(performance.now() - t0));
-        else requestAnimationFrame(check);
-    };
-    check();
-})"""
-
-ROUTE_TIMINGS = """() => performance.getEntriesByType('resource')
-    .filter(e => /\\/(summary|memory|timeline)\\?/.test(e.name))
-    .map(e => ({route: e.name.match(/\\/(summary|memory|timeline)\\?/)[1], total_ms: e.duration,
-                server_ms: e.responseStart - e.requestStart, bytes: e.decodedBodySize}))"""
+# (bench/tab_latency.py measures the same on a large trace, with the same probes: devtools/tabprobe.py.)
 
 
 def warm_routes(tb: Any, run: str) -> None:
