@@ -213,7 +213,8 @@ class Loader:
         return analysis
 
     def _check_size(self, trace: TraceFile) -> None:
-        """Refuses a file that is over the limit as stored: no need to read it to know."""
+        """Refuses a file that is over the limit as stored, from the listing's size: without even
+        opening it (trace.io refuses it too, for callers that read it directly)."""
         limit = self.max_trace_bytes
         if limit is not None and trace.size > limit:
             raise TraceError(f"{trace.name} is {trace.size / 2**20:.0f} MiB, over the limit of "

@@ -264,6 +264,15 @@ class _Chunks:
             raise StopIteration
         return bytes(chunk)
 
+    def stored_size(self) -> int | None:
+        """The open file's size as stored (no request: fsspec files know it from opening)."""
+        try:
+            size = os.fstat(self._f.fileno()).st_size if hasattr(self._f, "fileno") and not is_url(self._path) \
+                else getattr(self._f, "size", None)
+        except (OSError, ValueError):
+            return None
+        return size if isinstance(size, int) else None
+
     def close(self) -> None:
         try:
             self._f.close()
@@ -328,6 +337,10 @@ def read_chunks(path: str, *, chunk_bytes: int = CHUNK_BYTES, max_bytes: int | N
 
 
 def _decompressed(raw: _Chunks, path: str, chunk_bytes: int, max_bytes: int | None) -> Iterator[bytes]:
+    stored = raw.stored_size()
+    if max_bytes is not None and stored is not None and stored > max_bytes:
+        # Over the limit as stored is over it uncompressed too: refused before a byte is decoded.
+        raise TraceError(f"{path} is larger than the limit of {max_bytes >> 20} MiB uncompressed")
     first = next(raw, b"")
     total = 0
 
@@ -339,9 +352,6 @@ def _decompressed(raw: _Chunks, path: str, chunk_bytes: int, max_bytes: int | No
         return chunk
 
     if not first.startswith(_GZIP_MAGIC):
-        if max_bytes is not None and not is_url(path) and stat(path).size > max_bytes:
-            raw.close()  # refused before any of it is decoded
-            raise TraceError(f"{path} is larger than the limit of {max_bytes >> 20} MiB uncompressed")
         if first:
             yield capped(first)
         for chunk in raw:
