@@ -41,7 +41,6 @@ import json
 import os
 import platform
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -53,23 +52,14 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from devtools.tbserver import TensorBoard  # noqa: E402
+
 CHROMIUM = "/usr/bin/chromium"
 TAB_FRAME = "plugin_entry.html?name=tb_attn"
 TARGET_S = 2.0
 PEER_MAX = 100  # runs: beyond this the peer's process per run risks the machine's memory
-
-# TensorBoard with its static plugins and one entry-point plugin (ours, or the peer).
-SERVE = (
-    "import sys\n"
-    "from tensorboard import default, program\n"
-    "if sys.argv[1] == 'peer':\n"
-    "    from torch_tb_profiler.plugin import TorchProfilerPlugin as P\n"
-    "else:\n"
-    "    from tb_attn_plugin.plugin import AttentionPlugin as P\n"
-    "tb = program.TensorBoard(plugins=default.get_static_plugins() + [P])\n"
-    "tb.configure(argv=['tensorboard'] + sys.argv[2:])\n"
-    "sys.exit(tb.main())\n"
-)
 
 # ---- the logdir ------------------------------------------------------------------------------
 
@@ -121,35 +111,15 @@ def log(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-class TensorBoard:
-    """TensorBoard with the static plugins and ``which`` ("ours" or "peer"); times its start."""
+class Server:
+    """TensorBoard (``devtools.tbserver``) with its static plugins and ours ("ours") or
+    torch-tb-profiler ("peer"); times its start."""
 
     def __init__(self, logdir: Path, which: str = "ours") -> None:
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}/"
-        self.log = tempfile.TemporaryFile(mode="w+", prefix="tensorboard-")
         self.launched = time.perf_counter()
-        self.proc = subprocess.Popen(
-            [sys.executable, "-c", SERVE, which, "--logdir", str(logdir), "--host", "127.0.0.1",
-             "--port", str(self.port)], stdout=self.log, stderr=subprocess.STDOUT, text=True, cwd=ROOT)
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"tensorboard exited: {self.output()}")
-            try:
-                with urllib.request.urlopen(self.url + "data/plugins_listing", timeout=2):
-                    self.ready = time.perf_counter()
-                    return
-            except OSError:
-                time.sleep(0.05)
-        self.stop()
-        raise RuntimeError("tensorboard did not start within 120 s")
+        self.tb = TensorBoard(logdir, only=["tb_attn" if which == "ours" else "torch_profiler"])
+        self.ready = time.perf_counter()
+        self.url = self.tb.url
 
     def get(self, route: str, timeout_s: float = 300.0) -> tuple[Any, float]:
         """(JSON body, seconds) of one request."""
@@ -158,19 +128,8 @@ class TensorBoard:
             body = json.loads(r.read())
         return body, time.perf_counter() - t
 
-    def output(self) -> str:
-        self.log.seek(0)
-        return self.log.read()[-3000:]
-
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self.log.close()
+        self.tb.stop()
 
 
 RUNS = "data/plugin/tb_attn/runs"
@@ -180,7 +139,7 @@ def server_figures(logdir: Path, n: int, *, cold: int, repeat: int) -> dict[str,
     out: dict[str, list[float]] = {"cold_s": [], "launch_to_list_s": [], "refresh_s": [], "cached_s": [],
                                    "bytes": []}
     for k in range(cold):
-        tb = TensorBoard(logdir)
+        tb = Server(logdir)
         try:
             body, s = tb.get(RUNS)
             out["launch_to_list_s"].append(time.perf_counter() - tb.launched)
@@ -307,7 +266,7 @@ def browser_figures(browser: Any, tb: TensorBoard, n: int, *, repeat: int) -> di
 # ---- the peer ----------------------------------------------------------------------------------
 
 def peer_figures(logdir: Path, n: int, *, timeout_s: float) -> dict[str, Any]:
-    ours = TensorBoard(logdir)
+    ours = Server(logdir)
     try:
         body, _ = ours.get(RUNS)
         ours_s = time.perf_counter() - ours.launched
@@ -315,7 +274,7 @@ def peer_figures(logdir: Path, n: int, *, timeout_s: float) -> dict[str, Any]:
         assert len(body["runs"]) == n
     finally:
         ours.stop()
-    peer = TensorBoard(logdir, "peer")
+    peer = Server(logdir, "peer")
     try:
         listed = 0
         while True:
@@ -386,7 +345,7 @@ def main() -> int:
                 log(f"N={n}: logdir written in {time.perf_counter() - t:.1f} s")
                 fig: dict[str, Any] = {"server": server_figures(logdir, n, cold=args.cold, repeat=args.repeat)}
                 if browser is not None:
-                    tb = TensorBoard(logdir)
+                    tb = Server(logdir)
                     try:
                         fig["browser"] = browser_figures(browser, tb, n, repeat=args.repeat)
                     finally:

@@ -34,5 +34,6 @@ def torchrun_logdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     logdir = tmp_path_factory.mktemp("torchrun")
     for args in (["--parallel", "tp", "--impl", "naive", "--slow-rank", "1", "--slow-ms", "20"],
                  ["--parallel", "ddp", "--impl", "sdpa"]):
-        torchrun(logdir, args)
+        torchrun("-m", "runner", "--logdir", str(logdir), "--layers", "2", "--heads", "4", "--d-model", "32",
+                 "--seq", "16", "--no-progress", *args)
     return logdir

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
+from devtools.tbserver import free_port
 from runner.config import ModelConfig, ProfileConfig
 from runner.session import RunResult, RunSpec, run_one
 
@@ -25,16 +25,10 @@ def profile_run(logdir: Path, name: str, model: str = "builtin", **changes: obje
     return run_one(spec, logdir, PROFILE)
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def torchrun(logdir: Path, args: list[str], *, ranks: int = 2) -> None:
-    """``python -m runner`` under torchrun with ``ranks`` gloo processes and a tiny model."""
+def torchrun(*args: str, ranks: int = 2, timeout: float = 240) -> None:
+    """``torchrun --nproc_per_node ranks ARGS`` on loopback (gloo), one thread per process."""
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(ranks), "--master_addr",
-           "127.0.0.1", "--master_port", str(free_port()), "-m", "runner", "--logdir", str(logdir),
-           "--layers", "2", "--heads", "4", "--d-model", "32", "--seq", "16", "--no-progress", *args]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=240, env={**os.environ, "OMP_NUM_THREADS": "1"})
+           "127.0.0.1", "--master_port", str(free_port()), *args]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert proc.returncode == 0, proc.stderr[-3000:]

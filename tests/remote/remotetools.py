@@ -25,6 +25,7 @@ from tensorboard.backend import application
 from tensorboard.plugins import base_plugin
 from werkzeug.test import Client
 
+from devtools.tbserver import free_port
 from tb_attn_plugin.plugin import AttentionPlugin
 from tb_attn_plugin.service import Service
 
@@ -36,13 +37,6 @@ URL = f"s3://{BUCKET}/runs"
 CREDENTIALS = {"aws_access_key_id": "testing", "aws_secret_access_key": "testing", "region_name": "us-east-1"}
 _REQUEST_LINE = re.compile(rb"^([A-Z]+) (\S+) HTTP/1\.[01]$")
 _CONTENT_LENGTH = re.compile(rb"(?im)^content-length:\s*(\d+)\s*$")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 class _Connection:

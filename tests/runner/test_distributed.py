@@ -8,15 +8,13 @@ timeout; the checks that need no process group run in-process.
 from __future__ import annotations
 
 import json
-import os
 import socket
 import statistics
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers import torchrun
 from tracetools import Op, load_trace, ops_with_scopes, trace_files
 
 from runner.cli import build_parser, main, plan_sweep
@@ -31,20 +29,6 @@ TINY = ["--layers", str(LAYERS), "--heads", str(HEADS), "--d-model", "32", "--se
 ACTIVE_STEPS = 2  # the default schedule: wait 1, warmup 1, active 2
 SLOW_MS = 40.0
 ALLREDUCE = "c10d::allreduce_"  # the collective's op on the calling thread; gloo runs it on its own threads
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _torchrun(*args: str, timeout: float = 240) -> None:
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_addr", "127.0.0.1",
-           "--master_port", str(_free_port()), *args]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
-                          env={**os.environ, "OMP_NUM_THREADS": "1"})
-    assert proc.returncode == 0, proc.stderr[-3000:]
 
 
 def _meta(run_dir: Path) -> dict[str, Any]:
@@ -91,7 +75,7 @@ def _block_scopes(scopes: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def test_ddp_two_ranks_with_a_straggler(tmp_path: Path) -> None:
     """Under torchrun training defaults to DDP: every rank computes every head, gradients are
     all-reduced in backward, and --slow-rank makes rank 1's attention blocks longer by --slow-ms."""
-    _torchrun("-m", "runner", "--logdir", str(tmp_path), "--impl", "naive,sdpa", *TINY,
+    torchrun("-m", "runner", "--logdir", str(tmp_path), "--impl", "naive,sdpa", *TINY,
               "--slow-rank", "1", "--slow-ms", str(SLOW_MS))
     for impl in ("naive", "sdpa"):
         run_dir = tmp_path / "builtin" / impl / f"seq{SEQ}"
@@ -127,7 +111,7 @@ def test_tensor_parallel_heads_and_all_reduce(tmp_path: Path) -> None:
     each), and the block outputs are all-reduced outside the attention scopes, once per layer
     in forward and once in backward."""
     impls = ("naive", "naive-inplace", "sdpa", "sdpa-math", "sdpa-flash")
-    _torchrun("-m", "runner", "--logdir", str(tmp_path), "--parallel", "tp", "--impl", ",".join(impls),
+    torchrun("-m", "runner", "--logdir", str(tmp_path), "--parallel", "tp", "--impl", ",".join(impls),
               "--kv-heads", "2", *TINY)
     for impl in impls:
         run_dir = tmp_path / "builtin" / f"{impl}-tp" / f"seq{SEQ}"
@@ -199,7 +183,7 @@ def test_tensor_parallel_matches_single_process(tmp_path: Path) -> None:
     forward within 1e-5, gradients within 1e-5 of each parameter's largest gradient."""
     script = tmp_path / "tp_check.py"
     script.write_text(_TP_CHECK)
-    _torchrun(str(script), str(tmp_path))
+    torchrun(str(script), str(tmp_path))
     for rank in range(2):
         errors = json.loads((tmp_path / f"rank{rank}.json").read_text())
         assert len(errors) == 20
