@@ -21,7 +21,7 @@ setup(
         "fsspec",
     ],
     extras_require={
-        "test": ["pytest", "ruff", "mypy", "playwright", "moto[server]>=5", "s3fs>=2024.1", "boto3"],
+        "test": ["pytest", "hypothesis", "ruff", "mypy", "playwright", "moto[server]>=5", "s3fs>=2024.1", "boto3"],
         # Older s3fs releases have no aiobotocore and break on fsspec's current API; pip falls
         # back to them when a newer boto3 conflicts with aiobotocore's botocore pin.
         "s3": ["s3fs>=2024.1"],

@@ -10,18 +10,14 @@ from __future__ import annotations
 import os
 import threading
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from pathlib import Path
 from typing import Generic, TypeVar
 
-__all__ = ["DiskCache", "Key", "LRUCache", "cache_key"]
+__all__ = ["DiskCache", "Key", "LRUCache"]
 
-Key = tuple[str, int, float]
+Key = tuple[str, int, float]  # a file version: (path, size, mtime)
 V = TypeVar("V")
-
-
-def cache_key(path: str, size: int, mtime: float) -> Key:
-    return (path, size, mtime)
 
 
 class LRUCache(Generic[V]):
@@ -30,11 +26,11 @@ class LRUCache(Generic[V]):
     def __init__(self, *, max_entries: int = 256, max_bytes: int = 512 << 20,
                  sizeof: Callable[[V], int] = lambda v: 1) -> None:
         self.max_entries, self.max_bytes, self.sizeof = max_entries, max_bytes, sizeof
-        self._data: OrderedDict[Key, tuple[V, int]] = OrderedDict()
+        self._data: OrderedDict[Hashable, tuple[V, int]] = OrderedDict()
         self._bytes = 0
         self._lock = threading.Lock()
 
-    def get(self, key: Key) -> V | None:
+    def get(self, key: Hashable) -> V | None:
         with self._lock:
             item = self._data.get(key)
             if item is None:
@@ -42,7 +38,7 @@ class LRUCache(Generic[V]):
             self._data.move_to_end(key)
             return item[0]
 
-    def put(self, key: Key, value: V) -> None:
+    def put(self, key: Hashable, value: V) -> None:
         size = self.sizeof(value)
         with self._lock:
             old = self._data.pop(key, None)
@@ -55,11 +51,6 @@ class LRUCache(Generic[V]):
             while len(self._data) > self.max_entries or self._bytes > self.max_bytes:
                 _, (_, evicted) = self._data.popitem(last=False)
                 self._bytes -= evicted
-
-    def discard_path(self, path: str) -> None:
-        with self._lock:
-            for key in [k for k in self._data if k[0] == path]:
-                self._bytes -= self._data.pop(key)[1]
 
     def __len__(self) -> int:
         return len(self._data)

@@ -44,11 +44,6 @@ class Jobs:
         self._queue.put((key, fn, future))
         return future
 
-    def pending(self) -> int:
-        """Jobs queued or running."""
-        with self._lock:
-            return len(self._running)
-
     def running(self, key: Hashable) -> bool:
         with self._lock:
             return key in self._running

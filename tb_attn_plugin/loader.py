@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import json
+import logging
 import os
 import pickle
 import threading
@@ -22,11 +23,11 @@ import msgspec
 from tb_attn_plugin import __version__
 from tb_attn_plugin.analysis.findings import find
 from tb_attn_plugin.analysis.summary import Analysis, analyze, summarize_analysis
-from tb_attn_plugin.cache import DiskCache, Key, LRUCache, cache_key
+from tb_attn_plugin.cache import DiskCache, Key, LRUCache
 from tb_attn_plugin.schema import SUMMARY_SCHEMA, FileError, RunSummary, WorkerSummary
 from tb_attn_plugin.trace import io
 from tb_attn_plugin.trace.decode import decode, decode_first_half, decode_second_half, merge_halves
-from tb_attn_plugin.trace.discover import Run, TraceFile, find_runs, parse_trace_name
+from tb_attn_plugin.trace.discover import Run, TraceFile, display_name, find_runs, parse_trace_name
 from tb_attn_plugin.trace.events import Events, ReadError, TraceError
 
 __all__ = ["DEFAULT_MAX_TRACE_BYTES", "Loader", "load_events", "parse_metadata", "resolve_runs"]
@@ -35,21 +36,34 @@ DEFAULT_MAX_TRACE_BYTES = 4 << 30  # uncompressed; larger traces are refused, no
 
 
 PARALLEL_MIN_BYTES = 32 << 20
+_log = logging.getLogger(__name__)
 
 
-def load_events(path: str, *, max_bytes: int | None = DEFAULT_MAX_TRACE_BYTES, parallel: bool = True) -> Events:
+def load_events(path: str, *, max_bytes: int | None = DEFAULT_MAX_TRACE_BYTES, parallel: bool = True,
+                timeout_s: float | None = None) -> Events:
     """Read and decode one trace file. Raises TraceError.
 
     A large local uncompressed trace is decoded in two processes when the machine has two cores
     and this process runs no other thread (the CLI; not inside TensorBoard's server, where
     forking a threaded process is unsafe). The result is the same as decoding it in one.
+    ``timeout_s`` bounds the reading and decoding in one process (the server's case): it is
+    checked between chunks, each of which costs a bounded time.
     """
     with _gc_paused():
         if parallel and _may_fork() and _splittable(path, max_bytes):
             events = _load_in_two(path)
             if events is not None:
                 return events
-        return decode(io.read_chunks(path, max_bytes=max_bytes))
+        chunks = io.read_chunks(path, max_bytes=max_bytes)
+        return decode(chunks if timeout_s is None else _until(chunks, time.monotonic() + timeout_s, timeout_s))
+
+
+def _until(chunks: Iterator[bytes], deadline: float, timeout_s: float) -> Iterator[bytes]:
+    for chunk in chunks:
+        if time.monotonic() > deadline:
+            raise TraceError(f"reading this trace took longer than the limit of {timeout_s:g} s; it is not read "
+                             "(raise the limit to read it)")
+        yield chunk
 
 
 @contextlib.contextmanager
@@ -121,13 +135,16 @@ def resolve_runs(path: str) -> list[Run]:
     """
     if io.is_dir(path):
         return find_runs(path, io.list_tree(path))
-    info = io.stat(path)  # raises TraceError: no such file
-    name = path.rstrip("/").replace("\\", "/").rsplit("/", 1)[-1]
+    # A link the user names is the file they mean: resolved here, since trace.io opens no link.
+    target = path if io.is_url(path) else os.path.realpath(path)
+    info = io.stat(target)  # raises TraceError: no such file
+    name = path.rstrip("/").rsplit("/", 1)[-1]
     parsed = parse_trace_name(name)
     worker, span = parsed if parsed is not None else (name.split(".", 1)[0] or name, None)
     directory = path.rstrip("/").rsplit("/", 1)[0] if "/" in path.rstrip("/") else "."
-    trace = TraceFile(path=info.path, name=name, worker=worker, span=span, size=info.size, mtime=info.mtime)
-    return [Run(name=name, path=directory, files=(trace,), metadata_path=None)]
+    trace = TraceFile(path=info.path, name=display_name(name), worker=display_name(worker), span=span,
+                      size=info.size, mtime=info.mtime)
+    return [Run(name=display_name(name), path=directory, files=(trace,), metadata_path=None)]
 
 
 @dataclass
@@ -139,7 +156,11 @@ class Loader:
     the memory both caches hold together: summaries get an eighth of it (at most 64 MiB),
     analyses the rest. Failures are remembered per file version, so a broken file is not
     re-parsed on every request; storage failures (``ReadError``) only for ``read_retry_s``,
-    since the storage may come back.
+    since the storage may come back. ``parse_timeout_s`` bounds one file's reading and decoding.
+
+    Any exception while analyzing or summarizing a file becomes that file's ``TraceError``
+    (logged with its traceback: it is a bug to fix), remembered like any other failure: one
+    odd trace costs one parse and one line in its run, never a 500 or a re-parse per request.
     """
 
     cache_dir: str | None = None
@@ -147,6 +168,7 @@ class Loader:
     keep_analyses: int = 0
     cache_bytes: int = 1 << 30
     read_retry_s: float = 10.0
+    parse_timeout_s: float | None = None
 
     def __post_init__(self) -> None:
         self.disk = DiskCache(self.cache_dir, namespace=f"{SUMMARY_SCHEMA}-{__version__}") if self.cache_dir else None
@@ -199,14 +221,12 @@ class Loader:
             raise TraceError(failure)
         try:
             self._check_size(trace)
-            analysis = analyze(load_events(trace.path, max_bytes=self.max_trace_bytes))
+            with _as_trace_error(trace):
+                analysis = analyze(load_events(trace.path, max_bytes=self.max_trace_bytes,
+                                               timeout_s=self.parse_timeout_s))
         except TraceError as exc:
             self._fail(key, exc)
             raise
-        except MemoryError:
-            error = TraceError("out of memory while reading this trace")
-            self._fail(key, error)
-            raise error from None
         self._read_errors.pop(key, None)
         if self.keep_analyses:
             self.analyses.put(key, analysis)
@@ -235,8 +255,13 @@ class Loader:
                 except (msgspec.DecodeError, msgspec.ValidationError):
                     pass
         analysis = self.analyze_file(trace)
-        summary = summarize_analysis(analysis, file=trace.name, worker=trace.worker, span=trace.span)
-        summary.findings = find(analysis, summary, metadata=metadata)
+        try:
+            with _as_trace_error(trace):
+                summary = summarize_analysis(analysis, file=trace.name, worker=trace.worker, span=trace.span)
+                summary.findings = find(analysis, summary, metadata=metadata)
+        except TraceError as exc:
+            self._fail(key, exc)
+            raise
         self.memory.put(key, summary)
         if self.disk is not None:
             self.disk.put(key, msgspec.msgpack.encode(summary))
@@ -275,11 +300,35 @@ def parse_metadata(raw: bytes) -> dict[str, object] | None:
         value = json.loads(raw)
     except (ValueError, RecursionError):  # RecursionError: nested too deeply
         return None
-    return value if isinstance(value, dict) else None
+    if not isinstance(value, dict):
+        return None
+    try:
+        msgspec.json.encode(value)
+    except UnicodeEncodeError:  # a lone surrogate escape ("\ud800") somewhere in it
+        from tb_attn_plugin.schema import to_json
+
+        value = json.loads(to_json(value))
+    except RecursionError:
+        return None
+    return value
+
+
+@contextlib.contextmanager
+def _as_trace_error(trace: TraceFile) -> Iterator[None]:
+    try:
+        yield
+    except TraceError:
+        raise
+    except MemoryError:
+        raise TraceError("out of memory while reading this trace") from None
+    except Exception as exc:
+        _log.exception("analyzing %s failed", trace.name)
+        raise TraceError(f"internal error while analyzing this trace ({type(exc).__name__}: {exc}); "
+                         "please report it with the trace") from None
 
 
 def _key(trace: TraceFile) -> Key:
-    return cache_key(trace.path, trace.size, trace.mtime)
+    return (trace.path, trace.size, trace.mtime)
 
 
 def _summary_nbytes(summary: WorkerSummary) -> int:

@@ -30,6 +30,7 @@ PLUGIN_NAME = "tb_attn"
 DEFAULT_CACHE_MB = 1024
 DEFAULT_MAX_TRACE_MB = 4096
 DEFAULT_PARSE_WORKERS = 2
+DEFAULT_PARSE_TIMEOUT_S = 600
 STATIC_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "static")
 _JSON = "application/json"
 
@@ -37,9 +38,9 @@ WSGIApp = Callable[..., Any]
 
 
 def _to_json(value: Any) -> bytes:
-    import msgspec
+    from tb_attn_plugin.schema import to_json
 
-    return msgspec.json.encode(value)
+    return to_json(value)
 
 
 class AttentionLoader(base_plugin.TBLoader):
@@ -53,9 +54,11 @@ class AttentionLoader(base_plugin.TBLoader):
                            help="refuse trace files larger than this, uncompressed (default %(default)s MiB)")
         group.add_argument("--tb_attn_parse_workers", type=int, default=DEFAULT_PARSE_WORKERS, metavar="N",
                            help="threads that parse traces in the background (default %(default)s)")
+        group.add_argument("--tb_attn_parse_timeout_s", type=int, default=DEFAULT_PARSE_TIMEOUT_S, metavar="S",
+                           help="give up on a trace whose reading takes longer than this (default %(default)s s)")
 
     def fix_flags(self, flags: argparse.Namespace) -> None:
-        for name in ("tb_attn_cache_mb", "tb_attn_max_trace_mb", "tb_attn_parse_workers"):
+        for name in ("tb_attn_cache_mb", "tb_attn_max_trace_mb", "tb_attn_parse_workers", "tb_attn_parse_timeout_s"):
             value = getattr(flags, name, None)
             if value is not None and value < 1:
                 raise base_plugin.FlagsError(f"--{name} must be at least 1, got {value}")
@@ -73,6 +76,7 @@ class AttentionPlugin(base_plugin.TBPlugin):
         self._cache_mb = getattr(flags, "tb_attn_cache_mb", None) or DEFAULT_CACHE_MB
         self._max_trace_mb = getattr(flags, "tb_attn_max_trace_mb", None) or DEFAULT_MAX_TRACE_MB
         self._parse_workers = getattr(flags, "tb_attn_parse_workers", None) or DEFAULT_PARSE_WORKERS
+        self._parse_timeout_s = getattr(flags, "tb_attn_parse_timeout_s", None) or DEFAULT_PARSE_TIMEOUT_S
         self._service: Service | None = None
 
     @property
@@ -81,7 +85,8 @@ class AttentionPlugin(base_plugin.TBPlugin):
             from tb_attn_plugin.service import Service
 
             self._service = Service(self._logdir, cache_bytes=self._cache_mb << 20,
-                                    max_trace_bytes=self._max_trace_mb << 20, parse_workers=self._parse_workers)
+                                    max_trace_bytes=self._max_trace_mb << 20, parse_workers=self._parse_workers,
+                                    parse_timeout_s=self._parse_timeout_s)
         return self._service
 
     def is_active(self) -> bool:
@@ -126,16 +131,16 @@ class AttentionPlugin(base_plugin.TBPlugin):
     def _serve_drilldown(self, request: wrappers.Request) -> wrappers.Response:
         body = self.service.drilldown(
             _required(request, "run"), request.args.get("worker"), request.args.get("span"),
-            layer=_required_int(request, "layer"), phase=request.args.get("phase") or None,
+            layer=_layer(request), phase=request.args.get("phase") or None,
             backward=request.args.get("backward") in ("1", "true"),
             profiler_installed=importlib.util.find_spec("torch_tb_profiler") is not None,
         )
-        return http_util.Respond(request, _to_json(body), _JSON)
+        return http_util.Respond(request, body, _JSON)
 
     def _serve_memory(self, request: wrappers.Request) -> wrappers.Response:
         body = self.service.memory(_required(request, "run"), request.args.get("worker"), request.args.get("span"),
                                    step=_int(request, "step"))
-        return http_util.Respond(request, _to_json(body), _JSON)
+        return http_util.Respond(request, body, _JSON)
 
     def _serve_timeline(self, request: wrappers.Request) -> wrappers.Response:
         limit = _int(request, "limit")
@@ -147,7 +152,7 @@ class AttentionPlugin(base_plugin.TBPlugin):
             step=_int(request, "step"), start_us=_float(request, "start_us"), end_us=_float(request, "end_us"),
             limit=limit,
         )
-        return http_util.Respond(request, _to_json(body), _JSON)
+        return http_util.Respond(request, body, _JSON)
 
     def _serve_compare(self, request: wrappers.Request) -> wrappers.Response:
         body = self.service.compare(_run_list(request), request.args.get("baseline") or None)
@@ -161,16 +166,19 @@ class AttentionPlugin(base_plugin.TBPlugin):
         from tb_attn_plugin.trace.events import TraceError
 
         trace = self.service.trace_download(_required(request, "run"), _required(request, "file"))
-        headers = [
-            ("Content-Disposition", f"attachment; filename={json.dumps(trace.name)}"),
-            ("X-Content-Type-Options", "nosniff"),
-            ("Content-Length", str(trace.size)),
-        ]
-        mimetype = "application/gzip" if trace.name.endswith(".gz") else _JSON
         try:
             chunks = io.raw_chunks(trace.path)  # opens the file now: a storage error is a 404, not a 500
         except TraceError as exc:
             raise errors.NotFoundError(f"cannot read {trace.name}: {exc}") from None
+        # The open file's size, not the listing's: a file that grew (or shrank) since is sent
+        # whole, with a length that matches what is sent.
+        size = chunks.stored_size()
+        headers = [
+            ("Content-Disposition", f"attachment; filename={json.dumps(trace.name)}"),
+            ("X-Content-Type-Options", "nosniff"),
+            ("Content-Length", str(trace.size if size is None else size)),
+        ]
+        mimetype = "application/gzip" if trace.name.endswith(".gz") else _JSON
         return wrappers.Response(chunks, mimetype=mimetype, headers=headers, direct_passthrough=True)
 
     # -- static assets --------------------------------------------------------------------
@@ -242,6 +250,13 @@ def _required_int(request: wrappers.Request, name: str) -> int:
     if value is None:
         raise errors.InvalidArgumentError(f"missing argument {name!r}")
     return value
+
+
+def _layer(request: wrappers.Request) -> int:
+    layer = _required_int(request, "layer")
+    if layer < 0:
+        raise errors.InvalidArgumentError(f"layer must be >= 0, got {layer}")
+    return layer
 
 
 def _int(request: wrappers.Request, name: str) -> int | None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import Future, wait
 from typing import Any
 
@@ -16,11 +17,12 @@ from tensorboard import errors
 
 from tb_attn_plugin.analysis import views
 from tb_attn_plugin.analysis.summary import Analysis
+from tb_attn_plugin.cache import LRUCache
 from tb_attn_plugin.jobs import Jobs
 from tb_attn_plugin.loader import Loader, parse_metadata
-from tb_attn_plugin.schema import FileError, RanksResponse, RunSummary, WorkerSummary
+from tb_attn_plugin.schema import FileError, RanksResponse, RunSummary, WorkerSummary, to_json
 from tb_attn_plugin.trace import io
-from tb_attn_plugin.trace.discover import Run, TraceFile, find_runs
+from tb_attn_plugin.trace.discover import Run, TraceFile, display_name, find_runs
 from tb_attn_plugin.trace.events import ReadError, TraceError
 
 __all__ = ["Loading", "Service"]
@@ -51,59 +53,101 @@ class Service:
     answers "loading".
     """
 
-    def __init__(self, logdir: str, *, scan_ttl_s: float = 5.0, keep_analyses: int = 256,
+    def __init__(self, logdir: str, *, scan_ttl_s: float = 5.0, relist_min_s: float = 1.0, keep_analyses: int = 256,
                  cache_bytes: int = 1 << 30, max_trace_bytes: int | None = 4 << 30,
-                 parse_workers: int = 2, wait_s: float = 0.5) -> None:
+                 parse_workers: int = 2, wait_s: float = 0.5, parse_timeout_s: float | None = 600.0) -> None:
         self.logdir = logdir
         self.scan_ttl_s = scan_ttl_s
+        self.relist_min_s = min(relist_min_s, scan_ttl_s)
         self.wait_s = wait_s
-        self.loader = Loader(keep_analyses=keep_analyses, cache_bytes=cache_bytes, max_trace_bytes=max_trace_bytes)
+        self.loader = Loader(keep_analyses=keep_analyses, cache_bytes=cache_bytes, max_trace_bytes=max_trace_bytes,
+                             parse_timeout_s=parse_timeout_s)
         self.jobs = Jobs(parse_workers)
+        # Views of one trace, encoded: small next to the analyses they come from (a timeline is at
+        # most ``limit`` events), so a sixteenth of the cache, and a view's second request is free.
+        self._views: LRUCache[bytes] = LRUCache(max_entries=512, max_bytes=max(cache_bytes // 16, 1 << 20),
+                                                sizeof=len)
         self._runs: list[Run] = []
+        self._by_name: dict[str, Run] = {}
         self._scanned_at = -1e18
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # guards the registry's fields; never held while reading storage
+        self._listing = threading.Lock()  # one listing at a time
         self._active = False
         self._active_checked_at = -1e18
         self._metadata: dict[tuple[str, float | None], dict[str, object] | None] = {}
         self.listing_error: str | None = None
 
     # -- the registry ---------------------------------------------------------------------
+    # Invariants: no storage is read while ``_lock`` is held, so a slow store (or a FIFO swapped
+    # in for a metadata file) delays one listing, never the other requests; and listings are
+    # rate-limited: a regular one every ``scan_ttl_s``, a forced one (``refresh=1``, or a run
+    # name that the last listing lacks) at most every ``relist_min_s``, whoever asks for it and
+    # however often. While one request lists, the others answer from the last listing.
     def runs(self, *, refresh: bool = False) -> list[Run]:
-        with self._lock:
-            if refresh or time.monotonic() - self._scanned_at > self.scan_ttl_s:
-                return self._runs_unlocked()
-            return self._runs
+        return self._fresh(self.relist_min_s if refresh else self.scan_ttl_s)
 
-    def _runs_unlocked(self) -> list[Run]:
-        """A fresh listing. When the storage cannot be listed (a network error), the last
-        listing stands and the error is reported: nothing was deleted, so nothing disappears."""
+    def _fresh(self, max_age_s: float) -> list[Run]:
+        with self._lock:
+            if time.monotonic() - self._scanned_at <= max_age_s:
+                return self._runs
+            listed_before = self._scanned_at > -1e18
+        # The first listing is waited for; later ones are not, if another request is at it.
+        if not self._listing.acquire(blocking=not listed_before):
+            with self._lock:
+                return self._runs
+        try:
+            with self._lock:
+                if time.monotonic() - self._scanned_at <= max_age_s:
+                    return self._runs  # listed by another request while this one waited
+            return self._relist()
+        finally:
+            self._listing.release()
+
+    def _relist(self) -> list[Run]:
+        """A fresh listing (under ``_listing``). When the storage cannot be listed (a network
+        error), the last listing stands and the error is reported: nothing was deleted, so
+        nothing disappears."""
+        started = time.monotonic()
         try:
             # A missing prefix lists as empty on object stores: no separate existence check.
             files = io.list_tree(self.logdir) if io.is_url(self.logdir) or io.is_dir(self.logdir) else []
         except TraceError as exc:
-            self.listing_error = str(exc)
-            self._scanned_at = time.monotonic()
-            return self._runs
-        self.listing_error = None
-        self._runs = find_runs(self.logdir, files)
-        self._scanned_at = time.monotonic()
-        self._read_metadata(self._runs)
-        return self._runs
+            with self._lock:
+                self.listing_error = str(exc)
+                self._scanned_at = started
+                return self._runs
+        runs = find_runs(self.logdir, files)
+        self._read_metadata(runs)
+        with self._lock:
+            self.listing_error = None
+            self._runs = runs
+            # A display name can repeat only if one directory's name holds a literal "\xNN" and
+            # another's that undecodable byte: the first in order is the one served.
+            self._by_name = {}
+            for run in runs:
+                self._by_name.setdefault(run.name, run)
+            self._scanned_at = started
+            return runs
 
     def _read_metadata(self, runs: list[Run]) -> None:
-        """Reads the metadata files that are new or changed since the last listing, in one batch."""
+        """Reads the metadata files that are new or changed since the last listing, in one batch,
+        without the registry lock."""
         wanted = {(r.metadata_path, r.metadata_mtime) for r in runs if r.metadata_path is not None}
-        missing = [key for key in wanted if key not in self._metadata]
+        with self._lock:
+            missing = [key for key in wanted if key not in self._metadata]
         if not missing:
             return
         got = io.read_many([path for path, _ in missing if path is not None])
-        if len(self._metadata) + len(missing) > 16384:
-            self._metadata = {k: v for k, v in self._metadata.items() if k in wanted}
+        parsed = {}
         for path, mtime in missing:
             raw = got.get(path or "")
             if isinstance(raw, ReadError):
                 continue  # read again on the next listing
-            self._metadata[(path, mtime)] = parse_metadata(raw) if isinstance(raw, bytes) else None
+            parsed[(path, mtime)] = parse_metadata(raw) if isinstance(raw, bytes) else None
+        with self._lock:
+            if len(self._metadata) + len(parsed) > 16384:
+                self._metadata = {k: v for k, v in self._metadata.items() if k in wanted}
+            self._metadata.update(parsed)
 
     def has_traces(self) -> bool:
         """Cheap enough for ``is_active``: a fresh listing if there is one, else a local walk
@@ -112,21 +156,26 @@ class Service:
             now = time.monotonic()
             if now - self._scanned_at <= self.scan_ttl_s:
                 return bool(self._runs)
-            if io.is_url(self.logdir):
-                return bool(self._runs_unlocked())
-            if now - self._active_checked_at > self.scan_ttl_s:
-                self._active = io.has_trace_file(self.logdir)
-                self._active_checked_at = now
-            return self._active
+            if not io.is_url(self.logdir) and now - self._active_checked_at <= self.scan_ttl_s:
+                return self._active
+        if io.is_url(self.logdir):
+            return bool(self.runs())
+        active = io.has_trace_file(self.logdir)
+        with self._lock:
+            self._active, self._active_checked_at = active, time.monotonic()
+        return active
 
     def run(self, name: str) -> Run:
-        for run in self.runs():
-            if run.name == name:
-                return run
-        for run in self.runs(refresh=True):  # created since the last scan?
-            if run.name == name:
-                return run
-        raise errors.NotFoundError(f"no run named {name!r} in {self.logdir}")
+        self.runs()
+        with self._lock:
+            found = self._by_name.get(name)
+        if found is None:
+            self.runs(refresh=True)  # created since the last listing? (rate-limited)
+            with self._lock:
+                found = self._by_name.get(name)
+        if found is None:
+            raise errors.NotFoundError(f"no run named {display_name(name)!r} in {display_name(self.logdir)}")
+        return found
 
     def trace_file(self, run: Run, worker: str | None, span: str | None) -> TraceFile:
         files = [f for f in run.files if worker is None or f.worker == worker]
@@ -145,9 +194,12 @@ class Service:
         if run.metadata_path is None:
             return None
         key = (run.metadata_path, run.metadata_mtime)
-        if key not in self._metadata:
-            self._read_metadata([run])
-        return self._metadata.get(key)
+        with self._lock:
+            if key in self._metadata:
+                return self._metadata[key]
+        self._read_metadata([run])
+        with self._lock:
+            return self._metadata.get(key)
 
     def _status(self, run: Run, metadata: dict[str, object] | None) -> tuple[str, str | None]:
         if metadata is not None and metadata.get("status") == "running":
@@ -159,7 +211,8 @@ class Service:
         if any(s is not None for s in summaries):
             return "ready", None
         if run.files and all(f is not None for f in failures):
-            recent = any(time.time() - f.mtime < _RECENT_S for f in run.files)
+            # abs: a file stamped in the future (a skewed clock) is not "being written" forever
+            recent = any(abs(time.time() - f.mtime) < _RECENT_S for f in run.files)
             if recent and any(_incomplete(msg or "") for msg in failures):
                 return "loading", None
             return "error", "; ".join(sorted({m for m in failures if m}))
@@ -280,33 +333,52 @@ class Service:
                 analysis = job.result()
         return run, trace, analysis
 
-    def drilldown(self, run_name: str, worker: str | None, span: str | None, *, layer: int, phase: str | None,
-                  backward: bool, profiler_installed: bool) -> dict[str, Any]:
+    def _view(self, run_name: str, worker: str | None, span: str | None, params: tuple[object, ...],
+              compute: Callable[[Run, TraceFile, Analysis], dict[str, Any]]) -> bytes:
+        """A view of one trace, encoded, as a background job like parsing: the request thread
+        only waits ``wait_s`` for it (then 202), many clients share one job, and the result is
+        cached per file version and arguments, so a view costs its compute once."""
         run, trace, analysis = self._analysis(run_name, worker, span)
-        try:
-            out = views.drilldown(analysis, layer=layer, phase=phase, backward=backward)
-        except views.ViewError as exc:
-            raise errors.NotFoundError(str(exc)) from None
-        out["trace_file"] = trace.name
-        out["download"] = f"./trace?{_query(run=run.name, file=trace.name)}"
-        out["profiler"] = ({"plugin": "pytorch_profiler", "run": run.name, "worker": trace.worker,
-                            "span": trace.span} if profiler_installed else None)
-        return out
+        key = ("view", *_file_key(trace), params)
+        cached = self._views.get(key)
+        if cached is not None:
+            return cached
 
-    def memory(self, run_name: str, worker: str | None, span: str | None, *, step: int | None) -> dict[str, Any]:
-        _, _, analysis = self._analysis(run_name, worker, span)
-        try:
-            return views.memory_curve(analysis, step=step)
-        except views.ViewError as exc:
-            raise errors.NotFoundError(str(exc)) from None
+        def job() -> bytes:
+            body = to_json(compute(run, trace, analysis))
+            self._views.put(key, body)
+            return body
+
+        future: Future[bytes] = self.jobs.submit(key, job)
+        self._await([future], [run.name], 1)
+        exc = future.exception()
+        if isinstance(exc, views.ViewError):
+            raise errors.NotFoundError(str(exc))
+        if exc is not None:
+            raise exc
+        return future.result()
+
+    def drilldown(self, run_name: str, worker: str | None, span: str | None, *, layer: int, phase: str | None,
+                  backward: bool, profiler_installed: bool) -> bytes:
+        def compute(run: Run, trace: TraceFile, analysis: Analysis) -> dict[str, Any]:
+            out = views.drilldown(analysis, layer=layer, phase=phase, backward=backward)
+            out["trace_file"] = trace.name
+            out["download"] = f"./trace?{_query(run=run.name, file=trace.name)}"
+            out["profiler"] = ({"plugin": "pytorch_profiler", "run": run.name, "worker": trace.worker,
+                                "span": trace.span} if profiler_installed else None)
+            return out
+
+        return self._view(run_name, worker, span, ("drilldown", layer, phase, backward, profiler_installed), compute)
+
+    def memory(self, run_name: str, worker: str | None, span: str | None, *, step: int | None) -> bytes:
+        return self._view(run_name, worker, span, ("memory", step),
+                          lambda run, trace, analysis: views.memory_curve(analysis, step=step))
 
     def timeline(self, run_name: str, worker: str | None, span: str | None, *, step: int | None,
-                 start_us: float | None, end_us: float | None, limit: int) -> dict[str, Any]:
-        _, _, analysis = self._analysis(run_name, worker, span)
-        try:
-            return views.timeline(analysis, step=step, start_us=start_us, end_us=end_us, limit=limit)
-        except views.ViewError as exc:
-            raise errors.NotFoundError(str(exc)) from None
+                 start_us: float | None, end_us: float | None, limit: int) -> bytes:
+        return self._view(run_name, worker, span, ("timeline", step, start_us, end_us, limit),
+                          lambda run, trace, analysis: views.timeline(analysis, step=step, start_us=start_us,
+                                                                      end_us=end_us, limit=limit))
 
     def _summaries(self, names: list[str]) -> list[RunSummary]:
         if not names:

@@ -5,10 +5,18 @@ the logdir, as torch-tb-profiler names runs (``.`` for the logdir itself). File 
 ``{worker}.{span}.pt.trace.json[.gz]`` (the span is a time stamp, as
 ``tensorboard_trace_handler`` writes it) or ``{worker}.pt.trace.json[.gz]``. Hidden files,
 including the runner's temporary files, are never traces.
+
+Any byte sequence is a valid POSIX file name, and Python lists the bytes that are not UTF-8 as
+lone surrogates (``surrogateescape``), which no JSON encoder takes. So runs, files and workers
+carry two spellings: ``path`` as listed, to open the file, and a display name (``name``,
+``worker``) in which each such byte is written ``\\xNN``. Routes and the CLI take the display
+name back. A backslash is an ordinary character in a POSIX name; only on Windows does it
+separate directories.
 """
 
 from __future__ import annotations
 
+import os
 import posixpath
 import re
 from collections.abc import Iterable
@@ -16,16 +24,34 @@ from dataclasses import dataclass
 
 from tb_attn_plugin.trace.io import FileInfo
 
-__all__ = ["METADATA_FILE", "TRACE_NAME_RE", "Run", "TraceFile", "find_runs", "parse_trace_name"]
+__all__ = ["METADATA_FILE", "TRACE_NAME_RE", "Run", "TraceFile", "display_name", "find_runs", "parse_trace_name"]
 
 TRACE_NAME_RE = re.compile(r"^(?P<worker>.+?)(?:\.(?P<span>\d+))?\.pt\.trace\.json(?P<gz>\.gz)?$")
 METADATA_FILE = "tb_attn_run.json"  # written by the runner (runner/metadata.py)
 
 
+def display_name(name: str) -> str:
+    """``name`` with each undecodable byte written ``\\xNN`` (and any other lone surrogate
+    ``\\udXXX``): a string that every encoder takes. Valid names come back unchanged."""
+    try:
+        name.encode("utf-8")
+        return name
+    except UnicodeEncodeError:
+        pass
+    if _only_escapes(name):  # as listed: back to the bytes, then each undecodable byte as \xNN
+        return name.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    return name.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def _only_escapes(name: str) -> bool:
+    """Whether every surrogate in ``name`` is one that ``surrogateescape`` makes (U+DC80..U+DCFF)."""
+    return all(not 0xD800 <= ord(c) <= 0xDFFF or 0xDC80 <= ord(c) <= 0xDCFF for c in name)
+
+
 @dataclass(frozen=True, slots=True)
 class TraceFile:
-    path: str
-    name: str
+    path: str  # as listed: what opens the file
+    name: str  # for display (``display_name``)
     worker: str
     span: str | None
     size: int
@@ -55,15 +81,18 @@ def parse_trace_name(name: str) -> tuple[str, str | None] | None:
     return m.group("worker"), m.group("span")
 
 
+def _slashes(path: str) -> str:
+    return path.replace("\\", "/") if os.sep == "\\" and "://" not in path else path
+
+
 def _split(path: str) -> tuple[str, str]:
-    path = path.replace("\\", "/")
-    head, _, tail = path.rpartition("/")
+    head, _, tail = _slashes(path).rpartition("/")
     return head, tail
 
 
 def find_runs(root: str, files: Iterable[FileInfo]) -> list[Run]:
     """Group a recursive listing of ``root`` into runs, sorted by name."""
-    root_norm = root.replace("\\", "/").rstrip("/")
+    root_norm = _slashes(root).rstrip("/")
     by_dir: dict[str, list[TraceFile]] = {}
     metadata: dict[str, FileInfo] = {}
     for info in files:
@@ -71,14 +100,14 @@ def find_runs(root: str, files: Iterable[FileInfo]) -> list[Run]:
         parsed = parse_trace_name(name)
         if parsed is not None:
             by_dir.setdefault(directory, []).append(
-                TraceFile(info.path, name, parsed[0], parsed[1], info.size, info.mtime)
+                TraceFile(info.path, display_name(name), display_name(parsed[0]), parsed[1], info.size, info.mtime)
             )
         elif name == METADATA_FILE:
             metadata[directory] = info
     runs = []
     for directory, traces in by_dir.items():
         rel = directory[len(root_norm):].strip("/") if directory.startswith(root_norm) else directory
-        name = posixpath.normpath(rel) if rel else "."
+        name = display_name(posixpath.normpath(rel)) if rel else "."
         traces.sort(key=lambda t: (t.worker, int(t.span) if t.span else -1, t.name))
         meta = metadata.get(directory)
         runs.append(Run(name=name, path=directory, files=tuple(traces),

@@ -4,6 +4,9 @@ This is the only module that opens, lists or stats files. It reads and never wri
 recognised by its magic bytes, not the file name, and decompressed as a stream, so memory
 stays bounded whatever the file size.
 
+Only regular files are read: a FIFO, a device or a socket, even one swapped in for a listed
+file, is refused at open without blocking (see ``_open_local``).
+
 A failed request to the storage (a missing object, a refused or dropped connection, a timeout,
 missing credentials) raises ``ReadError`` whatever the storage library raised, so callers never
 see a botocore or aiohttp exception and never blame the file's content for it.
@@ -22,9 +25,8 @@ from typing import Any
 from tb_attn_plugin.trace.events import ReadError, TraceError
 
 __all__ = [
-    "CHUNK_BYTES", "FileInfo", "find_after", "has_trace_file", "inside", "is_dir", "is_plain_local_file", "is_url",
-    "join",
-    "list_tree", "raw_chunks", "read_chunks", "read_many", "read_range", "read_small", "stat",
+    "CHUNK_BYTES", "FileChunks", "FileInfo", "find_after", "has_trace_file", "inside", "is_dir", "is_plain_local_file",
+    "is_url", "join", "list_tree", "raw_chunks", "read_chunks", "read_many", "read_range", "read_small", "stat",
 ]
 
 CHUNK_BYTES = 4 << 20
@@ -211,11 +213,38 @@ def list_tree(root: str, *, follow_symlinks: bool = False) -> list[FileInfo]:
     return out
 
 
+_OPEN_FLAGS = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0)
+
+
 def _open_local(path: str) -> Any:
-    """A local file for reading, never through a symbolic link (the listing skips links; one
-    swapped in since must not lead outside the tree). Raises OSError."""
-    fd = os.open(_strip_file_scheme(path), os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_BINARY", 0))
-    return os.fdopen(fd, "rb")
+    """A local regular file for reading. Raises OSError, or TraceError for anything that is not
+    a regular file.
+
+    Never through a symbolic link: the listing skips links, and one swapped in since must not lead
+    outside the tree (a link that a user names on the command line is resolved before it gets
+    here: ``loader.resolve_runs``). ``O_NONBLOCK`` makes opening a FIFO return at once instead
+    of waiting for a writer, and the ``fstat`` of the opened descriptor (not a stat by path,
+    which a swap could outrun) refuses FIFOs, devices (``/dev/zero`` never ends) and sockets
+    before a byte is read. For a regular file the flag changes nothing.
+    """
+    fd = os.open(_strip_file_scheme(path), _OPEN_FLAGS | getattr(os, "O_NOFOLLOW", 0))
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat_module.S_ISREG(mode):
+            raise TraceError(f"cannot read {path}: not a regular file ({_file_kind(mode)})")
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def _file_kind(mode: int) -> str:
+    for test, kind in ((stat_module.S_ISFIFO, "a FIFO"), (stat_module.S_ISCHR, "a character device"),
+                       (stat_module.S_ISBLK, "a block device"), (stat_module.S_ISSOCK, "a socket"),
+                       (stat_module.S_ISDIR, "a directory")):
+        if test(mode):
+            return kind
+    return "not a plain file"
 
 
 def inside(root: str, path: str) -> bool:
@@ -241,14 +270,14 @@ def _open(path: str) -> Any:
         raise ReadError(f"cannot read {path}: {exc.strerror or exc}") from None
 
 
-class _Chunks:
+class FileChunks:
     """An open file's bytes in chunks, which closes the file when done, on error, or when
     ``close()`` is called (as WSGI servers do with a response they stop sending)."""
 
     def __init__(self, f: Any, path: str, chunk_bytes: int) -> None:
         self._f, self._path, self._chunk_bytes = f, path, chunk_bytes
 
-    def __iter__(self) -> _Chunks:
+    def __iter__(self) -> FileChunks:
         return self
 
     def __next__(self) -> bytes:
@@ -280,8 +309,8 @@ class _Chunks:
             pass  # nothing was written: there is nothing to lose
 
 
-def _raw_chunks(path: str, chunk_bytes: int) -> _Chunks:
-    return _Chunks(_open(path), path, chunk_bytes)
+def _raw_chunks(path: str, chunk_bytes: int) -> FileChunks:
+    return FileChunks(_open(path), path, chunk_bytes)
 
 
 def is_plain_local_file(path: str) -> bool:
@@ -291,7 +320,7 @@ def is_plain_local_file(path: str) -> bool:
     try:
         with _open_local(path) as f:
             return bool(f.read(2) != _GZIP_MAGIC)
-    except OSError:
+    except (OSError, TraceError):
         return False
 
 
@@ -320,7 +349,7 @@ def find_after(path: str, offset: int, needle: bytes, *, window: int = 8 << 20) 
     return None if pos < 0 else offset + pos
 
 
-def raw_chunks(path: str, *, chunk_bytes: int = CHUNK_BYTES) -> Iterator[bytes]:
+def raw_chunks(path: str, *, chunk_bytes: int = CHUNK_BYTES) -> FileChunks:
     """The file's bytes as stored (no decompression), in chunks; for downloads. The file is
     opened before this returns, so a missing file or an unreachable store raises ReadError
     here, before a response has started; the iterator has ``close()``."""
@@ -336,7 +365,7 @@ def read_chunks(path: str, *, chunk_bytes: int = CHUNK_BYTES, max_bytes: int | N
         raw.close()  # also when the reader stops early or an error stops it
 
 
-def _decompressed(raw: _Chunks, path: str, chunk_bytes: int, max_bytes: int | None) -> Iterator[bytes]:
+def _decompressed(raw: FileChunks, path: str, chunk_bytes: int, max_bytes: int | None) -> Iterator[bytes]:
     stored = raw.stored_size()
     if max_bytes is not None and stored is not None and stored > max_bytes:
         # Over the limit as stored is over it uncompressed too: refused before a byte is decoded.

@@ -148,7 +148,7 @@ def test_metadata_is_read_once_per_version(logdir: Path, monkeypatch: pytest.Mon
         return real(paths, **kwargs)  # type: ignore[arg-type]
 
     monkeypatch.setattr(io, "read_many", counting)
-    client = plugin_client(logdir)
+    client = plugin_client(logdir, relist_min_s=0)
     get_json(client, f"{BASE}/runs")
     get_json(client, f"{BASE}/runs?refresh=1")
     assert set(reads.values()) == {1} and len(reads) == 4

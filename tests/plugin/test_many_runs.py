@@ -78,7 +78,7 @@ def test_thousand_runs_listed_with_their_metadata(many_logdir: Path) -> None:
 def test_discovery_is_incremental(tmp_path: Path, many_logdir: Path, reads: list[str]) -> None:
     logdir = tmp_path / "logdir"
     shutil.copytree(many_logdir, logdir, copy_function=os.link)
-    client = plugin_client(logdir, scan_ttl_s=3600.0)
+    client = plugin_client(logdir, scan_ttl_s=3600.0, relist_min_s=0)
     before = _runs(client)
     assert len(before) == N
     # The check below means something only if metadata reads are seen at all.
@@ -110,7 +110,7 @@ def test_run_in_progress_then_finished(tmp_path: Path, many_logdir: Path, reads:
     running = many_run(96)
     assert running.status == "running"
     write_many_runs(logdir, many_logdir / many_run(0).name, [0, 96])
-    client = plugin_client(logdir, scan_ttl_s=3600.0)
+    client = plugin_client(logdir, scan_ttl_s=3600.0, relist_min_s=0)
     runs = _runs(client)
     assert runs[running.name]["status"] == "running"
     assert runs[running.name]["metadata"]["status"] == "running"

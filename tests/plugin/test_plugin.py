@@ -145,7 +145,7 @@ def test_path_prefix(logdir: Path) -> None:
 
 
 def test_new_runs_appear_deleted_runs_disappear_and_broken_ones_explain(logdir: Path, builtin_logdir: Path) -> None:
-    client = _client(logdir)
+    client = plugin_client(logdir, relist_min_s=0)  # reloads faster than a person clicks
     assert len(_get(client, f"{BASE}/runs")["runs"]) == 3
     shutil.copytree(builtin_logdir / "sdpa-math", logdir / "exp" / "sdpa-math")
     shutil.rmtree(logdir / "exp" / "sdpa")

@@ -256,6 +256,7 @@ class LocalS3:
 def client_of(logdir: str, **options: Any) -> tuple[Client, Service]:
     """TensorBoard's WSGI app with our plugin over ``logdir``, and the plugin's Service."""
     plugin = AttentionPlugin(base_plugin.TBContext(logdir=logdir))
+    options.setdefault("relist_min_s", 0)  # these tests refresh right after changing the bucket
     service = Service(logdir, **options)
     plugin._service = service
     return Client(application.TensorBoardWSGI([plugin])), service
