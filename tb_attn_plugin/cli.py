@@ -1,20 +1,26 @@
 """``tb-attn``: attention summaries of torch.profiler traces in the terminal and in CI.
 
     tb-attn summarize PATH [--run R] [--worker W] [--format table|json|csv]
+    tb-attn compare PATH [--runs A,B] [--baseline A] [--format table|json]
     tb-attn ranks PATH [--run R] [--margin 0.2] [--fail-on-straggler] [--format table|json]
     tb-attn gate --baseline RUN --candidate RUN [--max-time-regression 10%] [--max-memory-regression 10%]
 
-PATH is a logdir, a run directory or one trace file (local or an fsspec URL). Exit codes: 0
-when every selected trace was summarized, 1 when some trace could not be read (its error is
-printed, the others are still summarized), 2 for bad usage (nothing to summarize, an unknown
-run or worker).
+PATH is a logdir, a run directory or one trace file (local or an fsspec URL). Exit codes of
+summarize, compare and ranks: 0 when every selected trace was read, 1 when some trace could not
+be read (its error is printed, the others are still reported; ranks: also a straggler with
+``--fail-on-straggler``), 2 for bad usage (nothing to read, an unknown run or worker). gate: 0
+when attention did not regress, 1 when it did, 2 for bad usage or when any trace of either
+run cannot be read: a run missing a worker is not the run that was profiled, so it must not
+pass (``docs/ci.md``).
+
+Each error is one line on stderr, ``tb-attn: ...``. Names and messages go through
+``report.printable``: a file, run or worker name cannot send escape sequences to the terminal.
 """
 
 from __future__ import annotations
 
 import argparse
 import gc
-import json
 import sys
 from collections.abc import Sequence
 from typing import NoReturn
@@ -28,7 +34,18 @@ PROG = "tb-attn"
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{self.prog}: error: {message}\n")
+        self.exit(2, f"{self.prog}: error: {report.printable(message)}\n")
+
+
+def _mebibytes(text: str) -> int:
+    """A size limit in MiB, at least 1: 0 would refuse every trace, and a negative one too."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a whole number of MiB, at least 1, got {text!r}")
+    return value
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -40,7 +57,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--worker", help="only this worker")
     s.add_argument("--format", choices=("table", "json", "csv"), default="table")
     s.add_argument("--cache-dir", help="keep summaries in this local directory between invocations")
-    s.add_argument("--max-trace-mb", type=int, default=4096,
+    s.add_argument("--max-trace-mb", type=_mebibytes, default=4096,
                    help="refuse traces larger than this, uncompressed (default 4096)")
     c = sub.add_parser("compare", help="runs side by side with ratios to a baseline, and scaling with seq")
     c.add_argument("path", help="a logdir (local path or fsspec URL)")
@@ -54,7 +71,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="a straggler's attention time exceeds the median over ranks by more than this (default 0.2)")
     r.add_argument("--fail-on-straggler", action="store_true", help="exit 1 when a straggler is found")
     r.add_argument("--format", choices=("table", "json"), default="table")
-    g = sub.add_parser("gate", help="fail (exit 1) when attention got slower or hungrier than a baseline")
+    g = sub.add_parser("gate", help="fail (exit 1) when attention got slower or hungrier than a baseline; "
+                       "exit 2 when a trace of either run cannot be read")
     g.add_argument("--baseline", required=True, help="the baseline run: a run directory or a trace file")
     g.add_argument("--candidate", required=True, help="the candidate run: a run directory or a trace file")
     g.add_argument("--max-time-regression", default="10%", help="tolerated slowdown (default 10%%)")
@@ -99,7 +117,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     sys.stdout.write(render(summaries))
     failed = [(s.run, e) for s in summaries for e in s.errors]
     for run, err in failed:
-        print(f"{PROG}: {run}/{err.file}: {err.error}", file=sys.stderr)
+        _stderr(f"{run}/{err.file}: {err.error}")
     return 1 if failed else 0
 
 
@@ -132,15 +150,15 @@ def _compare(args: argparse.Namespace) -> int:
         return _fail(str(exc))
     scale = scaling(summaries)
     if args.format == "json":
-        sys.stdout.write(json.dumps({"compare": result, "scaling": scale}, indent=2) + "\n")
+        sys.stdout.write(report.json_text({"compare": result, "scaling": scale}))
     else:
         sys.stdout.write(report.compare_table(result, scale))
+    for err in result["errors"]:
+        _stderr(f"{err['run']}: {err['error']}")
     return 1 if result["errors"] else 0
 
 
 def _ranks(args: argparse.Namespace) -> int:
-    import msgspec
-
     from tb_attn_plugin.analysis.ranks import ranks
     from tb_attn_plugin.loader import Loader, resolve_runs
     from tb_attn_plugin.trace.events import TraceError
@@ -151,6 +169,8 @@ def _ranks(args: argparse.Namespace) -> int:
         runs = resolve_runs(args.path)
     except TraceError as exc:
         return _fail(str(exc))
+    if not runs:
+        return _fail(f"no traces under {args.path}")
     if args.run is not None:
         runs = [r for r in runs if r.name == args.run.strip("/")]
         if not runs:
@@ -163,13 +183,12 @@ def _ranks(args: argparse.Namespace) -> int:
     loader = Loader()
     views = [ranks(loader.summarize_run(r), margin=args.margin) for r in runs]
     if args.format == "json":
-        body = msgspec.json.encode(views if len(views) > 1 else views[0])
-        sys.stdout.write(msgspec.json.format(body).decode() + "\n")
+        sys.stdout.write(report.json_text(views if len(views) > 1 else views[0]))
     else:
         sys.stdout.write("\n".join(report.ranks_table(v) for v in views))
     for v in views:
         for err in v.errors:
-            print(f"{PROG}: {v.run}/{err.file}: {err.error}", file=sys.stderr)
+            _stderr(f"{v.run}/{err.file}: {err.error}")
     if any(v.errors for v in views):
         return 1
     return 1 if args.fail_on_straggler and any(v.stragglers for v in views) else 0
@@ -188,6 +207,7 @@ def _gate(args: argparse.Namespace) -> int:
     gc.disable()
     loader = Loader()
     summaries = []
+    unreadable = 0
     for label, path in (("baseline", args.baseline), ("candidate", args.candidate)):
         try:
             runs = resolve_runs(path)
@@ -199,9 +219,14 @@ def _gate(args: argparse.Namespace) -> int:
         summary = loader.summarize_run(runs[0])
         if summary.run == ".":
             summary.run = path
+        # Gating on the readable workers alone would compare a different run: with one rank's
+        # trace corrupt, a slower rank could pass unseen. Every error is printed, then exit 2.
         for err in summary.errors:
-            print(f"{PROG}: {label} {err.file}: {err.error}", file=sys.stderr)
+            _fail(f"{label} {err.file}: {err.error}")
+        unreadable += len(summary.errors)
         summaries.append(summary)
+    if unreadable:
+        return 2
     try:
         outcome = gate(summaries[0], summaries[1], max_time=max_time, max_memory=max_memory, clock=args.clock)
     except ValueError as exc:
@@ -211,8 +236,13 @@ def _gate(args: argparse.Namespace) -> int:
 
 
 def _fail(message: str) -> int:
-    print(f"{PROG}: error: {message}", file=sys.stderr)
+    """Prints a usage or input error (one line, escaped) and returns exit code 2."""
+    _stderr(f"error: {message}")
     return 2
+
+
+def _stderr(message: str) -> None:
+    print(f"{PROG}: {report.printable(message)}", file=sys.stderr)
 
 
 if __name__ == "__main__":  # pragma: no cover

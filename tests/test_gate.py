@@ -88,3 +88,25 @@ def test_a_run_without_attention_is_a_clear_error(tmp_path: Path, capsys: pytest
     other = SHARED_TRACES / "other" / "hta_cpu_only_rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz"
     assert main(["gate", "--baseline", str(other), "--candidate", str(other)]) == 2
     assert "no attention found" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("broken", ["baseline", "candidate"])
+def test_one_unreadable_trace_fails_the_gate_with_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                         broken: str) -> None:
+    """Two workers, one file corrupt: the gate must not pass on the other worker alone."""
+    import shutil
+
+    trace = Path(__file__).parent / "analysis" / "traces" / "steps.json"
+    for side in ("baseline", "candidate"):
+        (tmp_path / side).mkdir()
+        shutil.copy(trace, tmp_path / side / "w0.1.pt.trace.json")
+        shutil.copy(trace, tmp_path / side / "w1.1.pt.trace.json")
+    (tmp_path / broken / "w1.1.pt.trace.json").write_text('{"traceEvents": [')
+    argv = ["gate", "--baseline", str(tmp_path / "baseline"), "--candidate", str(tmp_path / "candidate")]
+    assert main(argv) == 2
+    captured = capsys.readouterr()
+    assert "PASS" not in captured.out
+    (line,) = captured.err.splitlines()
+    assert line.startswith(f"tb-attn: error: {broken} w1.1.pt.trace.json: ")
+    (tmp_path / broken / "w1.1.pt.trace.json").unlink()
+    assert main(argv) == 0  # the readable worker alone is a valid run

@@ -5,6 +5,8 @@ from __future__ import annotations
 import csv
 import io
 import json
+import os
+import re
 import shutil
 import subprocess
 import sys
@@ -13,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from tb_attn_plugin.cli import main
-from tb_attn_plugin.report import CSV_FIELDS
+from tb_attn_plugin.report import CSV_FIELDS, printable
 from tb_attn_plugin.scopes import PHASES
 
 
@@ -91,3 +93,169 @@ def test_console_script(builtin_logdir: Path) -> None:
                            "--format", "json"], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["runs"][0]["workers"][0]["backend"] == "naive"
+
+
+# -- hostile names, bad input ------------------------------------------------------------------
+
+TRACES = Path(__file__).parent / "analysis" / "traces"
+HOSTILE_RUN = "\x1b]0;pwned\x07"
+# What a terminal would act on: C0 (tab and newline too, inside a line), DEL, C1, the bidi
+# overrides and isolates, and lone surrogates (which also fail to encode).
+_UNSAFE = re.compile(r"[\x00-\x09\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
+
+
+def _assert_printable(text: str) -> None:
+    found = _UNSAFE.findall(text)
+    assert not found, f"raw control characters in the output: {found!r}"
+
+
+@pytest.fixture
+def hostile_logdir(tmp_path: Path) -> Path:
+    """A run whose name sets the terminal title, with workers named to clear the screen and to
+    reverse the text, metadata fields to match, and a run directory whose name is not UTF-8."""
+    logdir = tmp_path / "logdir"
+    run = logdir / HOSTILE_RUN
+    run.mkdir(parents=True)
+    shutil.copy(TRACES / "steps.json", run / "w\x1b[2J.1.pt.trace.json")
+    shutil.copy(TRACES / "findings_cpu_mixed.json", run / "\u202eevil.1.pt.trace.json")
+    (run / "tb_attn_run.json").write_text(json.dumps(
+        {"model": "m\x1b[2J", "impl": "\u202eimpl", "dtype": "f\x9b32", "user": "u\x07", "config": {"seq": 16}}))
+    bad = os.fsencode(logdir) + b"/bad\xffname"
+    os.mkdir(bad)
+    for worker in (b"w0", b"w1"):
+        shutil.copy(TRACES / "steps.json", bad + b"/" + worker + b".1.pt.trace.json")
+    return logdir
+
+
+def test_printable_escapes_what_a_terminal_acts_on() -> None:
+    assert printable("plain é 中 \\x1b") == "plain é 中 \\x1b"
+    assert printable("\x1b]0;pwned\x07") == r"\x1b]0;pwned\x07"
+    assert printable("a\tb\nc\rd\x00\x7f\x9b") == r"a\x09b\x0ac\x0dd\x00\x7f\x9b"
+    assert printable("\u202eevil\u2066x\u2069") == r"\u202eevil\u2066x\u2069"
+    assert printable(os.fsdecode(b"bad\xffname")) == r"bad\xffname"  # an undecodable byte
+    assert printable("\ud800") == r"\ud800"  # any other lone surrogate
+    for c in map(chr, range(0x110000)):
+        assert not _UNSAFE.search(printable(c))
+    assert printable(printable("\x1b\udcff")) == printable("\x1b\udcff")
+
+
+@pytest.mark.parametrize("fmt", ["table", "csv"])
+def test_summarize_escapes_hostile_names(hostile_logdir: Path, capsys: pytest.CaptureFixture[str], fmt: str) -> None:
+    assert main(["summarize", str(hostile_logdir), "--format", fmt]) == 0
+    out = capsys.readouterr().out
+    _assert_printable(out.replace("\n", ""))
+    for shown in (r"\x1b]0;pwned\x07", r"w\x1b[2J", r"\u202eevil", r"bad\xffname"):
+        assert shown in out
+    if fmt == "csv":
+        assert {r["run"] for r in csv.DictReader(io.StringIO(out))} == {r"\x1b]0;pwned\x07", r"bad\xffname"}
+
+
+@pytest.mark.parametrize("command", [["summarize"], ["compare"], ["ranks", "--run", HOSTILE_RUN]])
+def test_json_output_is_ascii_and_keeps_the_names(
+    hostile_logdir: Path, capsys: pytest.CaptureFixture[str], command: list[str]
+) -> None:
+    assert main([command[0], str(hostile_logdir), *command[1:], "--format", "json"]) == 0
+    out = capsys.readouterr().out
+    assert out.isascii()
+    assert HOSTILE_RUN in _strings(json.loads(out))
+
+
+def _strings(doc: object) -> set[str]:
+    if isinstance(doc, dict):
+        return set().union(*map(_strings, doc.values()))
+    if isinstance(doc, list):
+        return set().union(*map(_strings, doc))
+    return {doc} if isinstance(doc, str) else set()
+
+
+def test_compare_and_ranks_tables_escape_hostile_names(hostile_logdir: Path,
+                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["compare", str(hostile_logdir)]) == 0
+    out = capsys.readouterr().out
+    _assert_printable(out.replace("\n", ""))
+    for shown in (r"\x1b]0;pwned\x07", r"\u202eimpl", r"f\x9b32", r"bad\xffname"):
+        assert shown in out
+    assert main(["ranks", str(hostile_logdir)]) == 0
+    out = capsys.readouterr().out
+    _assert_printable(out.replace("\n", ""))
+    for shown in (r"\x1b]0;pwned\x07", r"w\x1b[2J", r"\u202eevil", r"bad\xffname"):
+        assert shown in out
+
+
+def test_errors_on_stderr_are_escaped(hostile_logdir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    run = hostile_logdir / HOSTILE_RUN
+    (run / "x\x1b[2J\u202e.2.pt.trace.json").write_text("not json")
+    assert main(["summarize", str(hostile_logdir)]) == 1
+    err = capsys.readouterr().err
+    _assert_printable(err.replace("\n", ""))
+    assert r"\x1b]0;pwned\x07/x\x1b[2J\u202e.2.pt.trace.json: not JSON" in err and err.count("\n") == 1
+    assert main(["summarize", str(hostile_logdir), "--run", "\x1b[2Jnope\udcff"]) == 2
+    err = capsys.readouterr().err
+    _assert_printable(err.replace("\n", ""))
+    assert err.count("\n") == 1
+
+
+def test_names_that_are_not_utf8_print_under_a_strict_encoding(hostile_logdir: Path) -> None:
+    """Undecodable bytes reach stdout as surrogates: without escaping, a UTF-8 terminal (strict
+    errors) gets a UnicodeEncodeError."""
+    bad = os.fsdecode(os.fsencode(hostile_logdir) + b"/bad\xffname")
+    env = {**os.environ, "PYTHONIOENCODING": "utf-8:strict"}
+    for args in (["summarize", bad], ["gate", "--baseline", bad, "--candidate", bad],
+                 ["gate", "--baseline", bad, "--candidate", bad, "--format", "json"],
+                 ["summarize", os.path.join(bad, "w0.1.pt.trace.json")]):
+        proc = subprocess.run([sys.executable, "-m", "tb_attn_plugin.cli", *args], capture_output=True, text=True,
+                              errors="replace", timeout=120, env=env)
+        assert proc.returncode == 0, proc.stderr
+        assert "Traceback" not in proc.stderr
+        _assert_printable(proc.stdout.replace("\n", ""))
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "lots"])
+def test_max_trace_mb_must_be_at_least_1(tmp_path: Path, capsys: pytest.CaptureFixture[str], value: str) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(["summarize", str(tmp_path), "--max-trace-mb", value])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--max-trace-mb" in err and "at least 1" in err
+
+
+# (exit code, a phrase on stderr or stdout[, error lines if not 1]) for each subcommand on each
+# kind of bad input.
+_BAD_INPUT: dict[str, dict[str, tuple[int, str] | tuple[int, str, int]]] = {
+    "missing": {"summarize": (2, "No such file"), "compare": (2, "No such file"), "ranks": (2, "No such file"),
+                "gate": (2, "No such file")},
+    "empty": {"summarize": (2, "no traces"), "compare": (2, "no traces"), "ranks": (2, "no traces"),
+              "gate": (2, "holds 0 runs")},
+    # gate reads the FIFO as baseline and as candidate: two errors, each on its line.
+    "fifo": {"summarize": (1, "not a regular file"), "compare": (1, "not a regular file"),
+             "ranks": (2, "two or more workers"), "gate": (2, "not a regular file", 2)},
+    # A run directory named on the command line is the run "."; gate names it by its path.
+    "bad-name": {"summarize": (0, "worker w1"), "compare": (0, "baseline: ."), "ranks": (0, "2 ranks"),
+                 "gate": (0, r"bad\xffname")},
+}
+
+
+@pytest.mark.parametrize("case", list(_BAD_INPUT))
+@pytest.mark.parametrize("command", ["summarize", "compare", "ranks", "gate"])
+def test_bad_input_gives_an_exit_code_and_one_line_per_error(
+    tmp_path: Path, hostile_logdir: Path, capsys: pytest.CaptureFixture[str], command: str, case: str
+) -> None:
+    if case == "missing":
+        path = str(tmp_path / "missing")
+    elif case == "empty":
+        path = str(tmp_path / "empty")
+        os.mkdir(path)
+    elif case == "fifo":
+        path = str(tmp_path / "w.1.pt.trace.json")
+        os.mkfifo(path)  # opening it must fail at once, not wait for a writer
+    else:
+        path = os.fsdecode(os.fsencode(hostile_logdir) + b"/bad\xffname")
+    argv = ["gate", "--baseline", path, "--candidate", path] if command == "gate" else [command, path]
+    code, phrase, *errors = _BAD_INPUT[case][command]
+    assert main(argv) == code
+    captured = capsys.readouterr()
+    assert phrase in captured.out + captured.err
+    _assert_printable((captured.out + captured.err).replace("\n", ""))
+    lines = captured.err.splitlines()
+    assert len(lines) == (errors[0] if errors else int(code != 0))
+    assert all(line.startswith("tb-attn: ") for line in lines)
