@@ -44,6 +44,8 @@ def step_window(analysis: Analysis, step: int | None) -> tuple[int | None, float
     """(step, start, end) of a step (the first by default); the whole trace if it has none."""
     ev = analysis.events
     idx = _step_events(analysis)
+    if step is not None and step < 0:
+        raise ViewError(f"step must be 0 or more, got {step}")
     if idx.size == 0:
         if step is not None:
             raise ViewError(f"this trace has no ProfilerStep#{step}")
@@ -64,6 +66,8 @@ def _step_count(analysis: Analysis) -> int:
 
 def drilldown(analysis: Analysis, *, layer: int, phase: str | None, backward: bool) -> dict[str, Any]:
     ev, a = analysis.events, analysis.attr
+    if layer < 0:  # -1 marks events outside attention: it is no layer
+        raise ViewError(f"layer must be 0 or more, got {layer}")
     if not (a.layer == layer).any():
         raise ViewError(f"no layer {layer} in this trace")
     sel = (a.layer == layer) & (a.backward == backward)
@@ -139,21 +143,62 @@ def memory_curve(analysis: Analysis, *, step: int | None, max_points: int = 4000
     window = (t >= start) & (t <= end)
     points = _downsample(t[window], total[window], max_points)
     scopes_idx = np.flatnonzero(a.is_scope & ~a.backward & (ev.ts >= start) & (ev.ts <= end) & (a.head < 0))
-    scopes = [{"layer": int(a.layer[i]), "phase": PHASES[a.phase[i]] if a.phase[i] >= 0 else None,
-               "start_us": float(ev.ts[i]), "end_us": float(ev.ts[i] + ev.dur[i])} for i in scopes_idx.tolist()]
-    peaks = []
-    for layer in sorted(set(a.layer[scopes_idx].tolist())):
-        blocks = [i for i in scopes_idx.tolist() if a.layer[i] == layer and a.phase[i] < 0]
-        best = 0
-        for i in blocks:
-            inside = (t >= ev.ts[i]) & (t <= ev.ts[i] + ev.dur[i])
-            if inside.any():
-                before = total[t < ev.ts[i]]
-                base = int(before[-1]) if before.size else int(total[inside][0] - nbytes[inside][0])
-                best = max(best, int(total[inside].max()) - base)
-        peaks.append({"layer": int(layer), "peak_bytes": best})
+    lay, ph = a.layer[scopes_idx], a.phase[scopes_idx]
+    begin, stop = ev.ts[scopes_idx], ev.ts[scopes_idx] + ev.dur[scopes_idx]
+    scopes = [{"layer": la, "phase": PHASES[p] if p >= 0 else None, "start_us": b, "end_us": e}
+              for la, p, b, e in zip(lay.tolist(), ph.tolist(), begin.tolist(), stop.tolist(), strict=True)]
+    best = dict.fromkeys(sorted(set(lay.tolist())), 0)
+    for la, gain in _block_gains(t, nbytes, total, lay[ph < 0], begin[ph < 0], stop[ph < 0]):
+        best[la] = max(best[la], gain)
+    peaks = [{"layer": la, "peak_bytes": b} for la, b in best.items()]
     return {"step": step, "device": "cpu" if device_type == 0 else "cuda", "start_us": start, "end_us": end,
             "points": points, "scopes": scopes, "peaks": peaks}
+
+
+def _block_gains(t: np.ndarray, nbytes: np.ndarray, total: np.ndarray, layer: np.ndarray, begin: np.ndarray,
+                 stop: np.ndarray) -> list[tuple[int, int]]:
+    """(layer, peak minus the total just before) of each block that holds memory events.
+
+    ``t`` is sorted, so each block's events are one slice, found by binary search: O((blocks +
+    memory events) log) where masks over all memory events per block took 8.7 s on a 36 MB trace.
+    """
+    lo = np.searchsorted(t, begin, side="left")
+    hi = np.searchsorted(t, stop, side="right")
+    full = np.flatnonzero(hi > lo)
+    if full.size == 0:
+        return []
+    lo, hi = lo[full], hi[full]
+    base = np.where(lo > 0, total[np.maximum(lo - 1, 0)], total[lo] - nbytes[lo])
+    # Python ints: the difference of two int64 totals may not fit one
+    return [(la, top - b) for la, top, b in zip(layer[full].tolist(), _range_max(total, lo, hi).tolist(),
+                                                 base.tolist(), strict=True)]
+
+
+def _range_max(values: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """``max(values[lo[k]:hi[k]])`` for every k (no slice empty), with a segment tree queried for all
+    k at once: O((len(values) + len(lo)) log len(values)) however much the slices overlap."""
+    size = 1 << max(0, int(values.size) - 1).bit_length()
+    lowest = np.iinfo(values.dtype).min
+    tree = np.full(2 * size, lowest, values.dtype)
+    tree[size:size + values.size] = values
+    k = size // 2
+    while k >= 1:
+        tree[k:2 * k] = np.maximum(tree[2 * k:4 * k:2], tree[2 * k + 1:4 * k:2])
+        k //= 2
+    out = np.full(lo.size, lowest, values.dtype)
+    left, right = lo + size, hi + size
+    while True:
+        live = left < right
+        if not live.any():
+            return out
+        take = live & (left % 2 == 1)
+        out[take] = np.maximum(out[take], tree[left[take]])
+        left += take
+        take = live & (right % 2 == 1)
+        right -= take
+        out[take] = np.maximum(out[take], tree[right[take]])
+        left //= 2
+        right //= 2
 
 
 def _track_name(analysis: Analysis, track: int) -> str:
@@ -209,15 +254,26 @@ def timeline(
 
 
 def _depths(parent: np.ndarray, idx: np.ndarray) -> list[int]:
-    """Nesting depth of each selected event among the selected events."""
-    chosen = set(idx.tolist())
-    depth_of: dict[int, int] = {}
-    out = []
-    for i in idx.tolist():
-        p = int(parent[i])
-        while p >= 0 and p not in chosen:
-            p = int(parent[p])
-        d = depth_of.get(p, -1) + 1 if p >= 0 else 0
-        depth_of[i] = d
-        out.append(d)
-    return out
+    """Nesting depth of each selected event among the selected events: how many enclose it.
+
+    Pointer jumping over every event at once, log2(deepest nest) rounds of vectorised work.
+    Walking up from each selected event through the left-out ones was quadratic: 56 s for a
+    2.8 MB trace with 15k nested "Trace" spans. The depth is the number of selected ancestors
+    because ``attribute`` puts parents before their children. On a forest the jumps end within
+    log2(n) rounds; the bound only keeps a cyclic ``parent`` from looping.
+    """
+    n = int(parent.size)
+    selected = np.zeros(n, np.bool_)
+    selected[idx] = True
+    up = parent.astype(np.int64)
+    above = np.zeros(n, np.int64)  # selected events from an event's parent up to ``up`` (inclusive)
+    live = np.flatnonzero(up >= 0)
+    above[live] = selected[up[live]]
+    for _ in range(n.bit_length() + 1):
+        if live.size == 0:
+            break
+        jump = up[live]
+        above[live] += above[jump]
+        up[live] = up[jump]
+        live = live[up[live] >= 0]
+    return above[idx].tolist()
