@@ -10,7 +10,8 @@ Grammar (version 1)::
     scope  := PREFIX "/L" layer [ "/H" heads ] [ "/" phase ] [ " " module ]
     PREFIX := "tbattn.v1"
     heads  := head [ "-" head ]
-    layer, head := non-negative decimal integer
+    layer  := decimal integer in [0, MAX_LAYERS)
+    head   := decimal integer in [0, MAX_HEADS)
     phase  := one of PHASES
     module := dotted module path (no spaces), only on block scopes
 
@@ -23,6 +24,11 @@ heads, the rank with heads 4..7 of 16 writes ``tbattn.v1/L3/H4-7/softmax`` for w
 that slice together, and ``tbattn.v1/L3/H5/softmax`` for head 5 measured on its own. A head
 range always names a phase, and it is never a measured head: the plugin splits the range's
 work evenly over its heads, as it does for a whole layer, and marks them derived.
+
+Bounds: a layer or head number must be below ``MAX_LAYERS`` / ``MAX_HEADS`` (4096 each, more
+than any model has). ``format_scope`` refuses larger ones; a reader treats a name that carries
+one as no scope at all (``read_scope`` says so, and the summary counts it in its diagnostics),
+so that a trace claiming head 2**31, or heads 0 to 10**7, costs nothing in proportion.
 """
 
 from __future__ import annotations
@@ -33,6 +39,9 @@ from enum import StrEnum
 
 __all__ = [
     "GRAMMAR_VERSION",
+    "MAX_HEADS",
+    "MAX_LAYERS",
+    "OUT_OF_RANGE",
     "PHASES",
     "PREFIX",
     "Phase",
@@ -40,10 +49,17 @@ __all__ = [
     "format_scope",
     "is_scope_name",
     "parse_scope",
+    "read_scope",
 ]
 
 GRAMMAR_VERSION = 1
 PREFIX = f"tbattn.v{GRAMMAR_VERSION}"
+#: Layers are numbered 0..MAX_LAYERS-1 and heads 0..MAX_HEADS-1 (both global indices).
+MAX_LAYERS = 4096
+MAX_HEADS = 4096
+_MAX_VERSION = 1 << 16
+#: What ``read_scope`` says of a name with a number out of bounds (a diagnostics label).
+OUT_OF_RANGE = f"scopes with a number out of range (layers and heads over {MAX_LAYERS - 1}), ignored"
 
 
 class Phase(StrEnum):
@@ -112,6 +128,9 @@ def format_scope(
             head = head.start
     if layer < 0 or (isinstance(head, int) and head < 0):
         raise ValueError(f"layer and head must be >= 0, got layer={layer} head={head}")
+    last = head[-1] if isinstance(head, range) else head
+    if layer >= MAX_LAYERS or (last is not None and last >= MAX_HEADS):
+        raise ValueError(f"layer must be < {MAX_LAYERS} and head < {MAX_HEADS}, got layer={layer} head={head}")
     name = f"{PREFIX}/L{layer}"
     if isinstance(head, range):
         if phase is None:
@@ -137,25 +156,44 @@ def is_scope_name(name: str) -> bool:
 
 
 def parse_scope(name: str) -> Scope | None:
-    """Parse a scope name; None if it is not one of ours or uses an unknown phase.
+    """Parse a scope name; None if it is not one of ours, uses an unknown phase or carries a
+    number out of bounds (see ``read_scope``).
 
     Names written by a newer grammar version are still parsed when they fit this pattern;
     readers should check ``Scope.version`` if they depend on newer semantics.
     """
+    scope = read_scope(name)
+    return scope if isinstance(scope, Scope) else None
+
+
+def read_scope(name: str) -> Scope | str | None:
+    """Like ``parse_scope``, but a name that fits the grammar with a number out of bounds gives
+    the reason (a short text) instead of None, for the reader's diagnostics."""
     m = _SCOPE_RE.match(name)
     if m is None:
         return None
     phase = m.group("phase")
     if phase is not None and phase not in PHASES:
         return None
-    head, head_last = m.group("head"), m.group("head_last")
-    if head_last is not None and (int(head_last) <= int(head) or phase is None):
-        return None  # a range is ascending and always names a phase
-    return Scope(
-        layer=int(m.group("layer")),
-        head=int(head) if head is not None else None,
-        phase=phase,
-        module=m.group("module"),
-        version=int(m.group("version")),
-        head_last=int(head_last) if head_last is not None else None,
-    )
+    head_text, last_text = m.group("head"), m.group("head_last")
+    if last_text is not None and phase is None:
+        return None  # a range always names a phase
+    version = _bounded(m.group("version"), _MAX_VERSION)
+    layer = _bounded(m.group("layer"), MAX_LAYERS)
+    head = _bounded(head_text, MAX_HEADS)
+    head_last = _bounded(last_text, MAX_HEADS)
+    if version is None or layer is None or (head_text and head is None) or (last_text and head_last is None):
+        return OUT_OF_RANGE
+    if head is not None and head_last is not None and head_last <= head:
+        return None  # a range is ascending
+    return Scope(layer=layer, head=head, phase=phase, module=m.group("module"), version=version,
+                 head_last=head_last)
+
+
+def _bounded(digits: str | None, limit: int) -> int | None:
+    """The number ``digits`` spell if it is below ``limit``, else None. The length is checked
+    first: ``int()`` of thousands of digits is slow, and refused past 4300 of them."""
+    if digits is None or len(digits) > len(str(limit)):
+        return None
+    value = int(digits)
+    return value if value < limit else None

@@ -4,7 +4,18 @@ from __future__ import annotations
 
 import pytest
 
-from tb_attn_plugin.scopes import GRAMMAR_VERSION, PHASES, Scope, format_scope, is_scope_name, parse_scope
+from tb_attn_plugin.scopes import (
+    GRAMMAR_VERSION,
+    MAX_HEADS,
+    MAX_LAYERS,
+    OUT_OF_RANGE,
+    PHASES,
+    Scope,
+    format_scope,
+    is_scope_name,
+    parse_scope,
+    read_scope,
+)
 
 
 @pytest.mark.parametrize(
@@ -53,3 +64,36 @@ def test_format_rejects_bad_parts(kwargs: dict[str, object]) -> None:
 def test_newer_grammar_versions_still_parse() -> None:
     scope = parse_scope("tbattn.v2/L4/sdpa")
     assert scope is not None and scope.version == 2 and scope.phase == "sdpa"
+
+
+def test_the_largest_layer_and_heads_in_bounds_round_trip() -> None:
+    top_layer, top_head = MAX_LAYERS - 1, MAX_HEADS - 1
+    name = format_scope(top_layer, head=range(0, MAX_HEADS), phase="softmax")
+    assert name == f"tbattn.v1/L{top_layer}/H0-{top_head}/softmax"
+    scope = parse_scope(name)
+    assert scope is not None and scope.heads == range(MAX_HEADS) and scope.layer == top_layer
+
+
+@pytest.mark.parametrize("name", [
+    f"tbattn.v1/L{MAX_LAYERS}", "tbattn.v1/L2147483648/softmax", f"tbattn.v1/L0/H{MAX_HEADS}",
+    "tbattn.v1/L0/H2147483648/softmax", "tbattn.v1/L0/H0-1000000/softmax", f"tbattn.v1/L0/H4095-{MAX_HEADS}/mask",
+    "tbattn.v1/L" + "9" * 5000, "tbattn.v1/L0/H" + "1" * 5000 + "/softmax", "tbattn.v" + "9" * 5000 + "/L0",
+])
+def test_numbers_out_of_range_are_no_scope_and_say_why(name: str) -> None:
+    """Never an exception (``int()`` refuses 5000 digits) and never an int32 overflow downstream."""
+    assert parse_scope(name) is None
+    assert read_scope(name) == OUT_OF_RANGE
+    assert is_scope_name(name)
+
+
+def test_read_scope_is_parse_scope_for_everything_else() -> None:
+    for name in ("tbattn.v1/L3/H4-7/softmax", "tbattn.v1/L0 a.b", "aten::mm", "tbattn.v1/L1/nope",
+                 "tbattn.v1/L1/H5-3/softmax", "tbattn.v1/L1/H2-3"):
+        assert read_scope(name) == parse_scope(name)
+
+
+@pytest.mark.parametrize("kwargs", [{"layer": MAX_LAYERS}, {"layer": 0, "head": MAX_HEADS},
+                                    {"layer": 0, "head": range(1, MAX_HEADS + 1), "phase": "softmax"}])
+def test_format_refuses_numbers_a_reader_would_ignore(kwargs: dict[str, object]) -> None:
+    with pytest.raises(ValueError, match="must be <"):
+        format_scope(**kwargs)  # type: ignore[arg-type]

@@ -12,25 +12,35 @@ Rules (``docs/analysis.md`` has the long form):
   launched them (``correlation``), or of the op with the same ``External id``.
 - A memory event belongs to the innermost event on its thread that contains its time.
 - FLOPs count at the outermost op of a nest that has a formula (``analysis.flops``).
+
+Numbers the trace claims are checked here, once per distinct name or shape, and what is out of
+bounds is ignored and counted in ``Attribution.diagnostics``: a scope with a layer or head out
+of range (``scopes.MAX_LAYERS``, ``scopes.MAX_HEADS``) is no scope (its events belong to the
+enclosing scope), a ``ProfilerStep#N`` with N over ``MAX_STEP_NUMBER`` is no step, and an op
+whose shapes claim a tensor over ``flops.MAX_TENSOR_BYTES`` has no shapes for any analysis
+(``Attribution.shape_ok``).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import numpy.typing as npt
 
-from tb_attn_plugin.analysis.flops import op_flops
-from tb_attn_plugin.scopes import PHASES, parse_scope
+from tb_attn_plugin.analysis.flops import IMPLAUSIBLE, op_flops, plausible
+from tb_attn_plugin.scopes import PHASES, Scope, read_scope
 from tb_attn_plugin.trace.events import Events
 from tb_attn_plugin.trace.schema import BACKWARD_PREFIX, STEP_PREFIX, Kind
 
-__all__ = ["DEVICE_KINDS", "PHASE_CODE", "Attribution", "attribute"]
+__all__ = ["DEVICE_KINDS", "MAX_STEP_NUMBER", "PHASE_CODE", "STEP_OUT_OF_RANGE", "Attribution", "attribute"]
 
 EPS_US = 1e-3  # timestamps are rounded to the nanosecond when written
 DEVICE_KINDS = (int(Kind.KERNEL), int(Kind.MEMCPY), int(Kind.MEMSET), int(Kind.GPU_ANNOTATION))
 PHASE_CODE = {p: i for i, p in enumerate(PHASES)}
+#: ``ProfilerStep#N`` numbers are stored in int32 columns: a larger N is not a step.
+MAX_STEP_NUMBER = 2**31 - 1
+STEP_OUT_OF_RANGE = f"ProfilerStep numbers over {MAX_STEP_NUMBER} (not steps)"
 
 I32 = npt.NDArray[np.int32]
 F64 = npt.NDArray[np.float64]
@@ -56,6 +66,13 @@ class Attribution:
     mem_backward: B
     mem_event: I32  # the innermost event containing each memory event, -1 if none
     modules: dict[int, str]  # layer -> module path, where scopes name one
+    shape_ok: B = field(default_factory=lambda: np.zeros(0, np.bool_))  # per shape id: plausible sizes
+    diagnostics: dict[str, int] = field(default_factory=dict)  # numbers out of bounds, ignored
+
+    def shape(self, events: Events, i: int) -> int:
+        """Event ``i``'s shape id, or -1 where it has none or none believable."""
+        sid = int(events.shape[i])
+        return sid if sid >= 0 and self.shape_ok[sid] else -1
 
 
 def attribute(events: Events) -> Attribution:
@@ -67,22 +84,26 @@ def attribute(events: Events) -> Attribution:
     is_scope_name = np.zeros(len(names), np.bool_)
     step_no = np.full(len(names), -1, np.int32)
     is_bwd_name = np.zeros(len(names), np.bool_)
+    bad_name: dict[int, str] = {}  # name id -> the diagnostics label of its number out of range
     modules: dict[int, str] = {}
     for nid, name in enumerate(names):
         if name.startswith("tbattn.v"):
-            scope = parse_scope(name)
-            if scope is not None:
+            scope = read_scope(name)
+            if isinstance(scope, Scope):
                 is_scope_name[nid] = True
                 sc_layer[nid] = scope.layer
                 sc_head[nid] = -1 if scope.measured_head is None else scope.measured_head
                 sc_phase[nid] = -1 if scope.phase is None else PHASE_CODE[scope.phase]
                 if scope.module:
                     modules.setdefault(scope.layer, scope.module)
+            elif scope is not None:
+                bad_name[nid] = scope
         elif name.startswith(STEP_PREFIX):
-            try:
-                step_no[nid] = int(name[len(STEP_PREFIX):])
-            except ValueError:
-                pass
+            number = _step_number(name[len(STEP_PREFIX):])
+            if number is None:
+                bad_name[nid] = STEP_OUT_OF_RANGE
+            else:
+                step_no[nid] = number
         elif name.startswith(BACKWARD_PREFIX):
             is_bwd_name[nid] = True
 
@@ -92,8 +113,18 @@ def attribute(events: Events) -> Attribution:
     is_scope = is_scope_name[events.name] & (annotation | (kind == Kind.OTHER) | (kind == Kind.CPU_OP))
     is_step = (step_no[events.name] >= 0) & ((kind == Kind.ANNOTATION) | (kind == Kind.CPU_OP))
     on_device = np.isin(kind, DEVICE_KINDS)
+    diagnostics: dict[str, int] = {}
+    if bad_name:
+        counts = np.bincount(events.name, minlength=len(names))
+        for nid, label in bad_name.items():
+            if counts[nid]:
+                diagnostics[label] = diagnostics.get(label, 0) + int(counts[nid])
 
-    flops_raw = _raw_flops(events)
+    shape_ok = np.array([plausible(s) for s in events.shapes], np.bool_)
+    implausible = int((~shape_ok[events.shape[events.shape >= 0]]).sum())
+    if implausible:
+        diagnostics[IMPLAUSIBLE] = implausible
+    flops_raw = _raw_flops(events, shape_ok)
     parent, layer, head, phase, step, backward, flops, subtree_end = _sweep(
         events, is_scope, is_step, on_device, sc_layer, sc_head, sc_phase, step_no, is_bwd_name, flops_raw
     )
@@ -103,12 +134,27 @@ def attribute(events: Events) -> Attribution:
     return Attribution(parent=parent, layer=layer, head=head, phase=phase, step=step, backward=backward,
                        is_scope=is_scope, flops=flops, mem_layer=mem[0], mem_head=mem[1], mem_phase=mem[2],
                        mem_step=mem[3], mem_backward=mem[4], mem_event=mem[5],
-                       modules=modules)
+                       modules=modules, shape_ok=shape_ok, diagnostics=diagnostics)
 
 
-def _raw_flops(events: Events) -> F64:
+_STEP_DIGITS = len(str(MAX_STEP_NUMBER))
+
+
+def _step_number(text: str) -> int | None:
+    """N of ``ProfilerStep#N``: -1 where it is no number (not a step), None where it is out of
+    range (checked on its length first: ``int()`` refuses thousands of digits)."""
+    digits = text.strip()
+    if not digits.isascii() or not digits.isdigit():
+        return -1
+    if len(digits) > _STEP_DIGITS or int(digits) > MAX_STEP_NUMBER:
+        return None
+    return int(digits)
+
+
+def _raw_flops(events: Events, shape_ok: B) -> F64:
     out = np.zeros(len(events), np.float64)
     with_shape = np.flatnonzero(events.shape >= 0)
+    with_shape = with_shape[shape_ok[events.shape[with_shape]]]
     cache: dict[tuple[int, int], float] = {}
     names, shapes = events.names, events.shapes
     for i, nid, sid in zip(with_shape.tolist(), events.name[with_shape].tolist(),

@@ -10,6 +10,10 @@ outermost of the nested events on the calling thread, named after the most speci
 it (or the work annotation, when no calling side was recorded). CPU time is the work
 annotation's span where the work runs on its own thread (the transfer and any wait for slower
 ranks), else the calling thread's time in the call; device time is the kernels' time.
+
+Bound: at most ``MAX_KINDS`` kinds are listed, the most expensive; the rest are summed into one
+``OTHER`` row and counted under ``KINDS_MERGED`` in the caller's diagnostics (real traces have a
+handful: all_reduce, all_gather, broadcast...).
 """
 
 from __future__ import annotations
@@ -22,12 +26,15 @@ from tb_attn_plugin.schema import CollectiveStats
 from tb_attn_plugin.trace.events import Events
 from tb_attn_plugin.trace.schema import Kind
 
-__all__ = ["collective_name", "collectives"]
+__all__ = ["KINDS_MERGED", "MAX_KINDS", "OTHER", "collective_name", "collectives"]
 
 _ANNOTATION_RE = re.compile(r"^(?:nccl|gloo|rccl|mpi|ucc|xccl):(?P<op>[a-z_]+)$")
 _C10D_RE = re.compile(r"^c10d::_?(?P<op>[a-z_]+?)_*$")
 _KERNEL_RE = re.compile(r"^(?:nccl|rccl)(?:Dev)?Kernel_(?P<op>[A-Za-z]+)")
 GENERIC = "collective"  # record_param_comms with nothing more specific inside
+MAX_KINDS = 32
+OTHER = "other collectives"
+KINDS_MERGED = f"collective kinds past {MAX_KINDS - 1} (summed as {OTHER!r})"
 #: c10d op and kernel spellings -> the annotations' names.
 _ALIASES = {
     "allreduce": "all_reduce", "allreduce_coalesced": "all_reduce",
@@ -52,7 +59,8 @@ def collective_name(name: str) -> str | None:
     return _ALIASES.get(op, op if op.islower() else op.lower())
 
 
-def collectives(events: Events, parent: np.ndarray, steps: list[tuple[float, float]]) -> list[CollectiveStats]:
+def collectives(events: Events, parent: np.ndarray, steps: list[tuple[float, float]], *,
+                diagnostics: dict[str, int] | None = None) -> list[CollectiveStats]:
     """Collectives per step (means over the profiled ``steps``, (start_us, end_us) each, or the
     whole trace if there are none), most expensive first. ``parent``: each event's enclosing
     event (-1 if none), from the attribution.
@@ -111,6 +119,14 @@ def collectives(events: Events, parent: np.ndarray, steps: list[tuple[float, flo
         kernel_calls[name] = kernel_calls.get(name, 0.0) + 1
     names = sorted(set(calls) | set(device_us), key=lambda n: (-(device_us.get(n, 0.0) + cpu_us.get(n, 0.0)), n))
     # Calls as the CPU made them; kernels count only for collectives the CPU side did not show.
-    return [CollectiveStats(name=n, calls=calls.get(n, kernel_calls.get(n, 0.0)) / step_count,
-                            cpu_us=cpu_us.get(n, 0.0) / step_count, device_us=device_us.get(n, 0.0) / step_count)
-            for n in names]
+    out = [CollectiveStats(name=n, calls=calls.get(n, kernel_calls.get(n, 0.0)) / step_count,
+                           cpu_us=cpu_us.get(n, 0.0) / step_count, device_us=device_us.get(n, 0.0) / step_count)
+           for n in names]
+    if len(out) <= MAX_KINDS:
+        return out
+    rest = out[MAX_KINDS - 1:]
+    if diagnostics is not None:
+        diagnostics[KINDS_MERGED] = diagnostics.get(KINDS_MERGED, 0) + len(rest)
+    merged = CollectiveStats(name=OTHER, calls=sum(c.calls for c in rest), cpu_us=sum(c.cpu_us for c in rest),
+                             device_us=sum(c.device_us for c in rest))
+    return [*out[: MAX_KINDS - 1], merged]

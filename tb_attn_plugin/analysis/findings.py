@@ -18,7 +18,7 @@ import numpy.typing as npt
 from tb_attn_plugin.analysis.attribute import DEVICE_KINDS, EPS_US
 from tb_attn_plugin.analysis.flops import elem_bytes
 from tb_attn_plugin.analysis.infer import SDPA_OPS
-from tb_attn_plugin.analysis.summary import Analysis
+from tb_attn_plugin.analysis.summary import Analysis, clip
 from tb_attn_plugin.schema import Evidence, Finding, WorkerSummary
 from tb_attn_plugin.scopes import PHASES
 from tb_attn_plugin.trace.schema import Kind
@@ -45,6 +45,7 @@ TINY_SHARE = 0.5  # ...and at least this share of the block's time outside longe
 SHARE_NOTABLE = 0.5  # share-of-step is "low" rather than "info" from here
 
 _MAX_NAMES = 8
+_MAX_LISTED = 12  # layers named in a finding's text (its evidence lists them all)
 _MATH = "aten::_scaled_dot_product_attention_math"
 _COPY_OPS = frozenset({"aten::clone", "aten::copy_"})
 _CONVERT_OPS = frozenset({"aten::to", "aten::_to_copy"})
@@ -140,7 +141,7 @@ class _Trace:
         return dev[hit].astype(np.int64)
 
     def dims(self, i: int, arg: int = 0) -> list[int] | None:
-        sid = int(self.ev.shape[i])
+        sid = self.a.shape(self.ev, i)  # -1 also where the shapes claim an impossible tensor
         if sid < 0:
             return None
         d = self.ev.shapes[sid].dims
@@ -167,7 +168,7 @@ class _Trace:
         totals: dict[str, float] = {}
         for i in idx.tolist():
             totals[self.name(i)] = totals.get(self.name(i), 0.0) + float(self.ev.dur[i])
-        return [n for n, _ in sorted(totals.items(), key=lambda kv: (-kv[1], kv[0]))[:_MAX_NAMES]]
+        return [clip(n) for n, _ in sorted(totals.items(), key=lambda kv: (-kv[1], kv[0]))[:_MAX_NAMES]]
 
     def per_step(self, idx: I64) -> float:
         return float(self.ev.dur[idx].sum()) / self.steps
@@ -619,6 +620,8 @@ def _layers(layers: list[int]) -> str:
         return f"layer {layers[0]}"
     if layers == list(range(layers[0], layers[-1] + 1)):
         return f"layers {layers[0]}-{layers[-1]}"
+    if len(layers) > _MAX_LISTED:  # up to 4096 of them: the text stays a sentence
+        return "layers " + ", ".join(map(str, layers[:_MAX_LISTED])) + f" and {len(layers) - _MAX_LISTED} more"
     return "layers " + ", ".join(map(str, layers[:-1])) + f" and {layers[-1]}"
 
 

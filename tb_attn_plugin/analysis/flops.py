@@ -19,15 +19,38 @@ CPU flash kernel, so we compute FLOPs ourselves (one multiply-add = 2 FLOPs):
 The math backend and naive attention are not fused: their matmuls are counted one by one, at
 full S×S even when causal, because that is the work they do. Only the outermost counted op of
 a nest counts (``linear`` and not the ``addmm`` inside it): see ``analysis.nesting``.
+
+Shapes are believed only when every input is a tensor of at most ``MAX_TENSOR_BYTES`` (1 PiB,
+beyond any device's memory) with no negative size (``plausible``). Other shapes count 0 FLOPs,
+and the other analyses (score sizes, head counts, findings) ignore them too; the attribution
+counts such ops in the summary's diagnostics (``IMPLAUSIBLE``). Products are Python integers,
+so no claimed size overflows.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import math
+from collections.abc import Iterable, Sequence
 
 from tb_attn_plugin.trace.events import OpShapes
 
-__all__ = ["SDPA_BACKWARD", "SDPA_FORWARD", "causal_fraction", "elem_bytes", "is_causal", "op_flops"]
+__all__ = [
+    "IMPLAUSIBLE",
+    "MAX_TENSOR_BYTES",
+    "SDPA_BACKWARD",
+    "SDPA_FORWARD",
+    "causal_fraction",
+    "elem_bytes",
+    "is_causal",
+    "op_flops",
+    "plausible",
+    "tensor_bytes",
+]
+
+#: A tensor claimed to be larger than this (1 PiB) is not believed.
+MAX_TENSOR_BYTES = 1 << 50
+#: The diagnostics label for ops whose shapes are not believed.
+IMPLAUSIBLE = "ops whose shapes claim a tensor over 1 PiB or a negative size (shapes ignored)"
 
 # Fused forward ops: name -> index of is_causal in the op's arguments.
 SDPA_FORWARD: dict[str, int] = {
@@ -112,12 +135,30 @@ def _attention(q: list[int], k: list[int], v: list[int] | None, causal: bool) ->
     return flops * causal_fraction(sq, sk) if causal else flops
 
 
+def tensor_bytes(dims: Sequence[int], dtype: str) -> int | None:
+    """Bytes of a tensor of these sizes (exact, however large), or None if a size is negative."""
+    if any(d < 0 for d in dims):
+        return None
+    return math.prod(dims) * elem_bytes(dtype)
+
+
+def plausible(shapes: OpShapes) -> bool:
+    """Whether every input's sizes describe a tensor that could exist (``MAX_TENSOR_BYTES``)."""
+    for i, dims in enumerate(shapes.dims):
+        if isinstance(dims, list) and dims:
+            nbytes = tensor_bytes(dims, shapes.types[i] if i < len(shapes.types) else "float")
+            if nbytes is None or nbytes > MAX_TENSOR_BYTES:
+                return False
+    return True
+
+
 def op_flops(name: str, shapes: OpShapes | None) -> float:
-    """FLOPs of one op; 0 for ops we do not count or whose shapes were not recorded."""
+    """FLOPs of one op; 0 for ops we do not count, whose shapes were not recorded or are not
+    ``plausible``."""
     if shapes is None:
         return 0.0
     try:
-        return _op_flops(name, shapes)
+        return _op_flops(name, shapes) if plausible(shapes) else 0.0
     except (TypeError, ValueError, IndexError, OverflowError):
         return 0.0
 

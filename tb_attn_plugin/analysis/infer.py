@@ -12,6 +12,10 @@ Blocks found by 2 and 3 are numbered by their order within their step (or the tr
 has no ``ProfilerStep``). Inside a block, phases come from op names in order: projections
 before the core, q·kᵀ, scale, mask, softmax, dropout, attn·v, projections after. The result is
 a list of synthetic scopes that ``attribute`` treats like real ones.
+
+Layers found are numbered below ``scopes.MAX_LAYERS``, like written ones: blocks numbered past
+it (more attention modules, or more SDPA calls in one step, than a model has layers) are not
+analyzed, and counted under ``TOO_MANY_BLOCKS`` in the caller's diagnostics.
 """
 
 from __future__ import annotations
@@ -21,11 +25,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tb_attn_plugin.scopes import Phase, format_scope
+from tb_attn_plugin.scopes import MAX_LAYERS, Phase, format_scope
 from tb_attn_plugin.trace.events import Events
 from tb_attn_plugin.trace.schema import MODULE_PREFIX, Kind
 
-__all__ = ["MATMUL_OPS", "SDPA_OPS", "SOFTMAX_OPS", "SyntheticScope", "infer_scopes"]
+__all__ = ["MATMUL_OPS", "SDPA_OPS", "SOFTMAX_OPS", "TOO_MANY_BLOCKS", "SyntheticScope", "infer_scopes"]
 
 SDPA_OPS = frozenset({
     "aten::scaled_dot_product_attention",
@@ -45,6 +49,7 @@ _MASK_OPS = frozenset({"aten::masked_fill", "aten::masked_fill_", "aten::where",
 _DROPOUT_OPS = frozenset({"aten::dropout", "aten::native_dropout", "aten::feature_dropout"})
 _INSTANCE_RE = re.compile(r"^(?P<cls>.*?)(?:_(?P<n>\d+))?$")
 _PAD = 1e-4  # synthetic scopes are padded so that they sort before the ops they wrap
+TOO_MANY_BLOCKS = f"attention blocks found past {MAX_LAYERS} layers (not analyzed)"
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,8 +67,10 @@ def _is_attention_module(name: str) -> bool:
     return bool(m) and m.group("cls").endswith("Attention")  # type: ignore[union-attr]
 
 
-def infer_scopes(events: Events, parent: np.ndarray, backward: np.ndarray, step: np.ndarray) -> list[SyntheticScope]:
-    """Synthetic block and phase scopes for the attention found in an unscoped trace."""
+def infer_scopes(events: Events, parent: np.ndarray, backward: np.ndarray, step: np.ndarray, *,
+                 diagnostics: dict[str, int] | None = None) -> list[SyntheticScope]:
+    """Synthetic block and phase scopes for the attention found in an unscoped trace; blocks
+    past ``MAX_LAYERS`` are counted in ``diagnostics``."""
     names = events.names
     kind = events.kind
     name = events.name
@@ -90,8 +97,11 @@ def infer_scopes(events: Events, parent: np.ndarray, backward: np.ndarray, step:
             layer = counters.get(key, 0)
             counters[key] = layer + 1
             blocks.append((first, last, layer, ""))
+    kept = [b for b in blocks if b[2] < MAX_LAYERS]
+    if len(kept) < len(blocks) and diagnostics is not None:
+        diagnostics[TOO_MANY_BLOCKS] = diagnostics.get(TOO_MANY_BLOCKS, 0) + len(blocks) - len(kept)
     out: list[SyntheticScope] = []
-    for first, last, layer, module in blocks:
+    for first, last, layer, module in kept:
         out.append(_scope(events, first, format_scope(layer, module=module or None), pad=2 * _PAD, end=last))
         lo = first + 1 if first == last else first
         out.extend(_phases(events, lo, _extent(events, last), first if first == last else -1, layer, parent))

@@ -11,12 +11,20 @@ in every step), or any one layer's mean. Under tensor parallelism each rank
 computes a slice of the heads and names them with global indices (``docs/scopes.md``), so
 putting every rank's heads together gives the whole layer × head map; under data parallelism
 every rank computes every head and the map shows their mean.
+
+Bounds: a rank is in [0, ``MAX_WORLD_SIZE``) and a world size in [1, ``MAX_WORLD_SIZE``]
+(``rank_of``, which each summary uses; others are ignored and counted under
+``RANK_OUT_OF_RANGE`` in its diagnostics). The layer × head map lists at most
+``MAX_MAP_HEADS`` cells, the first in (layer, head) order, with a warning naming how many more
+there were.
 """
 
 from __future__ import annotations
 
+import re
 import statistics
 from collections import defaultdict
+from typing import TypeGuard
 
 from tb_attn_plugin.schema import (
     CollectiveStats,
@@ -30,12 +38,50 @@ from tb_attn_plugin.schema import (
     WorkerSummary,
 )
 
-__all__ = ["DEFAULT_MARGIN", "ranks"]
+__all__ = ["DEFAULT_MARGIN", "MAX_MAP_HEADS", "MAX_WORLD_SIZE", "RANK_OUT_OF_RANGE", "rank_of", "ranks"]
 
 DEFAULT_MARGIN = 0.2
 #: A rank ahead of the median by less than this is not called a straggler, whatever the ratio:
 #: below it, scheduling noise between processes dominates.
 MIN_GAP_US = 500.0
+#: More ranks than any job has run (about a million); larger ranks and world sizes are ignored.
+MAX_WORLD_SIZE = 1 << 20
+RANK_OUT_OF_RANGE = f"ranks or world sizes out of range (over {MAX_WORLD_SIZE}), ignored"
+#: Cells of the run's layer × head map: twice what a summary lists (``summary.MAX_HEAD_ROWS``).
+MAX_MAP_HEADS = 1 << 14
+_RANK_RE = re.compile(r"(?:^|[^a-z0-9])rank[-_]?(\d+)(?:[^0-9]|$)", re.IGNORECASE)
+_RANK_DIGITS = len(str(MAX_WORLD_SIZE))
+
+
+def rank_of(info: dict[str, object] | None, worker: str, file: str, *,
+            diagnostics: dict[str, int] | None = None) -> tuple[int | None, int | None]:
+    """(rank, world size) of one trace: from its ``distributedInfo``, else from a name such as
+    ``host_rank3`` (our runner) or ``trace_rank-3.json`` (others). Values out of bounds are
+    None, and counted in ``diagnostics``."""
+    rank = world = None
+    bad = 0
+    if info is not None:
+        r, w = info.get("rank"), info.get("world_size")
+        rank = r if _is_int(r) and 0 <= r < MAX_WORLD_SIZE else None
+        world = w if _is_int(w) and 0 < w <= MAX_WORLD_SIZE else None
+        bad = int(r is not None and rank is None) + int(w is not None and world is None)
+    if rank is None:
+        for name in (worker, file):
+            m = _RANK_RE.search(name)
+            if m is not None:
+                digits = m.group(1)
+                if len(digits) <= _RANK_DIGITS and int(digits) < MAX_WORLD_SIZE:
+                    rank = int(digits)
+                else:
+                    bad += 1
+                break
+    if bad and diagnostics is not None:
+        diagnostics[RANK_OUT_OF_RANGE] = diagnostics.get(RANK_OUT_OF_RANGE, 0) + bad
+    return rank, world
+
+
+def _is_int(value: object) -> TypeGuard[int]:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def ranks(run: RunSummary, *, margin: float = DEFAULT_MARGIN) -> RanksResponse:
@@ -52,7 +98,7 @@ def ranks(run: RunSummary, *, margin: float = DEFAULT_MARGIN) -> RanksResponse:
     flagged = {s.worker for s in stragglers}
     for row in rows:
         row.straggler = row.worker in flagged
-    heads = _global_heads(by_worker, device)
+    heads, more = _global_heads(by_worker, device)
     per_layer: dict[int, set[int]] = defaultdict(set)
     owners: dict[tuple[int, int], int] = {}
     for h in heads:
@@ -65,6 +111,8 @@ def ranks(run: RunSummary, *, margin: float = DEFAULT_MARGIN) -> RanksResponse:
             claimed[row.rank].append(row.worker)
     warnings = [f"workers {', '.join(ws)} all report rank {r}: their traces may come from different jobs"
                 for r, ws in sorted(claimed.items()) if len(ws) > 1]
+    if more:
+        warnings.append(f"the layer × head map shows its first {MAX_MAP_HEADS} heads; {more} more are left out")
     attention = [r.attention_us for r in rows]
     return RanksResponse(
         run=run.run, clock="device" if device else "cpu", margin=margin, min_gap_us=MIN_GAP_US, ranks=rows,
@@ -170,7 +218,8 @@ def _aggregate(rows: list[RankRow], by_worker: dict[str, list[WorkerSummary]], d
     return out
 
 
-def _global_heads(by_worker: dict[str, list[WorkerSummary]], device: bool) -> list[GlobalHead]:
+def _global_heads(by_worker: dict[str, list[WorkerSummary]], device: bool) -> tuple[list[GlobalHead], int]:
+    """The map's cells, at most ``MAX_MAP_HEADS``, and how many more there were."""
     cells: dict[tuple[int, int], dict[str, list[tuple[float, float, bool, int | None]]]] = defaultdict(dict)
     for worker, spans in by_worker.items():
         for w in spans:
@@ -179,7 +228,7 @@ def _global_heads(by_worker: dict[str, list[WorkerSummary]], device: bool) -> li
                     cells[(stats.layer, h.head)].setdefault(worker, []).append(
                         (_time(device, h.cpu_us, h.device_us), h.flops, h.derived, w.rank))
     out = []
-    for (layer, head), per_worker in sorted(cells.items()):
+    for (layer, head), per_worker in sorted(cells.items())[:MAX_MAP_HEADS]:
         values = [(_mean([t for t, _, _, _ in v]), _mean([f for _, f, _, _ in v]), any(d for _, _, d, _ in v), v[0][3])
                   for v in per_worker.values()]
         out.append(GlobalHead(
@@ -187,4 +236,4 @@ def _global_heads(by_worker: dict[str, list[WorkerSummary]], device: bool) -> li
             time_us=_mean([t for t, _, _, _ in values]), flops=_mean([f for _, f, _, _ in values]),
             derived=any(d for _, _, d, _ in values),
         ))
-    return out
+    return out, max(0, len(cells) - MAX_MAP_HEADS)

@@ -3,31 +3,48 @@
 ``summarize(events, ...)`` attributes events (``analysis.attribute``), finds attention in
 unscoped traces (``analysis.infer``), and aggregates time, FLOPs and memory. Definitions are in
 ``schema.py`` and ``docs/summary.md``.
+
+Bounds: what a summary lists grows with what the trace holds, never with a number it claims.
+Numbers out of range are dropped where they are read (``attribute``, ``infer``, ``ranks.rank_of``)
+and counted in ``diagnostics``; here, a trace with more than ``MAX_STEPS`` profiled steps is
+refused (the cost grows with steps times events), a head count read from shapes must be in
+[1, ``scopes.MAX_HEADS``], the layers' head rows total at most ``MAX_HEAD_ROWS`` (later layers
+list none, counted under ``HEAD_ROWS_DROPPED``), names (ops, kernels, modules) are clipped to
+``MAX_NAME_CHARS``, and ``diagnostics`` holds at most ``MAX_DIAGNOSTICS`` labels.
 """
 
 from __future__ import annotations
 
-import re
+import math
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from tb_attn_plugin.analysis.attribute import DEVICE_KINDS, Attribution, attribute
 from tb_attn_plugin.analysis.backend import detect_backend
 from tb_attn_plugin.analysis.collectives import collectives
-from tb_attn_plugin.analysis.flops import elem_bytes
+from tb_attn_plugin.analysis.flops import MAX_TENSOR_BYTES, elem_bytes
 from tb_attn_plugin.analysis.infer import MATMUL_OPS, SDPA_OPS, SOFTMAX_OPS, infer_scopes
+from tb_attn_plugin.analysis.ranks import rank_of
 from tb_attn_plugin.schema import Backward, HeadStats, LayerStats, PhaseStats, StepStats, WorkerSummary
-from tb_attn_plugin.scopes import PHASES, parse_scope
+from tb_attn_plugin.scopes import MAX_HEADS, PHASES, parse_scope
 from tb_attn_plugin.trace.events import Events, TraceError, with_annotations
 from tb_attn_plugin.trace.schema import BACKWARD_PREFIX, STEP_PREFIX, Kind
 
-__all__ = ["Analysis", "analyze", "summarize", "summarize_analysis"]
+__all__ = ["MAX_DIAGNOSTICS", "MAX_HEAD_ROWS", "MAX_NAME_CHARS", "MAX_STEPS", "Analysis", "analyze", "clip",
+           "summarize", "summarize_analysis"]
 
 OTHER = "other"
-MAX_LAYERS = 4096
 MAX_STEPS = 4096
+#: Head rows in one summary, all layers together: 16384 is 128 layers of 128 heads (GPT-3 has 96 x 96).
+MAX_HEAD_ROWS = 1 << 14
+HEAD_ROWS_DROPPED = f"head rows past {MAX_HEAD_ROWS} per trace (not listed)"
+BAD_HEAD_COUNT = f"ops whose shapes give a head count out of range (over {MAX_HEADS}), ignored"
+#: Longer names (kernels of deep templates run to about 1000 characters) are clipped in the summary.
+MAX_NAME_CHARS = 2000
+MAX_DIAGNOSTICS = 64
+_MAX_LABEL_CHARS = 200
 #: Phases whose outputs are (B, H, Sq, Sk) scores or probabilities, where S×S allocations mean
 #: materialized scores (elsewhere an allocation of the same size is a coincidence).
 SCORE_PHASES = frozenset({"qk_matmul", "scale", "mask", "softmax", "dropout", "sdpa", OTHER})
@@ -48,6 +65,7 @@ class Analysis:
     attr: Attribution
     inferred: bool
     notes: tuple[str, ...]
+    diagnostics: dict[str, int] = field(default_factory=dict)  # the decoder's, attribution's and inference's
 
     @property
     def nbytes(self) -> int:
@@ -60,13 +78,17 @@ def analyze(events: Events) -> Analysis:
     """Attribute events; infer attention where the trace has no tb-attn scopes."""
     attr = attribute(events)
     if attr.is_scope.any():
-        return Analysis(events, attr, False, ())
-    synthetic = infer_scopes(events, attr.parent, attr.backward, attr.step)
+        return Analysis(events, attr, False, (), _merged(events.diagnostics, attr.diagnostics))
+    found: dict[str, int] = {}
+    synthetic = infer_scopes(events, attr.parent, attr.backward, attr.step, diagnostics=found)
     if not synthetic:
-        return Analysis(events, attr, False, ("no attention found in this trace",))
+        return Analysis(events, attr, False, ("no attention found in this trace",),
+                        _merged(events.diagnostics, attr.diagnostics, found))
     events = with_annotations(events, [(s.track, s.ts, s.dur, s.name) for s in synthetic])
-    return Analysis(events, attribute(events), True,
-                    ("no tb-attn scopes in this trace: attention was inferred from module names and op patterns",))
+    attr = attribute(events)
+    return Analysis(events, attr, True,
+                    ("no tb-attn scopes in this trace: attention was inferred from module names and op patterns",),
+                    _merged(events.diagnostics, attr.diagnostics, found))
 
 
 def summarize(events: Events, *, file: str = "", worker: str = "", span: str | None = None) -> WorkerSummary:
@@ -75,13 +97,15 @@ def summarize(events: Events, *, file: str = "", worker: str = "", span: str | N
 
 def summarize_analysis(analysis: Analysis, *, file: str = "", worker: str = "", span: str | None = None
                        ) -> WorkerSummary:
-    return _Summarizer(analysis.events, analysis.attr, analysis.inferred).build(
+    return _Summarizer(analysis.events, analysis.attr, analysis.inferred, analysis.diagnostics).build(
         file=file, worker=worker, span=span, notes=list(analysis.notes))
 
 
 class _Summarizer:
-    def __init__(self, events: Events, attr: Attribution, inferred: bool) -> None:
+    def __init__(self, events: Events, attr: Attribution, inferred: bool, diagnostics: dict[str, int]) -> None:
         self.ev, self.a, self.inferred = events, attr, inferred
+        self.diag = dict(diagnostics)
+        self.head_budget = MAX_HEAD_ROWS
         names = events.names
         self.on_device = np.isin(events.kind, DEVICE_KINDS)
         self.step_event = np.array([n.startswith(STEP_PREFIX) for n in names], np.bool_)[events.name] & (
@@ -126,7 +150,7 @@ class _Summarizer:
         totals: Counter[str] = Counter()
         for nid, d in zip(self.ev.name[idx].tolist(), self.ev.dur[idx].tolist(), strict=True):
             totals[self.ev.names[nid]] += d
-        return [n for n, _ in totals.most_common(top)]
+        return [clip(n) for n, _ in totals.most_common(top)]
 
     def _peak(self, scope_idx: np.ndarray) -> int:
         """Largest rise of allocated memory over a scope's start, across the scope instances."""
@@ -148,21 +172,20 @@ class _Summarizer:
             if (total >= 0).all():
                 base = int(total[0] - nbytes[0])
                 rise = int(total.max()) - base
-            else:
-                rise = int(np.cumsum(nbytes).max())
+            else:  # in float64: a sum of many sizes near the decoder's 2**53 bound overflows int64
+                rise = int(np.cumsum(nbytes, dtype=np.float64).max())
             best = max(best, rise)
         return best
 
     # -- the summary ----------------------------------------------------------------------
     def build(self, *, file: str, worker: str, span: str | None, notes: list[str]) -> WorkerSummary:
         ev, a = self.ev, self.a
-        layers_present = sorted(self.layer_idx)
-        # The cost grows with layers (and steps) times events: a trace claiming hundreds of
-        # thousands is hostile or broken, and is refused rather than analyzed for minutes.
-        for what, count, limit in (("attention layers", len(layers_present), MAX_LAYERS),
-                                   ("profiled steps", len(self.steps), MAX_STEPS)):
-            if count > limit:
-                raise TraceError(f"the trace has {count} {what}, more than the {limit} this tool analyzes")
+        layers_present = sorted(self.layer_idx)  # below scopes.MAX_LAYERS: attribution drops the others
+        # The cost grows with steps times events: a trace with hundreds of thousands is hostile
+        # or broken, and is refused rather than analyzed for minutes.
+        if len(self.steps) > MAX_STEPS:
+            raise TraceError(f"the trace has {len(self.steps)} profiled steps, more than the {MAX_STEPS} this tool "
+                             "analyzes")
         layer_stats = [self._layer(layer) for layer in layers_present]
         step_idx = np.flatnonzero(self.step_event & (a.step >= 0))
         step_cpu = float(ev.dur[step_idx].sum()) if step_idx.size else float(self._trace_span())
@@ -174,7 +197,9 @@ class _Summarizer:
         if not self.steps:
             notes.append("no ProfilerStep# in this trace: the whole trace counts as one step")
         backends = sorted({layer.backend for layer in layer_stats})
-        rank, world_size = _rank(ev.meta.distributed_info, worker, file)
+        rank, world_size = rank_of(ev.meta.distributed_info, worker, file, diagnostics=self.diag)
+        found = collectives(ev, a.parent, [(float(ev.ts[i]), float(ev.ts[i] + ev.dur[i])) for i in step_idx],
+                            diagnostics=self.diag)
         return WorkerSummary(
             file=file, worker=worker, span=span,
             device="cuda" if has_device else "cpu",
@@ -186,9 +211,8 @@ class _Summarizer:
             attention_share_cpu=att_cpu / self._per_step(step_cpu) if step_cpu > 0 else None,
             attention_share_device=att_dev / self._per_step(step_device) if has_device and step_device > 0 else None,
             layers=layer_stats, per_step=self._per_step_stats(step_idx, device_in),
-            diagnostics=dict(ev.diagnostics), notes=notes,
-            rank=rank, world_size=world_size,
-            collectives=collectives(ev, a.parent, [(float(ev.ts[i]), float(ev.ts[i] + ev.dur[i])) for i in step_idx]),
+            diagnostics=_bounded(self.diag), notes=notes,
+            rank=rank, world_size=world_size, collectives=found,
         )
 
     def _trace_span(self) -> float:
@@ -243,14 +267,15 @@ class _Summarizer:
         device_us = sum(p.device_us for p in phases)
         flops = sum(p.flops for p in phases)
         nbytes = ev.mem_bytes[mem]
-        alloc = self._per_step(nbytes[nbytes > 0].sum())
+        alloc = self._per_step(nbytes[nbytes > 0].sum(dtype=np.float64))
         sxs = sum(p.sxs_bytes for p in phases)
         back = Backward(
             calls=sum(p.backward.calls for p in phases), cpu_us=sum(p.backward.cpu_us for p in phases),
             device_us=sum(p.backward.device_us for p in phases), flops=sum(p.backward.flops for p in phases),
         )
         stats = LayerStats(
-            layer=layer, module=a.modules.get(layer), backend=backend, backend_evidence=evidence,
+            layer=layer, module=clip(a.modules[layer]) if layer in a.modules else None, backend=backend,
+            backend_evidence=[clip(n) for n in evidence],
             inferred=self.inferred, calls=self._per_step(block_scopes.size), cpu_us=cpu_us, device_us=device_us,
             flops=flops, flops_per_s=_rate(flops, device_us or cpu_us), alloc_bytes=alloc,
             peak_bytes=self._peak(block_scopes), sxs_bytes=sxs, heads_count=self._heads_count(fwd), phases=phases,
@@ -261,26 +286,25 @@ class _Summarizer:
 
     def _sxs_sizes(self, fwd: np.ndarray) -> set[int]:
         """Byte sizes of a (B, H, Sq, Sk) score tensor in this layer, from its ops' shapes."""
-        ev = self.ev
+        ev, a = self.ev, self.a
         sizes: set[int] = set()
-        for i in fwd[ev.shape[fwd] >= 0].tolist():
+        with_shape = fwd[ev.shape[fwd] >= 0]
+        for i in with_shape[a.shape_ok[ev.shape[with_shape]]].tolist():
             name = ev.names[ev.name[i]]
             shapes = ev.shapes[ev.shape[i]]
             dims = shapes.dims
             elem = elem_bytes(shapes.types[0]) if shapes.types else 4
             count = 0
-            try:
-                if name in SDPA_OPS and len(dims) >= 2 and len(dims[0]) >= 3 and len(dims[1]) >= 2:
-                    q, k = dims[0], dims[1]
-                    count = int(np.prod(q[:-1], dtype=np.int64)) * int(k[-2])
-                elif name in SOFTMAX_OPS and dims and len(dims[0]) >= 3:
-                    count = int(np.prod(dims[0], dtype=np.int64))
-                elif name in MATMUL_OPS and self.a.phase[i] in _QK_CODES and len(dims) >= 2 and len(dims[0]) >= 3 \
-                        and len(dims[1]) >= 2:
-                    count = int(np.prod(dims[0][:-1], dtype=np.int64)) * int(dims[1][-1])
-            except (TypeError, ValueError):
-                continue
-            if count >= _MIN_SXS_ELEMS:
+            # Python integers: plausible inputs can still claim a score tensor past int64.
+            if name in SDPA_OPS and len(dims) >= 2 and len(dims[0]) >= 3 and len(dims[1]) >= 2:
+                q, k = dims[0], dims[1]
+                count = math.prod(q[:-1]) * k[-2]
+            elif name in SOFTMAX_OPS and dims and len(dims[0]) >= 3:
+                count = math.prod(dims[0])
+            elif name in MATMUL_OPS and a.phase[i] in _QK_CODES and len(dims) >= 2 and len(dims[0]) >= 3 \
+                    and len(dims[1]) >= 2:
+                count = math.prod(dims[0][:-1]) * dims[1][-1]
+            if count >= _MIN_SXS_ELEMS and count * max(elem, 4) <= MAX_TENSOR_BYTES:
                 sizes.update({count * elem, count * 4})
         return sizes
 
@@ -313,7 +337,7 @@ class _Summarizer:
         ev, a = self.ev, self.a
         device = fwd[self.on_device[fwd] & (ev.kind[fwd] != Kind.GPU_ANNOTATION)]
         ops = fwd[self.top_op[fwd]]
-        nbytes = ev.mem_bytes[mem]
+        nbytes = ev.mem_bytes[mem].astype(np.float64)  # sums of sizes near 2**53 stay finite
         sxs = self._score_allocs(mem, sizes if phase in SCORE_PHASES else set())
         bwd = sel[a.backward[sel]]
         engine_top = bwd[self.engine[bwd] & ~self.parent_backward[bwd]]
@@ -375,21 +399,30 @@ class _Summarizer:
         return False
 
     def _heads_count(self, fwd: np.ndarray) -> int | None:
-        ev = self.ev
+        ev, a = self.ev, self.a
         counts: Counter[int] = Counter()
         for i in fwd[ev.shape[fwd] >= 0].tolist():
             name = ev.names[ev.name[i]]
+            if (name not in SDPA_OPS and name not in SOFTMAX_OPS) or not a.shape_ok[ev.shape[i]]:
+                continue
             dims = ev.shapes[ev.shape[i]].dims
             if not dims or not isinstance(dims[0], list) or len(dims[0]) != 4:
                 continue
-            if name in SDPA_OPS or name in SOFTMAX_OPS:
+            if 0 < dims[0][1] <= MAX_HEADS:
                 counts[int(dims[0][1])] += 1
+            else:  # (B, H, S, D) with H past any model's head count: not a head count
+                self.diag[BAD_HEAD_COUNT] = self.diag.get(BAD_HEAD_COUNT, 0) + 1
         return counts.most_common(1)[0][0] if counts else None
 
     def _heads(self, stats: LayerStats, fwd: np.ndarray, mem: np.ndarray, sizes: set[int]) -> list[HeadStats]:
         ev, a = self.ev, self.a
         head_of = a.head[fwd]
         measured = sorted(set(head_of[head_of >= 0].tolist()))
+        heads = measured or sorted(self.head_ranges.get(stats.layer, ())) or list(range(stats.heads_count or 0))
+        if len(heads) > self.head_budget:  # whole layers or none: a partial list would look like missing heads
+            self.diag[HEAD_ROWS_DROPPED] = self.diag.get(HEAD_ROWS_DROPPED, 0) + len(heads)
+            return []
+        self.head_budget -= len(heads)
         if measured:
             score_codes = np.array([PHASES.index(p) for p in SCORE_PHASES if p != OTHER])
             out = []
@@ -397,7 +430,7 @@ class _Summarizer:
                 mine = fwd[head_of == h]
                 head_scopes = mine[a.is_scope[mine] & (a.phase[mine] < 0)]
                 mem_h = mem[a.mem_head[mem] == h]
-                nbytes = ev.mem_bytes[mem_h]
+                nbytes = ev.mem_bytes[mem_h].astype(np.float64)
                 sxs = self._score_allocs(mem_h, sizes) & np.isin(a.mem_phase[mem_h], score_codes)
                 out.append(HeadStats(
                     head=h, derived=False,
@@ -408,7 +441,6 @@ class _Summarizer:
                     sxs_bytes=self._per_step(nbytes[sxs].sum()),
                 ))
             return out
-        heads = sorted(self.head_ranges.get(stats.layer, ())) or list(range(stats.heads_count or 0))
         if not heads:
             return []
         h_count = len(heads)
@@ -422,26 +454,6 @@ class _Summarizer:
                 for h in heads]
 
 
-_RANK_RE = re.compile(r"(?:^|[^a-z0-9])rank[-_]?(\d+)(?:[^0-9]|$)", re.IGNORECASE)
-
-
-def _rank(info: dict[str, object] | None, worker: str, file: str) -> tuple[int | None, int | None]:
-    """(rank, world size): from the trace's ``distributedInfo``, else from a name such as
-    ``host_rank3`` (our runner) or ``trace_rank-3.json`` (others)."""
-    rank = world = None
-    if info is not None:
-        r, w = info.get("rank"), info.get("world_size")
-        rank = r if isinstance(r, int) and not isinstance(r, bool) and r >= 0 else None
-        world = w if isinstance(w, int) and not isinstance(w, bool) and w > 0 else None
-    if rank is None:
-        for name in (worker, file):
-            m = _RANK_RE.search(name)
-            if m is not None:
-                rank = int(m.group(1))
-                break
-    return rank, world
-
-
 def _groups(keys: np.ndarray, mask: np.ndarray) -> dict[int, np.ndarray]:
     """Indices (ascending) of the masked rows, grouped by key."""
     idx = np.flatnonzero(mask)
@@ -452,6 +464,31 @@ def _groups(keys: np.ndarray, mask: np.ndarray) -> dict[int, np.ndarray]:
     values, starts = np.unique(keys[idx], return_index=True)
     ends = np.append(starts[1:], idx.size)
     return {int(v): idx[a:b] for v, a, b in zip(values, starts, ends, strict=True)}
+
+
+def clip(name: str, limit: int = MAX_NAME_CHARS) -> str:
+    """A name as the summary lists it: at most ``limit`` characters."""
+    return name if len(name) <= limit else name[: limit - 1] + "…"
+
+
+def _merged(*parts: dict[str, int]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for part in parts:
+        for label, n in part.items():
+            out[label] = out.get(label, 0) + n
+    return out
+
+
+def _bounded(diagnostics: dict[str, int]) -> dict[str, int]:
+    """At most ``MAX_DIAGNOSTICS`` labels of at most ``_MAX_LABEL_CHARS``, the most frequent,
+    the rest counted together: the decoder makes one per unknown category, which a trace names."""
+    if len(diagnostics) <= MAX_DIAGNOSTICS:
+        return {clip(label, _MAX_LABEL_CHARS): n for label, n in diagnostics.items()}
+    items = sorted(diagnostics.items(), key=lambda kv: (-kv[1], kv[0]))
+    out = {clip(label, _MAX_LABEL_CHARS): n for label, n in items[: MAX_DIAGNOSTICS - 1]}
+    rest = items[MAX_DIAGNOSTICS - 1:]
+    out[f"{len(rest)} more kinds of diagnostics"] = sum(n for _, n in rest)
+    return out
 
 
 def _rate(flops: float, us: float) -> float:
