@@ -16,9 +16,10 @@ import numpy as np
 import numpy.typing as npt
 
 from tb_attn_plugin.analysis.attribute import DEVICE_KINDS, EPS_US
+from tb_attn_plugin.analysis.bounds import clip
 from tb_attn_plugin.analysis.flops import elem_bytes
 from tb_attn_plugin.analysis.infer import SDPA_OPS
-from tb_attn_plugin.analysis.summary import Analysis, clip
+from tb_attn_plugin.analysis.summary import Analysis
 from tb_attn_plugin.schema import Evidence, Finding, WorkerSummary
 from tb_attn_plugin.scopes import PHASES
 from tb_attn_plugin.trace.schema import Kind

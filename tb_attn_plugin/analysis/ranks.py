@@ -47,7 +47,7 @@ MIN_GAP_US = 500.0
 #: More ranks than any job has run (about a million); larger ranks and world sizes are ignored.
 MAX_WORLD_SIZE = 1 << 20
 RANK_OUT_OF_RANGE = f"ranks or world sizes out of range (over {MAX_WORLD_SIZE}), ignored"
-#: Cells of the run's layer × head map: twice what a summary lists (``summary.MAX_HEAD_ROWS``).
+#: Cells of the run's layer × head map: twice what a summary lists (``bounds.MAX_HEAD_ROWS``).
 MAX_MAP_HEADS = 1 << 14
 _RANK_RE = re.compile(r"(?:^|[^a-z0-9])rank[-_]?(\d+)(?:[^0-9]|$)", re.IGNORECASE)
 _RANK_DIGITS = len(str(MAX_WORLD_SIZE))

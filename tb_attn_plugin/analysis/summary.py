@@ -1,21 +1,13 @@
 """Summarize one trace: attention per layer × phase × head, as means over profiled steps.
 
 ``summarize(events, ...)`` attributes events (``analysis.attribute``), finds attention in
-unscoped traces (``analysis.infer``), and aggregates time, FLOPs and memory. Definitions are in
-``schema.py`` and ``docs/summary.md``.
-
-Bounds: what a summary lists grows with what the trace holds, never with a number it claims.
-Numbers out of range are dropped where they are read (``attribute``, ``infer``, ``ranks.rank_of``)
-and counted in ``diagnostics``; here, a trace with more than ``MAX_STEPS`` profiled steps is
-refused (the cost grows with steps times events), a head count read from shapes must be in
-[1, ``scopes.MAX_HEADS``], the layers' head rows total at most ``MAX_HEAD_ROWS`` (later layers
-list none, counted under ``HEAD_ROWS_DROPPED``), names (ops, kernels, modules) are clipped to
-``MAX_NAME_CHARS``, and ``diagnostics`` holds at most ``MAX_DIAGNOSTICS`` labels.
+unscoped traces (``analysis.infer``), and aggregates time, FLOPs and memory, with materialized
+scores found by ``analysis.scores``. What a summary lists is bounded by ``analysis.bounds``.
+Definitions are in ``schema.py`` and ``docs/summary.md``.
 """
 
 from __future__ import annotations
 
-import math
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -23,38 +15,27 @@ import numpy as np
 
 from tb_attn_plugin.analysis.attribute import DEVICE_KINDS, Attribution, attribute
 from tb_attn_plugin.analysis.backend import detect_backend
+from tb_attn_plugin.analysis.bounds import (
+    BAD_HEAD_COUNT,
+    HeadRowBudget,
+    check_steps,
+    clip,
+    fold_diagnostics,
+    merge_diagnostics,
+    tally,
+)
 from tb_attn_plugin.analysis.collectives import collectives
-from tb_attn_plugin.analysis.flops import MAX_TENSOR_BYTES, elem_bytes
-from tb_attn_plugin.analysis.infer import MATMUL_OPS, SDPA_OPS, SOFTMAX_OPS, infer_scopes
+from tb_attn_plugin.analysis.infer import SDPA_OPS, SOFTMAX_OPS, infer_scopes
 from tb_attn_plugin.analysis.ranks import rank_of
+from tb_attn_plugin.analysis.scores import OTHER, SCORE_PHASES, score_allocs, sxs_sizes
 from tb_attn_plugin.schema import Backward, HeadStats, LayerStats, PhaseStats, StepStats, WorkerSummary
 from tb_attn_plugin.scopes import MAX_HEADS, PHASES, parse_scope
-from tb_attn_plugin.trace.events import Events, TraceError, with_annotations
+from tb_attn_plugin.trace.events import Events, with_annotations
 from tb_attn_plugin.trace.schema import BACKWARD_PREFIX, STEP_PREFIX, Kind
 
-__all__ = ["MAX_DIAGNOSTICS", "MAX_HEAD_ROWS", "MAX_NAME_CHARS", "MAX_STEPS", "Analysis", "analyze", "clip",
-           "summarize", "summarize_analysis"]
+__all__ = ["Analysis", "analyze", "summarize", "summarize_analysis"]
 
-OTHER = "other"
-MAX_STEPS = 4096
-#: Head rows in one summary, all layers together: 16384 is 128 layers of 128 heads (GPT-3 has 96 x 96).
-MAX_HEAD_ROWS = 1 << 14
-HEAD_ROWS_DROPPED = f"head rows past {MAX_HEAD_ROWS} per trace (not listed)"
-BAD_HEAD_COUNT = f"ops whose shapes give a head count out of range (over {MAX_HEADS}), ignored"
-#: Longer names (kernels of deep templates run to about 1000 characters) are clipped in the summary.
-MAX_NAME_CHARS = 2000
-MAX_DIAGNOSTICS = 64
-_MAX_LABEL_CHARS = 200
-#: Phases whose outputs are (B, H, Sq, Sk) scores or probabilities, where S×S allocations mean
-#: materialized scores (elsewhere an allocation of the same size is a coincidence).
-SCORE_PHASES = frozenset({"qk_matmul", "scale", "mask", "softmax", "dropout", "sdpa", OTHER})
-_QK_CODES = (PHASES.index("qk_matmul"), PHASES.index("sdpa"))
 _EMPTY = np.empty(0, np.int64)
-_MIN_SXS_ELEMS = 256  # smaller "score" tensors are too common to mean anything
-_COPY_OPS = frozenset({"aten::clone", "aten::contiguous", "aten::copy_", "aten::reshape", "aten::_reshape_alias",
-                       "aten::expand"})
-_PRODUCERS = frozenset({"aten::bmm", "aten::baddbmm", "aten::mm"})  # a matmul's own output
-_MATMUL_WRAPPERS = frozenset({"aten::matmul", "aten::einsum"})
 
 
 @dataclass(frozen=True, eq=False)
@@ -78,17 +59,17 @@ def analyze(events: Events) -> Analysis:
     """Attribute events; infer attention where the trace has no tb-attn scopes."""
     attr = attribute(events)
     if attr.is_scope.any():
-        return Analysis(events, attr, False, (), _merged(events.diagnostics, attr.diagnostics))
+        return Analysis(events, attr, False, (), merge_diagnostics(events.diagnostics, attr.diagnostics))
     found: dict[str, int] = {}
     synthetic = infer_scopes(events, attr.parent, attr.backward, attr.step, diagnostics=found)
     if not synthetic:
         return Analysis(events, attr, False, ("no attention found in this trace",),
-                        _merged(events.diagnostics, attr.diagnostics, found))
+                        merge_diagnostics(events.diagnostics, attr.diagnostics, found))
     events = with_annotations(events, [(s.track, s.ts, s.dur, s.name) for s in synthetic])
     attr = attribute(events)
     return Analysis(events, attr, True,
                     ("no tb-attn scopes in this trace: attention was inferred from module names and op patterns",),
-                    _merged(events.diagnostics, attr.diagnostics, found))
+                    merge_diagnostics(events.diagnostics, attr.diagnostics, found))
 
 
 def summarize(events: Events, *, file: str = "", worker: str = "", span: str | None = None) -> WorkerSummary:
@@ -105,7 +86,7 @@ class _Summarizer:
     def __init__(self, events: Events, attr: Attribution, inferred: bool, diagnostics: dict[str, int]) -> None:
         self.ev, self.a, self.inferred = events, attr, inferred
         self.diag = dict(diagnostics)
-        self.head_budget = MAX_HEAD_ROWS
+        self.head_rows = HeadRowBudget(self.diag)
         names = events.names
         self.on_device = np.isin(events.kind, DEVICE_KINDS)
         self.step_event = np.array([n.startswith(STEP_PREFIX) for n in names], np.bool_)[events.name] & (
@@ -181,11 +162,7 @@ class _Summarizer:
     def build(self, *, file: str, worker: str, span: str | None, notes: list[str]) -> WorkerSummary:
         ev, a = self.ev, self.a
         layers_present = sorted(self.layer_idx)  # below scopes.MAX_LAYERS: attribution drops the others
-        # The cost grows with steps times events: a trace with hundreds of thousands is hostile
-        # or broken, and is refused rather than analyzed for minutes.
-        if len(self.steps) > MAX_STEPS:
-            raise TraceError(f"the trace has {len(self.steps)} profiled steps, more than the {MAX_STEPS} this tool "
-                             "analyzes")
+        check_steps(len(self.steps))
         layer_stats = [self._layer(layer) for layer in layers_present]
         step_idx = np.flatnonzero(self.step_event & (a.step >= 0))
         step_cpu = float(ev.dur[step_idx].sum()) if step_idx.size else float(self._trace_span())
@@ -211,7 +188,7 @@ class _Summarizer:
             attention_share_cpu=att_cpu / self._per_step(step_cpu) if step_cpu > 0 else None,
             attention_share_device=att_dev / self._per_step(step_device) if has_device and step_device > 0 else None,
             layers=layer_stats, per_step=self._per_step_stats(step_idx, device_in),
-            diagnostics=_bounded(self.diag), notes=notes,
+            diagnostics=fold_diagnostics(self.diag), notes=notes,
             rank=rank, world_size=world_size, collectives=found,
         )
 
@@ -245,7 +222,7 @@ class _Summarizer:
         fwd = idx[~a.backward[idx]]
         block_scopes = fwd[a.is_scope[fwd] & (a.phase[fwd] < 0) & (a.head[fwd] < 0)]
         mem = self.mem_layer_idx.get(layer, _EMPTY)
-        sizes = self._sxs_sizes(fwd)
+        sizes = sxs_sizes(ev, a, fwd)
         phase_of = a.phase[idx]
         mem_phase = a.mem_phase[mem]
         phases = []
@@ -284,30 +261,6 @@ class _Summarizer:
         stats.heads = self._heads(stats, fwd, mem, sizes)
         return stats
 
-    def _sxs_sizes(self, fwd: np.ndarray) -> set[int]:
-        """Byte sizes of a (B, H, Sq, Sk) score tensor in this layer, from its ops' shapes."""
-        ev, a = self.ev, self.a
-        sizes: set[int] = set()
-        with_shape = fwd[ev.shape[fwd] >= 0]
-        for i in with_shape[a.shape_ok[ev.shape[with_shape]]].tolist():
-            name = ev.names[ev.name[i]]
-            shapes = ev.shapes[ev.shape[i]]
-            dims = shapes.dims
-            elem = elem_bytes(shapes.types[0]) if shapes.types else 4
-            count = 0
-            # Python integers: plausible inputs can still claim a score tensor past int64.
-            if name in SDPA_OPS and len(dims) >= 2 and len(dims[0]) >= 3 and len(dims[1]) >= 2:
-                q, k = dims[0], dims[1]
-                count = math.prod(q[:-1]) * k[-2]
-            elif name in SOFTMAX_OPS and dims and len(dims[0]) >= 3:
-                count = math.prod(dims[0])
-            elif name in MATMUL_OPS and a.phase[i] in _QK_CODES and len(dims) >= 2 and len(dims[0]) >= 3 \
-                    and len(dims[1]) >= 2:
-                count = math.prod(dims[0][:-1]) * dims[1][-1]
-            if count >= _MIN_SXS_ELEMS and count * max(elem, 4) <= MAX_TENSOR_BYTES:
-                sizes.update({count * elem, count * 4})
-        return sizes
-
     def _other(self, sel: np.ndarray, block_scopes: np.ndarray, layer_fwd: np.ndarray, mem: np.ndarray,
                sizes: set[int]) -> PhaseStats | None:
         ev, a = self.ev, self.a
@@ -338,7 +291,7 @@ class _Summarizer:
         device = fwd[self.on_device[fwd] & (ev.kind[fwd] != Kind.GPU_ANNOTATION)]
         ops = fwd[self.top_op[fwd]]
         nbytes = ev.mem_bytes[mem].astype(np.float64)  # sums of sizes near 2**53 stay finite
-        sxs = self._score_allocs(mem, sizes if phase in SCORE_PHASES else set())
+        sxs = score_allocs(ev, a, mem, sizes if phase in SCORE_PHASES else set())
         bwd = sel[a.backward[sel]]
         engine_top = bwd[self.engine[bwd] & ~self.parent_backward[bwd]]
         bwd_device = bwd[self.on_device[bwd] & (ev.kind[bwd] != Kind.GPU_ANNOTATION)]
@@ -370,34 +323,6 @@ class _Summarizer:
             ),
         )
 
-    def _score_allocs(self, mem_idx: np.ndarray, sizes: set[int]) -> np.ndarray:
-        """Which of these memory events allocate a score tensor: the size of B·H·Sq·Sk elements,
-        and not a copy that a matmul makes of its inputs (q or kᵀ can have the same size when
-        the head dimension equals the key length)."""
-        ev, a = self.ev, self.a
-        out = np.zeros(mem_idx.size, np.bool_)
-        if not sizes:
-            return out
-        nbytes = ev.mem_bytes[mem_idx]
-        candidates = np.flatnonzero(np.isin(nbytes, list(sizes)) & (nbytes > 0))
-        for k in candidates.tolist():
-            out[k] = not self._input_copy(int(a.mem_event[mem_idx[k]]))
-        return out
-
-    def _input_copy(self, i: int) -> bool:
-        ev, a = self.ev, self.a
-        copied = False
-        while i >= 0 and not a.is_scope[i]:
-            name = ev.names[ev.name[i]]
-            if name in _COPY_OPS:
-                copied = True
-            elif name in _PRODUCERS:
-                return False
-            elif name in _MATMUL_WRAPPERS:
-                return copied
-            i = int(a.parent[i])
-        return False
-
     def _heads_count(self, fwd: np.ndarray) -> int | None:
         ev, a = self.ev, self.a
         counts: Counter[int] = Counter()
@@ -411,7 +336,7 @@ class _Summarizer:
             if 0 < dims[0][1] <= MAX_HEADS:
                 counts[int(dims[0][1])] += 1
             else:  # (B, H, S, D) with H past any model's head count: not a head count
-                self.diag[BAD_HEAD_COUNT] = self.diag.get(BAD_HEAD_COUNT, 0) + 1
+                tally(self.diag, BAD_HEAD_COUNT)
         return counts.most_common(1)[0][0] if counts else None
 
     def _heads(self, stats: LayerStats, fwd: np.ndarray, mem: np.ndarray, sizes: set[int]) -> list[HeadStats]:
@@ -419,10 +344,8 @@ class _Summarizer:
         head_of = a.head[fwd]
         measured = sorted(set(head_of[head_of >= 0].tolist()))
         heads = measured or sorted(self.head_ranges.get(stats.layer, ())) or list(range(stats.heads_count or 0))
-        if len(heads) > self.head_budget:  # whole layers or none: a partial list would look like missing heads
-            self.diag[HEAD_ROWS_DROPPED] = self.diag.get(HEAD_ROWS_DROPPED, 0) + len(heads)
+        if not self.head_rows.take(len(heads)):
             return []
-        self.head_budget -= len(heads)
         if measured:
             score_codes = np.array([PHASES.index(p) for p in SCORE_PHASES if p != OTHER])
             out = []
@@ -431,7 +354,7 @@ class _Summarizer:
                 head_scopes = mine[a.is_scope[mine] & (a.phase[mine] < 0)]
                 mem_h = mem[a.mem_head[mem] == h]
                 nbytes = ev.mem_bytes[mem_h].astype(np.float64)
-                sxs = self._score_allocs(mem_h, sizes) & np.isin(a.mem_phase[mem_h], score_codes)
+                sxs = score_allocs(ev, a, mem_h, sizes) & np.isin(a.mem_phase[mem_h], score_codes)
                 out.append(HeadStats(
                     head=h, derived=False,
                     cpu_us=self._per_step(ev.dur[head_scopes].sum()),
@@ -464,31 +387,6 @@ def _groups(keys: np.ndarray, mask: np.ndarray) -> dict[int, np.ndarray]:
     values, starts = np.unique(keys[idx], return_index=True)
     ends = np.append(starts[1:], idx.size)
     return {int(v): idx[a:b] for v, a, b in zip(values, starts, ends, strict=True)}
-
-
-def clip(name: str, limit: int = MAX_NAME_CHARS) -> str:
-    """A name as the summary lists it: at most ``limit`` characters."""
-    return name if len(name) <= limit else name[: limit - 1] + "…"
-
-
-def _merged(*parts: dict[str, int]) -> dict[str, int]:
-    out: dict[str, int] = {}
-    for part in parts:
-        for label, n in part.items():
-            out[label] = out.get(label, 0) + n
-    return out
-
-
-def _bounded(diagnostics: dict[str, int]) -> dict[str, int]:
-    """At most ``MAX_DIAGNOSTICS`` labels of at most ``_MAX_LABEL_CHARS``, the most frequent,
-    the rest counted together: the decoder makes one per unknown category, which a trace names."""
-    if len(diagnostics) <= MAX_DIAGNOSTICS:
-        return {clip(label, _MAX_LABEL_CHARS): n for label, n in diagnostics.items()}
-    items = sorted(diagnostics.items(), key=lambda kv: (-kv[1], kv[0]))
-    out = {clip(label, _MAX_LABEL_CHARS): n for label, n in items[: MAX_DIAGNOSTICS - 1]}
-    rest = items[MAX_DIAGNOSTICS - 1:]
-    out[f"{len(rest)} more kinds of diagnostics"] = sum(n for _, n in rest)
-    return out
 
 
 def _rate(flops: float, us: float) -> float:

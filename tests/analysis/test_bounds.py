@@ -17,10 +17,11 @@ import msgspec
 import pytest
 
 from tb_attn_plugin.analysis import summary as summary_module
+from tb_attn_plugin.analysis.bounds import MAX_DIAGNOSTICS, MAX_HEAD_ROWS
 from tb_attn_plugin.analysis.findings import find
 from tb_attn_plugin.analysis.flops import MAX_TENSOR_BYTES, op_flops, tensor_bytes
 from tb_attn_plugin.analysis.ranks import MAX_MAP_HEADS, ranks
-from tb_attn_plugin.analysis.summary import MAX_HEAD_ROWS, analyze, summarize_analysis
+from tb_attn_plugin.analysis.summary import analyze, summarize_analysis
 from tb_attn_plugin.loader import Loader
 from tb_attn_plugin.schema import RunSummary, WorkerSummary
 from tb_attn_plugin.scopes import MAX_HEADS, MAX_LAYERS
@@ -250,7 +251,7 @@ def test_the_ranks_view_bounds_its_head_map() -> None:
 def test_diagnostics_copied_into_the_summary_are_bounded() -> None:
     extra = [_x("odd", 60 + k / 1000, 0.0001, cat=f"category-{k}-" + "x" * 2000) for k in range(500)]
     summary = _summary(_trace(extra=extra))
-    assert len(summary.diagnostics) <= summary_module.MAX_DIAGNOSTICS
+    assert len(summary.diagnostics) <= MAX_DIAGNOSTICS
     assert all(len(k) <= 200 for k in summary.diagnostics)
     _diagnostic(summary, "more kinds")
     _legit_layer_1(summary)
