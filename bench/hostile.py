@@ -24,7 +24,6 @@ repository root::
 from __future__ import annotations
 
 import argparse
-import gzip
 import json
 import os
 import random
@@ -34,7 +33,6 @@ import tempfile
 import threading
 import time
 import urllib.request
-import zlib
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -42,6 +40,7 @@ from urllib.parse import quote
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from devtools.bombs import write_whitespace_bomb  # noqa: E402
 from devtools.loadgen import Request, percentile, run_load  # noqa: E402
 from devtools.tbserver import TensorBoard  # noqa: E402
 
@@ -119,27 +118,13 @@ def unknown_names(work: Path, args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-def _bomb(path: Path, uncompressed_mib: int) -> None:
-    """Two events with ``uncompressed_mib`` MiB of spaces and newlines between them, gzipped."""
-    event = json.dumps({"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 1, "dur": 1})
-    filler = (b" " * 1023 + b"\n") * 1024
-    comp = zlib.compressobj(9, zlib.DEFLATED, 31)
-    with path.open("wb") as f:
-        f.write(comp.compress(f'{{"traceEvents": [\n  {event},'.encode()))
-        for _ in range(uncompressed_mib):
-            f.write(comp.compress(filler))
-        f.write(comp.compress(f"\n  {event}\n]}}\n".encode()))
-        f.write(comp.flush())
-
-
 def gzip_bomb(work: Path, args: argparse.Namespace) -> dict[str, Any]:
     logdir = work / "bomb"
     (logdir / "normal").mkdir(parents=True)
     (logdir / "bomb").mkdir()
     shutil.copy(TRACE, logdir / "normal" / "host.1.pt.trace.json")
     path = logdir / "bomb" / "host.1.pt.trace.json.gz"
-    _bomb(path, args.bomb_mb * 1030)  # zlib level 9 packs runs of spaces about 1030:1
-    uncompressed = sum(len(chunk) for chunk in iter(gzip.open(path).read1, b""))  # type: ignore[arg-type]
+    uncompressed = write_whitespace_bomb(path, stored_mib=args.bomb_mb)
     cache_mb = 64
     with _server(logdir, args.repo, "--tb_attn_cache_mb", str(cache_mb)) as tb:
         assert tb.pid is not None
@@ -161,7 +146,7 @@ def gzip_bomb(work: Path, args: argparse.Namespace) -> dict[str, Any]:
         after = _memory_kib(tb.pid)
     growth_mib = (after["VmHWM"] - before["VmRSS"]) / 1024
     return {
-        "case": "gzip-bomb", "stored_mb": round(path.stat().st_size / 1e6, 2),
+        "case": "gzip-bomb", "stored_mib": round(path.stat().st_size / 2**20, 2),
         "uncompressed_mib": round(uncompressed / 2**20), "status": status, "seconds": round(seconds, 2),
         "rss_before_mib": round(before["VmRSS"] / 1024), "peak_after_mib": round(after["VmHWM"] / 1024),
         "peak_growth_mib": round(growth_mib, 1), "target_growth_mib": cache_mb + 100,
@@ -177,7 +162,7 @@ def main() -> None:
     p.add_argument("--attackers", type=int, default=18)
     p.add_argument("--clients", type=int, default=2)
     p.add_argument("--duration", type=float, default=15.0)
-    p.add_argument("--bomb-mb", type=int, default=1)
+    p.add_argument("--bomb-mb", type=float, default=1.0, help="the bomb's stored size in MiB (default 1)")
     p.add_argument("--repo", help="serve the plugin from this checkout instead (PYTHONPATH)")
     p.add_argument("--json", help="also write the results here")
     args = p.parse_args()

@@ -259,3 +259,18 @@ def test_bad_input_gives_an_exit_code_and_one_line_per_error(
     lines = captured.err.splitlines()
     assert len(lines) == (errors[0] if errors else int(code != 0))
     assert all(line.startswith("tb-attn: ") for line in lines)
+
+
+def test_a_link_named_on_the_command_line_is_followed(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The no-links rule is for links inside a logdir; a link the user names is the file they mean."""
+    link = tmp_path / "latest.pt.trace.json"
+    link.symlink_to(TRACES / "steps.json")
+    assert main(["summarize", str(link), "--format", "json"]) == 0
+    body = json.loads(capsys.readouterr().out)
+    assert body["runs"][0]["workers"][0]["file"] == "latest.pt.trace.json"
+
+
+def test_a_device_is_refused_before_a_byte_is_read(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["summarize", "/dev/zero"]) == 1  # used to read 4 GiB before refusing
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "not a regular file (a character device)" in err
