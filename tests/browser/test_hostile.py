@@ -11,6 +11,7 @@ HTML that would set ``window.__xss`` if it ever ran.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,7 +19,7 @@ from typing import Any
 
 import pytest
 from playwright.sync_api import Frame, Page, expect
-from test_tab import open_run, open_tab, shot, show_tab, timeline_point
+from test_tab import back_to_runs, open_run, open_tab, shot, show_tab, timeline_point
 from tracetools import trace_files
 
 from devtools.tbserver import TensorBoard
@@ -122,3 +123,42 @@ def test_compare_view_renders_run_names_as_text(hostile_tensorboard: Any, page: 
     expect(tooltip).to_be_visible()
     shot(page, artifacts, "hostile-compare")
     _assert_nothing_ran(page, frame)
+
+
+@pytest.fixture(scope="module")
+def hostile_logdir_tensorboard(tmp_path_factory: pytest.TempPathFactory,
+                               builtin_logdir: Path) -> Iterator[TensorBoard]:
+    """A shared logdir as a careless team leaves it: a run whose directory name is not UTF-8, a
+    trace whose scope claims ten million heads, and a FIFO named like a trace (never a run)."""
+    logdir = tmp_path_factory.mktemp("hostile-files")
+    shutil.copytree(builtin_logdir / "naive", logdir / "plain")
+    shutil.copytree(builtin_logdir / "naive", os.fsdecode(os.fsencode(logdir) + b"/r\xffun"))
+    (trace,) = trace_files(builtin_logdir / "naive")
+    data = json.loads(trace.read_text())
+    for e in data["traceEvents"]:
+        if e.get("name") == "tbattn.v1/L0/softmax":
+            e["name"] = "tbattn.v1/L0/H0-10000000/softmax"
+    (logdir / "heads").mkdir()
+    (logdir / "heads" / trace.name).write_text(json.dumps(data))
+    (logdir / "fifo").mkdir()
+    os.mkfifo(logdir / "fifo" / trace.name)
+    with TensorBoard(logdir) as tb:
+        yield tb
+
+
+def test_undecodable_names_huge_claims_and_fifos_leave_the_tab_working(hostile_logdir_tensorboard: Any, page: Page,
+                                                                      artifacts: Path) -> None:
+    frame = open_tab(page, hostile_logdir_tensorboard.url)
+    for run in ("plain", "r\\xffun", "heads"):
+        expect(frame.get_by_role("button", name=f"Open run {run}", exact=True)).to_be_visible()
+    expect(frame.get_by_role("button", name="Open run fifo", exact=True)).to_have_count(0)
+    open_run(frame, "r\\xffun")
+    expect(frame.locator("table.layers-table")).to_be_visible()
+    shot(page, artifacts, "hostile-undecodable-name")
+    back_to_runs(frame)
+    open_run(frame, "heads")
+    expect(frame.locator("table.layers-table")).to_be_visible()
+    diagnostics = frame.locator("details.diagnostics")
+    diagnostics.locator("summary").click()
+    expect(diagnostics).to_contain_text("out of range")
+    shot(page, artifacts, "hostile-huge-heads")
