@@ -15,7 +15,10 @@ decoded again leniently; events with unusable times are dropped and counted in
 Hostile input stays within bounds: nesting deeper than Python's recursion limit, integers of
 thousands of digits and invalid UTF-8 raise ``TraceError``, never anything else; times and
 sizes beyond any real trace's are dropped like non-finite ones, and shapes are reduced to lists
-of integers in range, so the analyses' int64 and float arithmetic cannot overflow.
+of integers in range, so the analyses' int64 and float arithmetic cannot overflow. Whitespace
+costs no memory however much of it there is (``_Filler``: a 2 MB gzip of 2 GiB of spaces took
+6.3 GB), and no decoded string keeps a lone surrogate (``\\ud800`` is valid JSON, but no UTF-8
+encoder takes the string it decodes to, so a response carrying it failed).
 """
 
 from __future__ import annotations
@@ -92,7 +95,8 @@ class _Builder:
 
     def __init__(self) -> None:
         self.names: list[str] = []
-        self.name_ids: dict[str, int] = {}
+        self.name_ids: dict[str, int] = {}  # also maps each name as written to the id of its cleaned form
+        self.aliases: list[str] = []  # the names as written that differ from their cleaned form
         self.shape_name: dict[int, bool] = {}
         self.tracks: list[tuple[int | str, int | str]] = []
         self.track_ids: dict[tuple[int | str, int | str], int] = {}
@@ -124,11 +128,7 @@ class _Builder:
         name_map = []
         for name in other["names"]:
             nid = self.name_ids.get(name)
-            if nid is None:
-                nid = self.name_ids[name] = len(self.names)
-                self.names.append(name)
-                self.shape_name[nid] = name in SHAPE_OPS
-            name_map.append(nid)
+            name_map.append(self.intern(name) if nid is None else nid)
         track_map = []
         for key in other["tracks"]:
             tr = self.norm_ids.get(key)
@@ -154,6 +154,20 @@ class _Builder:
                     values = table[values].astype(col.typecode)
                 col.frombytes(values.tobytes())
 
+    def intern(self, name: str) -> int:
+        """The id of a name not seen before (as written). A name cleaned of lone surrogates is
+        the same name as one written with U+FFFD, so that the analyses see one op, not two."""
+        clean = _clean(name)
+        nid = self.name_ids.get(clean)
+        if nid is None:
+            nid = self.name_ids[clean] = len(self.names)
+            self.names.append(clean)
+            self.shape_name[nid] = clean in SHAPE_OPS
+        if clean is not name:
+            self.name_ids[name] = nid
+            self.aliases.append(name)
+        return nid
+
     def new_track(self, key: tuple[int | str, int | str]) -> int:
         """A track id for (pid, tid); "25738" and 25738 are the same thread (2021 traces mix them)."""
         norm = (_as_id(key[0]), _as_id(key[1]))
@@ -177,6 +191,12 @@ class _Builder:
             del col[xs:]
         for col in self.m.values():
             del col[ms:]
+        if self.aliases:
+            kept = [a for a in self.aliases if self.name_ids[a] < names]
+            for alias in self.aliases:
+                if self.name_ids[alias] >= names:
+                    del self.name_ids[alias]
+            self.aliases = kept
         for name in self.names[names:]:
             del self.shape_name[self.name_ids.pop(name)]
         del self.names[names:]
@@ -237,11 +257,8 @@ class _Builder:
         names = [e.name for e in xs]
         name_ids = self.name_ids
         for name in dict.fromkeys(names):  # first-appearance order, so ids do not depend on batching
-            if name in name_ids:
-                continue
-            nid = name_ids[name] = len(self.names)
-            self.names.append(name)
-            self.shape_name[nid] = name in SHAPE_OPS
+            if name not in name_ids:
+                self.intern(name)
         nids = [name_ids[n] for n in names]
         keys = [(e.pid, e.tid) for e in xs]
         track_ids = self.track_ids
@@ -314,16 +331,18 @@ class _Builder:
         base = top.get("baseTimeNanoseconds")
         props: list[Any] = next((top[k] for k in DEVICE_PROPERTY_KEYS if isinstance(top.get(k), list)), [])
         dist = top.get("distributedInfo")
+        # Only what the metadata keeps is cleaned of lone surrogates: the rest of the header is dropped.
         meta = TraceMeta(
             t0_us=t0,
             base_time_ns=base if isinstance(base, int) else None,
             schema_version=top.get("schemaVersion") if isinstance(top.get("schemaVersion"), int) else None,
-            device_properties=tuple(p for p in props if isinstance(p, dict)),
-            distributed_info=dist if isinstance(dist, dict) else None,
+            device_properties=tuple(_clean_tree(p) for p in props if isinstance(p, dict)),
+            distributed_info=_clean_tree(dist) if isinstance(dist, dict) else None,
             record_shapes=_flag(top.get("record_shapes")),
             profile_memory=_flag(top.get("profile_memory")),
             with_flops=_flag(top.get("with_flops")),
-            extra={k: v for k, v in top.items() if isinstance(v, (str, int, float, bool)) and len(str(v)) < 512},
+            extra={_clean(k): _clean(v) if isinstance(v, str) else v for k, v in top.items()
+                   if isinstance(v, (str, int, float, bool)) and len(str(v)) < 512},
         )
         tracks = tuple(Track(pid, tid, i in self.device_tracks) for i, (pid, tid) in enumerate(self.tracks))
         return Events(
@@ -351,8 +370,43 @@ class _Builder:
 
 
 def _as_id(value: int | str) -> int | str:
-    if isinstance(value, str) and value.isdigit():
-        return int(value)
+    if isinstance(value, str):
+        return int(value) if value.isdigit() else _clean(value)
+    return value
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _clean(text: str) -> str:
+    """``text`` with each lone surrogate replaced by U+FFFD. Only strings seen for the first time
+    come here (interned names, tracks, shapes, metadata), so the check costs nothing per event;
+    msgspec refuses lone surrogates, so they come only from ``json.loads`` (the lenient path,
+    the header and trailer, shapes)."""
+    return text if text.isascii() else _SURROGATE.sub("\ufffd", text)
+
+
+def _clean_tree(value: Any) -> Any:
+    """``value`` (decoded JSON) with every string in it cleaned, keys included. In place and
+    without recursion: a value may nest as deeply as ``json.loads`` managed."""
+    stack = [value]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            if not all(k.isascii() for k in node):
+                items = [(_clean(k), v) for k, v in node.items()]
+                node.clear()
+                node.update(items)  # two keys that clean to one: the last wins, as with duplicate keys
+            children: Iterable[tuple[Any, Any]] = node.items()
+        elif isinstance(node, list):
+            children = enumerate(node)
+        else:
+            continue
+        for k, v in children:
+            if isinstance(v, str):
+                node[k] = _clean(v)  # an existing key or index: the container does not change size
+            elif isinstance(v, (dict, list)):
+                stack.append(v)
     return value
 
 
@@ -387,7 +441,7 @@ def _sizes(value: Any) -> list[int]:
 def _text(value: Any) -> str:
     """A type name or concrete input as text ("" for a value nested too deeply to format)."""
     try:
-        return str(value)
+        return _clean(str(value))
     except RecursionError:
         return ""
 
@@ -518,7 +572,8 @@ def _load_object(text: bytes, what: str) -> dict[str, Any]:
 
 
 def _whole(document: bytes) -> Events:
-    """Any layout: decode the whole document (memory ~ a few times its size)."""
+    """Any layout: decode the whole document (memory ~ a few times its size). The stream's
+    callers pass what ``_document`` held: filler squeezed out, and at most ``max_bytes``."""
     stripped = document.strip()
     if not stripped:
         raise TraceError("empty file")
@@ -586,56 +641,93 @@ def _header(it: Iterator[bytes]) -> tuple[dict[str, Any], bytearray] | Events:
     """The document's keys before the events and the bytes after ``"traceEvents": [``; or, for
     a layout other than Kineto's, the whole document decoded at once."""
     buf = bytearray()
+    filler = _Filler()
     match = None
     for chunk in it:
         buf += chunk
         match = _HEADER_RE.search(buf, 0, min(len(buf), _HEADER_LIMIT))
-        if match is not None or len(buf) > _HEADER_LIMIT:
+        if match is not None:
+            break
+        filler.squeeze(buf)  # whitespace is not held, nor counted against the header's limit
+        if len(buf) > _HEADER_LIMIT:
             break
     if match is None:
-        buf += b"".join(it)
-        return _whole(bytes(buf))
+        return _whole(_document(buf, it))
     header_text = bytes(buf[: match.start()]).rstrip().rstrip(b",").strip()
     if not header_text.startswith(b"{"):
-        return _whole(bytes(buf) + b"".join(it))
+        return _whole(_document(buf, it))
     rest = bytearray(buf[match.end():])
+    filler = _Filler()
     seen = bool(rest.strip())
     while not seen:  # whitespace only so far: look at each new chunk once, not at all of it again
         following = next(it, None)
         if following is None:
             raise TraceError(_TRUNCATED)
         rest += following
+        filler.squeeze(rest)
         seen = bool(following.strip())
     start = len(rest) - len(rest.lstrip())
     if not rest.startswith(b"]", start) and not (rest.startswith(b"{", start) and rest.endswith(b"\n  ", 0, start)):
         # Not Kineto's layout (events not each on a line at two spaces): decode it whole.
-        return _whole(bytes(buf) + bytes(rest[len(buf) - match.end():]) + b"".join(it))
+        del buf[match.end():]
+        buf += rest
+        del rest
+        return _whole(_document(buf, it))
     header = _load_object(header_text + b"}", "header") if header_text != b"{" else {}
     return header, rest
+
+
+def _document(buf: bytearray, it: Iterator[bytes]) -> bytes:
+    """The whole document, for a layout decoded at once: ``buf`` (its start) and the rest of the
+    stream, stripped. Filler is squeezed out as it arrives, so what is held is the document's
+    content, whose size the reader's ``max_bytes`` bounds (a minified trace of real events has
+    to be held whole: nothing in it marks where an event starts)."""
+    filler = _Filler()
+    filler.squeeze(buf)
+    for chunk in it:
+        buf += chunk
+        filler.squeeze(buf)
+    del buf[: _stop(_WS_PREFIX, buf, 0, len(buf))]
+    if buf:
+        del buf[_last_non_space(buf, len(buf)) + 1:]
+    document = bytes(buf)
+    buf.clear()
+    return document
 
 
 def _batches(builder: _Builder, it: Iterator[bytes], rest: bytearray, batch_bytes: int) -> bytearray:
     """Decode whole batches of events as the stream comes; return what is left at its end."""
     searched = 0  # rest[:searched] holds no event start but the one at 0, if any
+    filler = _Filler()
     for chunk in it:
         rest += chunk
         if len(rest) < batch_bytes:
             continue
-        cut = rest.rfind(_EVENT_START, max(searched - len(_EVENT_START), 0))
+        low = max(searched - len(_EVENT_START) + 1, 0)  # a start ending before ``searched`` was seen
+        cut = rest.rfind(_EVENT_START, low) if rest.find(b"\n", low) >= 0 else -1  # memchr skips filler fast
         if cut <= 0:
+            # One event larger than a batch, or whitespace: read on, holding the event only.
+            filler.squeeze(rest)
             searched = len(rest)
-            continue  # one event larger than a batch (or megabytes of whitespace): read on
+            continue
         _add_batch_in_place(builder, rest, cut)
         del rest[:cut]
+        filler.dropped(cut)
         searched = 0
     return rest
 
 
 def _closing(builder: _Builder, rest: bytearray) -> dict[str, Any]:
-    """The last events, the closing ``]`` and the document's trailing keys."""
-    tail = bytes(rest).rstrip()
-    if not tail.endswith(b"}"):
+    """The last events, the closing ``]`` and the document's trailing keys (``rest`` is used up).
+
+    ``rest`` is at most a batch and a chunk, or one event larger than those, with filler squeezed
+    out by ``_batches``: the copies ``_tail`` makes of it (and its fallbacks) are bounded so."""
+    end = _last_non_space(rest, len(rest)) + 1
+    if rest[end - 1: end] != b"}":
         raise TraceError(_TRUNCATED)
+    del rest[end:]
+    tail = bytes(rest)
+    rest.clear()
     return _tail(builder, tail)
 
 
@@ -699,6 +791,147 @@ def _last_non_space(buf: bytearray, end: int, *, window: int = 1 << 16) -> int:
             return start + kept - 1
         end = start
     return 0
+
+
+# -- filler ---------------------------------------------------------------------------------
+_SAMPLE_STEP = 64
+_FILLER_RUN = 512 + _SAMPLE_STEP  # whitespace runs this long are always squeezed, shorter ones may be
+_WS_ZERO = bytes(0 if b in b" \t\r\n" else 1 for b in range(256))  # a table for bytes.translate
+_WS_SAMPLES = bytes(512 // _SAMPLE_STEP + 1)  # whitespace at that many samples in a row: a candidate
+_WS_PREFIX = re.compile(rb"[ \t\r\n]*")
+# From outside a string: everything up to the opening quote of a string that does not end
+# before the end position (or to the end position).
+_OUTSIDE = re.compile(rb'[^"]*+(?:"(?:[^"\\]++|\\.)*+"[^"]*+)*+', re.DOTALL)
+_INSIDE = re.compile(rb'(?:[^"\\]++|\\.)*+', re.DOTALL)  # from inside a string: up to its closing quote
+
+
+class _Filler:
+    """Squeezes whitespace out of a buffer that grows by chunks and starts outside any string
+    (at a document's start, or an event start), so that filler between or inside events costs
+    no memory and is copied at most once.
+
+    A run of whitespace is found by sampling every ``_SAMPLE_STEP``-th byte, so ordinary JSON
+    (pretty-printed included) costs little more than one look at 1/64 of it in C, nearly never
+    a Python step per candidate; a run is squeezed only when it lies outside
+    strings (spaces inside a string are content), which is read with regular expressions from
+    the last known point, only as far as the run (strings are scanned lazily, never twice). A
+    squeezed run keeps its line break and the up to three bytes after it, so ``\\n  {`` marks
+    event starts exactly where it did. Only ``_batches`` on an event larger than a batch (or on
+    filler), a header not found in the first chunk and the layouts read whole call this: a
+    Kineto trace's batches never pay for it.
+    """
+
+    __slots__ = ("done", "inside", "pos")
+
+    def __init__(self) -> None:
+        self.done = 0  # runs before this are squeezed (or are content)
+        self.pos = 0  # strings are read up to here, where a string is open if ``inside``
+        self.inside = False
+
+    def dropped(self, n: int) -> None:
+        """The buffer lost its first ``n`` bytes, cut at an event start (outside any string)."""
+        self.done = max(self.done - n, 0)
+        self.pos, self.inside = 0, False
+
+    def squeeze(self, buf: bytearray) -> None:
+        start, end, step = self.done, len(buf), _SAMPLE_STEP
+        if end - start < _FILLER_RUN:
+            return
+        runs: list[tuple[int, int, bytes]] = []  # (start, end, what replaces it)
+        floor = start  # no run begins before this one's end
+        samples = buf[start:end:step].translate(_WS_ZERO)
+        k = samples.find(_WS_SAMPLES)
+        span = len(_WS_SAMPLES) * step - step
+        while k >= 0:
+            p = start + k * step
+            b = _stop(_WS_PREFIX, buf, p, p + span)
+            if b == p + span:  # whitespace throughout, not only at the samples (mostly, in pretty JSON)
+                b = _run_end(buf, b, end)
+                a = _run_start(buf, max(floor, p - step), p)
+                if self._outside(buf, a):
+                    runs.append((a, b, _squeezed(buf, a, b)))
+                    self.pos = b
+                elif self.pos == a:  # spaces in a string: read past them (they hold no quote)
+                    self.pos = b
+                floor = b
+            k = samples.find(_WS_SAMPLES, (b - start) // step + 1)
+        if runs:
+            buf[start:] = _without(buf, start, end, runs)
+        shift = sum(b - a - len(r) for a, b, r in runs)
+        before = sum(b - a - len(r) for a, b, r in runs if b <= self.pos)
+        self.pos -= before
+        if runs and runs[-1][1] == end:  # a trailing run: squeeze it again with what follows
+            self.done = self.pos = runs[-1][0] - (shift - (end - runs[-1][0] - len(runs[-1][2])))
+            self.inside = False
+        else:
+            self.done = max(floor - shift, len(buf) - _FILLER_RUN)
+
+    def _outside(self, buf: bytearray, target: int) -> bool:
+        """Whether ``buf[target]`` is outside any string, reading strings on from ``self.pos``."""
+        pos, inside = self.pos, self.inside
+        while pos < target:
+            if inside:
+                pos = _stop(_INSIDE, buf, pos, target)
+                if pos == target or buf[pos] != 0x22:
+                    break  # still in the string at the target, or at a backslash just before it
+                inside = False
+            else:
+                pos = _stop(_OUTSIDE, buf, pos, target)
+                if pos == target:
+                    break
+                inside = True  # at a string's opening quote: it goes on past the target
+            pos += 1
+        self.pos, self.inside = pos, inside
+        return pos == target and not inside
+
+
+def _stop(pattern: re.Pattern[bytes], buf: bytearray, pos: int, end: int) -> int:
+    """Where ``pattern``, which also matches the empty string, stops matching from ``pos``."""
+    m = pattern.match(buf, pos, end)
+    return pos if m is None else m.end()
+
+
+def _run_start(buf: bytearray, low: int, p: int) -> int:
+    """Where the whitespace that ends at ``p`` begins, looking back no further than ``low``."""
+    with memoryview(buf) as view, view[low:p] as part:
+        return low + len(bytes(part).rstrip(b" \t\r\n"))
+
+
+def _run_end(buf: bytearray, p: int, end: int) -> int:
+    """Where the whitespace from ``p`` ends. Blocks of doubling size are tested first, by
+    deleting whitespace from a copy (three times as fast as the regular expression alone, which
+    then finds the end within the first block that is not all whitespace)."""
+    size = 4096
+    with memoryview(buf) as view:
+        while p + size <= end:
+            with view[p: p + size] as part:
+                if bytes(part).translate(None, b" \t\r\n"):
+                    break
+            p += size
+            size = min(2 * size, 1 << 20)
+    return _stop(_WS_PREFIX, buf, p, end)
+
+
+def _squeezed(buf: bytearray, a: int, b: int) -> bytes:
+    """What replaces the whitespace ``buf[a:b]``: its last line break and the bytes after it
+    if they are three or fewer, else three spaces, so the line it ends still ends (or does not)
+    in two spaces, however the next chunk goes on."""
+    nl = buf.rfind(b"\n", a, b)
+    if nl >= 0 and b - nl <= 4:
+        return bytes(buf[nl:b])
+    return b"\n   " if nl >= 0 else b"   "
+
+
+def _without(buf: bytearray, start: int, end: int, runs: list[tuple[int, int, bytes]]) -> bytes:
+    """``buf[start:end]`` with each run replaced, in one copy (the views die on return)."""
+    with memoryview(buf) as view:
+        pieces: list[bytes | memoryview] = []
+        last = start
+        for a, b, r in runs:
+            pieces += (view[last:a], r)
+            last = b
+        pieces.append(view[last:end])
+        return b"".join(pieces)
 
 
 _TRAILER_RE = re.compile(rb"\]\s*(?:,(?P<keys>.*))?\}$", re.DOTALL)

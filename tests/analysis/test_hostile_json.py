@@ -23,9 +23,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 
-from tb_attn_plugin.loader import Loader
+from tb_attn_plugin.loader import DEFAULT_MAX_TRACE_BYTES, Loader
 from tb_attn_plugin.trace import decode as decode_module
 from tb_attn_plugin.trace.decode import decode_bytes
 from tb_attn_plugin.trace.discover import TraceFile
@@ -68,6 +69,54 @@ def _million(layout: str) -> Iterator[bytes]:
         yield b'{"traceEvents":[' + b",".join([_TINY] * n) + b"]}"
 
 
+def _gz(*parts: bytes | tuple[bytes, int]) -> Iterator[bytes]:
+    """A gzip file of ``parts`` in order, ``(block, n)`` standing for ``block * n``. Each part is
+    a gzip member of its own (a reader must take concatenated members), so a repeated block is
+    compressed once: gigabytes of filler cost milliseconds to write, and a few MB on disk."""
+    for part in parts:
+        block, n = part if isinstance(part, tuple) else (part, 1)
+        member = gzip.compress(block, 9)
+        for _ in range(n):
+            yield member
+
+
+_SPACES = b" " * MiB
+_MIXED = b" \n\t\r\n  " * (MiB // 8)  # whitespace of every kind, lines of two spaces included
+_MIN = b'{"ph":"X","cat":"cpu_op","name":"aten::mm","pid":1,"tid":1,"ts":1,"dur":1}'
+
+
+def _filler_cases(n: int) -> list[Case]:
+    """``n`` MiB of whitespace wherever JSON allows it: each must cost O(chunk) memory."""
+    size = f"{n} MiB"
+    two = {"events": 2}
+    return [
+        Case(f"{size} of spaces between events (gzip)", lambda: _gz(_HEAD + _event() + b",\n", (_SPACES, n),
+                                                                    _event() + _TAIL), "ok", two, max_peak_mib=120),
+        Case(f"{size} of mixed whitespace between events (gzip)", lambda: _gz(
+            _HEAD + _event() + b",", (_MIXED, n), b"\n" + _event() + _TAIL), "ok", two, max_peak_mib=120),
+        Case(f"{size} of spaces inside an event (gzip)", lambda: _gz(
+            _HEAD + _event() + b',\n  {"ph": "X",', (_SPACES, n), b'"name": "b", "ts": 2, "dur": 1}' + _TAIL),
+             "ok", two, max_peak_mib=120),
+        Case(f"{size} of whitespace in the header (gzip)", lambda: _gz(
+            b'{\n  "schemaVersion": 1,', (_MIXED, n), b'"traceEvents": [\n' + _event() + _TAIL), "ok",
+             {"events": 1}, max_peak_mib=120),
+        Case(f"{size} of whitespace after the header (gzip)", lambda: _gz(
+            _HEAD, (_SPACES, n), b"\n" + _event() + _TAIL), "ok", {"events": 1}, max_peak_mib=120),
+        Case(f"{size} of whitespace before the closing bracket (gzip)", lambda: _gz(
+            _HEAD + _event() + b",\n" + _event(), (_SPACES, n), _TAIL), "ok", two, max_peak_mib=120),
+        Case(f"{size} of whitespace in the trailer (gzip)", lambda: _gz(
+            _HEAD + _event() + b"\n  ],", (_MIXED, n), b'"traceName": "x"', (_SPACES, n), b"}", (_MIXED, n)),
+             "ok", {"events": 1}, max_peak_mib=120),
+        Case(f"{size} of spaces in one line, minified (gzip)", lambda: _gz(
+            b'{"traceEvents":[' + _MIN + b",", (_SPACES, n), _MIN + b"]}"), "ok", two, max_peak_mib=120),
+        Case(f"{size} of whitespace only (gzip)", lambda: _gz((_MIXED, n)), "empty file", max_peak_mib=120),
+        # Spaces inside a string are content, not filler: kept, whatever their number.
+        Case(f"{n // 8} MiB of spaces in an op name (gzip)", lambda: _gz(
+            _HEAD + _event() + b',\n  {"ph": "X", "name": "\\" \\\\', (_SPACES, n // 8),
+            b'x", "ts": 2, "dur": 1}' + _TAIL), "ok", {"events": 2, "longest_name": n // 8 * MiB + 4}),
+    ]
+
+
 def _gzip_bomb() -> Iterator[bytes]:
     """1 GiB of whitespace between two events, compressed to about a megabyte."""
     z = zlib.compressobj(9, zlib.DEFLATED, 31)
@@ -88,6 +137,8 @@ class Case:
     #: for "ok": facts the child reports that must hold (see CHILD)
     facts: dict[str, Any] = field(default_factory=dict)
     max_bytes: int = 1 << 30
+    #: a bound on the peak RSS whatever the file's size (filler must cost nothing)
+    max_peak_mib: float | None = None
 
 
 CASES = [
@@ -119,6 +170,7 @@ CASES = [
          lambda: _kineto(_event(), b" " * (50 * MiB) + b"\n" + _event()), "ok", {"events": 2}),
     Case("50 MiB of whitespace in the header",
          lambda: _kineto(_event(), head=b"{" + b" " * (50 * MiB) + b'"traceEvents": [\n'), "ok", {"events": 1}),
+    *_filler_cases(128),
     Case("gzip bomb: 1 GiB of whitespace in 1 MiB", _gzip_bomb, r"larger than the limit of 64 MiB",
          max_bytes=64 * MiB),
     Case("over max_bytes (plain)", lambda: _million("kineto"), r"larger than the limit of 16 MiB", max_bytes=16 * MiB),
@@ -189,10 +241,10 @@ def case_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("hostile")
 
 
-def _decode_in_child(path: Path, max_bytes: int) -> tuple[dict[str, Any], float]:
+def _decode_in_child(path: Path, max_bytes: int, timeout_s: float = TIMEOUT_S) -> tuple[dict[str, Any], float]:
     start = time.monotonic()
     proc = subprocess.run([sys.executable, "-c", CHILD, str(path), str(max_bytes)], capture_output=True, text=True,
-                          timeout=TIMEOUT_S)
+                          timeout=timeout_s)
     wall = time.monotonic() - start
     assert proc.returncode == 0, f"the decoder died (status {proc.returncode}): {proc.stderr[-2000:]}"
     line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT "))
@@ -201,9 +253,13 @@ def _decode_in_child(path: Path, max_bytes: int) -> tuple[dict[str, Any], float]
 
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
 def test_hostile_trace_is_decoded_or_refused_within_bounds(case: Case, case_dir: Path) -> None:
-    path = case_dir / (re.sub(r"\W+", "_", case.name) + ".pt.trace.json")
+    chunks = case.build()
+    first = next(chunks, b"")
+    suffix = ".pt.trace.json.gz" if first.startswith(b"\x1f\x8b") else ".pt.trace.json"
+    path = case_dir / (re.sub(r"\W+", "_", case.name) + suffix)
     with path.open("wb") as f:
-        for chunk in case.build():
+        f.write(first)
+        for chunk in chunks:
             f.write(chunk)
     size = path.stat().st_size
     try:
@@ -215,6 +271,8 @@ def test_hostile_trace_is_decoded_or_refused_within_bounds(case: Case, case_dir:
           + (f": {result['message'][:120]}" if "message" in result else ""))
     # Memory: a few times the file (the minified layout is decoded whole), never unbounded.
     assert peak_mib < 8 * size / MiB + 300, f"peak RSS {peak_mib:.0f} MiB for a {size / MiB:.0f} MiB file"
+    if case.max_peak_mib is not None:
+        assert peak_mib < case.max_peak_mib, f"peak RSS {peak_mib:.0f} MiB: the filler was held"
     if case.expect != "ok":
         assert result["outcome"] == "TraceError", result
         assert re.search(case.expect, result["message"]), result["message"]
@@ -226,6 +284,24 @@ def test_hostile_trace_is_decoded_or_refused_within_bounds(case: Case, case_dir:
         else:
             got = result[key]
         assert got == want, (key, got, result["diagnostics"])
+
+
+def test_gigabytes_of_filler_decode_in_bounded_memory(case_dir: Path) -> None:
+    """The gzip bomb of issue 23 at full size, under the default limit: 2 GiB of whitespace
+    between two events (2 MB compressed) decodes in memory that does not grow with the filler
+    (it took 6.3 GB), in a time linear in it (decompressing and skipping 2 GiB)."""
+    path = case_dir / "bomb.pt.trace.json.gz"
+    with path.open("wb") as f:
+        for chunk in _gz(_HEAD + _event() + b",\n", (_SPACES, 2048), _event() + _TAIL):
+            f.write(chunk)
+    try:
+        result, wall = _decode_in_child(path, DEFAULT_MAX_TRACE_BYTES, timeout_s=150)
+    finally:
+        path.unlink()
+    peak_mib = result["peak_rss_kib"] / 1024
+    print(f"\n2 GiB bomb: {result['outcome']} in {wall:.2f} s, peak RSS {peak_mib:.0f} MiB")
+    assert result["outcome"] == "ok" and result["events"] == 2, result
+    assert peak_mib < 400
 
 
 def test_the_peak_memory_measure() -> None:
@@ -333,11 +409,11 @@ def test_gzip_over_the_limit_is_refused_naming_the_limit(tmp_path: Path) -> None
         Loader(max_trace_bytes=8 * MiB).analyze_file(trace)
 
 
-@pytest.mark.parametrize(("layers", "steps", "refused"), [(4000, 1, None), (5000, 1, "5000 attention layers"),
-                                                          (2, 5000, "5000 profiled steps")])
+@pytest.mark.parametrize(("layers", "steps", "refused"), [(4000, 1, None), (2, 5000, "5000 profiled steps")])
 def test_too_many_layers_or_steps_are_refused(layers: int, steps: int, refused: str | None) -> None:
-    """The summary's cost grows with layers (and steps) times events: past 4096 of either, a
-    trace is refused in milliseconds instead of being analyzed for minutes."""
+    """The summary's cost grows with layers (and steps) times events: past 4096 steps, a trace
+    is refused in milliseconds instead of being analyzed for minutes (layers past 4096 are not
+    scopes: tests/analysis/test_bounds.py)."""
     from tb_attn_plugin.analysis.summary import summarize
 
     events: list[dict[str, Any]] = []
@@ -359,3 +435,79 @@ def test_too_many_layers_or_steps_are_refused(layers: int, steps: int, refused: 
     else:
         with pytest.raises(TraceError, match=refused):
             summarize(decoded)
+
+
+# -- any string survives the JSON encoder ----------------------------------------------------
+#: Lone surrogates (``\ud800``, ``\udfff``) are valid JSON escapes that Python's json module
+#: decodes into strings that no UTF-8 encoder takes: each string a summary can carry has one.
+_LONE = (b'{\n  "schemaVersion": 1, "x\\ud800": "y\\udfff",\n'
+         b'  "deviceProperties": [{"id": 0, "name": "GPU \\ud800", "k\\udfff": ["\\udfff"]}],\n'
+         b'  "distributedInfo": {"backend": "nccl \\udfff", "rank": 0, "world_size": 1},\n'
+         b'  "traceEvents": [\n'
+         b'  {"ph": "M", "name": "thread_name", "pid": 1, "tid": 1, "args": {"name": "main \\ud800"}},\n'
+         b'  {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#0", "pid": 1, "tid": 1, "ts": 0,'
+         b' "dur": 100},\n'
+         b'  {"ph": "X", "cat": "user_annotation", "name": "tbattn.v1/L0/softmax attn\\udfff", "pid": 1, "tid": 1,'
+         b' "ts": 10, "dur": 50},\n'
+         b'  {"ph": "X", "cat": "cpu_op", "name": "aten::softmax\\ud800", "pid": 1, "tid": 1, "ts": 11, "dur": 20,'
+         b' "args": {"External id": 1}},\n'
+         b'  {"ph": "X", "cat": "cpu_op", "name": "aten::softmax\\ufffd", "pid": 1, "tid": 1, "ts": 31, "dur": 2},\n'
+         b'  {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 40, "dur": 5,'
+         b' "args": {"Input Dims": [[2, 2], [2, 2]], "Input type": ["float\\ud800", "float"],'
+         b' "Concrete Inputs": ["\\udfff", ""]}},\n'
+         b'  {"ph": "X", "cat": "cpu_op\\udfff", "name": "\\ud83d\\ude00", "pid": "p\\ud800", "tid": "t\\udfff",'
+         b' "ts": 60, "dur": 1}\n'
+         b'  ],\n  "traceName": "\\udfff"\n}\n')
+
+
+def _strings(value: Any) -> Iterator[str]:
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            yield from _strings(k)
+            yield from _strings(v)
+    elif isinstance(value, (list, tuple)):
+        for v in value:
+            yield from _strings(v)
+
+
+@pytest.mark.parametrize("layout", ["kineto", "minified"])
+def test_lone_surrogates_are_replaced_where_they_are_decoded(layout: str) -> None:
+    data = _LONE if layout == "kineto" else json.dumps(json.loads(_LONE), separators=(",", ":")).encode()
+    ev = decode_bytes(data)
+    meta = ev.meta
+    carried = [ev.names, [(t.pid, t.tid) for t in ev.tracks], [(s.types, s.concrete) for s in ev.shapes],
+               meta.device_properties, meta.distributed_info, meta.extra, ev.diagnostics]
+    for value in carried:
+        msgspec.json.encode(value)  # raised UnicodeEncodeError on a lone surrogate
+    assert not [s for s in _strings(carried) if re.search("[\ud800-\udfff]", s)]
+    assert {"aten::softmax\ufffd", "tbattn.v1/L0/softmax attn\ufffd", "\U0001f600"} <= set(ev.names)
+    assert len(set(ev.names)) == len(ev.names), "a replaced name is the same name as one written with U+FFFD"
+    assert ("p\ufffd", "t\ufffd") in [(t.pid, t.tid) for t in ev.tracks]
+    assert ("float\ufffd", "float") in [s.types for s in ev.shapes]
+    assert meta.device_properties[0]["name"] == "GPU \ufffd" and meta.device_properties[0]["k\ufffd"] == ["\ufffd"]
+    assert meta.distributed_info == {"backend": "nccl \ufffd", "rank": 0, "world_size": 1}
+    assert meta.extra["x\ufffd"] == "y\ufffd" and meta.extra["traceName"] == "\ufffd"
+
+
+def test_a_summary_of_lone_surrogates_encodes(tmp_path: Path) -> None:
+    """What the HTTP routes encode (msgspec.json.encode raised, a 500)."""
+    path = tmp_path / "lone.pt.trace.json"
+    path.write_bytes(_LONE)
+    st = path.stat()
+    trace = TraceFile(path=str(path), name=path.name, worker="lone", span=None, size=st.st_size, mtime=st.st_mtime)
+    summary = Loader().summarize_file(trace)
+    encoded = msgspec.json.encode(summary)
+    assert b"\\ud8" not in encoded.lower() and "\ufffd".encode() in encoded
+
+
+def test_lone_surrogates_decoded_in_two_halves_merge_into_one_name() -> None:
+    """The two-process path: names replaced in each half are the same name once merged."""
+    cut = _LONE.index(b'\n  {"ph": "X", "cat": "cpu_op", "name": "aten::softmax\\ufffd"')
+    first = decode_module.decode_first_half([_LONE[:cut]])
+    assert first is not None
+    merged = decode_module.merge_halves(*first, decode_module.decode_second_half([_LONE[cut:]]))
+    whole = decode_bytes(_LONE)
+    assert merged.names == whole.names and len(set(merged.names)) == len(merged.names)
+    assert merged.name.tolist() == whole.name.tolist()
