@@ -1,11 +1,11 @@
 """Strings from traces and run metadata are text wherever the tab shows them.
 
-``test_tab.py::test_hostile_names_render_as_text`` covers a run name in the runs list and run
-view, an op name in the drill-down and the timeline's tooltip, and the user in the metadata.
-This module covers the rest: the compare view (its table and its chart's tooltip, which is
-HTML), a module name (layers table), a thread name (timeline tooltip), a category (decoder
-diagnostics) and every metadata field the tab shows, including a runner error. Each string is
-HTML that would set ``window.__xss`` if it ever ran.
+``test_hostile_names_render_as_text`` covers a run name in the runs list and run view, an op
+name in the drill-down and the timeline's tooltip, and the user in the metadata (the hostile run
+of ``browser_logdir``, conftest.py). The other tests cover the rest: the compare view (its table
+and its chart's tooltip, which is HTML), a module name (layers table), a thread name (timeline
+tooltip), a category (decoder diagnostics) and every metadata field the tab shows, including a
+runner error. Each string is HTML that would set ``window.__xss`` if it ever ran.
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pages import back_to_runs, cell, expect_ink, open_run, open_tab, shot, show_tab, timeline_point
 from playwright.sync_api import Frame, Page, expect
-from test_tab import back_to_runs, open_run, open_tab, shot, show_tab, timeline_point
 from tracetools import trace_files
 
 from devtools.tbserver import TensorBoard
@@ -75,6 +75,32 @@ def _assert_nothing_ran(page: Page, frame: Frame) -> None:
         .filter(e => [...e.attributes].some(a => /^on|^src|^href/i.test(a.name) && /__xss/.test(a.value))
                      || (e.tagName === 'SCRIPT' && /__xss/.test(e.textContent)))
         .map(e => e.outerHTML.slice(0, 200))""")
+    assert injected == [], injected
+
+
+def test_hostile_names_render_as_text(tensorboard: Any, hostile: dict[str, str], page: Page,
+                                     artifacts: Path) -> None:
+    run, op, user = hostile["run"], hostile["op"], hostile["user"]
+    frame = open_tab(page, tensorboard.url)
+    row = frame.get_by_role("button", name=f"Open run {run}", exact=True)
+    expect(row.locator(".run-name")).to_have_text(run)
+    expect(row).to_contain_text(user)
+    open_run(frame, run)
+    expect(frame.locator(".card .meta-line")).to_contain_text(user)
+    cell(frame, 0, "softmax", "CPU time").click()
+    expect(frame.locator("section.drill td.name", has_text=op).first).to_be_visible()
+    shot(page, artifacts, "hostile-drilldown")
+    # The timeline's tooltip (HTML, escaped by the tab) over the hostile op.
+    show_tab(frame, "Timeline")
+    expect_ink(frame, "section.timeline canvas", [5000], "the timeline")
+    point = timeline_point(frame, op)
+    frame.locator(".timeline-chart").hover(position={"x": point["x"], "y": point["y"]})
+    expect(frame.locator(".timeline-chart div", has_text=op).last).to_be_visible()
+    shot(page, artifacts, "hostile-timeline")
+    for where in (frame, page):
+        assert where.evaluate("typeof window.__xss") == "undefined", f"script ran in {where.url}"
+    injected = frame.evaluate("""() => [...document.querySelectorAll('img, svg, script')]
+        .filter(e => /__xss/.test(e.outerHTML)).map(e => e.outerHTML)""")
     assert injected == [], injected
 
 

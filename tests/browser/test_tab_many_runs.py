@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 from manyruns import ManyRun, many_run, write_many_runs
+from pages import open_tab as open_runs_tab
 from playwright.sync_api import Frame, Page, expect
-from test_tab import open_tab as open_runs_tab
 
 from devtools.tbserver import TensorBoard
 

@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pages import back_to_runs, expect_ink, fmt_us, open_tab, shot, show_tab
 from playwright.sync_api import Frame, Page, expect
-from test_tab import expect_ink, fmt_us, open_tab, shot, show_tab
 
 from devtools.tbserver import TensorBoard, free_port
 
@@ -113,11 +113,6 @@ def open_ranks(frame: Frame, run: str) -> None:
     worker.select_option(label="All ranks (2)")
     expect(frame.get_by_role("tab", name="Ranks", exact=True)).to_have_attribute("aria-selected", "true")
     expect(frame.get_by_test_id("ranks-table").locator("tbody tr").first).to_be_visible()
-
-
-def back_to_runs(frame: Frame) -> None:
-    frame.get_by_role("button", name="\u2190 Runs").click()
-    expect(frame.get_by_role("heading", name="Runs")).to_be_visible()
 
 
 def row(frame: Frame, worker: str) -> Any:

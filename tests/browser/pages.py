@@ -1,0 +1,195 @@
+"""Page helpers for the browser tests, imported by every ``test_*.py`` here (test modules import
+nothing from one another).
+
+They drive the Attention tab inside TensorBoard's page (``open_tab``, ``open_run``,
+``show_tab``, ...), find what it shows (``stat``, ``cell``, ``drill_title``, ``timeline_point``),
+measure what its canvases drew (``ink``, ``expect_ink``), save screenshots (``shot``), ask the
+analysis engine for the figures the tab should show (``engine_summary``), and format numbers the
+way ``frontend/src/format.ts`` does (``fmt_us``, ``fmt_flops``, ``fmt_share``), so tests compare
+the tab's text with the engine's figures.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import time
+from decimal import ROUND_HALF_UP, Decimal
+from pathlib import Path
+from typing import Any
+
+from playwright.sync_api import Frame, Locator, Page, expect
+
+from tb_attn_plugin.loader import Loader, resolve_runs
+from tb_attn_plugin.schema import WorkerSummary
+
+TAB_FRAME = "plugin_entry.html?name=tb_attn"
+
+
+# ---- format.ts, in Python -----------------------------------------------------------------------
+
+def to_fixed(value: float, digits: int) -> str:
+    """JavaScript's Number.prototype.toFixed: the exact binary value, ties away from zero."""
+    d = Decimal(abs(value)).quantize(Decimal(1).scaleb(-digits), rounding=ROUND_HALF_UP)
+    return ("-" if value < 0 else "") + f"{d:f}"
+
+
+def _fixed(value: float) -> str:
+    a = abs(value)
+    return to_fixed(value, 0 if a >= 100 else 1 if a >= 10 else 2)
+
+
+def fmt_us(us: float) -> str:
+    a = abs(us)
+    if a == 0:
+        return "0"
+    if a < 1000:
+        return f"{_fixed(us)} \u00b5s"
+    if a < 1e6:
+        return f"{_fixed(us / 1e3)} ms"
+    return f"{_fixed(us / 1e6)} s"
+
+
+def fmt_flops(flops: float) -> str:
+    if flops == 0:
+        return "0"
+    v, i = flops, 0
+    while abs(v) >= 1000 and i < 6:
+        v /= 1000
+        i += 1
+    return f"{math.floor(v + 0.5) if i == 0 else _fixed(v)} {['', 'k', 'M', 'G', 'T', 'P', 'E'][i]}FLOP"
+
+
+def fmt_share(share: float | None) -> str:
+    return "\u2014" if share is None else f"{to_fixed(share * 100, 1)} %"
+
+
+# ---- the tab in TensorBoard's page --------------------------------------------------------------
+
+def engine_summary(logdir: Path, run: str) -> WorkerSummary:
+    """What the analysis engine says about the run's (only) trace."""
+    (found,) = [r for r in resolve_runs(str(logdir)) if r.name == run]
+    summary = Loader().summarize_run(found)
+    assert not summary.errors and len(summary.workers) == 1, summary.errors
+    return summary.workers[0]
+
+
+def open_tab(page: Page, url: str) -> Frame:
+    """TensorBoard's page on the Attention tab; returns the tab's iframe once its runs list is in."""
+    page.goto(url + "#tb_attn")
+    deadline = time.monotonic() + 30
+    frame = None
+    while frame is None:
+        frame = next((f for f in page.frames if TAB_FRAME in f.url), None)
+        if frame is None:
+            assert time.monotonic() < deadline, f"no iframe {TAB_FRAME} in {[f.url for f in page.frames]}"
+            page.wait_for_timeout(50)
+    expect(frame.get_by_role("heading", name="Runs")).to_be_visible()
+    expect(frame.locator("table.runs, .empty, [role=alert]").first).to_be_visible()
+    return frame
+
+
+def open_run(frame: Frame, run: str) -> None:
+    """Clicks the run in the runs list and waits for its overview (or its error)."""
+    frame.get_by_role("button", name=f"Open run {run}", exact=True).click()
+    expect(frame.locator(".run-title")).to_have_text(run)
+    expect(frame.locator(".card .stats, .card [role=alert]").first).to_be_visible()
+
+
+def back_to_runs(frame: Frame) -> None:
+    frame.get_by_role("button", name="\u2190 Runs").click()
+    expect(frame.get_by_role("heading", name="Runs")).to_be_visible()
+
+
+def show_tab(frame: Frame, label: str) -> None:
+    frame.get_by_role("tab", name=label, exact=True).click()
+    expect(frame.get_by_role("tab", name=label, exact=True)).to_have_attribute("aria-selected", "true")
+
+
+def stat(frame: Frame, label: str) -> Locator:
+    """One stat of the run overview (its label, then its value in a <b>), by its label."""
+    return frame.locator(".card .stat", has=frame.locator(".stat-label", has_text=re.compile(f"^{re.escape(label)}$")))
+
+
+def ink(frame: Frame, selector: str) -> list[int]:
+    """Per canvas under `selector`: how many pixels are drawn (not transparent, not near-white)."""
+    return frame.eval_on_selector_all(
+        selector,
+        """cs => cs.map(c => {
+            const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;
+            let n = 0;
+            for (let i = 0; i < d.length; i += 4)
+                if (d[i + 3] > 0 && (d[i] < 235 || d[i + 1] < 235 || d[i + 2] < 235)) n++;
+            return n;
+        })""",
+    )
+
+
+def expect_ink(frame: Frame, selector: str, minimum: list[int], what: str) -> list[int]:
+    """Waits (charts draw in a later frame) until each canvas under `selector` has at least its
+    `minimum` of drawn pixels; fails with the counts."""
+    deadline = time.monotonic() + 10
+    while True:
+        counts = ink(frame, selector)
+        if len(counts) >= len(minimum) and all(c >= m for c, m in zip(counts, minimum, strict=False)):
+            return counts
+        assert time.monotonic() < deadline, f"{what}: drawn pixels per canvas {counts}, expected at least {minimum}"
+        frame.page.wait_for_timeout(50)
+
+
+def canvas_png(frame: Frame, selector: str) -> str:
+    return frame.eval_on_selector(selector, "c => c.toDataURL()")
+
+
+def shot(page: Page, artifacts: Path, name: str) -> None:
+    page.screenshot(path=str(artifacts / f"{name}.png"), full_page=True)
+
+
+def drill_title(frame: Frame) -> Locator:
+    return frame.locator("section.drill h3")
+
+
+def cell(frame: Frame, layer: int, group: str, metric_title: str) -> Locator:
+    """A cell of the per-layer table, by its tooltip ("L0 softmax, CPU time: 3863.1")."""
+    return frame.locator(f'table.layers-table td[title^="L{layer} {group}, {metric_title}:"]')
+
+
+# Where the tab draws the longest event of the step shown that has the given name (or, without a
+# name, the longest forward attention event that is not a kernel), read from the same /timeline
+# response. The lanes are laid out as the timeline view lays them out (timeline.ts): one per track
+# and depth (up to 24), 16 px each under an 8 px top margin, in a plot 170 px from the left and
+# 24 px from the right.
+TIMELINE_POINT = """name => {
+    const entry = performance.getEntriesByType('resource').filter(e => e.name.includes('/timeline?')).pop();
+    return fetch(entry.name).then(r => r.json()).then(d => {
+        const ev = d.events;
+        const match = i => name !== null ? d.names[ev.name[i]] === name
+            : ev.layer[i] >= 0 && !(ev.backward || [])[i] && ev.kind[i] !== 'kernel';
+        const tracks = new Map(d.tracks.map((t, i) => [t.id, i]));
+        const depth = d.tracks.map(() => 0);
+        ev.track.forEach((t, i) => {
+            const k = tracks.get(t);
+            depth[k] = Math.max(depth[k], Math.min(ev.depth[i], 23));
+        });
+        const base = [];
+        let lanes = 0;
+        depth.forEach((dp, k) => { base[k] = lanes; lanes += dp + 1; });
+        let best = -1;
+        for (let i = 0; i < ev.track.length; i++)
+            if (ev.depth[i] < 24 && match(i) && (best < 0 || ev.dur_us[i] > ev.dur_us[best])) best = i;
+        if (best < 0) return null;
+        const chart = document.querySelector('.timeline-chart').getBoundingClientRect();
+        const plot = chart.width - 170 - 24, span = d.end_us - d.start_us;
+        const mid = ev.start_us[best] + ev.dur_us[best] / 2 - d.start_us;
+        const lane = base[tracks.get(ev.track[best])] + ev.depth[best];
+        return {x: 170 + plot * mid / span, y: 8 + (lane + 0.5) * 16, layer: ev.layer[best],
+                name: d.names[ev.name[best]], width: plot * ev.dur_us[best] / span};
+    });
+}"""
+
+
+def timeline_point(frame: Frame, name: str | None = None) -> dict[str, Any]:
+    point = frame.evaluate(TIMELINE_POINT, name)
+    assert point is not None, f"no timeline event named {name}" if name else "no forward attention event"
+    assert point["width"] >= 2, f"the chosen event is too narrow to click: {point}"
+    return point

@@ -1,0 +1,37 @@
+"""The Compare view (``views/compare.ts``) in a real browser: two runs ticked in the runs list, their
+ratios against the analysis engine's ``compare`` and the scaling chart. Screenshots go to
+``test-artifacts/``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from pages import open_tab, shot
+from playwright.sync_api import Page, expect
+
+
+def test_compare_view_with_ratios_and_scaling(tensorboard: Any, browser_logdir: Path, page: Page,
+                                              artifacts: Path) -> None:
+    from tb_attn_plugin.analysis.compare import compare
+    from tb_attn_plugin.loader import Loader, resolve_runs
+
+    frame = open_tab(page, tensorboard.url)
+    for run in ("demo/sdpa", "demo/naive"):  # ticked in this order: demo/sdpa is the baseline
+        frame.get_by_role("checkbox", name=f"Pick {run} for comparing").check()
+    frame.get_by_test_id("compare-button").click()
+    table = frame.get_by_test_id("compare-table")
+    expect(table).to_be_visible()
+    expect(table).to_contain_text("demo/naive")
+    expect(table).to_contain_text("baseline")
+    runs = {r.name: r for r in resolve_runs(str(browser_logdir))}
+    loader = Loader()
+    expected = compare([loader.summarize_run(runs["demo/sdpa"]), loader.summarize_run(runs["demo/naive"])],
+                       baseline="demo/sdpa")
+    naive = next(f for f in expected["runs"] if f["run"] == "demo/naive")
+    ratio = f"{naive['ratio']['alloc_bytes']:.2f}"
+    row = table.locator("tr", has=frame.get_by_role("link", name="demo/naive", exact=True)).first
+    expect(row).to_contain_text(ratio)
+    expect(row).to_contain_text("hidden-copy")
+    expect(frame.get_by_test_id("scaling-chart")).to_be_visible()
+    shot(page, artifacts, "compare")
