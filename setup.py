@@ -1,5 +1,15 @@
 from setuptools import find_packages, setup
 
+# The base install is the tab and the `tb-attn` CLI: it reads traces and never imports torch, so
+# it installs beside whatever PyTorch a team already runs (a CUDA build, a nightly) without
+# touching it. The runner brings torch as a range; the tested version is pinned in
+# constraints/ for `make` and CI, never here.
+RUNNER = ["torch>=2.4", "transformers>=4.48", "tqdm"]
+PROFILER_TAB = ["torch-tb-profiler>=0.4.3"]
+# Older s3fs releases have no aiobotocore and break on fsspec's current API; pip falls back to
+# them when a newer boto3 conflicts with aiobotocore's botocore pin.
+S3 = ["s3fs>=2024.1"]
+
 setup(
     name="tb-attn",
     version="0.1.0",
@@ -10,23 +20,21 @@ setup(
     packages=find_packages(include=["runner", "runner.*", "tb_attn_plugin", "tb_attn_plugin.*"]),
     package_data={"runner": ["py.typed"], "tb_attn_plugin": ["py.typed", "static/*", "static/**/*"]},
     install_requires=[
-        "torch==2.13.0",
         "tensorboard>=2.21",
-        "torch-tb-profiler>=0.4.3",
         "protobuf",
         "numpy",
-        "tqdm",
-        "transformers>=4.48",
         "msgspec>=0.18",
         "fsspec",
     ],
     extras_require={
-        "test": ["pytest", "hypothesis", "ruff", "mypy", "playwright", "moto[server]>=5", "s3fs>=2024.1", "boto3"],
-        # Older s3fs releases have no aiobotocore and break on fsspec's current API; pip falls
-        # back to them when a newer boto3 conflicts with aiobotocore's botocore pin.
-        "s3": ["s3fs>=2024.1"],
+        "runner": RUNNER,
+        "profiler-tab": PROFILER_TAB,
+        "s3": S3,
         "gcs": ["gcsfs>=2024.1"],
         "azure": ["adlfs>=2024.1"],
+        # The suite profiles real models and runs beside torch-tb-profiler, so it needs both.
+        "test": [*RUNNER, *PROFILER_TAB, *S3, "pytest", "hypothesis", "ruff", "mypy", "playwright", "moto[server]>=5",
+                 "boto3"],
     },
     entry_points={
         "console_scripts": [

@@ -4,8 +4,23 @@
 (``tb-attn-run``) profiles the built-in transformer and real models into a TensorBoard logdir.
 """
 
+from typing import NoReturn
+
 from runner.config import ConfigError, ModelConfig, ProfileConfig
-from runner.instrument import Instrumentation, NoAttentionFoundWarning, instrument
+
+try:
+    from runner.instrument import Instrumentation, NoAttentionFoundWarning, instrument
+except ModuleNotFoundError as _exc:
+    # Without torch (a base install: the tab and `tb-attn` only) `import runner` must still
+    # work, so that `tb-attn-run` can say which extra to install instead of a traceback.
+    if _exc.name != "torch":
+        raise
+    _NO_TORCH = _exc
+
+    def __getattr__(name: str) -> NoReturn:
+        if name in ("Instrumentation", "NoAttentionFoundWarning", "instrument"):
+            raise ImportError(f"runner.{name} needs PyTorch: pip install 'tb-attn[runner]'") from _NO_TORCH
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 __all__ = [
     "ConfigError",

@@ -9,6 +9,7 @@ before anything is written. Exit code 1 means some run failed (unsupported is no
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import itertools
 import logging
 import os
@@ -26,6 +27,9 @@ if TYPE_CHECKING:
 __all__ = ["DEMO_ARGS", "build_parser", "main", "plan_sweep", "run_name"]
 
 PROG = "tb-attn-run"
+
+#: What the runner imports beyond the base install, which `pip install 'tb-attn[runner]'` adds.
+RUNNER_EXTRA = ("torch", "tqdm")
 
 #: The demo: a small CPU sweep of four implementations at two lengths, plus a Hugging Face model.
 DEMO_ARGS: tuple[list[str], ...] = (
@@ -193,10 +197,19 @@ def check_existing(logdir: Path, specs: Sequence[RunSpec], overwrite: bool) -> N
                                   "to replace it, or --name to write beside it")
 
 
+def missing_runner_packages() -> list[str]:
+    """The runner extra's packages that are not installed (the base install has none of them)."""
+    return [name for name in RUNNER_EXTRA if importlib.util.find_spec(name) is None]
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format=f"{PROG}: %(message)s")
     parser = build_parser()
     args = parser.parse_args(argv)
+    if missing := missing_runner_packages():
+        print(f"{PROG}: error: the runner needs {' and '.join(missing)}, which {'is' if len(missing) == 1 else 'are'} "
+              "not installed: pip install 'tb-attn[runner]'", file=sys.stderr)
+        return 2
     groups = [args] if not args.demo else [parser.parse_args([*a, "--logdir", args.logdir, "--overwrite"])
                                            for a in DEMO_ARGS]
     logdir = Path(args.logdir)

@@ -1,0 +1,156 @@
+"""The Kineto adapter: the one place that knows how torch.profiler traces spell things.
+
+Kineto's chrome-trace JSON has drifted since 2021: capitalised categories in old traces
+(``Operator``, ``Kernel``, ``Runtime``), ``External id`` vs ``external id``, memory events with
+or without a category and ``Total Allocated``, ``deviceProperties`` vs ``computeProperties``,
+ROCm's spellings. The event fields we read are spelled once, in ``WireEvent`` and ``WireArgs``
+(the strict decoder's types, whose field names the lenient path reuses), and everything
+downstream sees the normalised ``Kind`` codes and field names defined here, never raw category
+strings or field spellings.
+"""
+
+from __future__ import annotations
+
+import math
+import typing
+from enum import IntEnum
+from typing import Any
+
+import msgspec
+
+from tb_attn_plugin.trace.coerce import EMPTY_RAW, as_float, as_raw, int_or_none
+
+__all__ = [
+    "BACKWARD_PREFIX",
+    "CATEGORY_KIND",
+    "DEVICE_PROPERTY_KEYS",
+    "MEMORY_EVENT_NAME",
+    "MODULE_PREFIX",
+    "STEP_PREFIX",
+    "Kind",
+    "WireArgs",
+    "WireEvent",
+    "decode_events",
+    "kind_of",
+    "lenient_event",
+]
+
+
+class Kind(IntEnum):
+    """Normalised kinds of complete ("X") events."""
+
+    OTHER = 0
+    CPU_OP = 1  # an ATen op or autograd function on a CPU thread
+    ANNOTATION = 2  # record_function / user annotation on a CPU thread (our scopes, ProfilerStep#N)
+    GPU_ANNOTATION = 3  # a user annotation projected on the device timeline
+    KERNEL = 4
+    MEMCPY = 5
+    MEMSET = 6
+    RUNTIME = 7  # cudaLaunchKernel, hipLaunchKernel, cuLaunchKernelEx (driver), ...
+    MODULE = 8  # nn.Module python_function events (with_modules / with_stack)
+    SYNC = 9  # cuda_sync
+
+
+CATEGORY_KIND: dict[str, Kind] = {
+    "cpu_op": Kind.CPU_OP,
+    "operator": Kind.CPU_OP,
+    "user_annotation": Kind.ANNOTATION,
+    "gpu_user_annotation": Kind.GPU_ANNOTATION,
+    "kernel": Kind.KERNEL,
+    "gpu_memcpy": Kind.MEMCPY,
+    "memcpy": Kind.MEMCPY,
+    "gpu_memset": Kind.MEMSET,
+    "memset": Kind.MEMSET,
+    "cuda_runtime": Kind.RUNTIME,
+    "runtime": Kind.RUNTIME,
+    "cuda_driver": Kind.RUNTIME,
+    "cuda_sync": Kind.SYNC,
+    "python_function": Kind.MODULE,  # kept only for nn.Module events, see MODULE_PREFIX
+}
+
+
+def kind_of(category: str | None) -> Kind:
+    if not category:
+        return Kind.OTHER
+    return CATEGORY_KIND.get(category.lower(), Kind.OTHER)
+
+
+MEMORY_EVENT_NAME = "[memory]"
+STEP_PREFIX = "ProfilerStep#"
+MODULE_PREFIX = "nn.Module: "
+BACKWARD_PREFIX = "autograd::engine::evaluate_function: "
+
+#: Top-level keys that describe devices, by schema generation.
+DEVICE_PROPERTY_KEYS: tuple[str, ...] = ("deviceProperties", "computeProperties")
+
+
+
+class WireArgs(msgspec.Struct, gc=False):
+    """The ``args`` fields read from an event, as Kineto spells them (both spellings of the
+    external id: traces before 2022 wrote it in lower case)."""
+
+    ext: int | None = msgspec.field(name="External id", default=None)
+    ext_lc: int | None = msgspec.field(name="external id", default=None)
+    corr: int | None = msgspec.field(name="correlation", default=None)
+    seq: int | None = msgspec.field(name="Sequence number", default=None)
+    dims: msgspec.Raw = msgspec.field(name="Input Dims", default=EMPTY_RAW)
+    types: msgspec.Raw = msgspec.field(name="Input type", default=EMPTY_RAW)
+    concrete: msgspec.Raw = msgspec.field(name="Concrete Inputs", default=EMPTY_RAW)
+    nbytes: int | None = msgspec.field(name="Bytes", default=None)
+    total: int | None = msgspec.field(name="Total Allocated", default=None)
+    dev_type: int | None = msgspec.field(name="Device Type", default=None)
+    dev_id: int | None = msgspec.field(name="Device Id", default=None)
+
+    @property
+    def external_id(self) -> int:
+        """The op or runtime call's external id, whichever way it is spelled; -1: none."""
+        return self.ext if self.ext is not None else self.ext_lc if self.ext_lc is not None else -1
+
+
+class WireEvent(msgspec.Struct, gc=False):
+    """One trace event, keeping only the fields we read (msgspec skips the others unbuilt)."""
+
+    ph: str = ""
+    name: str = ""
+    cat: str | None = None
+    pid: int | str = 0
+    tid: int | str = 0
+    ts: float = math.nan
+    dur: float = 0.0
+    args: WireArgs | None = None
+
+
+_batch_decoder = msgspec.json.Decoder(list[WireEvent])
+
+
+def decode_events(text: bytes | bytearray | memoryview) -> list[WireEvent]:
+    """A JSON array of events, strictly typed. Raises msgspec's errors on any value of the wrong
+    type or out of range; the caller then takes the lenient path (``lenient_event``)."""
+    return _batch_decoder.decode(text)
+
+
+def _args_coercions() -> list[tuple[str, str, Any]]:
+    hints = typing.get_type_hints(WireArgs)
+    return [(f.name, f.encode_name, as_raw if hints[f.name] is msgspec.Raw else int_or_none)
+            for f in msgspec.structs.fields(WireArgs)]
+
+
+#: (attribute, spelling, coercion) of each ``WireArgs`` field, read off the struct itself.
+_ARGS_FIELDS = _args_coercions()
+
+
+def _track_id(value: Any) -> int | str:
+    return value if isinstance(value, (int, str)) and not isinstance(value, bool) else str(value)
+
+
+def lenient_event(obj: dict[str, Any]) -> WireEvent:
+    """The event ``obj`` (as ``json.loads`` decoded it, values of any type) with each field read
+    as ``decode_events`` would have, or coerced (``trace.coerce``) where it could not be."""
+    a = obj.get("args")
+    args = WireArgs(**{attr: coerce(a.get(spelling)) for attr, spelling, coerce in _ARGS_FIELDS}) \
+        if isinstance(a, dict) else None
+    cat = obj.get("cat")
+    return WireEvent(ph=str(obj.get("ph", "")), name=str(obj.get("name", "")),
+                     cat=cat if isinstance(cat, str) else None,
+                     pid=_track_id(obj.get("pid", 0)), tid=_track_id(obj.get("tid", 0)),
+                     ts=as_float(obj.get("ts"), math.nan), dur=as_float(obj.get("dur"), 0.0), args=args)
