@@ -22,11 +22,11 @@ from typing import Any
 import torch
 
 from runner.traces import atomic_write_bytes
+from tb_attn_plugin.names import METADATA_FILE
 from tb_attn_plugin.scopes import GRAMMAR_VERSION
 
 __all__ = ["METADATA_FILE", "METADATA_SCHEMA", "environment", "now_iso", "read_metadata", "write_metadata"]
 
-METADATA_FILE = "tb_attn_run.json"
 METADATA_SCHEMA = "tb-attn.run/1"
 
 

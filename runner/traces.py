@@ -1,8 +1,9 @@
 """Writing trace files: ``tensorboard_trace_handler``'s layout, written atomically and fast.
 
 Files are named as ``torch.profiler.tensorboard_trace_handler`` names them,
-``{worker}.{time_ns}.pt.trace.json[.gz]``, so TensorBoard, torch-tb-profiler and our plugin
-read them unchanged. Two things differ:
+``{worker}.{time_ns}.pt.trace.json[.gz]`` (the grammar is ``tb_attn_plugin.names``, which the
+plugin reads by), so TensorBoard, torch-tb-profiler and our plugin read them unchanged. Two
+things differ:
 
 - A trace is first exported to a hidden temporary name that matches no reader's pattern
   (``.{worker}.{time_ns}.pt.trace.json.tmp``), flushed to disk and then renamed, so no reader
@@ -33,13 +34,16 @@ from pathlib import Path
 
 from torch.profiler import profile
 
+from tb_attn_plugin.names import GZIP_SUFFIX, TRACE_NAME_RE, trace_file_name
+
 __all__ = [
     "TMP_SUFFIX", "TRACE_FILE_RE", "WriteError", "atomic_write_bytes", "default_worker_name", "gzip_file",
     "trace_handler",
 ]
 
-#: A finished trace file; group 1 is the worker, group 2 the span's time stamp.
-TRACE_FILE_RE = re.compile(r"^(.+)\.(\d+)\.pt\.trace\.json(?:\.gz)?$")
+#: A finished trace file as the plugin reads it (``tb_attn_plugin.names``): group 1 is the worker,
+#: group 2 the span's time stamp. Its name here is the one the runner's modules import.
+TRACE_FILE_RE = TRACE_NAME_RE
 TMP_SUFFIX = ".tmp"
 _CHUNK = 4 << 20
 # The last thing both of torch's exporters write: ``"traceName": "<path>"`` and the closing brace.
@@ -169,16 +173,18 @@ def trace_handler(
 ) -> Callable[[profile], None]:
     """An ``on_trace_ready`` callback that writes one trace file per profiler cycle.
 
-    Raises ``WriteError`` (naming the trace file) when the trace cannot be written; nothing of
-    it is left on disk then.
+    Raises ValueError at once for a worker name the plugin could not read back (one starting
+    with a dot). Raises ``WriteError`` (naming the trace file) when the trace cannot be
+    written; nothing of it is left on disk then.
     """
     directory = Path(run_dir)
+    trace_file_name(worker_name, 0)  # a worker the plugin could not read back fails here, before profiling
 
     def handler(prof: profile) -> None:
-        stem = f"{worker_name}.{time.time_ns()}.pt.trace.json"
-        final = directory / (stem + (".gz" if use_gzip else ""))
+        stem = trace_file_name(worker_name, time.time_ns())
+        final = directory / (stem + (GZIP_SUFFIX if use_gzip else ""))
         tmp_json = directory / f".{stem}{TMP_SUFFIX}"
-        tmp_gz = directory / f".{stem}.gz{TMP_SUFFIX}"
+        tmp_gz = directory / f".{stem}{GZIP_SUFFIX}{TMP_SUFFIX}"
         try:
             directory.mkdir(parents=True, exist_ok=True)
             _export(prof, tmp_json)

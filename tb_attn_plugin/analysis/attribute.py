@@ -29,9 +29,9 @@ import numpy as np
 import numpy.typing as npt
 
 from tb_attn_plugin.analysis.flops import IMPLAUSIBLE, op_flops, plausible
-from tb_attn_plugin.scopes import PHASES, Scope, read_scope
+from tb_attn_plugin.scopes import PHASES, Scope, is_scope_name, read_scope
 from tb_attn_plugin.trace.events import Events
-from tb_attn_plugin.trace.schema import BACKWARD_PREFIX, STEP_PREFIX, Kind
+from tb_attn_plugin.trace.kineto import BACKWARD_PREFIX, STEP_PREFIX, Kind
 
 __all__ = ["DEVICE_KINDS", "MAX_STEP_NUMBER", "PHASE_CODE", "STEP_OUT_OF_RANGE", "Attribution", "attribute"]
 
@@ -81,16 +81,16 @@ def attribute(events: Events) -> Attribution:
     sc_layer = np.full(len(names), -1, np.int32)
     sc_head = np.full(len(names), -1, np.int32)
     sc_phase = np.full(len(names), -1, np.int32)
-    is_scope_name = np.zeros(len(names), np.bool_)
+    scope_name = np.zeros(len(names), np.bool_)
     step_no = np.full(len(names), -1, np.int32)
     is_bwd_name = np.zeros(len(names), np.bool_)
     bad_name: dict[int, str] = {}  # name id -> the diagnostics label of its number out of range
     modules: dict[int, str] = {}
     for nid, name in enumerate(names):
-        if name.startswith("tbattn.v"):
+        if is_scope_name(name):
             scope = read_scope(name)
             if isinstance(scope, Scope):
-                is_scope_name[nid] = True
+                scope_name[nid] = True
                 sc_layer[nid] = scope.layer
                 sc_head[nid] = -1 if scope.measured_head is None else scope.measured_head
                 sc_phase[nid] = -1 if scope.phase is None else PHASE_CODE[scope.phase]
@@ -110,7 +110,7 @@ def attribute(events: Events) -> Attribution:
     kind = events.kind
     annotation = kind == Kind.ANNOTATION
     # Before torch 1.10 record_function ranges were written as operators (cat "Operator").
-    is_scope = is_scope_name[events.name] & (annotation | (kind == Kind.OTHER) | (kind == Kind.CPU_OP))
+    is_scope = scope_name[events.name] & (annotation | (kind == Kind.OTHER) | (kind == Kind.CPU_OP))
     is_step = (step_no[events.name] >= 0) & ((kind == Kind.ANNOTATION) | (kind == Kind.CPU_OP))
     on_device = np.isin(kind, DEVICE_KINDS)
     diagnostics: dict[str, int] = {}

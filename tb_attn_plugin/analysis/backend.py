@@ -20,6 +20,19 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from tb_attn_plugin.ops import (
+    COMPILED_REGION_OPS,
+    EFFICIENT_FORWARD_OP,
+    FLASH_FORWARD_OP,
+    MATMUL_OPS,
+    SDPA_CPU_FLASH_OP,
+    SDPA_CUDNN_OP,
+    SDPA_EFFICIENT_OP,
+    SDPA_FLASH_OP,
+    SDPA_MATH_OP,
+    SOFTMAX_OPS,
+)
+
 __all__ = ["BACKENDS", "detect_backend"]
 
 BACKENDS = ("cudnn", "efficient", "rocm-flash", "flash", "cpu-flash", "compiled", "sdpa-math", "naive", "unknown")
@@ -32,15 +45,13 @@ _KERNEL_RULES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("compiled", ("triton_",)),
 )
 _OP_RULES: tuple[tuple[str, frozenset[str]], ...] = (
-    ("cudnn", frozenset({"aten::_scaled_dot_product_cudnn_attention"})),
-    ("efficient", frozenset({"aten::_scaled_dot_product_efficient_attention", "aten::_efficient_attention_forward"})),
-    ("flash", frozenset({"aten::_scaled_dot_product_flash_attention", "aten::_flash_attention_forward"})),
-    ("cpu-flash", frozenset({"aten::_scaled_dot_product_flash_attention_for_cpu"})),
-    ("compiled", frozenset({"CompiledFunction", "Torch-Compiled Region"})),
-    ("sdpa-math", frozenset({"aten::_scaled_dot_product_attention_math"})),
+    ("cudnn", frozenset({SDPA_CUDNN_OP})),
+    ("efficient", frozenset({SDPA_EFFICIENT_OP, EFFICIENT_FORWARD_OP})),
+    ("flash", frozenset({SDPA_FLASH_OP, FLASH_FORWARD_OP})),
+    ("cpu-flash", frozenset({SDPA_CPU_FLASH_OP})),
+    ("compiled", COMPILED_REGION_OPS),
+    ("sdpa-math", frozenset({SDPA_MATH_OP})),
 )
-_SOFTMAX = frozenset({"aten::softmax", "aten::_softmax", "aten::_safe_softmax"})
-_MATMUL = frozenset({"aten::matmul", "aten::bmm", "aten::baddbmm", "aten::mm", "aten::einsum"})
 
 
 def detect_backend(ops: Iterable[str], kernels: Iterable[str]) -> tuple[str, list[str]]:
@@ -55,8 +66,8 @@ def detect_backend(ops: Iterable[str], kernels: Iterable[str]) -> tuple[str, lis
         hits = sorted(op_set & names)
         if hits:
             return backend, hits
-    if op_set & _SOFTMAX and op_set & _MATMUL:
-        return "naive", sorted((op_set & _SOFTMAX) | (op_set & _MATMUL))
+    if op_set & SOFTMAX_OPS and op_set & MATMUL_OPS:
+        return "naive", sorted((op_set & SOFTMAX_OPS) | (op_set & MATMUL_OPS))
     return "unknown", []
 
 

@@ -24,7 +24,7 @@ import numpy as np
 
 from tb_attn_plugin.schema import CollectiveStats
 from tb_attn_plugin.trace.events import Events
-from tb_attn_plugin.trace.schema import Kind
+from tb_attn_plugin.trace.kineto import Kind
 
 __all__ = ["KINDS_MERGED", "MAX_KINDS", "OTHER", "collective_name", "collectives"]
 

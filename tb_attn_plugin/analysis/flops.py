@@ -32,13 +32,12 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 
+from tb_attn_plugin.ops import LINEAR_OP, MATMUL_ARGS, SDPA_BACKWARD, SDPA_FORWARD
 from tb_attn_plugin.trace.events import OpShapes
 
 __all__ = [
     "IMPLAUSIBLE",
     "MAX_TENSOR_BYTES",
-    "SDPA_BACKWARD",
-    "SDPA_FORWARD",
     "causal_fraction",
     "elem_bytes",
     "is_causal",
@@ -52,25 +51,6 @@ MAX_TENSOR_BYTES = 1 << 50
 #: The diagnostics label for ops whose shapes are not believed.
 IMPLAUSIBLE = "ops whose shapes claim a tensor over 1 PiB or a negative size (shapes ignored)"
 
-# Fused forward ops: name -> index of is_causal in the op's arguments.
-SDPA_FORWARD: dict[str, int] = {
-    "aten::_scaled_dot_product_flash_attention": 4,  # (q, k, v, dropout_p, is_causal, ...)
-    "aten::_scaled_dot_product_flash_attention_for_cpu": 4,  # (q, k, v, dropout_p, is_causal, ...)
-    "aten::_scaled_dot_product_efficient_attention": 6,  # (q, k, v, bias, lse, dropout_p, is_causal, ...)
-    "aten::_scaled_dot_product_cudnn_attention": 6,  # (q, k, v, bias, lse, dropout_p, is_causal, ...)
-    "aten::_scaled_dot_product_fused_attention_overrideable": 5,  # (q, k, v, bias, dropout_p, is_causal, ...)
-}
-# Fused backward ops: name -> (index of q, index of is_causal)
-SDPA_BACKWARD: dict[str, tuple[int, int]] = {
-    # (grad_out, q, k, v, out, lse, cum_seq_q, cum_seq_k, max_q, max_k, dropout_p, is_causal, ...)
-    "aten::_scaled_dot_product_flash_attention_backward": (1, 11),
-    # (grad_out, q, k, v, out, lse, dropout_p, is_causal, attn_mask, scale)
-    "aten::_scaled_dot_product_flash_attention_for_cpu_backward": (1, 7),
-    # (grad_out, q, k, v, bias, out, lse, seed, offset, dropout_p, grad_input_mask, is_causal, scale)
-    "aten::_scaled_dot_product_efficient_attention_backward": (1, 11),
-    # (grad_out, q, k, v, out, lse, seed, offset, bias, cum_q, cum_k, max_q, max_k, dropout_p, is_causal, ...)
-    "aten::_scaled_dot_product_cudnn_attention_backward": (1, 14),
-}
 _BACKWARD_FACTOR = 2.5
 
 
@@ -164,13 +144,11 @@ def op_flops(name: str, shapes: OpShapes | None) -> float:
 
 
 def _op_flops(name: str, s: OpShapes) -> float:
-    if name in ("aten::mm", "aten::bmm", "aten::matmul"):
-        a, b = _dims(s, 0), _dims(s, 1)
+    if name in MATMUL_ARGS:
+        ia, ib = MATMUL_ARGS[name]
+        a, b = _dims(s, ia), _dims(s, ib)
         return _matmul(a, b) if a and b else 0.0
-    if name in ("aten::addmm", "aten::baddbmm"):
-        a, b = _dims(s, 1), _dims(s, 2)
-        return _matmul(a, b) if a and b else 0.0
-    if name == "aten::linear":
+    if name == LINEAR_OP:
         x, w = _dims(s, 0), _dims(s, 1)
         if not x or not w or len(w) != 2:
             return 0.0

@@ -25,28 +25,24 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from tb_attn_plugin.analysis.query import ancestors
+from tb_attn_plugin.ops import (
+    DROPOUT_OPS,
+    MASK_OPS,
+    MATMUL_ARGS,
+    MATMUL_OPS,
+    MM_OP,
+    PROJECTION_OPS,
+    SCALE_OPS,
+    SDPA_OPS,
+    SOFTMAX_OPS,
+)
 from tb_attn_plugin.scopes import MAX_LAYERS, Phase, format_scope
 from tb_attn_plugin.trace.events import Events
-from tb_attn_plugin.trace.schema import MODULE_PREFIX, Kind
+from tb_attn_plugin.trace.kineto import MODULE_PREFIX, Kind
 
-__all__ = ["MATMUL_OPS", "SDPA_OPS", "SOFTMAX_OPS", "TOO_MANY_BLOCKS", "SyntheticScope", "infer_scopes"]
+__all__ = ["TOO_MANY_BLOCKS", "SyntheticScope", "infer_scopes"]
 
-SDPA_OPS = frozenset({
-    "aten::scaled_dot_product_attention",
-    "aten::_scaled_dot_product_flash_attention",
-    "aten::_scaled_dot_product_flash_attention_for_cpu",
-    "aten::_scaled_dot_product_efficient_attention",
-    "aten::_scaled_dot_product_cudnn_attention",
-    "aten::_scaled_dot_product_fused_attention_overrideable",
-    "aten::_scaled_dot_product_attention_math",
-})
-SOFTMAX_OPS = frozenset({"aten::softmax", "aten::_softmax", "aten::_safe_softmax", "aten::special_softmax"})
-MATMUL_OPS = frozenset({"aten::matmul", "aten::bmm", "aten::baddbmm", "aten::einsum", "aten::mm"})
-_PROJ_OPS = frozenset({"aten::linear", "aten::addmm", "aten::mm"})
-_SCALE_OPS = frozenset({"aten::mul", "aten::div", "aten::mul_", "aten::div_"})
-_MASK_OPS = frozenset({"aten::masked_fill", "aten::masked_fill_", "aten::where", "aten::add", "aten::add_",
-                       "aten::tril", "aten::triu"})
-_DROPOUT_OPS = frozenset({"aten::dropout", "aten::native_dropout", "aten::feature_dropout"})
 _INSTANCE_RE = re.compile(r"^(?P<cls>.*?)(?:_(?P<n>\d+))?$")
 _PAD = 1e-4  # synthetic scopes are padded so that they sort before the ops they wrap
 TOO_MANY_BLOCKS = f"attention blocks found past {MAX_LAYERS} layers (not analyzed)"
@@ -152,18 +148,18 @@ def _phases(events: Events, lo: int, hi: int, root: int, layer: int, parent: np.
             phase, stage = Phase.SDPA, "done"
         elif op in SOFTMAX_OPS:
             phase, stage = Phase.SOFTMAX, "probs"
-        elif op in MATMUL_OPS and stage != "done" and not (op == "aten::mm" and stage == "pre"):
+        elif op in MATMUL_OPS and stage != "done" and not (op == MM_OP and stage == "pre"):
             if stage == "probs":
                 phase, stage = Phase.AV_MATMUL, "done"
             else:
                 phase, stage = Phase.QK_MATMUL, "scores"
-        elif op in _PROJ_OPS:
+        elif op in PROJECTION_OPS:
             phase = Phase.QKV_PROJ if stage == "pre" else Phase.OUT_PROJ if stage == "done" else None
-        elif op in _SCALE_OPS and stage == "scores":
+        elif op in SCALE_OPS and stage == "scores":
             phase = Phase.SCALE
-        elif op in _MASK_OPS and stage == "scores":
+        elif op in MASK_OPS and stage == "scores":
             phase = Phase.MASK
-        elif op in _DROPOUT_OPS and stage == "probs":
+        elif op in DROPOUT_OPS and stage == "probs":
             phase = Phase.DROPOUT
         if phase is not None:
             out.append(_scope(events, j, format_scope(layer, phase=phase)))
@@ -219,15 +215,19 @@ def _dims(events: Events, i: int, arg: int) -> list[int] | None:
     return [int(x) for x in dims[arg]]
 
 
+def _operands(events: Events, i: int) -> tuple[int, int]:
+    """Where matmul ``i``'s two operands are among its inputs (einsum: as for matmul)."""
+    return MATMUL_ARGS.get(events.names[events.name[i]], (0, 1))
+
+
 def _looks_like_attention(events: Events, first: int, softmax: int, second: int) -> bool:
     """Scores of shape (..., Sq, Sk) from q·kᵀ go through softmax into probs·v."""
     if second - first > _MAX_GAP_EVENTS:
         return False
-    names = events.names
-    arg = 1 if names[events.name[first]] == "aten::baddbmm" else 0
-    a, b = _dims(events, first, arg), _dims(events, first, arg + 1)
+    first_a, first_b = _operands(events, first)
+    a, b = _dims(events, first, first_a), _dims(events, first, first_b)
     scores = _dims(events, softmax, 0)
-    probs = _dims(events, second, 1 if names[events.name[second]] == "aten::baddbmm" else 0)
+    probs = _dims(events, second, _operands(events, second)[0])
     if a is None or b is None or scores is None or probs is None:
         return True  # no shapes recorded: proximity is all we have
     if len(scores) < 2 or len(a) < 2 or len(b) < 2:
@@ -236,9 +236,4 @@ def _looks_like_attention(events: Events, first: int, softmax: int, second: int)
 
 
 def _has_ancestor(events: Events, parent: np.ndarray, i: int, wanted: frozenset[str]) -> bool:
-    p = int(parent[i])
-    while p >= 0:
-        if events.names[events.name[p]] in wanted:
-            return True
-        p = int(parent[p])
-    return False
+    return any(events.names[events.name[p]] in wanted for p in ancestors(parent, i))

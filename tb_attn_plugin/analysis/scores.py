@@ -11,7 +11,14 @@ import numpy as np
 
 from tb_attn_plugin.analysis.attribute import Attribution
 from tb_attn_plugin.analysis.flops import MAX_TENSOR_BYTES, elem_bytes
-from tb_attn_plugin.analysis.infer import MATMUL_OPS, SDPA_OPS, SOFTMAX_OPS
+from tb_attn_plugin.ops import (
+    GEMM_OPS,
+    MATMUL_INPUT_COPY_OPS,
+    MATMUL_OPS,
+    MATMUL_WRAPPER_OPS,
+    SDPA_OPS,
+    SOFTMAX_OPS,
+)
 from tb_attn_plugin.scopes import PHASES
 from tb_attn_plugin.trace.events import Events
 
@@ -24,10 +31,6 @@ OTHER = "other"
 SCORE_PHASES = frozenset({"qk_matmul", "scale", "mask", "softmax", "dropout", "sdpa", OTHER})
 _QK_CODES = (PHASES.index("qk_matmul"), PHASES.index("sdpa"))
 _MIN_SXS_ELEMS = 256  # smaller "score" tensors are too common to mean anything
-_COPY_OPS = frozenset({"aten::clone", "aten::contiguous", "aten::copy_", "aten::reshape", "aten::_reshape_alias",
-                       "aten::expand"})
-_PRODUCERS = frozenset({"aten::bmm", "aten::baddbmm", "aten::mm"})  # a matmul's own output
-_MATMUL_WRAPPERS = frozenset({"aten::matmul", "aten::einsum"})
 
 
 def sxs_sizes(ev: Events, a: Attribution, fwd: np.ndarray) -> set[int]:
@@ -73,11 +76,11 @@ def _input_copy(ev: Events, a: Attribution, i: int) -> bool:
     copied = False
     while i >= 0 and not a.is_scope[i]:
         name = ev.names[ev.name[i]]
-        if name in _COPY_OPS:
+        if name in MATMUL_INPUT_COPY_OPS:
             copied = True
-        elif name in _PRODUCERS:
+        elif name in GEMM_OPS:  # the GEMM's own output (no matmul wrapper calls addmm: linear does)
             return False
-        elif name in _MATMUL_WRAPPERS:
+        elif name in MATMUL_WRAPPER_OPS:
             return copied
         i = int(a.parent[i])
     return False

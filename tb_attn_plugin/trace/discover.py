@@ -1,10 +1,9 @@
 """Runs, workers and spans from a file listing (pure: the listing comes from ``trace.io``).
 
 A run is a directory that holds ``*.pt.trace.json[.gz]`` files, named by its path relative to
-the logdir, as torch-tb-profiler names runs (``.`` for the logdir itself). File names are
-``{worker}.{span}.pt.trace.json[.gz]`` (the span is a time stamp, as
-``tensorboard_trace_handler`` writes it) or ``{worker}.pt.trace.json[.gz]``. Hidden files,
-including the runner's temporary files, are never traces.
+the logdir, as torch-tb-profiler names runs (``.`` for the logdir itself). Which files are
+traces, and their workers and spans, is the trace-file grammar of ``tb_attn_plugin.names``,
+which the runner writes by.
 
 Any byte sequence is a valid POSIX file name, and Python lists the bytes that are not UTF-8 as
 lone surrogates (``surrogateescape``), which no JSON encoder takes. So runs, files and workers
@@ -18,16 +17,14 @@ from __future__ import annotations
 
 import os
 import posixpath
-import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from tb_attn_plugin.names import METADATA_FILE, parse_trace_name
 from tb_attn_plugin.trace.io import FileInfo
 
-__all__ = ["METADATA_FILE", "TRACE_NAME_RE", "Run", "TraceFile", "display_name", "find_runs", "parse_trace_name"]
-
-TRACE_NAME_RE = re.compile(r"^(?P<worker>.+?)(?:\.(?P<span>\d+))?\.pt\.trace\.json(?P<gz>\.gz)?$")
-METADATA_FILE = "tb_attn_run.json"  # written by the runner (runner/metadata.py)
+# parse_trace_name is listed for trace.io, which still imports it from here.
+__all__ = ["Run", "TraceFile", "display_name", "find_runs", "parse_trace_name"]
 
 
 def display_name(name: str) -> str:
@@ -69,16 +66,6 @@ class Run:
     @property
     def workers(self) -> list[str]:
         return sorted({f.worker for f in self.files})
-
-
-def parse_trace_name(name: str) -> tuple[str, str | None] | None:
-    """(worker, span) of a trace file name, or None if it is not a trace file."""
-    if name.startswith("."):
-        return None
-    m = TRACE_NAME_RE.match(name)
-    if m is None:
-        return None
-    return m.group("worker"), m.group("span")
 
 
 def _slashes(path: str) -> str:

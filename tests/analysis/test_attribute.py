@@ -14,7 +14,7 @@ import pytest
 
 from tb_attn_plugin.trace.decode import decode_bytes
 from tb_attn_plugin.trace.events import Events
-from tb_attn_plugin.trace.schema import Kind
+from tb_attn_plugin.trace.kineto import Kind
 
 Rows = dict[str, Any]
 RowsOf = Callable[[str | Events], Rows]

@@ -1,0 +1,45 @@
+"""The trace-file grammar: how the runner names the files the plugin reads.
+
+Like the scope grammar (``scopes.py``), this is a contract between the runner, which writes the
+files, and the plugin, which lists them: both import it, and it imports nothing heavy. A run is
+a directory holding trace files and, optionally, the runner's metadata file::
+
+    trace    := worker [ "." span ] ".pt.trace.json" [ ".gz" ]
+    worker   := any name that does not start with "." (hidden files are never traces)
+    span     := decimal digits (``tensorboard_trace_handler`` writes time.time_ns())
+    metadata := "tb_attn_run.json"
+
+The runner always writes a span; a file without one (``worker.pt.trace.json``, as other tools
+write) is still a trace. The worker is the shortest prefix that leaves a valid rest, so a worker
+may hold dots: ``a.b.12.pt.trace.json`` is worker ``a.b``, span ``12``. The runner's temporary
+files (``.{name}.tmp``) are hidden and end in ``.tmp``: no reader ever takes them for traces.
+"""
+
+from __future__ import annotations
+
+import re
+
+__all__ = ["GZIP_SUFFIX", "METADATA_FILE", "TRACE_NAME_RE", "TRACE_SUFFIX", "parse_trace_name", "trace_file_name"]
+
+TRACE_SUFFIX = ".pt.trace.json"
+GZIP_SUFFIX = ".gz"
+#: The runner's description of a run (``docs/runner.md``), next to its traces.
+METADATA_FILE = "tb_attn_run.json"
+#: A trace file's name; groups ``worker``, ``span`` (None when absent) and ``gz``.
+TRACE_NAME_RE = re.compile(
+    rf"^(?P<worker>[^.\n].*?)(?:\.(?P<span>\d+))?{re.escape(TRACE_SUFFIX)}(?P<gz>{re.escape(GZIP_SUFFIX)})?$")
+
+
+def parse_trace_name(name: str) -> tuple[str, str | None] | None:
+    """(worker, span) of a trace file name, or None if it is not a trace file."""
+    m = TRACE_NAME_RE.match(name)
+    return None if m is None else (m.group("worker"), m.group("span"))
+
+
+def trace_file_name(worker: str, span: int | str, *, gz: bool = False) -> str:
+    """The file name of one span of ``worker``'s trace; ``parse_trace_name`` reads it back.
+    Raises ValueError for a worker the plugin would not read back as written."""
+    name = f"{worker}.{span}{TRACE_SUFFIX}" + (GZIP_SUFFIX if gz else "")
+    if not str(span).isdigit() or parse_trace_name(name) != (worker, str(span)):
+        raise ValueError(f"cannot name a trace for worker {worker!r} and span {span!r}")
+    return name

@@ -1,0 +1,159 @@
+"""The op names the analysis recognises: every set of ATen (and compiled-region) op names, once.
+
+Each set is named for what its members have in common in a trace, not for the module that
+reads it, and where two sets look alike the comment says why they differ. Kernel names are not
+here: the backend rules match them by substring (``analysis.backend``). The decoder's own list
+of ops whose shapes it keeps, ``trace.kineto.SHAPE_OPS``, stays in ``trace/`` (``trace`` does
+not import ``analysis``); ``tests/analysis/test_ops.py`` checks that it holds every op whose
+shapes are read here.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ARANGE_OP",
+    "COMPARE_OPS",
+    "COMPILED_REGION_OPS",
+    "COPY_OPS",
+    "DROPOUT_OPS",
+    "DTYPE_CONVERT_OPS",
+    "EFFICIENT_FORWARD_OP",
+    "FILL_OPS",
+    "FLASH_FORWARD_OP",
+    "GEMM_OPS",
+    "INPLACE_COPY_OP",
+    "KERNEL_BACKWARD_OPS",
+    "LINEAR_OP",
+    "MASKED_FILL_OPS",
+    "MASK_OPS",
+    "MATMUL_ARGS",
+    "MATMUL_INPUT_COPY_OPS",
+    "MATMUL_OPS",
+    "MATMUL_WRAPPER_OPS",
+    "MM_OP",
+    "PROJECTION_OPS",
+    "SAFE_SOFTMAX_OP",
+    "SCALE_OPS",
+    "SDPA_BACKWARD",
+    "SDPA_CPU_FLASH_OP",
+    "SDPA_CUDNN_OP",
+    "SDPA_EFFICIENT_OP",
+    "SDPA_FLASH_OP",
+    "SDPA_FORWARD",
+    "SDPA_MATH_OP",
+    "SDPA_OP",
+    "SDPA_OPS",
+    "SDPA_OVERRIDEABLE_OP",
+    "SHAPE_OPS",
+    "SOFTMAX_OPS",
+    "TRIANGLE_OPS",
+]
+
+# -- scaled dot-product attention ------------------------------------------------------------
+
+#: ``F.scaled_dot_product_attention``: it dispatches to one of the ops below, nested inside it.
+SDPA_OP = "aten::scaled_dot_product_attention"
+#: The unfused backend: about 20 ops (matmuls, ``_safe_softmax``) and materialized scores.
+SDPA_MATH_OP = "aten::_scaled_dot_product_attention_math"
+SDPA_FLASH_OP = "aten::_scaled_dot_product_flash_attention"
+SDPA_CPU_FLASH_OP = "aten::_scaled_dot_product_flash_attention_for_cpu"
+SDPA_EFFICIENT_OP = "aten::_scaled_dot_product_efficient_attention"
+SDPA_CUDNN_OP = "aten::_scaled_dot_product_cudnn_attention"
+SDPA_OVERRIDEABLE_OP = "aten::_scaled_dot_product_fused_attention_overrideable"
+#: The kernels' own ops, which the fused SDPA ops call on CUDA.
+FLASH_FORWARD_OP = "aten::_flash_attention_forward"
+EFFICIENT_FORWARD_OP = "aten::_efficient_attention_forward"
+
+#: Fused SDPA forward ops: name -> index of ``is_causal`` in the op's arguments (for FLOPs).
+SDPA_FORWARD: dict[str, int] = {
+    SDPA_FLASH_OP: 4,  # (q, k, v, dropout_p, is_causal, ...)
+    SDPA_CPU_FLASH_OP: 4,  # (q, k, v, dropout_p, is_causal, ...)
+    SDPA_EFFICIENT_OP: 6,  # (q, k, v, bias, lse, dropout_p, is_causal, ...)
+    SDPA_CUDNN_OP: 6,  # (q, k, v, bias, lse, dropout_p, is_causal, ...)
+    SDPA_OVERRIDEABLE_OP: 5,  # (q, k, v, bias, dropout_p, is_causal, ...)
+}
+#: Fused SDPA backward ops: name -> (index of q, index of ``is_causal``).
+SDPA_BACKWARD: dict[str, tuple[int, int]] = {
+    # (grad_out, q, k, v, out, lse, cum_seq_q, cum_seq_k, max_q, max_k, dropout_p, is_causal, ...)
+    "aten::_scaled_dot_product_flash_attention_backward": (1, 11),
+    # (grad_out, q, k, v, out, lse, dropout_p, is_causal, attn_mask, scale)
+    "aten::_scaled_dot_product_flash_attention_for_cpu_backward": (1, 7),
+    # (grad_out, q, k, v, bias, out, lse, seed, offset, dropout_p, grad_input_mask, is_causal, scale)
+    "aten::_scaled_dot_product_efficient_attention_backward": (1, 11),
+    # (grad_out, q, k, v, out, lse, seed, offset, bias, cum_q, cum_k, max_q, max_k, dropout_p, is_causal, ...)
+    "aten::_scaled_dot_product_cudnn_attention_backward": (1, 14),
+}
+#: The backward ops of the kernels' own forward ops above.
+KERNEL_BACKWARD_OPS = frozenset({"aten::_flash_attention_backward", "aten::_efficient_attention_backward"})
+#: Every SDPA entry point, fused or not: one of them is one attention call, with (q, k, v, mask)
+#: as its first inputs.
+SDPA_OPS = frozenset({SDPA_OP, SDPA_MATH_OP, *SDPA_FORWARD})
+
+#: What ``torch.compile`` leaves of attention in a trace: no ATen attention op, only the region.
+COMPILED_REGION_OPS = frozenset({"CompiledFunction", "Torch-Compiled Region"})
+
+# -- hand-written attention, phase by phase -----------------------------------------------------
+
+#: ``special_softmax`` is ``torch.special.softmax``: a top-level op in its own right (inference
+#: looks at top-level ops), with ``aten::softmax`` inside it.
+SOFTMAX_OPS = frozenset({"aten::softmax", "aten::_softmax", "aten::_safe_softmax", "aten::special_softmax"})
+#: The math backend's softmax, which also rewrites fully masked rows.
+SAFE_SOFTMAX_OP = "aten::_safe_softmax"
+#: The 2-D GEMM: before the attention core a projection, within it q·kᵀ or probs·v.
+MM_OP = "aten::mm"
+#: Ops that each run one GEMM and write its output (a new tensor).
+GEMM_OPS = frozenset({MM_OP, "aten::bmm", "aten::addmm", "aten::baddbmm"})
+#: Composite matmuls: they reshape, and may copy, their inputs before calling a GEMM op.
+MATMUL_WRAPPER_OPS = frozenset({"aten::matmul", "aten::einsum"})
+#: The matmuls of q·kᵀ and probs·v. Not ``addmm``: that is a projection's (``linear`` with bias).
+MATMUL_OPS = MATMUL_WRAPPER_OPS | (GEMM_OPS - {"aten::addmm"})
+#: Where the two operands of a matmul are among its inputs (``addmm``/``baddbmm`` take a bias
+#: first); the key set is the matmuls with a FLOP formula.
+MATMUL_ARGS: dict[str, tuple[int, int]] = {
+    "aten::mm": (0, 1), "aten::bmm": (0, 1), "aten::matmul": (0, 1), "aten::addmm": (1, 2), "aten::baddbmm": (1, 2),
+}
+#: ``nn.Linear``: (x, weight[, bias]).
+LINEAR_OP = "aten::linear"
+#: The q/k/v and output projections (``mm`` only around the core: see ``MM_OP``).
+PROJECTION_OPS = frozenset({LINEAR_OP, "aten::addmm", MM_OP})
+SCALE_OPS = frozenset({"aten::mul", "aten::div", "aten::mul_", "aten::div_"})
+#: Filling masked scores with -inf: the mask op whose shapes tell the scores' size.
+MASKED_FILL_OPS = frozenset({"aten::masked_fill", "aten::masked_fill_"})
+#: Applying a mask to the scores (HF GPT-2 adds it, or selects with ``where``).
+MASK_OPS = MASKED_FILL_OPS | {"aten::where", "aten::add", "aten::add_", "aten::tril", "aten::triu"}
+DROPOUT_OPS = frozenset({"aten::dropout", "aten::native_dropout", "aten::feature_dropout"})
+
+# -- building masks ------------------------------------------------------------------------------
+
+#: Triangular masks, out of place and in place.
+TRIANGLE_OPS = frozenset({"aten::tril", "aten::triu", "aten::tril_", "aten::triu_"})
+#: Position comparisons (``arange(S)[:, None] >= arange(S)``): a causal mask built by hand.
+ARANGE_OP = "aten::arange"
+COMPARE_OPS = frozenset({"aten::ge", "aten::le", "aten::gt", "aten::lt", "aten::greater_equal", "aten::less_equal",
+                         "aten::greater", "aten::less"})
+#: New tensors of one value, which a mask is built from.
+FILL_OPS = frozenset({"aten::ones", "aten::new_ones", "aten::ones_like", "aten::full", "aten::new_full",
+                      "aten::full_like"})
+
+# -- copies ----------------------------------------------------------------------------------------
+
+#: ``dst.copy_(src)``: the copy inside clones and conversions; ``Input type`` gives (dst, src).
+INPLACE_COPY_OP = "aten::copy_"
+#: Ops that always copy a tensor's data into another: a hidden copy where they run on scores.
+COPY_OPS = frozenset({"aten::clone", INPLACE_COPY_OP})
+#: Conversions: a copy made inside one is the conversion, not a hidden copy.
+DTYPE_CONVERT_OPS = frozenset({"aten::to", "aten::_to_copy"})
+#: What a matmul wrapper may do to an input before its GEMM: an allocation under one of these
+#: is a copy of q or kᵀ, not scores. Wider than ``COPY_OPS``: ``reshape``, ``expand`` and
+#: ``contiguous`` copy only sometimes, so elsewhere they are no evidence of a copy.
+MATMUL_INPUT_COPY_OPS = COPY_OPS | {"aten::contiguous", "aten::reshape", "aten::_reshape_alias",
+                                           "aten::expand"}
+
+# -- what the decoder keeps ----------------------------------------------------------------------
+
+#: Ops whose ``Input Dims`` / ``Input type`` / ``Concrete Inputs`` are read (FLOPs, S×S score
+#: sizes, dtypes, copies). The decoder skips the shapes of every other op to save memory: keeping
+#: them for ``aten::add`` or ``aten::where`` too would cost far more on a large trace.
+SHAPE_OPS: frozenset[str] = frozenset(
+    {*MATMUL_ARGS, LINEAR_OP, *SOFTMAX_OPS, *MASKED_FILL_OPS, *SDPA_OPS, FLASH_FORWARD_OP, EFFICIENT_FORWARD_OP,
+     *SDPA_BACKWARD, *KERNEL_BACKWARD_OPS, *COPY_OPS, *DTYPE_CONVERT_OPS})

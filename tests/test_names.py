@@ -1,0 +1,66 @@
+"""The trace-file grammar: the runner names files by it, and the plugin reads them by it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tb_attn_plugin.names import METADATA_FILE, TRACE_NAME_RE, parse_trace_name, trace_file_name
+from tb_attn_plugin.trace.discover import find_runs
+from tb_attn_plugin.trace.io import FileInfo
+
+
+@pytest.mark.parametrize("worker", ["host_123", "host-a_rank3", "a.b.c", "w.5", "7", "ünï code", "x.pt"])
+@pytest.mark.parametrize("gz", [False, True])
+def test_a_written_name_reads_back(worker: str, gz: bool) -> None:
+    name = trace_file_name(worker, 1700000000000000000, gz=gz)
+    assert name.endswith(".pt.trace.json.gz" if gz else ".pt.trace.json")
+    assert parse_trace_name(name) == (worker, "1700000000000000000")
+
+
+@pytest.mark.parametrize(("worker", "span"), [(".hidden", 1), ("", 1), ("a\nb", 1), ("w", "x1"), ("w", -1)])
+def test_a_name_the_plugin_could_not_read_back_is_refused(worker: str, span: int | str) -> None:
+    with pytest.raises(ValueError, match="cannot name a trace"):
+        trace_file_name(worker, span)
+
+
+@pytest.mark.parametrize(
+    ("name", "expected"),
+    [
+        ("w.pt.trace.json", ("w", None)),  # no span: other tools write these, and they are traces
+        ("w.1.pt.trace.json.gz", ("w", "1")),
+        (".w.1.pt.trace.json", None),  # hidden
+        (".w.1.pt.trace.json.tmp", None),  # the runner's temporary file
+        ("w.1.pt.trace.json.tmp", None),
+        ("w.1.pt.trace.json.gz.tmp", None),
+        (METADATA_FILE, None),
+    ],
+)
+def test_trace_names(name: str, expected: tuple[str, str | None] | None) -> None:
+    assert parse_trace_name(name) == expected
+    assert bool(TRACE_NAME_RE.match(name)) == (expected is not None)
+
+
+class _Profile:
+    """Exports a complete (if empty) trace, as torch.profiler does."""
+
+    def export_chrome_trace(self, path: str) -> None:
+        Path(path).write_text(json.dumps({"traceEvents": [], "traceName": path}))
+
+
+def test_the_runner_writes_what_the_plugin_reads(tmp_path: Path) -> None:
+    from runner.metadata import METADATA_FILE as RUNNER_METADATA
+    from runner.traces import TRACE_FILE_RE, trace_handler
+
+    # One pattern: every name is a trace to both or to neither (they differed on these).
+    for name in ("w.pt.trace.json", ".w.1.pt.trace.json", "w.1.pt.trace.json", "w.1.pt.trace.json.tmp"):
+        assert bool(TRACE_FILE_RE.match(name)) == (parse_trace_name(name) is not None), name
+    assert RUNNER_METADATA == METADATA_FILE
+    for gz in (False, True):
+        trace_handler(tmp_path, "host_rank0", use_gzip=gz)(_Profile())  # type: ignore[arg-type]
+    (run,) = find_runs(str(tmp_path), [FileInfo(str(p), p.stat().st_size, 0.0) for p in tmp_path.iterdir()])
+    assert [(f.worker, f.span is not None) for f in run.files] == [("host_rank0", True)] * 2
+    with pytest.raises(ValueError, match="cannot name a trace"):
+        trace_handler(tmp_path, ".hidden")

@@ -1,0 +1,50 @@
+"""One home for op names: ``tb_attn_plugin/ops.py`` spells every ATen op that tb-attn recognises."""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+from tb_attn_plugin import ops
+from tb_attn_plugin.analysis.backend import detect_backend
+
+PACKAGE = Path(ops.__file__).parent
+_OP_NAME = re.compile(r"^aten::\w+$")
+
+
+def _op_literals(path: Path) -> list[str]:
+    """String constants in ``path`` that are exactly an op name (sentences mentioning one are not)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    return [node.value for node in ast.walk(tree)
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and _OP_NAME.match(node.value)]
+
+
+def test_no_other_module_spells_an_op_name() -> None:
+    modules = [p for p in sorted(PACKAGE.rglob("*.py")) if p != PACKAGE / "ops.py"]
+    assert len(modules) > 30
+    spelled = {str(p.relative_to(PACKAGE)): names for p in modules if (names := _op_literals(p))}
+    assert spelled == {}
+
+
+def test_the_decoder_keeps_the_shapes_the_analysis_reads() -> None:
+    read = (ops.SDPA_OPS | set(ops.SDPA_FORWARD) | set(ops.SDPA_BACKWARD) | set(ops.MATMUL_ARGS) | {ops.LINEAR_OP}
+            | ops.COPY_OPS | ops.DTYPE_CONVERT_OPS | {ops.FLASH_FORWARD_OP, ops.EFFICIENT_FORWARD_OP}
+            | ops.SOFTMAX_OPS | ops.MASKED_FILL_OPS | ops.KERNEL_BACKWARD_OPS)
+    assert read == ops.SHAPE_OPS
+    # Frequent elementwise ops stay out: their shapes would cost memory on every large trace.
+    assert not {"aten::add", "aten::where", "aten::mul", "aten::empty"} & ops.SHAPE_OPS
+
+
+def test_sets_that_look_alike_differ_only_where_documented() -> None:
+    assert ops.COPY_OPS < ops.MATMUL_INPUT_COPY_OPS
+    assert ops.MATMUL_OPS == ops.MATMUL_WRAPPER_OPS | ops.GEMM_OPS - {"aten::addmm"}
+    assert set(ops.SDPA_FORWARD) == ops.SDPA_OPS - {ops.SDPA_OP, ops.SDPA_MATH_OP}
+    assert ops.SAFE_SOFTMAX_OP in ops.SOFTMAX_OPS and ops.INPLACE_COPY_OP in ops.COPY_OPS
+    assert set(ops.__all__) == {n for n in vars(ops) if n.isupper()}
+
+
+def test_backend_and_inference_share_one_softmax_set() -> None:
+    # Inference counted torch.special.softmax as attention's softmax; the backend did not.
+    backend, evidence = detect_backend(["aten::special_softmax", "aten::bmm"], [])
+    assert (backend, evidence) == ("naive", ["aten::bmm", "aten::special_softmax"])
