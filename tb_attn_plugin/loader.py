@@ -12,30 +12,30 @@ import gc
 import json
 import logging
 import os
-import pickle
-import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from types import EllipsisType
+from typing import NamedTuple
 
 import msgspec
 
 from tb_attn_plugin import __version__
-from tb_attn_plugin.analysis.findings import find
-from tb_attn_plugin.analysis.summary import Analysis, analyze, summarize_analysis
+from tb_attn_plugin.analysis.analyze import Analysis, analyze
+from tb_attn_plugin.analysis.summary import summarize_trace
 from tb_attn_plugin.cache import DiskCache, Key, LRUCache
+from tb_attn_plugin.names import parse_trace_name
 from tb_attn_plugin.schema import SUMMARY_SCHEMA, FileError, RunSummary, WorkerSummary
 from tb_attn_plugin.trace import io
-from tb_attn_plugin.trace.decode import decode, decode_first_half, decode_second_half, merge_halves
-from tb_attn_plugin.trace.discover import Run, TraceFile, display_name, find_runs, parse_trace_name
+from tb_attn_plugin.trace import parallel as parallel_decode
+from tb_attn_plugin.trace.decode import decode
+from tb_attn_plugin.trace.discover import Run, TraceFile, display_name, find_runs
 from tb_attn_plugin.trace.events import Events, ReadError, TraceError
 
-__all__ = ["DEFAULT_MAX_TRACE_BYTES", "Loader", "load_events", "parse_metadata", "resolve_runs"]
+__all__ = ["DEFAULT_MAX_TRACE_BYTES", "Loader", "Parsed", "load_events", "parse_metadata", "resolve_runs"]
 
 DEFAULT_MAX_TRACE_BYTES = 4 << 30  # uncompressed; larger traces are refused, not parsed
 
-
-PARALLEL_MIN_BYTES = 32 << 20
 _log = logging.getLogger(__name__)
 
 
@@ -43,17 +43,20 @@ def load_events(path: str, *, max_bytes: int | None = DEFAULT_MAX_TRACE_BYTES, p
                 timeout_s: float | None = None) -> Events:
     """Read and decode one trace file. Raises TraceError.
 
-    A large local uncompressed trace is decoded in two processes when the machine has two cores
-    and this process runs no other thread (the CLI; not inside TensorBoard's server, where
-    forking a threaded process is unsafe). The result is the same as decoding it in one.
-    ``timeout_s`` bounds the reading and decoding in one process (the server's case): it is
-    checked between chunks, each of which costs a bounded time.
+    A large local uncompressed trace is decoded in several processes, one per core
+    (``trace.parallel``), when this process runs no other thread (the CLI; not inside
+    TensorBoard's server, where forking a threaded process is unsafe). The result is the same as
+    decoding it in one. ``timeout_s`` bounds the reading and decoding in one process (the
+    server's case): it is checked between chunks, each of which costs a bounded time.
     """
     with _gc_paused():
-        if parallel and _may_fork() and _splittable(path, max_bytes):
-            events = _load_in_two(path)
-            if events is not None:
-                return events
+        if parallel and parallel_decode.may_fork():
+            size = _splittable_size(path, max_bytes)
+            parts = parallel_decode.part_count(size)
+            if parts > 1:
+                events = parallel_decode.decode_in_parts(path, size, parts)
+                if events is not None:
+                    return events
         chunks = io.read_chunks(path, max_bytes=max_bytes)
         return decode(chunks if timeout_s is None else _until(chunks, time.monotonic() + timeout_s, timeout_s))
 
@@ -79,52 +82,13 @@ def _gc_paused() -> Iterator[None]:
             gc.enable()
 
 
-def _may_fork() -> bool:
-    """Two cores, and no other thread in this process (forking a threaded process is unsafe)."""
-    return (os.cpu_count() or 1) >= 2 and threading.active_count() == 1 and hasattr(os, "fork")
-
-
-def _splittable(path: str, max_bytes: int | None) -> bool:
+def _splittable_size(path: str, max_bytes: int | None) -> int:
+    """The size of a plain local file within the limit, which can be read in parts; else 0."""
     try:
         size = io.stat(path).size
     except TraceError:
-        return False
-    return PARALLEL_MIN_BYTES <= size <= (max_bytes or size) and io.is_plain_local_file(path)
-
-
-def _load_in_two(path: str) -> Events | None:
-    size = io.stat(path).size
-    # The head of a trace decodes a little slower per byte than its tail (measured: 0.30 s against
-    # 0.26 s for the halves of a 97 MB trace), and this process also merges: it takes a bit less.
-    cut = io.find_after(path, size * 47 // 100, b"\n  {")
-    if cut is None:
-        return None
-    read_fd, write_fd = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the child decodes the second half and sends it back
-        os.close(read_fd)
-        status = 1
-        try:
-            data = pickle.dumps(decode_second_half(io.read_range(path, cut, size)), protocol=pickle.HIGHEST_PROTOCOL)
-            with os.fdopen(write_fd, "wb") as out:
-                out.write(data)
-            status = 0
-        finally:
-            os._exit(status)
-    os.close(write_fd)
-    try:
-        first = decode_first_half(io.read_range(path, 0, cut))
-    except BaseException:
-        os.close(read_fd)  # the child's write then fails and it exits
-        os.waitpid(pid, 0)
-        raise
-    with os.fdopen(read_fd, "rb") as pipe:
-        data = pipe.read()
-    _, status = os.waitpid(pid, 0)
-    if first is None or status != 0 or not data:
-        return None  # not Kineto's layout, or the child failed: decode in one process
-    builder, header = first
-    return merge_halves(builder, header, pickle.loads(data))
+        return 0
+    return size if size <= (max_bytes or size) and io.is_plain_local_file(path) else 0
 
 
 def resolve_runs(path: str) -> list[Run]:
@@ -147,6 +111,13 @@ def resolve_runs(path: str) -> list[Run]:
     return [Run(name=display_name(name), path=directory, files=(trace,), metadata_path=None)]
 
 
+class Parsed(NamedTuple):
+    """A trace file's summary and analysis, from one parse (or the caches)."""
+
+    summary: WorkerSummary
+    analysis: Analysis
+
+
 @dataclass
 class Loader:
     """Summarizes runs, caching per-file summaries in memory (and optionally on disk).
@@ -161,6 +132,10 @@ class Loader:
     Any exception while analyzing or summarizing a file becomes that file's ``TraceError``
     (logged with its traceback: it is a bug to fix), remembered like any other failure: one
     odd trace costs one parse and one line in its run, never a 500 or a re-parse per request.
+
+    The CLI calls ``summarize_run``. The plugin's service runs ``parse`` in background jobs for
+    the files that ``summary_or_none``/``analysis_or_none`` cannot answer from the caches, then
+    hands the jobs' results to ``summarize_run``: the loader is the only per-file cache.
     """
 
     cache_dir: str | None = None
@@ -201,6 +176,26 @@ class Loader:
         if read_error is not None and time.monotonic() - read_error[1] < self.read_retry_s:
             return read_error[0]
         return None
+
+    def summary_or_none(self, trace: TraceFile) -> WorkerSummary | None:
+        """The file's summary if it takes no parse: cached in memory, or its remembered failure
+        raised (TraceError). None: it needs a parse."""
+        summary = self.memory.get(_key(trace))
+        if summary is None:
+            self._raise_failure(trace)
+        return summary
+
+    def analysis_or_none(self, trace: TraceFile) -> Analysis | None:
+        """Like ``summary_or_none``, for the file's analysis."""
+        analysis = self.cached_analysis(trace)
+        if analysis is None:
+            self._raise_failure(trace)
+        return analysis
+
+    def _raise_failure(self, trace: TraceFile) -> None:
+        failure = self.cached_failure(trace)
+        if failure is not None:
+            raise TraceError(failure)
 
     def _fail(self, key: Key, exc: TraceError) -> None:
         if isinstance(exc, ReadError):
@@ -254,11 +249,22 @@ class Loader:
                     return summary
                 except (msgspec.DecodeError, msgspec.ValidationError):
                     pass
+        return self._summarize(trace, self.analyze_file(trace), metadata)
+
+    def parse(self, trace: TraceFile, *, metadata: dict[str, object] | None = None) -> Parsed:
+        """The file's summary and analysis, from the caches or one parse that yields both: the
+        plugin's background job, which a summary request and a view request of one file share.
+        Raises TraceError."""
         analysis = self.analyze_file(trace)
+        summary = self.memory.get(_key(trace))
+        return Parsed(summary if summary is not None else self._summarize(trace, analysis, metadata), analysis)
+
+    def _summarize(self, trace: TraceFile, analysis: Analysis, metadata: dict[str, object] | None) -> WorkerSummary:
+        key = _key(trace)
         try:
             with _as_trace_error(trace):
-                summary = summarize_analysis(analysis, file=trace.name, worker=trace.worker, span=trace.span)
-                summary.findings = find(analysis, summary, metadata=metadata)
+                summary = summarize_trace(analysis, file=trace.name, worker=trace.worker, span=trace.span,
+                                          metadata=metadata)
         except TraceError as exc:
             self._fail(key, exc)
             raise
@@ -268,18 +274,24 @@ class Loader:
         return summary
 
     def summarize_run(self, run: Run, *, worker: str | None = None,
-                      metadata: dict[str, object] | None = None) -> RunSummary:
+                      metadata: dict[str, object] | EllipsisType | None = ...,
+                      known: Mapping[TraceFile, WorkerSummary | TraceError] | None = None) -> RunSummary:
         """Every trace of the run (or of one worker). ``metadata``: the run's, if the caller has
-        it already (the plugin caches it), else it is read here."""
+        it already (the plugin caches it; ``...``: read it here). ``known``: files already
+        summarized or failed (the plugin's jobs), used as they are; the others are summarized."""
         workers: list[WorkerSummary] = []
         errors: list[FileError] = []
-        if metadata is None:
+        if isinstance(metadata, EllipsisType):
             metadata = self.metadata(run)
         for trace in run.files:
             if worker is not None and trace.worker != worker:
                 continue
+            got = known.get(trace) if known is not None else None
+            if isinstance(got, TraceError):
+                errors.append(FileError(file=trace.name, error=str(got)))
+                continue
             try:
-                workers.append(self.summarize_file(trace, metadata=metadata))
+                workers.append(got if got is not None else self.summarize_file(trace, metadata=metadata))
             except TraceError as exc:
                 errors.append(FileError(file=trace.name, error=str(exc)))
         return RunSummary(run=run.name, metadata=metadata, workers=workers, errors=errors)

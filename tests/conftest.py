@@ -10,7 +10,30 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))  # helpers, tracetools, webtools
 sys.path.insert(1, str(Path(__file__).resolve().parent.parent))  # the repository root: devtools
 
-from helpers import profile_run, torchrun
+from collections.abc import Callable
+
+from helpers import HAND_TRACES, profile_run, torchrun
+
+from tb_attn_plugin.trace.decode import decode_bytes
+from tb_attn_plugin.trace.events import Events
+
+
+@pytest.fixture
+def trace_bytes() -> Callable[[str], bytes]:
+    """The bytes of a hand-written trace, by name (``tests/traces/NAME.json``)."""
+    def read(name: str) -> bytes:
+        return (HAND_TRACES / f"{name}.json").read_bytes()
+
+    return read
+
+
+@pytest.fixture
+def trace_events(trace_bytes: Callable[[str], bytes]) -> Callable[[str], Events]:
+    """A hand-written trace, decoded."""
+    def load(name: str) -> Events:
+        return decode_bytes(trace_bytes(name))
+
+    return load
 
 
 @pytest.fixture(scope="session")

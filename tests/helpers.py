@@ -12,6 +12,8 @@ from runner.config import ModelConfig, ProfileConfig
 from runner.session import RunResult, RunSpec, run_one
 
 SHARED_TRACES = Path(__file__).resolve().parents[2] / "shared" / "traces"
+#: Hand-written traces, each of at most about 30 events.
+HAND_TRACES = Path(__file__).resolve().parent / "traces"
 
 #: A model small enough for the suite: every run takes well under a second.
 TINY = ModelConfig(layers=2, heads=4, d_model=32, seq=16, batch=2, vocab=64)

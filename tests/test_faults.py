@@ -186,7 +186,7 @@ def test_deleted_after_listing_is_a_read_error_and_loads_when_back(tmp_path: Pat
     path.write_bytes(trace)
     stat = path.stat()
     client, service = _client(tmp_path, wait_s=0.5)
-    service.scan_ttl_s = 3600  # the listing made now is the one the reads below use
+    service.registry.scan_ttl_s = 3600  # the listing made now is the one the reads below use
     assert [r["run"] for r in _json(client.get(f"{BASE}/runs?refresh=1"))["runs"]] == ["r"]
     path.unlink()
     error = _summary_error(client, "r")
@@ -233,7 +233,7 @@ def test_deleted_while_it_loads_is_a_read_error_not_the_files_fault(
     stat = path.stat()
     monkeypatch.setattr(io, "read_chunks", _ranged_reader(lambda p: os.unlink(p)))
     client, service = _client(tmp_path, wait_s=0.5)
-    service.scan_ttl_s = 3600
+    service.registry.scan_ttl_s = 3600
     client.get(f"{BASE}/runs?refresh=1")
     error = _summary_error(client, "r")
     assert "cannot read" in error and "truncated" not in error, error  # the storage failed, not the trace
@@ -266,7 +266,7 @@ def test_truncated_while_it_loads_is_an_error_never_a_partial_summary(
 
     monkeypatch.setattr(io, "read_chunks", read_chunks)
     client, service = _client(tmp_path, wait_s=0.5)
-    service.scan_ttl_s = 3600
+    service.registry.scan_ttl_s = 3600
     client.get(f"{BASE}/runs?refresh=1")
     error = _summary_error(client, "r")
     assert shrunk == [len(data) // 2]
@@ -277,19 +277,18 @@ def test_truncated_while_it_loads_is_an_error_never_a_partial_summary(
     # The writer puts the whole trace back (a new version): it is read whole.
     monkeypatch.undo()
     _restore(path, data)
-    service.scan_ttl_s = 0
+    service.registry.scan_ttl_s = 0
     body = _json(get(client, f"{BASE}/summary?run=r"))
     assert body["errors"] == [] and len(body["workers"]) == 1
     assert body["workers"][0]["layers"]
 
 
-# The two-process decoder (the CLI, large local traces) with a file that shrinks between the
+# The several-process decoder (the CLI, large local traces) with a file that shrinks between the
 # child's read of the second half and the parent's read of the first: the parent's read ends early
 # at an event boundary. Runs in its own process: it forks.
 _SHRINK_DURING_TWO_PROCESS_DECODE = """
 import os, sys, time
-from tb_attn_plugin import loader
-from tb_attn_plugin.trace import io
+from tb_attn_plugin.trace import io, parallel
 from tb_attn_plugin.trace.events import TraceError
 
 path, marker = sys.argv[1], sys.argv[1] + ".child-done"
@@ -311,7 +310,7 @@ def read_range(p, start, end, **kwargs):
 
 io.read_range = read_range
 try:
-    events = loader._load_in_two(path)
+    events = parallel.decode_in_parts(path, len(data), 2)
 except TraceError as exc:
     print("error:", exc)
 else:
@@ -320,7 +319,7 @@ else:
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
-def test_a_file_that_shrinks_during_a_two_process_decode_is_not_decoded(tmp_path: Path, trace: bytes) -> None:
+def test_a_file_that_shrinks_during_a_decode_in_parts_is_not_decoded(tmp_path: Path, trace: bytes) -> None:
     path = tmp_path / NAME
     path.write_bytes(trace)
     proc = subprocess.run([sys.executable, "-c", _SHRINK_DURING_TWO_PROCESS_DECODE, str(path)],

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-from helpers import profile_run
+from helpers import HAND_TRACES, profile_run
 
 from tb_attn_plugin.analysis.gate import Check, parse_tolerance
 from tb_attn_plugin.cli import main
@@ -96,7 +96,7 @@ def test_one_unreadable_trace_fails_the_gate_with_exit_2(tmp_path: Path, capsys:
     """Two workers, one file corrupt: the gate must not pass on the other worker alone."""
     import shutil
 
-    trace = Path(__file__).parent / "analysis" / "traces" / "steps.json"
+    trace = HAND_TRACES / "steps.json"
     for side in ("baseline", "candidate"):
         (tmp_path / side).mkdir()
         shutil.copy(trace, tmp_path / side / "w0.1.pt.trace.json")

@@ -14,7 +14,9 @@ from helpers import SHARED_TRACES
 from tracetools import trace_files
 
 from tb_attn_plugin.loader import Loader, load_events, resolve_runs
-from tb_attn_plugin.trace.discover import find_runs, parse_trace_name
+from tb_attn_plugin.names import parse_trace_name
+from tb_attn_plugin.trace import parallel
+from tb_attn_plugin.trace.discover import find_runs
 from tb_attn_plugin.trace.events import TraceError
 from tb_attn_plugin.trace.io import FileInfo, list_tree, read_chunks
 
@@ -171,15 +173,29 @@ def _same_events(a: object, b: object) -> bool:
             and all(np.array_equal(getattr(a, f), getattr(b, f)) for f in fields))
 
 
-def test_two_process_decode_equals_one(builtin_logdir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import tb_attn_plugin.loader as loader
-
-    monkeypatch.setattr(loader, "PARALLEL_MIN_BYTES", 0)
+@pytest.mark.parametrize("parts", [2, 3, 5])
+def test_decoding_in_parts_equals_one_process(builtin_logdir: Path, parts: int) -> None:
     for run in ("naive", "sdpa-per-head"):
         (path,) = trace_files(builtin_logdir / run)
-        assert loader._splittable(str(path), None)
-        assert _same_events(loader._load_in_two(str(path)), load_events(str(path), parallel=False))
-    # A broken second half falls back to one process, which reports the error.
+        size = path.stat().st_size
+        events = parallel.decode_in_parts(str(path), size, parts)
+        assert events is not None
+        assert _same_events(events, load_events(str(path), parallel=False))
+
+
+def test_how_many_processes_decode_a_trace() -> None:
+    assert parallel.part_count(parallel.PARALLEL_MIN_BYTES - 1, cpus=16) == 1
+    assert parallel.part_count(100 << 20, cpus=2) == 2
+    assert parallel.part_count(100 << 20, cpus=16) == 6  # parts of at least 16 MiB
+    assert parallel.part_count(4 << 30, cpus=16) == 8  # at most 8: the merge is this process's
+    assert parallel.part_count(4 << 30, cpus=1) == 1
+
+
+def test_a_trace_that_cannot_be_split_is_decoded_in_one_process(builtin_logdir: Path, tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(parallel, "PARALLEL_MIN_BYTES", 0)
+    monkeypatch.setattr(parallel, "_MIN_PART_BYTES", 1)
+    # A broken last part falls back to one process, which reports the error.
     (path,) = trace_files(builtin_logdir / "naive")
     cut = tmp_path / "w.1.pt.trace.json"
     cut.write_bytes(path.read_bytes()[:-300])

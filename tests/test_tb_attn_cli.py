@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers import HAND_TRACES
 
 from tb_attn_plugin.cli import main
 from tb_attn_plugin.report import CSV_FIELDS, printable
@@ -97,7 +98,7 @@ def test_console_script(builtin_logdir: Path) -> None:
 
 # -- hostile names, bad input ------------------------------------------------------------------
 
-TRACES = Path(__file__).parent / "analysis" / "traces"
+TRACES = HAND_TRACES
 HOSTILE_RUN = "\x1b]0;pwned\x07"
 # What a terminal would act on: C0 (tab and newline too, inside a line), DEL, C1, the bidi
 # overrides and isolates, and lone surrogates (which also fail to encode).

@@ -2,7 +2,7 @@
 
 Complete events ("X") are rows of parallel arrays sorted by (track, start, longest first), so
 that nesting on a thread is a single sweep. Memory events are a second table. Shapes are kept
-only for the ops the analysis reads (``schema.SHAPE_OPS``), interned, because many ops share
+only for the ops the analysis reads (``ops.SHAPE_OPS``), interned, because many ops share
 them. Times are microseconds relative to ``TraceMeta.t0_us``; memory is bytes.
 """
 
@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["Events", "OpShapes", "ReadError", "TraceError", "TraceMeta", "Track", "with_annotations"]
+__all__ = ["Events", "OpShapes", "ReadError", "TraceError", "TraceMeta", "Track"]
 
 I32 = npt.NDArray[np.int32]
 I64 = npt.NDArray[np.int64]
@@ -102,41 +102,3 @@ class Events:
     def name_ids(self, wanted: set[str] | frozenset[str]) -> np.ndarray:
         """Ids of the names in ``wanted`` that occur in this trace."""
         return np.array([i for i, n in enumerate(self.names) if n in wanted], dtype=np.int32)
-
-
-def with_annotations(events: Events, rows: list[tuple[int, float, float, str]]) -> Events:
-    """A copy of ``events`` with extra annotation events (track, ts, dur, name), re-sorted."""
-    if not rows:
-        return events
-    from tb_attn_plugin.trace.schema import Kind
-
-    names = list(events.names)
-    ids = {n: i for i, n in enumerate(names)}
-    extra_name = []
-    for _, _, _, label in rows:
-        if label not in ids:
-            ids[label] = len(names)
-            names.append(label)
-        extra_name.append(ids[label])
-    k = len(rows)
-
-    def cat(a: np.ndarray, b: list[Any] | np.ndarray, dtype: Any) -> np.ndarray:
-        return np.concatenate([a, np.asarray(b, dtype=dtype)])
-
-    name = cat(events.name, extra_name, np.int32)
-    kind = cat(events.kind, [int(Kind.ANNOTATION)] * k, np.int8)
-    track = cat(events.track, [r[0] for r in rows], np.int32)
-    ts = cat(events.ts, [r[1] for r in rows], np.float64)
-    dur = cat(events.dur, [r[2] for r in rows], np.float64)
-    minus = [-1] * k
-    order = np.lexsort((-dur, ts, track))
-    return Events(
-        names=tuple(names), tracks=events.tracks, shapes=events.shapes,
-        name=name[order], kind=kind[order], track=track[order], ts=ts[order], dur=dur[order],
-        ext=cat(events.ext, minus, np.int64)[order], corr=cat(events.corr, minus, np.int64)[order],
-        seq=cat(events.seq, minus, np.int64)[order],
-        shape=cat(events.shape, minus, np.int32)[order],
-        mem_ts=events.mem_ts, mem_track=events.mem_track, mem_bytes=events.mem_bytes, mem_total=events.mem_total,
-        mem_device_type=events.mem_device_type, mem_device_id=events.mem_device_id,
-        meta=events.meta, diagnostics=events.diagnostics,
-    )

@@ -16,11 +16,9 @@ import pytest
 
 from tb_attn_plugin.analysis.attribute import Attribution, attribute
 from tb_attn_plugin.scopes import PHASES
-from tb_attn_plugin.trace.decode import decode_bytes
 from tb_attn_plugin.trace.events import Events
 
 HERE = Path(__file__).parent
-TRACES = HERE / "traces"
 GOLDEN = HERE / "golden"
 REGEN_ENV = "TB_ATTN_REGEN_GOLDEN"
 
@@ -81,22 +79,6 @@ def _dump(data: Rows) -> str:
         else:
             parts.append(f"  {json.dumps(key)}: {json.dumps(value)}")
     return "{\n" + ",\n".join(parts) + "\n}\n"
-
-
-@pytest.fixture
-def trace_bytes() -> Callable[[str], bytes]:
-    def read(name: str) -> bytes:
-        return (TRACES / f"{name}.json").read_bytes()
-
-    return read
-
-
-@pytest.fixture
-def trace_events(trace_bytes: Callable[[str], bytes]) -> Callable[[str], Events]:
-    def load(name: str) -> Events:
-        return decode_bytes(trace_bytes(name))
-
-    return load
 
 
 @pytest.fixture

@@ -10,16 +10,17 @@ from pathlib import Path
 
 import msgspec
 import pytest
-from helpers import SHARED_TRACES, profile_run
+from helpers import HAND_TRACES, SHARED_TRACES, profile_run
 from tracetools import trace_files
 
+from tb_attn_plugin.analysis.analyze import Analysis, analyze
 from tb_attn_plugin.analysis.findings import SEVERITIES, Finding, find
-from tb_attn_plugin.analysis.summary import Analysis, analyze, summarize_analysis
+from tb_attn_plugin.analysis.summary import summarize_analysis
 from tb_attn_plugin.loader import load_events
 from tb_attn_plugin.schema import WorkerSummary
 from tb_attn_plugin.trace.decode import decode_bytes
 
-TRACES = Path(__file__).parent / "traces"
+TRACES = HAND_TRACES
 RULES = ("hidden-copy", "mask-rebuilt", "math-fallback", "fp32-upcast", "safe-softmax", "sxs-materialized",
          "dispatch-bound", "backend-mismatch", "share-of-step")
 SWITCH = "gpu/switchtransformers_a100_naive-bmm-softmax_fp32.json.gz"

@@ -15,21 +15,39 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import numpy as np
 import pytest
-from helpers import SHARED_TRACES, profile_run
+from helpers import HAND_TRACES, SHARED_TRACES, profile_run
 from tracetools import trace_files
 
 from tb_attn_plugin.analysis import views
-from tb_attn_plugin.analysis.summary import Analysis, analyze
+from tb_attn_plugin.analysis.analyze import Analysis, analyze
 from tb_attn_plugin.loader import load_events
 from tb_attn_plugin.scopes import PHASES
 from tb_attn_plugin.trace.decode import decode_bytes
-from tb_attn_plugin.trace.schema import Kind
+from tb_attn_plugin.trace.kineto import Kind
 
 HERE = Path(__file__).parent
-HAND_WRITTEN = sorted((HERE / "traces").glob("*.json"))
+HAND_WRITTEN = sorted(HAND_TRACES.glob("*.json"))
 SHARED = sorted(SHARED_TRACES.glob("*/*.json.gz"))
+
+
+def _plain(value: Any) -> Any:
+    """A view's Struct as the plain lists and dicts the oracles build (NaN and big ints kept)."""
+    return json.loads(json.dumps(msgspec.to_builtins(value)))
+
+
+def _memory_curve(analysis: Analysis, **kwargs: Any) -> Any:
+    return _plain(views.memory_curve(analysis, **kwargs))
+
+
+def _timeline(analysis: Analysis, **kwargs: Any) -> Any:
+    return _plain(views.timeline(analysis, **kwargs))
+
+
+def _drilldown(analysis: Analysis, **kwargs: Any) -> Any:
+    return _plain(views.drilldown(analysis, **kwargs))
 
 
 # -- oracles: the views as first written ------------------------------------------------------------
@@ -194,8 +212,8 @@ def test_depths_and_memory_equal_the_first_implementation(runner_traces: list[Pa
         for idx in (shown, np.flatnonzero(rng.random(len(ev)) < 0.3), np.arange(len(ev)), shown[:0]):
             assert views._depths(parent, idx) == _old_depths(parent, idx), name
         for step in [None, *views.steps_of(analysis)]:
-            assert views.memory_curve(analysis, step=step) == _old_memory_curve(analysis, step=step), (name, step)
-            line = views.timeline(analysis, step=step, limit=50)
+            assert _memory_curve(analysis, step=step) == _plain(_old_memory_curve(analysis, step=step)), (name, step)
+            line = _timeline(analysis, step=step, limit=50)
             assert line["events"]["depth"] == _old_depths(parent, _timeline_idx(analysis, line)), name
         checked += 1
     assert checked == len(HAND_WRITTEN) + len(SHARED) + len(runner_traces) + 10
@@ -223,9 +241,9 @@ def test_memory_peaks_of_nested_and_overlapping_blocks() -> None:
         _mem(5, 100, 100), _mem(10, 50, 150), _mem(20, 300, 450), _mem(30, -300, 150),
         _mem(60, 500, 650), _mem(70, -600, 50),
     ])
-    peaks = {p["layer"]: p["peak_bytes"] for p in views.memory_curve(analysis, step=None)["peaks"]}
+    peaks = {p["layer"]: p["peak_bytes"] for p in _memory_curve(analysis, step=None)["peaks"]}
     assert peaks == {0: 650 - 100, 1: 650 - 450, 2: 0}
-    assert views.memory_curve(analysis, step=None) == _old_memory_curve(analysis, step=None)
+    assert _memory_curve(analysis, step=None) == _plain(_old_memory_curve(analysis, step=None))
 
 
 def test_range_max_of_every_slice() -> None:
@@ -260,7 +278,7 @@ def test_timeline_of_a_30k_deep_nest_of_left_out_spans() -> None:
     # (900M steps); pointer jumping takes 0.03 s.
     analysis = deep_chain(30_000, 30_000)
     with _within(20):
-        line = views.timeline(analysis, step=None)
+        line = _timeline(analysis, step=None)
     ops = [d for d, k in zip(line["events"]["depth"], line["events"]["kind"], strict=True) if k == "cpu_op"]
     assert ops == [1] * 30_000  # inside the block scope, whatever lies between
 
@@ -270,7 +288,7 @@ def test_memory_of_60k_blocks_and_20k_memory_events() -> None:
     # the per-layer scan of every scope and the per-block masks took 72 s; now 0.1 s.
     analysis = many_blocks(4000, 15, 20_000)
     with _within(20):
-        curve = views.memory_curve(analysis, step=None)
+        curve = _memory_curve(analysis, step=None)
     assert len(curve["peaks"]) == 4000 and len(curve["scopes"]) == 120_000
     peaks = [p["peak_bytes"] for p in curve["peaks"]]
     assert all(0 <= p <= 64 + 6 for p in peaks) and sum(p > 0 for p in peaks) > 1000
@@ -280,34 +298,34 @@ def test_memory_of_60k_blocks_and_20k_memory_events() -> None:
 
 @pytest.fixture(scope="module")
 def stepped() -> Analysis:
-    return analyze(load_events(str(HERE / "traces" / "steps.json")))
+    return analyze(load_events(str(HAND_TRACES / "steps.json")))
 
 
 @pytest.mark.parametrize("layer", [-1, -(2**62), 999, 2**62])
 def test_drilldown_of_a_layer_that_is_not_there(stepped: Analysis, layer: int) -> None:
     assert (stepped.attr.layer == -1).any()  # unattributed events carry -1: it must not pass as a layer
     with pytest.raises(views.ViewError, match=f"layer {layer}|layer must be 0 or more"):
-        views.drilldown(stepped, layer=layer, phase=None, backward=False)
+        _drilldown(stepped, layer=layer, phase=None, backward=False)
 
 
 @pytest.mark.parametrize("step", [-1, -(2**62), 10**6, 2**62, 10**30])
 def test_steps_that_are_not_there(stepped: Analysis, step: int) -> None:
-    unstepped = analyze(load_events(str(HERE / "traces" / "memory.json")))
+    unstepped = analyze(load_events(str(HAND_TRACES / "memory.json")))
     for analysis in (stepped, unstepped):
         with pytest.raises(views.ViewError, match=r"(?i)step"):
-            views.memory_curve(analysis, step=step)
+            _memory_curve(analysis, step=step)
         with pytest.raises(views.ViewError, match=r"(?i)step"):
-            views.timeline(analysis, step=step)
+            _timeline(analysis, step=step)
 
 
 @pytest.mark.parametrize(("start", "end"), [(-1e308, 1e308), (0.0, 1e308), (-1e308, 0.0), (1e-300, 2e-300),
                                             (5.5, 5.5)])
 def test_any_finite_window(stepped: Analysis, start: float, end: float) -> None:
     for step in (None, views.steps_of(stepped)[0]):
-        line = views.timeline(stepped, step=step, start_us=start, end_us=end)
+        line = _timeline(stepped, step=step, start_us=start, end_us=end)
         json.dumps(line, allow_nan=False)
     with pytest.raises(views.ViewError, match="before"):
-        views.timeline(stepped, step=None, start_us=6.0, end_us=5.0)
+        _timeline(stepped, step=None, start_us=6.0, end_us=5.0)
 
 
 def test_enormous_times_give_finite_answers() -> None:
@@ -319,9 +337,9 @@ def test_enormous_times_give_finite_answers() -> None:
         _x("tbattn.v1/L1", -1e20, 1e20, "user_annotation", tid=2), _x("aten::add", -1e20, 1e20, tid=2),
         _mem(3, 2**40, 2**40), _mem(8e19, 2**52, 2**52 + 2**40), _mem(9.9e19, -(2**52), 2**40),
     ])
-    for answer in (views.timeline(analysis, step=None), views.timeline(analysis, step=1),
-                   views.memory_curve(analysis, step=None), views.memory_curve(analysis, step=1),
-                   views.drilldown(analysis, layer=0, phase=None, backward=False)):
+    for answer in (_timeline(analysis, step=None), _timeline(analysis, step=1),
+                   _memory_curve(analysis, step=None), _memory_curve(analysis, step=1),
+                   _drilldown(analysis, layer=0, phase=None, backward=False)):
         json.dumps(answer, allow_nan=False)
-    assert views.memory_curve(analysis, step=1) == _old_memory_curve(analysis, step=1)
-    assert {p["layer"]: p["peak_bytes"] for p in views.memory_curve(analysis, step=1)["peaks"]} == {0: 2**52 + 2**40}
+    assert _memory_curve(analysis, step=1) == _plain(_old_memory_curve(analysis, step=1))
+    assert {p["layer"]: p["peak_bytes"] for p in _memory_curve(analysis, step=1)["peaks"]} == {0: 2**52 + 2**40}

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+from helpers import HAND_TRACES
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from webtools import BASE, get, plugin_client
@@ -42,7 +43,7 @@ from tb_attn_plugin.scopes import PHASES
 EXAMPLES = int(os.environ.get("TB_ATTN_FUZZ_EXAMPLES", "400"))
 FUZZ = settings(max_examples=EXAMPLES, deadline=None, database=None, derandomize="TB_ATTN_FUZZ_SEED" not in os.environ,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
-GOOD = Path(__file__).resolve().parents[1] / "analysis" / "traces" / "steps.json"
+GOOD = HAND_TRACES / "steps.json"
 ROUTE_BOUND_S = 30.0
 BODY_BOUND = 4 << 20  # a summary at its head-row bound is about 1.9 MB
 SURROGATE = "@@lone@@"  # replaced by a JSON escape of a lone surrogate in the text

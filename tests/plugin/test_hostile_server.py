@@ -15,10 +15,12 @@ import time
 import urllib.request
 from pathlib import Path
 
+from helpers import HAND_TRACES
+
 from devtools.bombs import write_whitespace_bomb
 from devtools.tbserver import TensorBoard
 
-TRACE = Path(__file__).resolve().parents[1] / "analysis" / "traces" / "steps.json"
+TRACE = HAND_TRACES / "steps.json"
 CACHE_MB = 32
 HEADROOM_MIB = 100
 

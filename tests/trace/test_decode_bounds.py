@@ -1,7 +1,7 @@
 """Filler squeezed out while decoding: JSON meaning kept, strings untouched, each byte read once.
 
 ``test_hostile_json.py`` bounds the memory of whole files in subprocesses; these tests check, on
-small random documents, that what ``_Filler`` does to a buffer changes nothing a reader sees.
+small random documents, that what ``Filler`` does to a buffer changes nothing a reader sees.
 """
 
 from __future__ import annotations
@@ -14,8 +14,9 @@ from typing import Any
 
 import pytest
 
-from tb_attn_plugin.trace import decode as decode_module
-from tb_attn_plugin.trace.decode import _FILLER_RUN, _Filler, decode, decode_bytes
+from tb_attn_plugin.trace import filler as filler_module
+from tb_attn_plugin.trace.decode import decode, decode_bytes
+from tb_attn_plugin.trace.filler import _FILLER_RUN, Filler
 
 _WS = " \n\t\r"
 
@@ -66,7 +67,7 @@ def _chunks(data: bytes, r: random.Random) -> Iterator[bytes]:
 
 
 def _squeezed(data: bytes, r: random.Random) -> bytes:
-    buf, filler = bytearray(), _Filler()
+    buf, filler = bytearray(), Filler()
     for chunk in _chunks(data, r):
         buf += chunk
         filler.squeeze(buf)
@@ -120,7 +121,7 @@ def test_strings_are_read_once_however_many_runs_they_hold(monkeypatch: pytest.M
     event = '  {"ph": "X", "cat": "cpu_op", "name": %s, "pid": 1, "tid": 1, "ts": 1, "dur": 1}'
     data = ('{\n  "traceEvents": [\n' + event % json.dumps(name) + ",\n" + event % '"b"' + "\n  ]\n}\n").encode()
     for k in ("_OUTSIDE", "_INSIDE"):
-        monkeypatch.setattr(decode_module, k, _Counting(getattr(decode_module, k), len(data)))
+        monkeypatch.setattr(filler_module, k, _Counting(getattr(filler_module, k), len(data)))
     events = decode((data[i: i + (1 << 20)] for i in range(0, len(data), 1 << 20)), batch_bytes=1 << 20)
     assert sorted(events.names, key=len) == ["b", name]
-    assert decode_module._INSIDE.consumed > 0  # the runs were seen, and found to be in a string
+    assert filler_module._INSIDE.consumed > 0  # the runs were seen, and found to be in a string

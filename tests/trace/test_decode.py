@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import gzip
+import itertools
 import json
 from collections.abc import Callable, Iterator
 
@@ -18,7 +19,7 @@ import pytest
 from tb_attn_plugin.trace import decode as decode_module
 from tb_attn_plugin.trace.decode import decode, decode_bytes
 from tb_attn_plugin.trace.events import Events, TraceError
-from tb_attn_plugin.trace.schema import Kind, kind_of
+from tb_attn_plugin.trace.kineto import Kind, kind_of
 
 TraceBytes = Callable[[str], bytes]
 
@@ -62,6 +63,29 @@ def spy_whole(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 
 
 # -- the two paths agree --------------------------------------------------------------------
+@pytest.mark.parametrize("name", KINETO_LAYOUT)
+@pytest.mark.parametrize("parts", [2, 3, 4])
+def test_parts_merged_in_order_equal_the_whole(trace_bytes: TraceBytes, name: str, parts: int) -> None:
+    """What ``trace.parallel`` does in several processes, here in one: cut at event starts,
+    decode the first, middle and last parts on their own, merge."""
+    data = trace_bytes(name)
+    starts = [i for i in range(len(data)) if data.startswith(b"\n  {", i)]
+    cuts = sorted({starts[len(starts) * k // parts] for k in range(1, parts)})
+    bounds = [0, *cuts, len(data)]
+    first = decode_module.decode_first_part([data[: bounds[1]]])
+    assert first is not None
+    others = [decode_module.decode_middle_part([data[a:b]]) for a, b in itertools.pairwise(bounds[1:-1])]
+    others.append(decode_module.decode_last_part([data[bounds[-2]:]]))
+    merged, whole = decode_module.merge_parts(*first, others), decode_bytes(data)
+    assert_same(merged, whole, diagnostics=False)
+    # The lenient path decodes a whole batch again, and which events share a batch with an odd
+    # one depends on the cuts; every other count is the same.
+    lenient = "events decoded leniently"
+    assert {k: v for k, v in merged.diagnostics.items() if k != lenient} == \
+        {k: v for k, v in whole.diagnostics.items() if k != lenient}
+    assert (lenient in merged.diagnostics) == (lenient in whole.diagnostics)
+
+
 @pytest.mark.parametrize("name", KINETO_LAYOUT)
 def test_tiny_chunks_and_batches_equal_one_chunk(trace_bytes: TraceBytes, spy_whole: list[int], name: str) -> None:
     data = trace_bytes(name)
