@@ -4,7 +4,8 @@ gate reports. Pure: values in, text out (``cli.py`` reads the traces and writes 
 Names come from file names, trace contents and run metadata, which anyone who can write to the
 logdir controls. Every string that reaches the terminal goes through ``printable``: tables and
 CSV escape each cell before measuring widths, and each finished line once more, so an escape
-sequence in a name is shown, never obeyed. JSON is ASCII, with ``\\uXXXX`` escapes.
+sequence in a name is shown, never obeyed. JSON is ASCII, with ``\\uXXXX`` escapes. Times and
+sizes are written as the findings write them (``analysis.wording``).
 """
 
 from __future__ import annotations
@@ -18,8 +19,11 @@ import textwrap
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from tb_attn_plugin.analysis import wording
+
 if TYPE_CHECKING:
-    from tb_attn_plugin.schema import Finding, RanksResponse, RunSummary
+    from tb_attn_plugin.responses import CompareResponse, RanksResponse, ScalingResponse
+    from tb_attn_plugin.schema import Finding, RunSummary
 
 __all__ = [
     "CSV_FIELDS",
@@ -122,53 +126,45 @@ def ranks_table(view: RanksResponse) -> str:
 
 
 def _head_span(heads: list[int]) -> str:
-    if not heads:
-        return "-"
-    if heads == list(range(heads[0], heads[-1] + 1)):
-        return f"{heads[0]}-{heads[-1]}" if len(heads) > 1 else str(heads[0])
-    return ",".join(map(str, heads))
+    if len(heads) <= 1:
+        return str(heads[0]) if heads else "-"
+    return wording.int_range(heads) or ",".join(map(str, heads))
 
 
 def _ratio(x: float | None) -> str:
     return "-" if x is None else f"{x:.2f}x"
 
 
-def compare_table(result: dict[str, object], scale: dict[str, object]) -> str:
-    runs = result["runs"]
-    assert isinstance(runs, list)
+def compare_table(result: CompareResponse, scale: ScalingResponse) -> str:
     header = ("run", "impl", "seq", "dtype", "backend", "attn ms", "ratio", "alloc MiB", "ratio", "peak MiB",
               "ratio", "FLOP/s", "ratio", "ops/fwd", "kernels/fwd", "findings")
     rows = []
-    for f in runs:
-        r = f["ratio"]
-        t = f["attention_device_us"] or f["attention_cpu_us"]
-        t_ratio = r["attention_device_us"] if f["attention_device_us"] else r["attention_cpu_us"]
-        rows.append((f["run"], str(f["impl"] or "-"), str(f["seq"] or "-"), str(f["dtype"] or "-"), f["backend"],
-                     _ms(t), _ratio(t_ratio), _mib(f["alloc_bytes"]), _ratio(r["alloc_bytes"]),
-                     _mib(f["peak_bytes"]), _ratio(r["peak_bytes"]), _si(f["flops_per_s"]), _ratio(r["flops_per_s"]),
-                     f"{f['ops_per_forward']:.1f}", f"{f['kernels_per_forward']:.1f}", ",".join(f["findings"]) or "-"))
+    for f in result.runs:
+        r = f.ratio
+        t = f.attention_device_us or f.attention_cpu_us
+        t_ratio = r.attention_device_us if f.attention_device_us else r.attention_cpu_us
+        rows.append((f.run, str(f.impl or "-"), str(f.seq or "-"), str(f.dtype or "-"), f.backend,
+                     _ms(t), _ratio(t_ratio), _mib(f.alloc_bytes), _ratio(r.alloc_bytes),
+                     _mib(f.peak_bytes), _ratio(r.peak_bytes), _si(f.flops_per_s), _ratio(r.flops_per_s),
+                     f"{f.ops_per_forward:.1f}", f"{f.kernels_per_forward:.1f}", ",".join(f.findings) or "-"))
     cells = _cells(rows)
     widths = [max(len(row[i]) for row in [header, *cells]) for i in range(len(header))]
     fmt = "  ".join(f"{{:<{w}}}" if i < 5 or i == len(widths) - 1 else f"{{:>{w}}}" for i, w in enumerate(widths))
-    lines = [f"baseline: {result['baseline']} (time is device time where there is some, else CPU; means per step)",
+    lines = [f"baseline: {result.baseline} (time is device time where there is some, else CPU; means per step)",
              fmt.format(*header), *(fmt.format(*row) for row in cells)]
-    errors = result["errors"]
-    assert isinstance(errors, list)
-    lines += [f"error: {e['run']}: {e['error']}" for e in errors]
-    series = scale["series"]
-    assert isinstance(series, list)
-    fitted = [s for s in series if s["time_fit"] or s["memory_fit"]]
+    lines += [f"error: {e.run}: {e.error}" for e in result.errors]
+    fitted = [s for s in scale.series if s.time_fit or s.memory_fit]
     if fitted:
         lines.append("")
         lines.append("scaling with sequence length (cost ~ a * S^k):")
         for s in fitted:
-            seqs = ",".join(str(p["seq"]) for p in s["points"])
-            tf, mf = s["time_fit"], s["memory_fit"]
-            label = printable(s["label"])
-            lines.append(f"  {label:<32} seq {seqs:<16} time k={tf['k']:.2f} (R2 {tf['r2']:.2f})"
+            seqs = ",".join(str(p.seq) for p in s.points)
+            tf, mf = s.time_fit, s.memory_fit
+            label = printable(s.label)
+            lines.append(f"  {label:<32} seq {seqs:<16} time k={tf.k:.2f} (R2 {tf.r2:.2f})"
                          if tf else f"  {label:<32} seq {seqs:<16} time -")
             if mf:
-                lines[-1] += f"  memory k={mf['k']:.2f} (R2 {mf['r2']:.2f})"
+                lines[-1] += f"  memory k={mf.k:.2f} (R2 {mf.r2:.2f})"
     return _text(lines)
 
 
@@ -178,7 +174,7 @@ def gate_text(report: object) -> str:
     assert isinstance(report, GateReport)
     lines = [f"attention gate: {report.candidate} against baseline {report.baseline} ({report.clock} time)"]
     for c in report.checks:
-        fmt = (lambda us: f"{us / 1000:.3f} ms") if c.unit == "us" else (lambda b: f"{b / (1 << 20):.2f} MiB")
+        fmt = (lambda us: f"{wording.ms(us)} ms") if c.unit == "us" else (lambda b: f"{wording.mib(b)} MiB")
         change = "n/a" if c.change is None else f"{c.change:+.1%}"
         verdict = "ok" if c.passed else "REGRESSION"
         lines.append(f"  {c.name:<6} baseline {fmt(c.baseline):>12}  candidate {fmt(c.candidate):>12}  "
@@ -242,7 +238,7 @@ def _num(x: float) -> str:
 
 
 def _ms(us: float) -> str:
-    return f"{us / 1000:.3f}" if us else "-"
+    return wording.ms(us) if us else "-"
 
 
 def _si(x: float, unit: str = "") -> str:
@@ -255,7 +251,7 @@ def _si(x: float, unit: str = "") -> str:
 
 
 def _mib(x: float) -> str:
-    return f"{x / (1 << 20):.2f}" if x else "-"
+    return wording.mib(x) if x else "-"
 
 
 def _findings_lines(findings: Sequence[Finding]) -> list[str]:

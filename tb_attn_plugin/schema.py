@@ -1,4 +1,5 @@
-"""Response and output types: what the analysis returns, the CLI prints and the routes serve.
+"""Summary types: what the analysis returns, the CLI prints and ``/summary`` serves (the other
+routes' bodies are in ``responses.py``).
 
 Mirrors ``docs/summary.md`` (the JSON schema, versioned as ``SUMMARY_SCHEMA``). Times are
 microseconds, memory bytes, FLOPs counts; every per-phase, per-layer and per-head figure is a
@@ -190,83 +191,4 @@ class RunSummary(msgspec.Struct, kw_only=True):
     run: str
     metadata: dict[str, object] | None
     workers: list[WorkerSummary]
-    errors: list[FileError]
-
-
-RANKS_SCHEMA = "tb-attn.ranks/1"
-
-
-class RankLayer(msgspec.Struct, kw_only=True):
-    layer: int
-    time_us: float  # forward + backward attention time per step, on the response's clock
-    forward_us: float
-    backward_us: float
-
-
-class RankRow(msgspec.Struct, kw_only=True):
-    """One worker (rank) of a run; means per step over its spans."""
-
-    rank: int | None
-    worker: str
-    files: list[str]
-    world_size: int | None
-    step_us: float
-    attention_us: float  # forward + backward
-    attention_best_us: float  # in the rank's fastest step: what stragglers are judged by
-    collective_us: float
-    other_us: float  # step time neither attention nor collectives (can be 0 when they overlap)
-    layers: list[RankLayer]
-    heads: list[int]  # the global heads this rank's layers cover
-    collectives: list[CollectiveStats]
-    straggler: bool
-
-
-class RanksLayer(msgspec.Struct, kw_only=True):
-    """One layer across ranks (the "All ranks" aggregate)."""
-
-    layer: int
-    mean_us: float
-    median_us: float
-    min_us: float
-    max_us: float
-    max_rank: int | None
-    phases: dict[str, float]  # mean forward time per phase across ranks
-
-
-class Straggler(msgspec.Struct, kw_only=True):
-    rank: int | None
-    worker: str
-    metric: str  # "attention" (per step) or "layer L"
-    value_us: float
-    median_us: float
-    ratio: float  # value / median
-
-
-class GlobalHead(msgspec.Struct, kw_only=True):
-    layer: int
-    head: int
-    ranks: list[int]  # ranks that computed this head (several: replicas, e.g. data parallel)
-    replicas: int  # workers that computed it (ranks, including workers without a known rank)
-    time_us: float  # mean over those workers, on the response's clock
-    flops: float
-    derived: bool
-
-
-class RanksResponse(msgspec.Struct, kw_only=True):
-    schema: str = RANKS_SCHEMA
-    run: str
-    clock: str  # "device" when the traces have kernels, else "cpu"
-    margin: float  # a straggler is slower than the other ranks' median by more than this fraction
-    min_gap_us: float  # ... and by at least this much
-    ranks: list[RankRow]
-    all_ranks: list[RanksLayer]
-    attention_mean_us: float
-    attention_max_us: float
-    collective_mean_us: float
-    stragglers: list[Straggler]
-    heads: list[GlobalHead]
-    head_count: int  # the width of the layer x head map: the largest global head index + 1
-    heads_sharded: bool  # every head computed by exactly one rank (tensor parallelism)
-    heads_complete: bool  # each layer's heads are 0..head_count-1, with no gap
-    warnings: list[str]  # e.g. two workers claiming one rank
     errors: list[FileError]

@@ -26,17 +26,8 @@ import statistics
 from collections import defaultdict
 from typing import TypeGuard
 
-from tb_attn_plugin.schema import (
-    CollectiveStats,
-    GlobalHead,
-    RankLayer,
-    RankRow,
-    RanksLayer,
-    RanksResponse,
-    RunSummary,
-    Straggler,
-    WorkerSummary,
-)
+from tb_attn_plugin.responses import GlobalHead, RankLayer, RankRow, RanksLayer, RanksResponse, Straggler
+from tb_attn_plugin.schema import CollectiveStats, RunSummary, WorkerSummary
 
 __all__ = ["DEFAULT_MARGIN", "MAX_MAP_HEADS", "MAX_WORLD_SIZE", "RANK_OUT_OF_RANGE", "rank_of", "ranks"]
 

@@ -1,85 +1,57 @@
 """Summarize one trace: attention per layer × phase × head, as means over profiled steps.
 
-``summarize(events, ...)`` attributes events (``analysis.attribute``), finds attention in
-unscoped traces (``analysis.infer``), and aggregates time, FLOPs and memory, with materialized
-scores found by ``analysis.scores``. What a summary lists is bounded by ``analysis.bounds``.
-Definitions are in ``schema.py`` and ``docs/summary.md``.
+``summarize_analysis(analysis, ...)`` aggregates an analyzed trace (``analysis.analyze``) into
+time, FLOPs and memory, with materialized scores found by ``analysis.scores``; what a summary
+lists is bounded by ``analysis.bounds``. ``summarize_trace`` adds the findings
+(``analysis.findings``): it is what the loader stores for a trace file. Definitions are in
+``schema.py`` and ``docs/summary.md``.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass, field
 
 import numpy as np
 
-from tb_attn_plugin.analysis.attribute import DEVICE_KINDS, Attribution, attribute
+from tb_attn_plugin.analysis.analyze import Analysis, analyze
+from tb_attn_plugin.analysis.attribute import Attribution
 from tb_attn_plugin.analysis.backend import detect_backend
-from tb_attn_plugin.analysis.bounds import (
-    BAD_HEAD_COUNT,
-    HeadRowBudget,
-    check_steps,
-    clip,
-    fold_diagnostics,
-    merge_diagnostics,
-    tally,
-)
+from tb_attn_plugin.analysis.bounds import BAD_HEAD_COUNT, HeadRowBudget, check_steps, clip, fold_diagnostics, tally
 from tb_attn_plugin.analysis.collectives import collectives
-from tb_attn_plugin.analysis.infer import SDPA_OPS, SOFTMAX_OPS, infer_scopes
+from tb_attn_plugin.analysis.findings import find
+from tb_attn_plugin.analysis.query import TraceQuery, ancestors
 from tb_attn_plugin.analysis.ranks import rank_of
 from tb_attn_plugin.analysis.scores import OTHER, SCORE_PHASES, score_allocs, sxs_sizes
+from tb_attn_plugin.ops import SDPA_OPS, SOFTMAX_OPS
 from tb_attn_plugin.schema import Backward, HeadStats, LayerStats, PhaseStats, StepStats, WorkerSummary
 from tb_attn_plugin.scopes import MAX_HEADS, PHASES, parse_scope
-from tb_attn_plugin.trace.events import Events, with_annotations
-from tb_attn_plugin.trace.schema import BACKWARD_PREFIX, STEP_PREFIX, Kind
+from tb_attn_plugin.trace.events import Events
+from tb_attn_plugin.trace.kineto import BACKWARD_PREFIX, Kind
 
-__all__ = ["Analysis", "analyze", "summarize", "summarize_analysis"]
+__all__ = ["summarize", "summarize_analysis", "summarize_trace"]
 
 _EMPTY = np.empty(0, np.int64)
 
 
-@dataclass(frozen=True, eq=False)
-class Analysis:
-    """A trace's events (with synthetic scopes where attention was inferred) and their attribution."""
-
-    events: Events
-    attr: Attribution
-    inferred: bool
-    notes: tuple[str, ...]
-    diagnostics: dict[str, int] = field(default_factory=dict)  # the decoder's, attribution's and inference's
-
-    @property
-    def nbytes(self) -> int:
-        a = self.attr
-        return self.events.nbytes + sum(x.nbytes for x in (a.parent, a.layer, a.head, a.phase, a.step, a.backward,
-                                                            a.is_scope, a.flops, a.mem_layer, a.mem_phase))
-
-
-def analyze(events: Events) -> Analysis:
-    """Attribute events; infer attention where the trace has no tb-attn scopes."""
-    attr = attribute(events)
-    if attr.is_scope.any():
-        return Analysis(events, attr, False, (), merge_diagnostics(events.diagnostics, attr.diagnostics))
-    found: dict[str, int] = {}
-    synthetic = infer_scopes(events, attr.parent, attr.backward, attr.step, diagnostics=found)
-    if not synthetic:
-        return Analysis(events, attr, False, ("no attention found in this trace",),
-                        merge_diagnostics(events.diagnostics, attr.diagnostics, found))
-    events = with_annotations(events, [(s.track, s.ts, s.dur, s.name) for s in synthetic])
-    attr = attribute(events)
-    return Analysis(events, attr, True,
-                    ("no tb-attn scopes in this trace: attention was inferred from module names and op patterns",),
-                    merge_diagnostics(events.diagnostics, attr.diagnostics, found))
-
-
 def summarize(events: Events, *, file: str = "", worker: str = "", span: str | None = None) -> WorkerSummary:
+    """The summary of decoded events, without findings."""
     return summarize_analysis(analyze(events), file=file, worker=worker, span=span)
 
 
 def summarize_analysis(analysis: Analysis, *, file: str = "", worker: str = "", span: str | None = None
                        ) -> WorkerSummary:
+    """The summary of an analyzed trace, without findings."""
     return _Summarizer(analysis.events, analysis.attr, analysis.inferred, analysis.diagnostics).build(
         file=file, worker=worker, span=span, notes=list(analysis.notes))
+
+
+def summarize_trace(analysis: Analysis, *, file: str, worker: str, span: str | None,
+                    metadata: dict[str, object] | None = None) -> WorkerSummary:
+    """The summary of an analyzed trace with its findings (``metadata``: the run's
+    ``tb_attn_run.json``, which two rules read): what a trace file's summary is, everywhere."""
+    summary = summarize_analysis(analysis, file=file, worker=worker, span=span)
+    summary.findings = find(analysis, summary, metadata=metadata)
+    return summary
 
 
 class _Summarizer:
@@ -88,26 +60,13 @@ class _Summarizer:
         self.diag = dict(diagnostics)
         self.head_rows = HeadRowBudget(self.diag)
         names = events.names
-        self.on_device = np.isin(events.kind, DEVICE_KINDS)
-        self.step_event = np.array([n.startswith(STEP_PREFIX) for n in names], np.bool_)[events.name] & (
-            (events.kind == Kind.ANNOTATION) | (events.kind == Kind.CPU_OP))
-        step_numbers = sorted(set(attr.step[self.step_event].tolist()))
-        self.steps = [s for s in step_numbers if s >= 0]
-        self.step_count = max(1, len(self.steps))
-        self.in_steps = attr.step >= 0 if self.steps else np.ones(len(events), np.bool_)
-        self.mem_in_steps = attr.mem_step >= 0 if self.steps else np.ones(len(events.mem_ts), np.bool_)
+        q = self.q = TraceQuery(events, attr)
+        self.on_device, self.device_work = q.on_device, q.device_work
+        self.steps, self.step_count = q.steps, q.step_count
+        self.in_steps, self.mem_in_steps = q.in_steps, q.mem_in_steps
         self.engine = np.array([n.startswith(BACKWARD_PREFIX) for n in names], np.bool_)[events.name]
-        cpu_op = events.kind == Kind.CPU_OP
-        child = np.zeros(len(events), np.float64)
-        has_parent = (attr.parent >= 0) & cpu_op
-        np.add.at(child, attr.parent[has_parent], events.dur[has_parent])
-        self.self_us = np.where(cpu_op, np.maximum(events.dur - child, 0.0), 0.0)
-        parent_kind = np.where(attr.parent >= 0, events.kind[np.maximum(attr.parent, 0)], -1)
-        self.top_op = cpu_op & (parent_kind != Kind.CPU_OP)
-        # Device memory is any device type but CPU's (1 is CUDA, 6 is HIP in ROCm traces).
-        device_types = events.mem_device_type[events.mem_device_type > 0]
-        self.mem_device = int(np.bincount(device_types).argmax()) if device_types.size else 0
-        self.mem_ok = (events.mem_device_type == self.mem_device) | (events.mem_device_type < 0)
+        self.self_us, self.top_op = q.self_us, q.top_op
+        self.mem_ok = (events.mem_device_type == q.mem_device) | (events.mem_device_type < 0)
         # Memory events are sorted by track: each track's [lo, hi) range, found once.
         tracks, starts = np.unique(events.mem_track, return_index=True)
         ends = np.append(starts[1:], len(events.mem_track))[: len(starts)]
@@ -164,9 +123,9 @@ class _Summarizer:
         layers_present = sorted(self.layer_idx)  # below scopes.MAX_LAYERS: attribution drops the others
         check_steps(len(self.steps))
         layer_stats = [self._layer(layer) for layer in layers_present]
-        step_idx = np.flatnonzero(self.step_event & (a.step >= 0))
+        step_idx = self.q.step_events
         step_cpu = float(ev.dur[step_idx].sum()) if step_idx.size else float(self._trace_span())
-        device_in = self.on_device & self.in_steps & (ev.kind != Kind.GPU_ANNOTATION)
+        device_in = self.device_work & self.in_steps
         step_device = float(ev.dur[device_in].sum())
         att_cpu = sum(layer.cpu_us + layer.backward.cpu_us for layer in layer_stats)
         att_dev = sum(layer.device_us + layer.backward.device_us for layer in layer_stats)
@@ -276,9 +235,7 @@ class _Summarizer:
         inner = fwd[a.is_scope[fwd] & ~((a.phase[fwd] < 0) & (a.head[fwd] < 0))]
         keep = []
         for i in inner.tolist():
-            p = int(a.parent[i])
-            while p >= 0 and not a.is_scope[p]:
-                p = int(a.parent[p])
+            p = next((p for p in ancestors(a.parent, i) if a.is_scope[p]), -1)
             if p < 0 or (a.phase[p] < 0 and a.head[p] < 0):
                 keep.append(i)
         return np.array(keep, dtype=np.int64)
@@ -288,13 +245,13 @@ class _Summarizer:
         sizes: set[int], calls: int | None = None,
     ) -> PhaseStats:
         ev, a = self.ev, self.a
-        device = fwd[self.on_device[fwd] & (ev.kind[fwd] != Kind.GPU_ANNOTATION)]
+        device = fwd[self.device_work[fwd]]
         ops = fwd[self.top_op[fwd]]
         nbytes = ev.mem_bytes[mem].astype(np.float64)  # sums of sizes near 2**53 stay finite
         sxs = score_allocs(ev, a, mem, sizes if phase in SCORE_PHASES else set())
         bwd = sel[a.backward[sel]]
         engine_top = bwd[self.engine[bwd] & ~self.parent_backward[bwd]]
-        bwd_device = bwd[self.on_device[bwd] & (ev.kind[bwd] != Kind.GPU_ANNOTATION)]
+        bwd_device = bwd[self.device_work[bwd]]
         device_us = self._per_step(ev.dur[device].sum())
         cpu_us = self._per_step(cpu_total)
         flops = self._per_step(a.flops[fwd].sum())

@@ -1,24 +1,35 @@
 """Views of one analyzed trace for the tab: drill-down, memory curve and timeline.
 
-Pure functions over ``summary.Analysis``; the shapes of their results are documented in
-``docs/http_api.md``. Times are microseconds relative to the trace start.
+Pure functions over ``analyze.Analysis`` that return the routes' bodies (``responses.py``,
+documented in ``docs/http_api.md``). Times are microseconds relative to the trace start.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Any
 
 import numpy as np
 
-from tb_attn_plugin.analysis.attribute import DEVICE_KINDS
-from tb_attn_plugin.analysis.summary import Analysis
+from tb_attn_plugin.analysis.analyze import Analysis
+from tb_attn_plugin.analysis.query import TraceQuery
+from tb_attn_plugin.responses import (
+    Drilldown,
+    DrillKernel,
+    DrillOp,
+    EventKind,
+    LayerPeak,
+    MemoryResponse,
+    MemoryScope,
+    TimelineEvents,
+    TimelineResponse,
+    TimelineTrack,
+)
 from tb_attn_plugin.scopes import PHASES
-from tb_attn_plugin.trace.schema import STEP_PREFIX, Kind
+from tb_attn_plugin.trace.kineto import Kind
 
 __all__ = ["KIND_NAMES", "drilldown", "memory_curve", "step_window", "steps_of", "timeline"]
 
-KIND_NAMES = {
+KIND_NAMES: dict[int, EventKind] = {
     int(Kind.CPU_OP): "cpu_op", int(Kind.ANNOTATION): "annotation", int(Kind.GPU_ANNOTATION): "annotation",
     int(Kind.KERNEL): "kernel", int(Kind.MEMCPY): "memcpy", int(Kind.MEMSET): "memset",
     int(Kind.RUNTIME): "runtime", int(Kind.MODULE): "module", int(Kind.SYNC): "other", int(Kind.OTHER): "other",
@@ -30,14 +41,11 @@ class ViewError(ValueError):
 
 
 def _step_events(analysis: Analysis) -> np.ndarray:
-    ev = analysis.events
-    names = np.array([n.startswith(STEP_PREFIX) for n in ev.names], np.bool_)
-    return np.flatnonzero(names[ev.name] & ((ev.kind == Kind.ANNOTATION) | (ev.kind == Kind.CPU_OP))
-                          & (analysis.attr.step >= 0))
+    return TraceQuery(analysis.events, analysis.attr).step_events
 
 
 def steps_of(analysis: Analysis) -> list[int]:
-    return sorted(set(analysis.attr.step[_step_events(analysis)].tolist()))
+    return TraceQuery(analysis.events, analysis.attr).steps
 
 
 def step_window(analysis: Analysis, step: int | None) -> tuple[int | None, float, float]:
@@ -60,19 +68,15 @@ def step_window(analysis: Analysis, step: int | None) -> tuple[int | None, float
     return step, float(ev.ts[mine].min()), float((ev.ts[mine] + ev.dur[mine]).max())
 
 
-def _step_count(analysis: Analysis) -> int:
-    return max(1, len(steps_of(analysis)))
-
-
-def drilldown(analysis: Analysis, *, layer: int, phase: str | None, backward: bool) -> dict[str, Any]:
+def drilldown(analysis: Analysis, *, layer: int, phase: str | None, backward: bool) -> Drilldown:
+    """The figures of ``/drilldown``; the service adds the links to the trace file."""
     ev, a = analysis.events, analysis.attr
+    q = TraceQuery(ev, a)
     if layer < 0:  # -1 marks events outside attention: it is no layer
         raise ViewError(f"layer must be 0 or more, got {layer}")
     if not (a.layer == layer).any():
         raise ViewError(f"no layer {layer} in this trace")
-    sel = (a.layer == layer) & (a.backward == backward)
-    if analysis_has_steps(analysis):
-        sel &= a.step >= 0
+    sel = (a.layer == layer) & (a.backward == backward) & q.in_steps
     if phase is not None:
         if phase == "other":
             sel &= a.phase < 0
@@ -80,59 +84,50 @@ def drilldown(analysis: Analysis, *, layer: int, phase: str | None, backward: bo
             sel &= a.phase == PHASES.index(phase)
         else:
             raise ViewError(f"unknown phase {phase!r}; phases: {', '.join((*PHASES, 'other'))}")
-    steps = _step_count(analysis)
+    steps = q.step_count
     ops = np.flatnonzero(sel & (ev.kind == Kind.CPU_OP))
-    parent_kind = np.where(a.parent >= 0, ev.kind[np.maximum(a.parent, 0)], -1)
-    child = np.zeros(len(ev), np.float64)
-    has_parent = (a.parent >= 0) & (ev.kind == Kind.CPU_OP)
-    np.add.at(child, a.parent[has_parent], ev.dur[has_parent])
     op_rows: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0, 0.0, 0.0])
-    for nid, d, c, pk in zip(ev.name[ops].tolist(), ev.dur[ops].tolist(), child[ops].tolist(),
-                             parent_kind[ops].tolist(), strict=True):
+    for nid, d, own, top in zip(ev.name[ops].tolist(), ev.dur[ops].tolist(), q.self_us[ops].tolist(),
+                                q.top_op[ops].tolist(), strict=True):
         row = op_rows[ev.names[nid]]
         row[0] += 1
         row[1] += d
-        row[2] += max(d - c, 0.0)
-        row[3] = max(row[3], 1.0 if pk != Kind.CPU_OP else 0.0)
-    kernels = np.flatnonzero(sel & np.isin(ev.kind, DEVICE_KINDS) & (ev.kind != Kind.GPU_ANNOTATION))
+        row[2] += own
+        row[3] = max(row[3], 1.0 if top else 0.0)
+    kernels = np.flatnonzero(sel & q.device_work)
     k_rows: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])
     for nid, d in zip(ev.name[kernels].tolist(), ev.dur[kernels].tolist(), strict=True):
         row = k_rows[ev.names[nid]]
         row[0] += 1
         row[1] += d
-    return {
-        "layer": layer, "phase": phase, "backward": backward, "step_count": steps,
-        "ops": [{"name": n, "calls": r[0] / steps, "cpu_us": r[1] / steps, "self_us": r[2] / steps,
-                 "top_level": bool(r[3])} for n, r in sorted(op_rows.items(), key=lambda kv: -kv[1][1])],
-        "kernels": [{"name": n, "calls": r[0] / steps, "device_us": r[1] / steps}
-                    for n, r in sorted(k_rows.items(), key=lambda kv: -kv[1][1])],
-    }
+    return Drilldown(
+        layer=layer, phase=phase, backward=backward, step_count=steps,
+        ops=[DrillOp(name=n, calls=r[0] / steps, cpu_us=r[1] / steps, self_us=r[2] / steps, top_level=bool(r[3]))
+             for n, r in sorted(op_rows.items(), key=lambda kv: -kv[1][1])],
+        kernels=[DrillKernel(name=n, calls=r[0] / steps, device_us=r[1] / steps)
+                 for n, r in sorted(k_rows.items(), key=lambda kv: -kv[1][1])],
+    )
 
 
-def analysis_has_steps(analysis: Analysis) -> bool:
-    return bool(_step_events(analysis).size)
-
-
-def _downsample(t: np.ndarray, y: np.ndarray, max_points: int) -> list[list[float]]:
+def _downsample(t: np.ndarray, y: np.ndarray, max_points: int) -> list[tuple[float, float]]:
     """At most ``max_points`` points that keep each bucket's minimum and maximum."""
     if t.size <= max_points:
-        return [[float(a), float(b)] for a, b in zip(t.tolist(), y.tolist(), strict=True)]
+        return [(float(a), float(b)) for a, b in zip(t.tolist(), y.tolist(), strict=True)]
     buckets = np.array_split(np.arange(t.size), max_points // 2)
-    out: list[list[float]] = []
+    out: list[tuple[float, float]] = []
     for b in buckets:
         if b.size == 0:
             continue
         lo, hi = b[np.argmin(y[b])], b[np.argmax(y[b])]
         for k in sorted({int(lo), int(hi)}):
-            out.append([float(t[k]), float(y[k])])
+            out.append((float(t[k]), float(y[k])))
     return out
 
 
-def memory_curve(analysis: Analysis, *, step: int | None, max_points: int = 4000) -> dict[str, Any]:
+def memory_curve(analysis: Analysis, *, step: int | None, max_points: int = 4000) -> MemoryResponse:
     ev, a = analysis.events, analysis.attr
     step, start, end = step_window(analysis, step)
-    types = ev.mem_device_type[ev.mem_device_type > 0]
-    device_type = int(np.bincount(types).argmax()) if types.size else 0
+    device_type = TraceQuery(ev, a).mem_device
     on_device = ev.mem_device_type == device_type
     order = np.argsort(ev.mem_ts[on_device], kind="stable")
     t = ev.mem_ts[on_device][order]
@@ -145,14 +140,14 @@ def memory_curve(analysis: Analysis, *, step: int | None, max_points: int = 4000
     scopes_idx = np.flatnonzero(a.is_scope & ~a.backward & (ev.ts >= start) & (ev.ts <= end) & (a.head < 0))
     lay, ph = a.layer[scopes_idx], a.phase[scopes_idx]
     begin, stop = ev.ts[scopes_idx], ev.ts[scopes_idx] + ev.dur[scopes_idx]
-    scopes = [{"layer": la, "phase": PHASES[p] if p >= 0 else None, "start_us": b, "end_us": e}
+    scopes = [MemoryScope(layer=la, phase=PHASES[p] if p >= 0 else None, start_us=b, end_us=e)
               for la, p, b, e in zip(lay.tolist(), ph.tolist(), begin.tolist(), stop.tolist(), strict=True)]
     best = dict.fromkeys(sorted(set(lay.tolist())), 0)
     for la, gain in _block_gains(t, nbytes, total, lay[ph < 0], begin[ph < 0], stop[ph < 0]):
         best[la] = max(best[la], gain)
-    peaks = [{"layer": la, "peak_bytes": b} for la, b in best.items()]
-    return {"step": step, "device": "cpu" if device_type == 0 else "cuda", "start_us": start, "end_us": end,
-            "points": points, "scopes": scopes, "peaks": peaks}
+    peaks = [LayerPeak(layer=la, peak_bytes=b) for la, b in best.items()]
+    return MemoryResponse(step=step, device="cpu" if device_type == 0 else "cuda", start_us=start, end_us=end,
+                          points=points, scopes=scopes, peaks=peaks)
 
 
 def _block_gains(t: np.ndarray, nbytes: np.ndarray, total: np.ndarray, layer: np.ndarray, begin: np.ndarray,
@@ -211,7 +206,7 @@ def _track_name(analysis: Analysis, track: int) -> str:
 def timeline(
     analysis: Analysis, *, step: int | None, start_us: float | None = None, end_us: float | None = None,
     limit: int = 200_000,
-) -> dict[str, Any]:
+) -> TimelineResponse:
     ev, a = analysis.events, analysis.attr
     step, start, end = step_window(analysis, step)
     if start_us is not None:
@@ -233,24 +228,24 @@ def timeline(
     track_ids = {t: k for k, t in enumerate(tracks)}
     names_used = sorted(set(ev.name[idx].tolist()))
     name_ids = {n: k for k, n in enumerate(names_used)}
-    return {
-        "step": step, "start_us": start, "end_us": end, "truncated": bool(truncated), "total_events": total,
-        "tracks": [{"id": track_ids[t], "name": _track_name(analysis, t), "device": analysis.events.tracks[t].device}
-                   for t in tracks],
-        "names": [ev.names[n] for n in names_used],
-        "phases": list(PHASES),
-        "events": {
-            "track": [track_ids[t] for t in ev.track[idx].tolist()],
-            "start_us": np.round(ev.ts[idx], 3).tolist(),
-            "dur_us": np.round(ev.dur[idx], 3).tolist(),
-            "depth": depth,
-            "name": [name_ids[n] for n in ev.name[idx].tolist()],
-            "layer": a.layer[idx].tolist(),
-            "phase": a.phase[idx].tolist(),
-            "backward": a.backward[idx].astype(np.int8).tolist(),
-            "kind": [KIND_NAMES.get(k, "other") for k in ev.kind[idx].tolist()],
-        },
-    }
+    return TimelineResponse(
+        step=step, start_us=start, end_us=end, truncated=bool(truncated), total_events=total,
+        tracks=[TimelineTrack(id=track_ids[t], name=_track_name(analysis, t), device=analysis.events.tracks[t].device)
+                for t in tracks],
+        names=[ev.names[n] for n in names_used],
+        phases=list(PHASES),
+        events=TimelineEvents(
+            track=[track_ids[t] for t in ev.track[idx].tolist()],
+            start_us=np.round(ev.ts[idx], 3).tolist(),
+            dur_us=np.round(ev.dur[idx], 3).tolist(),
+            depth=depth,
+            name=[name_ids[n] for n in ev.name[idx].tolist()],
+            layer=a.layer[idx].tolist(),
+            phase=a.phase[idx].tolist(),
+            backward=a.backward[idx].astype(np.int8).tolist(),
+            kind=[KIND_NAMES.get(k, "other") for k in ev.kind[idx].tolist()],
+        ),
+    )
 
 
 def _depths(parent: np.ndarray, idx: np.ndarray) -> list[int]:

@@ -17,11 +17,12 @@ import msgspec
 import pytest
 
 from tb_attn_plugin.analysis import summary as summary_module
+from tb_attn_plugin.analysis.analyze import analyze
 from tb_attn_plugin.analysis.bounds import MAX_DIAGNOSTICS, MAX_HEAD_ROWS
 from tb_attn_plugin.analysis.findings import find
 from tb_attn_plugin.analysis.flops import MAX_TENSOR_BYTES, op_flops, tensor_bytes
 from tb_attn_plugin.analysis.ranks import MAX_MAP_HEADS, ranks
-from tb_attn_plugin.analysis.summary import analyze, summarize_analysis
+from tb_attn_plugin.analysis.summary import summarize_analysis
 from tb_attn_plugin.loader import Loader
 from tb_attn_plugin.schema import RunSummary, WorkerSummary
 from tb_attn_plugin.scopes import MAX_HEADS, MAX_LAYERS

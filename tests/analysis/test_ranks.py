@@ -12,7 +12,7 @@ from tracetools import as_ranks
 from tb_attn_plugin.analysis.collectives import collective_name
 from tb_attn_plugin.analysis.ranks import ranks
 from tb_attn_plugin.loader import Loader, resolve_runs
-from tb_attn_plugin.schema import RanksResponse
+from tb_attn_plugin.responses import RanksResponse
 
 OTHER = SHARED_TRACES / "other"
 

@@ -1,0 +1,92 @@
+"""Analyze one trace: attribute its events, and find attention where it carries no scopes.
+
+``analyze(events)`` is the step between decoding and every figure: the summary, the findings
+and the views all read the ``Analysis`` it returns. Where a trace has no tb-attn scopes,
+``analysis.infer`` finds attention from module names and op patterns, and the trace is
+attributed again with those scopes added; the analysis says so in its notes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from tb_attn_plugin.analysis.attribute import Attribution, attribute
+from tb_attn_plugin.analysis.bounds import merge_diagnostics
+from tb_attn_plugin.analysis.infer import infer_scopes
+from tb_attn_plugin.trace.events import Events
+from tb_attn_plugin.trace.kineto import Kind
+
+__all__ = ["Analysis", "analyze"]
+
+
+@dataclass(frozen=True, eq=False)
+class Analysis:
+    """A trace's events (with synthetic scopes where attention was inferred) and their attribution."""
+
+    events: Events
+    attr: Attribution
+    inferred: bool
+    notes: tuple[str, ...]
+    diagnostics: dict[str, int] = field(default_factory=dict)  # the decoder's, attribution's and inference's
+
+    @property
+    def nbytes(self) -> int:
+        a = self.attr
+        return self.events.nbytes + sum(x.nbytes for x in (a.parent, a.layer, a.head, a.phase, a.step, a.backward,
+                                                            a.is_scope, a.flops, a.mem_layer, a.mem_phase))
+
+
+def analyze(events: Events) -> Analysis:
+    """Attribute events; infer attention where the trace has no tb-attn scopes."""
+    attr = attribute(events)
+    if attr.is_scope.any():
+        return Analysis(events, attr, False, (), merge_diagnostics(events.diagnostics, attr.diagnostics))
+    found: dict[str, int] = {}
+    synthetic = infer_scopes(events, attr.parent, attr.backward, attr.step, diagnostics=found)
+    if not synthetic:
+        return Analysis(events, attr, False, ("no attention found in this trace",),
+                        merge_diagnostics(events.diagnostics, attr.diagnostics, found))
+    events = with_annotations(events, [(s.track, s.ts, s.dur, s.name) for s in synthetic])
+    attr = attribute(events)
+    return Analysis(events, attr, True,
+                    ("no tb-attn scopes in this trace: attention was inferred from module names and op patterns",),
+                    merge_diagnostics(events.diagnostics, attr.diagnostics, found))
+
+
+def with_annotations(events: Events, rows: list[tuple[int, float, float, str]]) -> Events:
+    """A copy of ``events`` with extra annotation events (track, ts, dur, name), re-sorted."""
+    if not rows:
+        return events
+    names = list(events.names)
+    ids = {n: i for i, n in enumerate(names)}
+    extra_name = []
+    for _, _, _, label in rows:
+        if label not in ids:
+            ids[label] = len(names)
+            names.append(label)
+        extra_name.append(ids[label])
+    k = len(rows)
+
+    def cat(a: np.ndarray, b: list[Any] | np.ndarray, dtype: Any) -> np.ndarray:
+        return np.concatenate([a, np.asarray(b, dtype=dtype)])
+
+    name = cat(events.name, extra_name, np.int32)
+    kind = cat(events.kind, [int(Kind.ANNOTATION)] * k, np.int8)
+    track = cat(events.track, [r[0] for r in rows], np.int32)
+    ts = cat(events.ts, [r[1] for r in rows], np.float64)
+    dur = cat(events.dur, [r[2] for r in rows], np.float64)
+    minus = [-1] * k
+    order = np.lexsort((-dur, ts, track))
+    return Events(
+        names=tuple(names), tracks=events.tracks, shapes=events.shapes,
+        name=name[order], kind=kind[order], track=track[order], ts=ts[order], dur=dur[order],
+        ext=cat(events.ext, minus, np.int64)[order], corr=cat(events.corr, minus, np.int64)[order],
+        seq=cat(events.seq, minus, np.int64)[order],
+        shape=cat(events.shape, minus, np.int32)[order],
+        mem_ts=events.mem_ts, mem_track=events.mem_track, mem_bytes=events.mem_bytes, mem_total=events.mem_total,
+        mem_device_type=events.mem_device_type, mem_device_id=events.mem_device_id,
+        meta=events.meta, diagnostics=events.diagnostics,
+    )

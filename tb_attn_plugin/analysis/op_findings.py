@@ -1,0 +1,225 @@
+"""Findings from op patterns: what ran inside attention that a better implementation avoids.
+
+Hidden copies of the scores, a causal mask rebuilt on every call, the math backend of SDPA,
+FP32 matmuls under half-precision inputs, and ``_safe_softmax``. Each rule reads the forward
+attention ops within the profiled steps (``RuleQuery``) and returns at most one finding;
+``findings.find`` runs them. Thresholds and their reasons are in ``docs/findings.md``.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import numpy as np
+
+from tb_attn_plugin.analysis.query import HALF_DTYPES, I64, RuleQuery, dtype_name, new_finding
+from tb_attn_plugin.analysis.wording import count, duration, layer_list, number, size
+from tb_attn_plugin.ops import (
+    ARANGE_OP,
+    COMPARE_OPS,
+    COPY_OPS,
+    DTYPE_CONVERT_OPS,
+    FILL_OPS,
+    GEMM_OPS,
+    INPLACE_COPY_OP,
+    SAFE_SOFTMAX_OP,
+    SDPA_MATH_OP,
+    SDPA_OPS,
+    TRIANGLE_OPS,
+)
+from tb_attn_plugin.schema import Finding
+from tb_attn_plugin.scopes import PHASES
+from tb_attn_plugin.trace.kineto import Kind
+
+__all__ = ["MIN_COPY_ELEMS", "OP_RULES"]
+
+MIN_COPY_ELEMS = 256  # smaller copies in the mask phase are scalars or small masks, not scores
+
+
+def _hidden_copy(t: RuleQuery) -> list[Finding]:
+    copies = np.array([i for i in t.outermost(t.ops(COPY_OPS, "mask")).tolist()
+                       if not t.inside(i, DTYPE_CONVERT_OPS)
+                       and ((d := t.dims(i)) is None or int(np.prod(d, dtype=np.int64)) >= MIN_COPY_ELEMS)], np.int64)
+    dtod = np.intersect1d(t.named_device("DtoD", Kind.MEMCPY), np.flatnonzero(t.a.phase == PHASES.index("mask")))
+    if copies.size == 0 and dtod.size == 0:
+        return []
+    layers = t.layers_of(copies, dtod)
+    device = np.union1d(t.launched(copies), dtod).astype(np.int64)
+    callers = np.array(sorted({t.top_level(i) for i in copies.tolist()}), np.int64)
+    n = t.instances(layers)
+    nbytes = sum(t.nbytes(i) for i in copies.tolist()) / t.step_count
+    shapes = Counter(str(tuple(d)) for i in copies.tolist() if (d := t.dims(i)) is not None)
+    time_us = t.time_of(copies, device)
+    dtod_text = count(dtod.size / n, "Memcpy DtoD", "Memcpy DtoD")
+    if copies.size:
+        what = f"the {shapes.most_common(1)[0][0]} scores" if shapes else "the scores"
+        each = f", {size(nbytes * t.step_count / copies.size)} each" if nbytes else ""
+        text = (f"In the mask phase of {layer_list(layers)}, {t.names_by_time(callers)[0]} copies {what} before "
+                f"masking them: {count(copies.size / n, 'copy', 'copies')} per forward{each} ({size(nbytes)} per step; "
+                f"{t.time_text(copies, device)}).")
+        text += f" On the device: {dtod_text} per forward." if dtod.size else ""
+    else:
+        text = (f"In the mask phase of {layer_list(layers)}, the device runs {dtod_text} per forward "
+                f"({duration(time_us)} per step).")
+    text += (" A copy in the mask phase usually comes from an out-of-place masked_fill, which allocates a second "
+             "tensor the size of the scores and copies them into it before writing the mask: a full extra read and "
+             "write of the S×S scores.")
+    return [new_finding(
+        "hidden-copy", "medium", "Masking copies the attention scores", text,
+        "Mask in place with scores.masked_fill_(mask, float('-inf')) (safe when nothing else reads the unmasked "
+        "scores), or let F.scaled_dot_product_attention(q, k, v, is_causal=True) apply the mask inside the kernel.",
+        layers=layers, ops=t.names_by_time(np.concatenate([callers, copies])), kernels=t.names_by_time(device),
+        time_us=time_us, nbytes=nbytes,
+        details={"copies_per_forward": copies.size / n, "memcpy_dtod_per_forward": dtod.size / n,
+                 "copy_bytes_per_step": nbytes})]
+
+
+def _mask_rebuilt(t: RuleQuery) -> list[Finding]:
+    tri, rng, cmp, fill = t.ops(TRIANGLE_OPS), t.ops({ARANGE_OP}), t.ops(COMPARE_OPS), t.ops(FILL_OPS)
+    layers = []
+    for layer in t.layers:
+        n = t.instances([layer])
+        per_fwd = {k: int((t.a.layer[idx] == layer).sum()) / n for k, idx in (("tri", tri), ("rng", rng), ("cmp", cmp))}
+        if per_fwd["tri"] >= 1 or (per_fwd["rng"] >= 1 and per_fwd["cmp"] >= 1):
+            layers.append(layer)
+    if not layers:
+        return []
+    mine = np.concatenate([tri, fill, rng, cmp] if rng.size else [tri, fill])
+    builders = t.outermost(mine[np.isin(t.a.layer[mine], layers)])
+    n = t.instances(layers)
+    in_math = any(t.inside(i, frozenset({SDPA_MATH_OP})) for i in builders.tolist())
+    device = t.launched(builders)
+    names = t.names_by_time(builders)
+    text = (f"In {layer_list(layers)}, a causal mask is built on every forward: "
+            f"{count(builders.size / n, 'mask-building op', 'mask-building ops')} per forward ({', '.join(names)}; "
+            f"{t.time_text(builders, device)}). ")
+    if in_math:
+        text += ("They run inside aten::_scaled_dot_product_attention_math: with is_causal=True the math backend "
+                 "builds an (Sq, Sk) mask with ones and tril on every call.")
+        fix = ("Let a fused SDPA backend run (see math-fallback): flash, efficient, cuDNN and the CPU flash kernel "
+               "apply causality inside the kernel and build no mask.")
+    else:
+        text += "The mask depends only on the sequence length, so every call rebuilds the same tensor."
+        fix = ("Build the mask once: self.register_buffer('causal_mask', torch.ones(S, S, dtype=torch.bool).tril(), "
+               "persistent=False) and slice it per call, or pass is_causal=True to F.scaled_dot_product_attention, "
+               "which needs no mask tensor.")
+    return [new_finding("mask-rebuilt", "low", "The causal mask is rebuilt on every call", text, fix, layers=layers,
+                     ops=names, kernels=t.names_by_time(device), time_us=t.time_of(builders, device),
+                     details={"builder_ops_per_forward": builders.size / n, "inside_math_backend": int(in_math)})]
+
+
+def _math_fallback(t: RuleQuery) -> list[Finding]:
+    calls = t.outermost(t.ops({SDPA_MATH_OP}))
+    if calls.size == 0:
+        return []
+    layers = t.layers_of(calls)
+    n = calls.size
+    inner = sum(int((t.ev.kind[i:t.subtree_end(i)] == Kind.CPU_OP).sum()) for i in calls.tolist())
+    device = t.launched(calls)
+    sxs = sum(p.sxs_bytes for layer in layers for p in t.layers[layer].phases if p.phase == "sdpa")
+    per_fwd = f"{number(inner / n)} CPU ops" + (f" and {number(device.size / n)} kernels" if t.cuda else "")
+    text = (f"In {layer_list(layers)}, SDPA ran its math backend ({SDPA_MATH_OP}): {per_fwd} per forward where a fused "
+            f"backend does all of it in one kernel; {t.time_text(calls, device)}, and the scores are "
+            "materialized" + (f" ({size(sxs)} of score tensors per step). " if sxs else ". "))
+    hints = _math_hints(t, calls)
+    text += ("In this trace: " + "; ".join(hints) + "." if hints else
+             "The trace shows none of the usual causes: the math backend pinned with sdpa_kernel, an explicit "
+             "attn_mask (flash takes none), fp32 inputs on CUDA (flash and cuDNN need fp16 or bf16), a head "
+             "dimension above 256 or not a multiple of 8, or a GPU older than the fused kernels support.")
+    return [new_finding(
+        "math-fallback", "high", "SDPA ran its math backend instead of a fused kernel", text,
+        "Let a fused backend run: drop an sdpa_kernel(SDPBackend.MATH) pin, pass is_causal=True instead of a causal "
+        "mask, use bf16 or fp16 on CUDA, keep the head dimension a multiple of 8 up to 256. Pinning "
+        "sdpa_kernel(SDPBackend.FLASH_ATTENTION) once makes PyTorch warn why a fused kernel cannot run.",
+        layers=layers, ops=t.names_by_time(np.concatenate([calls, t.children(calls)])),
+        kernels=t.names_by_time(device), time_us=t.time_of(calls, device), nbytes=sxs,
+        details={"ops_per_forward": inner / n, "kernels_per_forward": device.size / n,
+                 "cpu_us_per_forward": float(t.ev.dur[calls].sum()) / n, "causes": "; ".join(hints)})]
+
+
+def _math_hints(t: RuleQuery, calls: I64) -> list[str]:
+    hints = []
+    if t.meta.get("impl") == "sdpa-math":
+        hints.append("the run pinned the math backend (impl sdpa-math)")
+    outer = [next((p for p in t.ancestors(i) if t.name(p) in SDPA_OPS), i) for i in calls.tolist()]
+    masks = {str(d) for i in outer if (d := t.dims(i, 3))}
+    if masks:
+        hints.append(f"an explicit attn_mask {', '.join(sorted(masks))} is passed (flash takes none; efficient "
+                     f"and cuDNN do, and is_causal=True needs none)")
+    types = {ty[0] for i in outer if (ty := t.types(i))}
+    if t.cuda and "float" in types:
+        hints.append("the inputs are fp32 (flash and cuDNN need fp16 or bf16)")
+    heads = {d[-1] for i in outer if (d := t.dims(i)) and len(d) >= 3}
+    bad = sorted(h for h in heads if h > 256 or h % 8)
+    if t.cuda and bad:
+        hints.append(f"the head dimension is {', '.join(map(str, bad))} (fused kernels want a multiple of 8, at "
+                     f"most 256)")
+    return hints
+
+
+def _fp32_upcast(t: RuleQuery) -> list[Finding]:
+    dtype, source = t.model_dtype()
+    if dtype not in HALF_DTYPES:
+        return []
+    gemms = np.array([i for i in t.ops(GEMM_OPS).tolist() if t.types(i)[:1] == ("float",)], np.int64)
+    sgemm = t.named_device("sgemm", Kind.KERNEL)
+    if gemms.size == 0 and sgemm.size == 0:
+        return []
+    ups = np.array([i for i in t.ops({INPLACE_COPY_OP}).tolist()
+                    if (ty := t.types(i))[:1] == ("float",) and len(ty) > 1 and dtype_name(ty[1]) in HALF_DTYPES],
+                   np.int64)
+    layers = t.layers_of(gemms, sgemm)
+    n = t.instances(layers)
+    device = np.union1d(sgemm, t.launched(gemms)).astype(np.int64)
+    up_bytes = sum(int(np.prod(d, dtype=np.int64)) * 4 for i in ups.tolist() if (d := t.dims(i))) / t.step_count
+    in_math = any(t.inside(i, frozenset({SDPA_MATH_OP})) for i in gemms.tolist())
+    top = t.names_by_time(gemms)[:1]
+    text = f"The model runs in {dtype} (from {source}), but in {layer_list(layers)}"
+    if gemms.size:
+        text += f" float32 inputs go into {count(gemms.size / n, 'matmul', 'matmuls')} per forward ({top[0]}"
+        text += ")" if sgemm.size else f", {duration(t.time_of(gemms, device))} per step)"
+    if sgemm.size:
+        text += ((" and" if gemms.size else "") +
+                 f" the device runs {count(sgemm.size / n, 'FP32 sgemm kernel', 'FP32 sgemm kernels')} per forward")
+    text += f" ({duration(t.time_of(gemms, device))} per step)." if sgemm.size else "."
+    if ups.size:
+        text += (f" {count(ups.size / n, 'copy', 'copies')} per forward upcast {dtype} tensors to float32 "
+                 f"({size(up_bytes)} per step).")
+    if in_math:
+        text += " The upcast happens inside aten::_scaled_dot_product_attention_math, which computes in float32."
+    text += (" FP32 matmuls run on CUDA cores (sgemm), not tensor cores, and move twice the bytes." if t.cuda else
+             " FP32 matmuls move twice the bytes of half-precision ones and miss the bf16/fp16 matmul units.")
+    fix = ("Let a fused SDPA backend run (see math-fallback): it computes in the inputs' dtype." if in_math else
+           f"Find the cast to float32 in attention (.float(), .to(torch.float32), dtype=torch.float32) and keep q, k "
+           f"and v in {dtype}; if it is there for a stable softmax, upcast only the softmax input, or run the block "
+           f"under torch.autocast(dtype=torch.{dtype}).")
+    return [new_finding("fp32-upcast", "high" if t.cuda else "medium",
+                     f"Attention matmuls run in FP32 under {dtype} inputs", text, fix, layers=layers,
+                     ops=t.names_by_time(np.concatenate([gemms, ups])), kernels=t.names_by_time(device),
+                     time_us=t.time_of(gemms, device), nbytes=up_bytes,
+                     details={"model_dtype": dtype, "dtype_source": source, "fp32_matmuls_per_forward": gemms.size / n,
+                              "sgemm_kernels_per_forward": sgemm.size / n, "upcasts_per_forward": ups.size / n,
+                              "inside_math_backend": int(in_math)})]
+
+
+def _safe_softmax(t: RuleQuery) -> list[Finding]:
+    calls = t.outermost(t.ops({SAFE_SOFTMAX_OP}))
+    if calls.size == 0:
+        return []
+    layers = t.layers_of(calls)
+    n = t.instances(layers)
+    device = t.launched(calls)
+    text = (f"In {layer_list(layers)}, attention uses aten::_safe_softmax, "
+            f"{count(calls.size / n, 'call', 'calls')} per forward ({t.time_text(calls, device)}). "
+            "It is the math backend's softmax: after the softmax it checks every row for all -inf scores and writes "
+            "zeros there instead of NaN, which costs extra passes over the S×S scores.")
+    return [new_finding(
+        "safe-softmax", "low", "The slower _safe_softmax is in use", text,
+        "A fused SDPA backend (flash, efficient, cuDNN, or the CPU flash kernel) handles masked rows inside the "
+        "kernel; see math-fallback. Hand-written attention can use plain softmax when no row is fully masked.",
+        layers=layers, ops=t.names_by_time(np.concatenate([calls, t.children(calls)])),
+        kernels=t.names_by_time(device), time_us=t.time_of(calls, device),
+        details={"calls_per_forward": calls.size / n})]
+
+
+OP_RULES = (_hidden_copy, _mask_rebuilt, _math_fallback, _fp32_upcast, _safe_softmax)
