@@ -23,9 +23,12 @@ import argparse
 import gc
 import sys
 from collections.abc import Sequence
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 from tb_attn_plugin import report
+
+if TYPE_CHECKING:  # the CLI imports the engine lazily: `tb-attn --help` stays fast
+    from tb_attn_plugin.trace.discover import Run
 
 __all__ = ["main"]
 
@@ -91,19 +94,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _compare(args)
     if args.command == "ranks":
         return _ranks(args)
-    from tb_attn_plugin.loader import Loader, resolve_runs
-    from tb_attn_plugin.trace.events import TraceError
+    from tb_attn_plugin.loader import Loader
 
     try:
-        runs = resolve_runs(args.path)
-    except TraceError as exc:
+        runs = _listed_runs(args.path, args.run)
+    except _Usage as exc:
         return _fail(str(exc))
-    if not runs:
-        return _fail(f"no traces (*.pt.trace.json[.gz]) under {args.path}; write some with: tb-attn-run --logdir ...")
-    if args.run is not None:
-        runs = [r for r in runs if r.name == args.run.strip("/")]
-        if not runs:
-            return _fail(f"no run named {args.run!r} under {args.path}")
     if args.worker is not None:
         runs = [r for r in runs if args.worker in r.workers]
         if not runs:
@@ -153,29 +149,22 @@ def _compare(args: argparse.Namespace) -> int:
         sys.stdout.write(report.json_text({"compare": result, "scaling": scale}))
     else:
         sys.stdout.write(report.compare_table(result, scale))
-    for err in result["errors"]:
-        _stderr(f"{err['run']}: {err['error']}")
-    return 1 if result["errors"] else 0
+    for err in result.errors:
+        _stderr(f"{err.run}: {err.error}")
+    return 1 if result.errors else 0
 
 
 def _ranks(args: argparse.Namespace) -> int:
     from tb_attn_plugin.analysis.ranks import ranks
-    from tb_attn_plugin.loader import Loader, resolve_runs
-    from tb_attn_plugin.trace.events import TraceError
+    from tb_attn_plugin.loader import Loader
 
     if not 0 <= args.margin <= 10:
         return _fail("--margin must be in 0..10 (a fraction: 0.2 is 20%)")
     try:
-        runs = resolve_runs(args.path)
-    except TraceError as exc:
+        runs = _listed_runs(args.path, args.run)
+    except _Usage as exc:
         return _fail(str(exc))
-    if not runs:
-        return _fail(f"no traces under {args.path}")
-    if args.run is not None:
-        runs = [r for r in runs if r.name == args.run.strip("/")]
-        if not runs:
-            return _fail(f"no run named {args.run!r} under {args.path}")
-    else:
+    if args.run is None:
         runs = [r for r in runs if len(r.workers) > 1]
         if not runs:
             return _fail(f"no run with two or more workers (ranks) under {args.path}")
@@ -233,6 +222,28 @@ def _gate(args: argparse.Namespace) -> int:
         return _fail(str(exc))
     sys.stdout.write(report.gate_json(outcome) if args.format == "json" else report.gate_text(outcome))
     return 0 if outcome.passed else 1
+
+
+class _Usage(Exception):
+    """Input that the command cannot work on: printed as one line, exit code 2."""
+
+
+def _listed_runs(path: str, run: str | None) -> list[Run]:
+    """The runs under ``path``, or the one named ``run``. Raises _Usage when there are none."""
+    from tb_attn_plugin.loader import resolve_runs
+    from tb_attn_plugin.trace.events import TraceError
+
+    try:
+        runs = resolve_runs(path)
+    except TraceError as exc:
+        raise _Usage(str(exc)) from None
+    if not runs:
+        raise _Usage(f"no traces (*.pt.trace.json[.gz]) under {path}; write some with: tb-attn-run --logdir ...")
+    if run is not None:
+        runs = [r for r in runs if r.name == run.strip("/")]
+        if not runs:
+            raise _Usage(f"no run named {run!r} under {path}")
+    return runs
 
 
 def _fail(message: str) -> int:

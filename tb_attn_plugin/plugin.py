@@ -162,14 +162,7 @@ class AttentionPlugin(base_plugin.TBPlugin):
         return http_util.Respond(request, _to_json(self.service.scaling(_run_list(request))), _JSON)
 
     def _serve_trace(self, request: wrappers.Request) -> wrappers.Response:
-        from tb_attn_plugin.trace import io
-        from tb_attn_plugin.trace.events import TraceError
-
-        trace = self.service.trace_download(_required(request, "run"), _required(request, "file"))
-        try:
-            chunks = io.raw_chunks(trace.path)  # opens the file now: a storage error is a 404, not a 500
-        except TraceError as exc:
-            raise errors.NotFoundError(f"cannot read {trace.name}: {exc}") from None
+        trace, chunks = self.service.open_trace(_required(request, "run"), _required(request, "file"))
         # The open file's size, not the listing's: a file that grew (or shrank) since is sent
         # whole, with a length that matches what is sent.
         size = chunks.stored_size()

@@ -1,33 +1,49 @@
-"""What the tab's routes do: the run registry over a logdir, caches, and each route's result.
+"""What the tab's routes do: background parsing, cached views, and each route's result.
 
-Routes (``plugin.py``) parse arguments and respond; everything else is here. Errors are
-raised as TensorBoard's ``errors.NotFoundError`` / ``errors.InvalidArgumentError``, which carry
-their HTTP status.
+Routes (``plugin.py``) parse arguments and respond; everything else is here: the background
+jobs and each route's body (``responses.py``). Which runs there are is the ``Registry``'s;
+per-file caching and summarizing are the ``Loader``'s. Errors are raised as TensorBoard's ``errors.NotFoundError`` /
+``errors.InvalidArgumentError``, which carry their HTTP status; ``http_errors`` is the one place
+that turns the engine's errors into them.
 """
 
 from __future__ import annotations
 
-import threading
+import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, wait
 from typing import Any
 
+import msgspec
 from tensorboard import errors
 
 from tb_attn_plugin.analysis import views
-from tb_attn_plugin.analysis.summary import Analysis
+from tb_attn_plugin.analysis.analyze import Analysis
+from tb_attn_plugin.analysis.compare import BaselineError
 from tb_attn_plugin.cache import LRUCache
 from tb_attn_plugin.jobs import Jobs
-from tb_attn_plugin.loader import Loader, parse_metadata
-from tb_attn_plugin.schema import FileError, RanksResponse, RunSummary, WorkerSummary, to_json
+from tb_attn_plugin.loader import Loader, Parsed
+from tb_attn_plugin.registry import Registry
+from tb_attn_plugin.responses import (
+    CompareResponse,
+    LoadingResponse,
+    ProfilerLink,
+    RanksResponse,
+    RunEntry,
+    RunsResponse,
+    RunStatus,
+    ScalingResponse,
+    SpanEntry,
+    WorkerEntry,
+)
+from tb_attn_plugin.schema import RunSummary, WorkerSummary, to_json
 from tb_attn_plugin.trace import io
-from tb_attn_plugin.trace.discover import Run, TraceFile, display_name, find_runs
+from tb_attn_plugin.trace.discover import Run, TraceFile, display_name
 from tb_attn_plugin.trace.events import ReadError, TraceError
 
-__all__ = ["Loading", "Service"]
+__all__ = ["Loading", "Service", "http_errors"]
 
-RUNS_SCHEMA = "tb-attn.runs/1"
 _RECENT_S = 60.0  # an incomplete trace modified this recently is still being written
 RETRY_AFTER_MS = 300  # how soon a client polls a route that answered "loading"
 
@@ -39,13 +55,29 @@ class Loading(Exception):
         super().__init__(f"parsing {pending} of {files} trace files")
         self.runs, self.pending, self.files = runs, pending, files
 
-    def body(self) -> dict[str, Any]:
-        return {"status": "loading", "runs": self.runs, "pending": self.pending, "files": self.files,
-                "retry_after_ms": RETRY_AFTER_MS}
+    def body(self) -> LoadingResponse:
+        return LoadingResponse(runs=self.runs, pending=self.pending, files=self.files, retry_after_ms=RETRY_AFTER_MS)
+
+
+@contextlib.contextmanager
+def http_errors(file: str | None = None) -> Iterator[None]:
+    """The one place where the engine's errors become HTTP errors, as a ``with`` block or a
+    decorator (``@http_errors()``): something the trace lacks (``views.ViewError``: an unknown
+    step, layer or phase) and a trace that cannot be read (``TraceError``; "cannot read FILE: ..."
+    when ``file`` is given) are 404s, a baseline that cannot be one is a 400. Anything else is a
+    bug and stays a 500."""
+    try:
+        yield
+    except views.ViewError as exc:
+        raise errors.NotFoundError(str(exc)) from None
+    except TraceError as exc:
+        raise errors.NotFoundError(f"cannot read {file}: {exc}" if file is not None else str(exc)) from None
+    except BaselineError as exc:
+        raise errors.InvalidArgumentError(str(exc)) from None
 
 
 class Service:
-    """The run registry over one logdir, with caches and a background parser.
+    """The tab's routes over one logdir: its registry, a background parser and cached views.
 
     ``cache_bytes`` bounds the parsed data kept in memory (``--tb_attn_cache_mb``),
     ``max_trace_bytes`` refuses larger traces (``--tb_attn_max_trace_mb``), ``parse_workers``
@@ -57,8 +89,7 @@ class Service:
                  cache_bytes: int = 1 << 30, max_trace_bytes: int | None = 4 << 30,
                  parse_workers: int = 2, wait_s: float = 0.5, parse_timeout_s: float | None = 600.0) -> None:
         self.logdir = logdir
-        self.scan_ttl_s = scan_ttl_s
-        self.relist_min_s = min(relist_min_s, scan_ttl_s)
+        self.registry = Registry(logdir, scan_ttl_s=scan_ttl_s, relist_min_s=relist_min_s)
         self.wait_s = wait_s
         self.loader = Loader(keep_analyses=keep_analyses, cache_bytes=cache_bytes, max_trace_bytes=max_trace_bytes,
                              parse_timeout_s=parse_timeout_s)
@@ -67,112 +98,18 @@ class Service:
         # most ``limit`` events), so a sixteenth of the cache, and a view's second request is free.
         self._views: LRUCache[bytes] = LRUCache(max_entries=512, max_bytes=max(cache_bytes // 16, 1 << 20),
                                                 sizeof=len)
-        self._runs: list[Run] = []
-        self._by_name: dict[str, Run] = {}
-        self._scanned_at = -1e18
-        self._lock = threading.Lock()  # guards the registry's fields; never held while reading storage
-        self._listing = threading.Lock()  # one listing at a time
-        self._active = False
-        self._active_checked_at = -1e18
-        self._metadata: dict[tuple[str, float | None], dict[str, object] | None] = {}
-        self.listing_error: str | None = None
 
-    # -- the registry ---------------------------------------------------------------------
-    # Invariants: no storage is read while ``_lock`` is held, so a slow store (or a FIFO swapped
-    # in for a metadata file) delays one listing, never the other requests; and listings are
-    # rate-limited: a regular one every ``scan_ttl_s``, a forced one (``refresh=1``, or a run
-    # name that the last listing lacks) at most every ``relist_min_s``, whoever asks for it and
-    # however often. While one request lists, the others answer from the last listing.
     def runs(self, *, refresh: bool = False) -> list[Run]:
-        return self._fresh(self.relist_min_s if refresh else self.scan_ttl_s)
-
-    def _fresh(self, max_age_s: float) -> list[Run]:
-        with self._lock:
-            if time.monotonic() - self._scanned_at <= max_age_s:
-                return self._runs
-            listed_before = self._scanned_at > -1e18
-        # The first listing is waited for; later ones are not, if another request is at it.
-        if not self._listing.acquire(blocking=not listed_before):
-            with self._lock:
-                return self._runs
-        try:
-            with self._lock:
-                if time.monotonic() - self._scanned_at <= max_age_s:
-                    return self._runs  # listed by another request while this one waited
-            return self._relist()
-        finally:
-            self._listing.release()
-
-    def _relist(self) -> list[Run]:
-        """A fresh listing (under ``_listing``). When the storage cannot be listed (a network
-        error), the last listing stands and the error is reported: nothing was deleted, so
-        nothing disappears."""
-        started = time.monotonic()
-        try:
-            # A missing prefix lists as empty on object stores: no separate existence check.
-            files = io.list_tree(self.logdir) if io.is_url(self.logdir) or io.is_dir(self.logdir) else []
-        except TraceError as exc:
-            with self._lock:
-                self.listing_error = str(exc)
-                self._scanned_at = started
-                return self._runs
-        runs = find_runs(self.logdir, files)
-        self._read_metadata(runs)
-        with self._lock:
-            self.listing_error = None
-            self._runs = runs
-            # A display name can repeat only if one directory's name holds a literal "\xNN" and
-            # another's that undecodable byte: the first in order is the one served.
-            self._by_name = {}
-            for run in runs:
-                self._by_name.setdefault(run.name, run)
-            self._scanned_at = started
-            return runs
-
-    def _read_metadata(self, runs: list[Run]) -> None:
-        """Reads the metadata files that are new or changed since the last listing, in one batch,
-        without the registry lock."""
-        wanted = {(r.metadata_path, r.metadata_mtime) for r in runs if r.metadata_path is not None}
-        with self._lock:
-            missing = [key for key in wanted if key not in self._metadata]
-        if not missing:
-            return
-        got = io.read_many([path for path, _ in missing if path is not None])
-        parsed = {}
-        for path, mtime in missing:
-            raw = got.get(path or "")
-            if isinstance(raw, ReadError):
-                continue  # read again on the next listing
-            parsed[(path, mtime)] = parse_metadata(raw) if isinstance(raw, bytes) else None
-        with self._lock:
-            if len(self._metadata) + len(parsed) > 16384:
-                self._metadata = {k: v for k, v in self._metadata.items() if k in wanted}
-            self._metadata.update(parsed)
+        return self.registry.runs(refresh=refresh)
 
     def has_traces(self) -> bool:
-        """Cheap enough for ``is_active``: a fresh listing if there is one, else a local walk
-        that stops at the first trace file (remote logdirs are listed, with the usual TTL)."""
-        with self._lock:
-            now = time.monotonic()
-            if now - self._scanned_at <= self.scan_ttl_s:
-                return bool(self._runs)
-            if not io.is_url(self.logdir) and now - self._active_checked_at <= self.scan_ttl_s:
-                return self._active
-        if io.is_url(self.logdir):
-            return bool(self.runs())
-        active = io.has_trace_file(self.logdir)
-        with self._lock:
-            self._active, self._active_checked_at = active, time.monotonic()
-        return active
+        return self.registry.has_traces()
+
+    def metadata(self, run: Run) -> dict[str, object] | None:
+        return self.registry.metadata(run)
 
     def run(self, name: str) -> Run:
-        self.runs()
-        with self._lock:
-            found = self._by_name.get(name)
-        if found is None:
-            self.runs(refresh=True)  # created since the last listing? (rate-limited)
-            with self._lock:
-                found = self._by_name.get(name)
+        found = self.registry.find(name)
         if found is None:
             raise errors.NotFoundError(f"no run named {display_name(name)!r} in {display_name(self.logdir)}")
         return found
@@ -190,18 +127,7 @@ class Service:
             raise errors.InvalidArgumentError(f"run {run.name!r} has several traces; pass worker and span ({choices})")
         return files[0]
 
-    def metadata(self, run: Run) -> dict[str, object] | None:
-        if run.metadata_path is None:
-            return None
-        key = (run.metadata_path, run.metadata_mtime)
-        with self._lock:
-            if key in self._metadata:
-                return self._metadata[key]
-        self._read_metadata([run])
-        with self._lock:
-            return self._metadata.get(key)
-
-    def _status(self, run: Run, metadata: dict[str, object] | None) -> tuple[str, str | None]:
+    def _status(self, run: Run, metadata: dict[str, object] | None) -> tuple[RunStatus, str | None]:
         if metadata is not None and metadata.get("status") == "running":
             return "running", None
         if any(self.jobs.running(_file_key(f)) for f in run.files):
@@ -219,12 +145,12 @@ class Service:
         return "unloaded", None
 
     # -- background parsing ---------------------------------------------------------------
-    def _parse(self, trace: TraceFile, metadata: dict[str, object] | None) -> Future[WorkerSummary]:
-        """The job that parses ``trace`` (started if need be); its result is the summary, and
-        the analysis lands in the loader's cache for the views."""
-        def job() -> WorkerSummary:
+    def _parse(self, trace: TraceFile, metadata: dict[str, object] | None) -> Future[Parsed]:
+        """The job that parses ``trace`` (started if need be): one per file, whoever needs its
+        summary or its analysis; the loader caches both."""
+        def job() -> Parsed:
             self._confine(trace)
-            return self.loader.summarize_file(trace, metadata=metadata)
+            return self.loader.parse(trace, metadata=metadata)
 
         return self.jobs.submit(_file_key(trace), job)
 
@@ -242,58 +168,55 @@ class Service:
         if pending:
             raise Loading(runs, pending, files)
 
-    def _start_summaries(self, run: Run, worker: str | None,
-                         metadata: dict[str, object] | None) -> list[tuple[TraceFile, Future[WorkerSummary] | None]]:
-        out: list[tuple[TraceFile, Future[WorkerSummary] | None]] = []
-        for trace in run.files:
-            if worker is not None and trace.worker != worker:
-                continue
-            done = self.loader.cached_summary(trace) is not None or self.loader.cached_failure(trace) is not None
-            out.append((trace, None if done else self._parse(trace, metadata)))
-        return out
-
-    def _finish_summary(self, run: Run, metadata: dict[str, object] | None,
-                        started: list[tuple[TraceFile, Future[WorkerSummary] | None]]) -> RunSummary:
-        workers: list[WorkerSummary] = []
-        failed: list[FileError] = []
-        for trace, future in started:
-            try:
-                summary = future.result() if future is not None else self.loader.cached_summary(trace)
-                if summary is None:  # evicted in the meantime: the failure or a fresh parse
-                    summary = self.loader.summarize_file(trace, metadata=metadata)
-                workers.append(summary)
-            except TraceError as exc:
-                failed.append(FileError(file=trace.name, error=str(exc)))
-        return RunSummary(run=run.name, metadata=metadata, workers=workers, errors=failed)
+    def _summaries(self, wanted: list[tuple[Run, str | None]]) -> list[RunSummary]:
+        """The summaries of runs (each limited to a worker, or not): what the loader has, plus
+        background jobs for the rest, waited for together."""
+        metadata = [self.metadata(run) for run, _ in wanted]
+        known: dict[TraceFile, WorkerSummary | TraceError] = {}
+        jobs: dict[TraceFile, Future[Parsed]] = {}
+        files = 0
+        for (run, worker), meta in zip(wanted, metadata, strict=True):
+            for trace in run.files:
+                if worker is not None and trace.worker != worker:
+                    continue
+                files += 1
+                try:
+                    summary = self.loader.summary_or_none(trace)
+                except TraceError as exc:
+                    known[trace] = exc
+                    continue
+                if summary is not None:
+                    known[trace] = summary
+                else:
+                    jobs[trace] = self._parse(trace, meta)
+        self._await(list(jobs.values()), [run.name for run, _ in wanted], files)
+        for trace, job in jobs.items():
+            failure = job.exception()
+            if failure is not None and not isinstance(failure, TraceError):
+                raise failure  # a bug: a 500
+            known[trace] = failure if failure is not None else job.result().summary
+        return [self.loader.summarize_run(run, worker=worker, metadata=meta, known=known)
+                for (run, worker), meta in zip(wanted, metadata, strict=True)]
 
     # -- routes ---------------------------------------------------------------------------
-    def runs_response(self, *, refresh: bool) -> dict[str, Any]:
+    def runs_response(self, *, refresh: bool) -> RunsResponse:
         out = []
         for run in self.runs(refresh=refresh):
             metadata = self.metadata(run)
             status, error = self._status(run, metadata)
-            workers: dict[str, list[dict[str, object]]] = {}
+            workers: dict[str, list[SpanEntry]] = {}
             for f in run.files:
-                workers.setdefault(f.worker, []).append(
-                    {"span": f.span, "file": f.name, "size": f.size, "mtime": f.mtime})
-            out.append({
-                "run": run.name,
-                "group": run.name.rsplit("/", 1)[0] if "/" in run.name else "",
-                "metadata": metadata,
-                "status": status,
-                "error": error,
-                "workers": [{"worker": w, "spans": spans} for w, spans in workers.items()],
-            })
-        return {"schema": RUNS_SCHEMA, "logdir": self.logdir, "runs": out, "listing_error": self.listing_error}
+                workers.setdefault(f.worker, []).append(SpanEntry(span=f.span, file=f.name, size=f.size, mtime=f.mtime))
+            out.append(RunEntry(run=run.name, group=run.name.rsplit("/", 1)[0] if "/" in run.name else "",
+                                metadata=metadata, status=status, error=error,
+                                workers=[WorkerEntry(worker=w, spans=spans) for w, spans in workers.items()]))
+        return RunsResponse(logdir=self.logdir, runs=out, listing_error=self.registry.listing_error)
 
     def summary(self, run_name: str, worker: str | None, span: str | None) -> RunSummary:
         run = self.run(run_name)
         if worker is not None and worker not in run.workers:
             raise errors.NotFoundError(f"no worker {worker!r} in run {run_name!r}")
-        metadata = self.metadata(run)
-        started = self._start_summaries(run, worker, metadata)
-        self._await([f for _, f in started if f is not None], [run.name], len(started))
-        summary = self._finish_summary(run, metadata, started)
+        (summary,) = self._summaries([(run, worker)])
         if span is not None:
             summary.workers = [w for w in summary.workers if w.span == span]
             if not summary.workers and not summary.errors:
@@ -310,31 +233,16 @@ class Service:
     def _analysis(self, run_name: str, worker: str | None, span: str | None) -> tuple[Run, TraceFile, Analysis]:
         run = self.run(run_name)
         trace = self.trace_file(run, worker, span)
-        analysis = self.loader.cached_analysis(trace)
-        if analysis is None:
-            failure = self.loader.cached_failure(trace)
-            if failure is None:
-                future = self._parse(trace, self.metadata(run))
-                self._await([future], [run.name], 1)
-                failure = _error(future)
-            if failure is not None:
-                raise errors.NotFoundError(f"cannot read {trace.name}: {failure}")
-            analysis = self.loader.cached_analysis(trace)
-            if analysis is None:  # summarized earlier, analysis evicted since: parse it again
-                def analyze() -> Analysis:
-                    self._confine(trace)
-                    return self.loader.analyze_file(trace)
-
-                job: Future[Analysis] = self.jobs.submit(("analysis", _file_key(trace)), analyze)
+        with http_errors(trace.name):
+            analysis = self.loader.analysis_or_none(trace)
+            if analysis is None:
+                job = self._parse(trace, self.metadata(run))
                 self._await([job], [run.name], 1)
-                failure = _error(job)
-                if failure is not None:
-                    raise errors.NotFoundError(f"cannot read {trace.name}: {failure}")
-                analysis = job.result()
+                analysis = job.result().analysis
         return run, trace, analysis
 
     def _view(self, run_name: str, worker: str | None, span: str | None, params: tuple[object, ...],
-              compute: Callable[[Run, TraceFile, Analysis], dict[str, Any]]) -> bytes:
+              compute: Callable[[Run, TraceFile, Analysis], msgspec.Struct]) -> bytes:
         """A view of one trace, encoded, as a background job like parsing: the request thread
         only waits ``wait_s`` for it (then 202), many clients share one job, and the result is
         cached per file version and arguments, so a view costs its compute once."""
@@ -351,22 +259,17 @@ class Service:
 
         future: Future[bytes] = self.jobs.submit(key, job)
         self._await([future], [run.name], 1)
-        exc = future.exception()
-        if isinstance(exc, views.ViewError):
-            raise errors.NotFoundError(str(exc))
-        if exc is not None:
-            raise exc
-        return future.result()
+        with http_errors():
+            return future.result()
 
     def drilldown(self, run_name: str, worker: str | None, span: str | None, *, layer: int, phase: str | None,
                   backward: bool, profiler_installed: bool) -> bytes:
-        def compute(run: Run, trace: TraceFile, analysis: Analysis) -> dict[str, Any]:
-            out = views.drilldown(analysis, layer=layer, phase=phase, backward=backward)
-            out["trace_file"] = trace.name
-            out["download"] = f"./trace?{_query(run=run.name, file=trace.name)}"
-            out["profiler"] = ({"plugin": "pytorch_profiler", "run": run.name, "worker": trace.worker,
-                                "span": trace.span} if profiler_installed else None)
-            return out
+        def compute(run: Run, trace: TraceFile, analysis: Analysis) -> msgspec.Struct:
+            return msgspec.structs.replace(
+                views.drilldown(analysis, layer=layer, phase=phase, backward=backward),
+                trace_file=trace.name, download=f"./trace?{_query(run=run.name, file=trace.name)}",
+                profiler=ProfilerLink(plugin="pytorch_profiler", run=run.name, worker=trace.worker, span=trace.span)
+                if profiler_installed else None)
 
         return self._view(run_name, worker, span, ("drilldown", layer, phase, backward, profiler_installed), compute)
 
@@ -380,41 +283,39 @@ class Service:
                           lambda run, trace, analysis: views.timeline(analysis, step=step, start_us=start_us,
                                                                       end_us=end_us, limit=limit))
 
-    def _summaries(self, names: list[str]) -> list[RunSummary]:
+    def _runs_named(self, names: list[str]) -> list[RunSummary]:
         if not names:
             raise errors.InvalidArgumentError("pass runs=R1,R2,... (run names as /runs lists them)")
         if len(names) > 200:
             raise errors.InvalidArgumentError("at most 200 runs at once")
-        runs = [self.run(name) for name in names]
-        metadata = [self.metadata(run) for run in runs]
-        started = [self._start_summaries(run, None, meta) for run, meta in zip(runs, metadata, strict=True)]
-        self._await([f for s in started for _, f in s if f is not None], [r.name for r in runs],
-                    sum(len(s) for s in started))
-        return [self._finish_summary(run, meta, s) for run, meta, s in zip(runs, metadata, started, strict=True)]
+        return self._summaries([(self.run(name), None) for name in names])
 
-    def compare(self, names: list[str], baseline: str | None) -> dict[str, Any]:
+    @http_errors()
+    def compare(self, names: list[str], baseline: str | None) -> CompareResponse:
         from tb_attn_plugin.analysis.compare import compare
 
         if baseline is not None and baseline not in names:
             raise errors.InvalidArgumentError(f"the baseline {baseline!r} is not one of the runs")
-        try:
-            return compare(self._summaries(names), baseline=baseline)
-        except ValueError as exc:
-            raise errors.InvalidArgumentError(str(exc)) from None
+        return compare(self._runs_named(names), baseline=baseline)
 
-    def scaling(self, names: list[str]) -> dict[str, Any]:
+    def scaling(self, names: list[str]) -> ScalingResponse:
         from tb_attn_plugin.analysis.compare import scaling
 
-        return scaling(self._summaries(names))
+        return scaling(self._runs_named(names))
+
+    def open_trace(self, run_name: str, file: str) -> tuple[TraceFile, io.FileChunks]:
+        """One of the run's trace files, opened for download (so that a storage error is a 404,
+        not a 500 once the response has started)."""
+        trace = self.trace_download(run_name, file)
+        with http_errors(trace.name):
+            return trace, io.raw_chunks(trace.path)
 
     def trace_download(self, run_name: str, file: str) -> TraceFile:
         run = self.run(run_name)
         for f in run.files:
             if f.name == file:
-                try:
+                with http_errors():
                     self._confine(f)
-                except ReadError as exc:
-                    raise errors.NotFoundError(str(exc)) from None
                 return f
         raise errors.NotFoundError(f"no trace file {file!r} in run {run_name!r}")
 
@@ -426,16 +327,6 @@ def _incomplete(message: str) -> bool:
 
 def _file_key(trace: TraceFile) -> tuple[str, int, float]:
     return (trace.path, trace.size, trace.mtime)
-
-
-def _error(future: Future[Any]) -> str | None:
-    """The message of a finished job's TraceError, or None if it succeeded (other errors raise)."""
-    exc = future.exception()
-    if exc is None:
-        return None
-    if isinstance(exc, TraceError):
-        return str(exc)
-    raise exc
 
 
 def _query(**params: str) -> str:

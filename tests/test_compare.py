@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import msgspec
 import pytest
 from helpers import profile_run
 from tensorboard.backend import application
@@ -35,13 +36,13 @@ def _summaries(logdir: Path) -> list:  # type: ignore[type-arg]
 
 def test_power_fit() -> None:
     fit = fit_power([1, 2, 4, 8], [3.0, 12.0, 48.0, 192.0])
-    assert fit is not None and fit["k"] == pytest.approx(2.0) and fit["a"] == pytest.approx(3.0)
-    assert fit["r2"] == pytest.approx(1.0)
+    assert fit is not None and fit.k == pytest.approx(2.0) and fit.a == pytest.approx(3.0)
+    assert fit.r2 == pytest.approx(1.0)
     assert fit_power([4, 4], [1.0, 2.0]) is None
 
 
 def test_compare_ratios_and_groups(sweep: Path) -> None:
-    result = compare(_summaries(sweep), baseline="sdpa/seq128")
+    result = msgspec.to_builtins(compare(_summaries(sweep), baseline="sdpa/seq128"))
     facts = {f["run"]: f for f in result["runs"]}
     assert result["baseline"] == "sdpa/seq128" and not result["errors"]
     base, naive = facts["sdpa/seq128"], facts["naive/seq128"]
@@ -57,7 +58,7 @@ def test_compare_ratios_and_groups(sweep: Path) -> None:
 
 
 def test_scaling_memory_exponents(sweep: Path) -> None:
-    series = {s["impl"]: s for s in scaling(_summaries(sweep))["series"]}
+    series = {s["impl"]: s for s in msgspec.to_builtins(scaling(_summaries(sweep)))["series"]}
     assert set(series) == {"naive", "sdpa"}
     for s in series.values():
         assert [p["seq"] for p in s["points"]] == list(SEQS)

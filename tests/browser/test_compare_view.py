@@ -28,8 +28,9 @@ def test_compare_view_with_ratios_and_scaling(tensorboard: Any, browser_logdir: 
     loader = Loader()
     expected = compare([loader.summarize_run(runs["demo/sdpa"]), loader.summarize_run(runs["demo/naive"])],
                        baseline="demo/sdpa")
-    naive = next(f for f in expected["runs"] if f["run"] == "demo/naive")
-    ratio = f"{naive['ratio']['alloc_bytes']:.2f}"
+    naive = next(r for r in expected.runs if r.run == "demo/naive")
+    assert naive.ratio.alloc_bytes is not None
+    ratio = f"{naive.ratio.alloc_bytes:.2f}"
     row = table.locator("tr", has=frame.get_by_role("link", name="demo/naive", exact=True)).first
     expect(row).to_contain_text(ratio)
     expect(row).to_contain_text("hidden-copy")

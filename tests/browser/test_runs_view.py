@@ -66,3 +66,24 @@ def test_new_run_appears_after_reload(tensorboard: Any, browser_logdir: Path, bu
     shot(page, artifacts, "runs-after-reload")
     open_run(frame, new_run)
     expect(frame.locator(".card .backend-chip")).to_have_text("naive")
+
+
+def test_a_failed_listing_is_shown_above_the_last_runs(tensorboard: Any, page: Page, artifacts: Path) -> None:
+    """A storage outage (``listing_error``, tested against a real failing store in
+    ``tests/plugin/test_responses.py``) must not look like runs that stopped changing. Here the
+    real server's answer is passed on with the field set, as a failing listing sets it."""
+    error = "cannot list s3://team/runs: Could not connect to the endpoint URL"
+
+    def failing_listing(route: Any) -> None:
+        response = route.fetch()
+        body = response.json()
+        assert body["listing_error"] is None and body["runs"]
+        route.fulfill(response=response, json={**body, "listing_error": error})
+
+    page.route(re.compile(r".*/data/plugin/tb_attn/runs(\?.*)?$"), failing_listing)
+    frame = open_tab(page, tensorboard.url)
+    warning = frame.get_by_test_id("listing-error")
+    expect(warning).to_have_text(f"Cannot list the log directory: {error}; showing the last listing.")
+    for run in DEMO_RUNS:  # the last listing stays usable
+        expect(frame.get_by_role("button", name=f"Open run {run}", exact=True)).to_be_visible()
+    shot(page, artifacts, "runs-listing-error")

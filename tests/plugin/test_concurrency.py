@@ -21,10 +21,10 @@ TINY_ARGS = ["--layers", "2", "--heads", "4", "--d-model", "32", "--batch", "2",
 
 
 def _poll(service: Service, seen: dict[str, set[str]], summaries: list[RunSummary]) -> None:
-    for run in service.runs_response(refresh=True)["runs"]:
-        seen.setdefault(run["run"], set()).add(run["status"])
+    for run in service.runs_response(refresh=True).runs:
+        seen.setdefault(run.run, set()).add(run.status)
         try:
-            summaries.append(service.summary(run["run"], None, None))
+            summaries.append(service.summary(run.run, None, None))
         except Loading:
             pass
 
@@ -55,9 +55,9 @@ def test_runners_write_while_the_tab_reads(tmp_path: Path) -> None:
     assert len(seen) == 12, sorted(seen)
     assert all(not s.errors for s in summaries), [s.errors for s in summaries if s.errors]
     assert any("running" in statuses for statuses in seen.values()), seen
-    final = {r["run"]: r for r in service.runs_response(refresh=True)["runs"]}
-    assert {r["status"] for r in final.values()} == {"ready"}
-    assert all(r["metadata"]["status"] == "ok" for r in final.values())
+    final = {r.run: r for r in service.runs_response(refresh=True).runs}
+    assert {r.status for r in final.values()} == {"ready"}
+    assert all(r.metadata is not None and r.metadata["status"] == "ok" for r in final.values())
     for name in final:
         (worker,) = service.summary(name, None, None).workers
         assert len(worker.layers) == 2
@@ -85,8 +85,8 @@ def test_a_trace_written_in_place_is_never_read_as_complete(tmp_path: Path, buil
             summary = service.summary("foreign", None, None)
             assert not summary.workers
             assert "truncated" in summary.errors[0].error or summary.errors[0].error == "empty file"
-            (listed,) = service.runs_response(refresh=True)["runs"]
-            assert listed["status"] == "loading"
+            (listed,) = service.runs_response(refresh=True).runs
+            assert listed.status == "loading"
         out.seek(0)
         out.write(data)
     os.utime(target, (time.time() + 1, time.time() + 1))

@@ -1,7 +1,8 @@
 // The runs list: grouped by run path, filterable (text, user, model, implementation), with
-// metadata and load status. A logdir may hold thousands of runs, so the list is indexed once per
-// runs response, a filter change only re-runs a scan of plain strings, and at most PAGE rows are
-// built at a time ("show more" adds the next page): typing stays fast whatever the run count.
+// metadata and load status, under a warning while the server cannot list the logdir. A logdir
+// may hold thousands of runs, so the list is indexed once per runs response, a filter change
+// only re-runs a scan of plain strings, and at most PAGE rows are built at a time ("show more"
+// adds the next page): typing stays fast whatever the run count.
 
 import { append, clear, h, replace, select } from "../dom";
 import { fmtWhen } from "../format";
@@ -159,6 +160,7 @@ export class RunsView {
     clear(this.body);
     const data = s.runs.data;
     if (s.runs.status === "error") this.body.appendChild(errorBox("Could not list runs:", s.runs.error ?? ""));
+    if (data?.listing_error) this.body.appendChild(listingWarning(data.listing_error, data.runs.length > 0));
     this.facetBar.hidden = !data?.runs.length;
     if (!data) {
       if (s.runs.status !== "error") this.body.appendChild(loadingBox("runs"));
@@ -167,7 +169,7 @@ export class RunsView {
     }
     if (data.runs.length === 0) {
       this.count.textContent = "";
-      this.body.appendChild(emptyState(data.logdir));
+      if (!data.listing_error) this.body.appendChild(emptyState(data.logdir)); // unknown, not empty
       return;
     }
     const index = this.indexFor(data);
@@ -400,6 +402,22 @@ function rows(it: Item, isPicked: boolean): HTMLElement[] {
     out.push(h("tr", "run-error", h("td", { attrs: { colspan: COLUMNS.length } }, messages.join(" \u2014 "))));
   }
   return out;
+}
+
+/**
+ * The server could not list the log directory (a storage error): the runs shown, if any, are
+ * those of its last listing, which may be stale. Without this a storage outage looks like runs
+ * that stopped changing.
+ */
+function listingWarning(error: string, stale: boolean): HTMLElement {
+  return h(
+    "div",
+    { class: "warn", attrs: { role: "status", "data-testid": "listing-error" } },
+    h("strong", null, "Cannot list the log directory:"),
+    " ",
+    error,
+    stale ? "; showing the last listing." : ".",
+  );
 }
 
 function emptyState(logdir: string): HTMLElement {

@@ -1,0 +1,146 @@
+"""The run registry of one logdir: which runs there are, listed at most so often, and their
+metadata, read once per version.
+
+The tab's service (``service.py``) asks it for runs by name; nothing here parses a trace.
+Invariants: no storage is read while ``_lock`` is held, so a slow store (or a FIFO swapped in
+for a metadata file) delays one listing, never the other requests; and listings are
+rate-limited: a regular one every ``scan_ttl_s``, a forced one (``refresh``, or a run name that
+the last listing lacks) at most every ``relist_min_s``, whoever asks for it and however often.
+While one request lists, the others answer from the last listing.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from tb_attn_plugin.loader import parse_metadata
+from tb_attn_plugin.trace import io
+from tb_attn_plugin.trace.discover import Run, find_runs
+from tb_attn_plugin.trace.events import ReadError, TraceError
+
+__all__ = ["Registry"]
+
+
+class Registry:
+    """The runs under ``logdir``. ``listing_error`` is the last listing's failure, if it failed
+    (the listing before it then stands)."""
+
+    def __init__(self, logdir: str, *, scan_ttl_s: float = 5.0, relist_min_s: float = 1.0) -> None:
+        self.logdir = logdir
+        self.scan_ttl_s = scan_ttl_s
+        self.relist_min_s = min(relist_min_s, scan_ttl_s)
+        self._runs: list[Run] = []
+        self._by_name: dict[str, Run] = {}
+        self._scanned_at = -1e18
+        self._lock = threading.Lock()  # guards the fields; never held while reading storage
+        self._listing = threading.Lock()  # one listing at a time
+        self._active = False
+        self._active_checked_at = -1e18
+        self._metadata: dict[tuple[str, float | None], dict[str, object] | None] = {}
+        self.listing_error: str | None = None
+
+    def runs(self, *, refresh: bool = False) -> list[Run]:
+        return self._fresh(self.relist_min_s if refresh else self.scan_ttl_s)
+
+    def _fresh(self, max_age_s: float) -> list[Run]:
+        with self._lock:
+            if time.monotonic() - self._scanned_at <= max_age_s:
+                return self._runs
+            listed_before = self._scanned_at > -1e18
+        # The first listing is waited for; later ones are not, if another request is at it.
+        if not self._listing.acquire(blocking=not listed_before):
+            with self._lock:
+                return self._runs
+        try:
+            with self._lock:
+                if time.monotonic() - self._scanned_at <= max_age_s:
+                    return self._runs  # listed by another request while this one waited
+            return self._relist()
+        finally:
+            self._listing.release()
+
+    def _relist(self) -> list[Run]:
+        """A fresh listing (under ``_listing``). When the storage cannot be listed (a network
+        error), the last listing stands and the error is reported: nothing was deleted, so
+        nothing disappears."""
+        started = time.monotonic()
+        try:
+            # A missing prefix lists as empty on object stores: no separate existence check.
+            files = io.list_tree(self.logdir) if io.is_url(self.logdir) or io.is_dir(self.logdir) else []
+        except TraceError as exc:
+            with self._lock:
+                self.listing_error = str(exc)
+                self._scanned_at = started
+                return self._runs
+        runs = find_runs(self.logdir, files)
+        self._read_metadata(runs)
+        with self._lock:
+            self.listing_error = None
+            self._runs = runs
+            # A display name can repeat only if one directory's name holds a literal "\xNN" and
+            # another's that undecodable byte: the first in order is the one served.
+            self._by_name = {}
+            for run in runs:
+                self._by_name.setdefault(run.name, run)
+            self._scanned_at = started
+            return runs
+
+    def _read_metadata(self, runs: list[Run]) -> None:
+        """Reads the metadata files that are new or changed since the last listing, in one batch,
+        without the registry lock."""
+        wanted = {(r.metadata_path, r.metadata_mtime) for r in runs if r.metadata_path is not None}
+        with self._lock:
+            missing = [key for key in wanted if key not in self._metadata]
+        if not missing:
+            return
+        got = io.read_many([path for path, _ in missing if path is not None])
+        parsed = {}
+        for path, mtime in missing:
+            raw = got.get(path or "")
+            if isinstance(raw, ReadError):
+                continue  # read again on the next listing
+            parsed[(path, mtime)] = parse_metadata(raw) if isinstance(raw, bytes) else None
+        with self._lock:
+            if len(self._metadata) + len(parsed) > 16384:
+                self._metadata = {k: v for k, v in self._metadata.items() if k in wanted}
+            self._metadata.update(parsed)
+
+    def has_traces(self) -> bool:
+        """Cheap enough for ``is_active``: a fresh listing if there is one, else a local walk
+        that stops at the first trace file (remote logdirs are listed, with the usual TTL)."""
+        with self._lock:
+            now = time.monotonic()
+            if now - self._scanned_at <= self.scan_ttl_s:
+                return bool(self._runs)
+            if not io.is_url(self.logdir) and now - self._active_checked_at <= self.scan_ttl_s:
+                return self._active
+        if io.is_url(self.logdir):
+            return bool(self.runs())
+        active = io.has_trace_file(self.logdir)
+        with self._lock:
+            self._active, self._active_checked_at = active, time.monotonic()
+        return active
+
+    def find(self, name: str) -> Run | None:
+        """The run of this display name; a run the last listing lacks may be new: the logdir is
+        listed again first (rate-limited). None: there is no such run."""
+        self.runs()
+        with self._lock:
+            found = self._by_name.get(name)
+        if found is None:
+            self.runs(refresh=True)  # created since the last listing? (rate-limited)
+            with self._lock:
+                found = self._by_name.get(name)
+        return found
+
+    def metadata(self, run: Run) -> dict[str, object] | None:
+        if run.metadata_path is None:
+            return None
+        key = (run.metadata_path, run.metadata_mtime)
+        with self._lock:
+            if key in self._metadata:
+                return self._metadata[key]
+        self._read_metadata([run])
+        with self._lock:
+            return self._metadata.get(key)
