@@ -14,11 +14,8 @@ before its own manager thread starts.
 from __future__ import annotations
 
 import itertools
-import multiprocessing
 import os
 import threading
-from concurrent.futures import ProcessPoolExecutor
-from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
 from tb_attn_plugin.trace import io
@@ -80,6 +77,11 @@ def decode_in_parts(path: str, size: int, parts: int) -> Events | None:
     is not in Kineto's layout, holds too few event starts to cut, or a worker failed; the caller
     then decodes it in one process, which reports any error in the file itself. Raises
     TraceError for an error in the first part."""
+    # Imported here, not at the top: they cost about 30 ms, which a small trace would pay for nothing.
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+    from concurrent.futures.process import BrokenProcessPool
+
     cuts = _cuts(path, size, parts)
     if len(cuts) < 3:
         return None
