@@ -78,6 +78,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device", default="auto", help="cpu, cuda or auto (cuda when present)")
     p.add_argument("--mode", choices=MODES, default="training")
     p.add_argument("--per-head", action="store_true", help="compute each head in its own scope")
+    p.add_argument("--no-scopes", dest="scopes", action="store_false",
+                   help="write no tb-attn scopes, as a plain training script does (run name: IMPL-unscoped); "
+                        "the analysis then infers attention")
     p.add_argument("--hf-config", action="append", default=[], metavar="KEY=VALUE",
                    help="override a Hugging Face config field (repeatable)")
     d = p.add_argument_group("torchrun")
@@ -131,7 +134,8 @@ def default_parallel(mode: str, ranks: int) -> str:
 
 
 def run_name(model: str, cfg: ModelConfig, prefix: str = "") -> str:
-    impl = cfg.impl + ("-per-head" if cfg.per_head else "") + ("-tp" if cfg.parallel == "tp" else "")
+    impl = (cfg.impl + ("-per-head" if cfg.per_head else "") + ("-tp" if cfg.parallel == "tp" else "")
+            + ("" if cfg.scopes else "-unscoped"))
     name = f"{_model_label(model)}/{impl}/seq{cfg.seq}"
     if cfg.dtype != "float32":
         name += f"-{cfg.dtype}"
@@ -159,7 +163,7 @@ def plan_sweep(args: argparse.Namespace) -> list[RunSpec]:
             d_model=args.d_model if args.d_model is not None else d_model,
             seq=seq, batch=args.batch, vocab=args.vocab, dtype=dtype, causal=args.causal,
             dropout=args.dropout, device=device, mode=args.mode, impl=impl, per_head=args.per_head,
-            parallel=parallel, slow_rank=args.slow_rank, slow_ms=args.slow_ms,
+            scopes=args.scopes, parallel=parallel, slow_rank=args.slow_rank, slow_ms=args.slow_ms,
         )
         check_model_spec(args.model, cfg, hf, world_size=ranks)
         name = run_name(args.model, cfg, args.name)

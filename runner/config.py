@@ -64,6 +64,7 @@ class ModelConfig:
     mode: Mode = "training"
     impl: str = "naive"
     per_head: bool = False
+    scopes: bool = True  # False: no tb-attn scopes, as anyone's own training script writes traces
     parallel: str = "none"
     slow_rank: int | None = None  # this rank spends slow_ms extra in every attention block
     slow_ms: float = 0.0
@@ -73,6 +74,8 @@ class ModelConfig:
             value = getattr(self, name)
             if not isinstance(value, int) or value <= 0:
                 raise ConfigError(f"{name} must be a positive integer, got {value!r}")
+        if self.per_head and not self.scopes:
+            raise ConfigError("--per-head measures each head in its own scope: it needs scopes (drop --no-scopes)")
         if self.d_model % self.heads:
             raise ConfigError(f"heads ({self.heads}) must divide d_model ({self.d_model})")
         if self.kv_heads is not None:

@@ -169,11 +169,11 @@ def build_workload(
         if cfg.parallel == "tp":
             tp = TensorParallel(rank, world_size)
             full = Transformer(cfg, scoped=False)  # the single-process weights, then this rank's share
-            model = Transformer(cfg, tp=tp, delay_ms=cfg.delay_ms(rank))
+            model = Transformer(cfg, scoped=cfg.scopes, tp=tp, delay_ms=cfg.delay_ms(rank))
             model.load_state_dict(shard_state_dict(full.state_dict(), cfg, tp))
             del full
         else:
-            model = Transformer(cfg, delay_ms=cfg.delay_ms(rank))
+            model = Transformer(cfg, scoped=cfg.scopes, delay_ms=cfg.delay_ms(rank))
         needs_instrument = False
     elif spec.startswith("hf:"):
         if cfg.impl == "naive-inplace":
@@ -228,7 +228,7 @@ def build_workload(
             with torch.inference_mode():
                 logits()
 
-    return Workload(spec=spec, model=model, cfg=cfg, step=step, needs_instrument=needs_instrument,
+    return Workload(spec=spec, model=model, cfg=cfg, step=step, needs_instrument=needs_instrument and cfg.scopes,
                     optimizer=optimizer, runnable=runnable)
 
 

@@ -40,6 +40,7 @@ def _meta(run_dir: Path) -> dict[str, object]:
         (["--model", "hf:bert", "--hf-config", "no_such_key=1"], "unknown BertConfig key(s) in --hf-config: no_such"),
         (["--model", "hf:bert", "--per-head"], "--per-head needs the builtin model"),
         (["--active", "0"], "active must be a positive integer"),
+        (["--per-head", "--no-scopes"], "--per-head measures each head in its own scope: it needs scopes"),
     ],
 )
 def test_bad_input_one_line_exit_2_nothing_written(
@@ -167,3 +168,25 @@ def test_ctrl_c_on_a_real_sweep(tmp_path: Path) -> None:
     for run in statuses:
         for f in trace_files(tmp_path / run):
             assert load_trace(f)["traceEvents"]  # every trace file left behind is complete JSON
+
+
+@pytest.mark.parametrize("model", ["builtin", "hf:gpt2"])
+def test_no_scopes_writes_a_trace_as_any_script_would(tmp_path: Path, model: str) -> None:
+    """No tb-attn scope in the trace (instrument() is not applied either); the analysis finds the
+    attention itself and says it inferred it."""
+    from tb_attn_plugin.loader import Loader, resolve_runs
+    from tb_attn_plugin.scopes import is_scope_name
+
+    extra = ["--hf-config", "n_layer=1", "--hf-config", "n_embd=16", "--hf-config", "n_head=2"] if model != "builtin" \
+        else []
+    assert main(["--logdir", str(tmp_path), *FAST, "--model", model, "--impl", "naive", *extra, "--no-scopes"]) == 0
+    run_dir = next(p.parent for p in tmp_path.rglob(METADATA_FILE))
+    assert run_dir.parent.name == "naive-unscoped"
+    assert _meta(run_dir)["config"]["scopes"] is False  # type: ignore[index]
+    (trace,) = trace_files(run_dir)
+    names = {e.get("name", "") for e in load_trace(trace)["traceEvents"]}
+    assert not any(is_scope_name(n) for n in names)
+    (run,) = resolve_runs(str(tmp_path))
+    (worker,) = Loader().summarize_run(run).workers
+    assert worker.inferred and len(worker.layers) == 1
+
