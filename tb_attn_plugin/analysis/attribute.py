@@ -24,6 +24,7 @@ whose shapes claim a tensor over ``flops.MAX_TENSOR_BYTES`` has no shapes for an
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -33,7 +34,10 @@ from tb_attn_plugin.scopes import PHASES, Scope, is_scope_name, read_scope
 from tb_attn_plugin.trace.events import Events
 from tb_attn_plugin.trace.kineto import BACKWARD_PREFIX, STEP_PREFIX, Kind
 
-__all__ = ["DEVICE_KINDS", "MAX_STEP_NUMBER", "PHASE_CODE", "STEP_OUT_OF_RANGE", "Attribution", "attribute"]
+__all__ = [
+    "DEVICE_KINDS", "MAX_STEP_NUMBER", "PHASE_CODE", "STEP_OUT_OF_RANGE", "Attribution", "attribute",
+    "nearest_marked_ancestor",
+]
 
 EPS_US = 1e-3  # timestamps are rounded to the nanosecond when written
 DEVICE_KINDS = (int(Kind.KERNEL), int(Kind.MEMCPY), int(Kind.MEMSET), int(Kind.GPU_ANNOTATION))
@@ -152,22 +156,20 @@ def _step_number(text: str) -> int | None:
 
 
 def _raw_flops(events: Events, shape_ok: B) -> F64:
+    """Each op's FLOPs from its name and shapes, computed once per distinct (name, shapes)."""
     out = np.zeros(len(events), np.float64)
     with_shape = np.flatnonzero(events.shape >= 0)
     with_shape = with_shape[shape_ok[events.shape[with_shape]]]
-    cache: dict[tuple[int, int], float] = {}
+    if with_shape.size == 0:
+        return out
+    nid = events.name[with_shape].astype(np.int64)
+    sid = events.shape[with_shape].astype(np.int64)
+    pairs, which = np.unique(nid * len(events.shapes) + sid, return_inverse=True)
     names, shapes = events.names, events.shapes
-    for i, nid, sid in zip(with_shape.tolist(), events.name[with_shape].tolist(),
-                           events.shape[with_shape].tolist(), strict=True):
-        key = (nid, sid)
-        value = cache.get(key)
-        if value is None:
-            value = cache[key] = op_flops(names[nid], shapes[sid])
-        out[i] = value
+    per_pair = np.array([op_flops(names[int(p) // len(shapes)], shapes[int(p) % len(shapes)]) for p in pairs],
+                        np.float64)
+    out[with_shape] = per_pair[which]
     return out
-
-
-_BLOCK = 1 << 16  # events per block of the sweep: bounds the Python objects alive at once
 
 
 def _sweep(
@@ -182,10 +184,17 @@ def _sweep(
     is_bwd_name: npt.NDArray[np.bool_],
     flops_raw: F64,
 ) -> tuple[I32, I32, I32, I32, I32, B, F64, I32]:
-    """One pass over events in (track, start, longest first) order with a stack of open events.
+    """The nesting of host events, and what each inherits from its ancestors, in numpy.
 
-    Each stack entry carries what its children inherit, so no output is read back. The pass
-    runs in blocks so that only one block's Python objects exist at a time.
+    It computes what a sweep with a stack of open events computes over the events in (track,
+    start, longest first) order, where an event closes every open event that it ends after
+    (by more than ``EPS_US``): an event's parent is the top of that stack. That stack, before an
+    event closes anything, is the chain previous event, its parent, its parent's parent...; so
+    the parent is the first event on that chain that the event does not end after. All events
+    walk their chains at once by pointer jumping (``_parents``), and inherited values come from
+    the nearest marked ancestor, found the same way (``_nearest_marked``). Each takes a number
+    of rounds logarithmic in the chains' lengths, where the pure-Python sweep it replaced took
+    0.44 s per 170k events (``tests/analysis/test_sweep.py`` checks the two agree).
     """
     n = len(events)
     parent = np.full(n, -1, np.int32)
@@ -196,68 +205,95 @@ def _sweep(
     backward = np.zeros(n, np.bool_)
     counted = np.zeros(n, np.float64)
     subtree_end = np.arange(1, n + 1, dtype=np.int32)  # one past the last event nested in each event
-    scope_l, scope_h, scope_p = sc_layer.tolist(), sc_head.tolist(), sc_phase.tolist()
-    steps = step_no.tolist()
-    bwd_names = is_bwd_name.tolist()
-    # stack entries: (end, index, layer, head, phase, step, backward, a FLOP-counting op is open)
-    stack: list[tuple[float, int, int, int, int, int, bool, bool]] = []
-    cur_track = -1
-    for lo in range(0, n, _BLOCK):
-        hi = min(n, lo + _BLOCK)
-        ends = (events.ts[lo:hi] + events.dur[lo:hi]).tolist()
-        tracks = events.track[lo:hi].tolist()
-        nids = events.name[lo:hi].tolist()
-        scope_flags = is_scope[lo:hi].tolist()
-        step_flags = is_step[lo:hi].tolist()
-        device_flags = on_device[lo:hi].tolist()
-        fl = flops_raw[lo:hi].tolist()
-        o_parent = [-1] * (hi - lo)
-        o_layer = [-1] * (hi - lo)
-        o_head = [-1] * (hi - lo)
-        o_phase = [-1] * (hi - lo)
-        o_step = [-1] * (hi - lo)
-        o_bwd = [False] * (hi - lo)
-        o_counted = [0.0] * (hi - lo)
-        for k in range(hi - lo):
-            if device_flags[k]:
-                continue
-            tr = tracks[k]
-            if tr != cur_track:
-                for entry in stack:
-                    subtree_end[entry[1]] = lo + k
-                stack.clear()
-                cur_track = tr
-            e = ends[k]
-            while stack and e > stack[-1][0] + EPS_US:
-                subtree_end[stack.pop()[1]] = lo + k
-            if stack:
-                _, p, lay, hd, ph, st, bw, above = stack[-1]
-                o_parent[k] = p
-            else:
-                lay = hd = ph = st = -1
-                bw = above = False
-            name_id = nids[k]
-            if scope_flags[k]:
-                lay, hd, ph = scope_l[name_id], scope_h[name_id], scope_p[name_id]
-            elif step_flags[k]:
-                st = steps[name_id]
-            elif bwd_names[name_id]:
-                bw = True
-            o_layer[k], o_head[k], o_phase[k], o_step[k], o_bwd[k] = lay, hd, ph, st, bw
-            f = fl[k]
-            if f > 0.0 and not above:
-                o_counted[k] = f
-            stack.append((e, lo + k, lay, hd, ph, st, bw, above or f > 0.0))
-        parent[lo:hi] = o_parent
-        layer[lo:hi] = o_layer
-        head[lo:hi] = o_head
-        phase[lo:hi] = o_phase
-        step[lo:hi] = o_step
-        backward[lo:hi] = o_bwd
-        counted[lo:hi] = o_counted
-    for entry in stack:
-        subtree_end[entry[1]] = n
+    host = np.flatnonzero(~on_device)
+    if host.size == 0:
+        return parent, layer, head, phase, step, backward, counted, subtree_end
+    track = events.track[host]
+    par = _parents(track, (events.ts + events.dur)[host])
+    nid = events.name[host]
+    scope = is_scope[host]
+    step_mark = is_step[host] & ~scope  # a scope's name is never a step's: the marks never meet
+    bwd_mark = is_bwd_name[nid] & ~scope & ~step_mark
+    fl = flops_raw[host]
+    # Layer, head and phase: the innermost scope's, the event's own if it is one.
+    at = _or_self(nearest_marked_ancestor(par, scope), scope)
+    has = at >= 0
+    src = nid[at[has]]
+    rows = host[has]
+    layer[rows], head[rows], phase[rows] = sc_layer[src], sc_head[src], sc_phase[src]
+    at = _or_self(nearest_marked_ancestor(par, step_mark), step_mark)
+    has = at >= 0
+    step[host[has]] = step_no[nid[at[has]]]
+    backward[host] = (_or_self(nearest_marked_ancestor(par, bwd_mark), bwd_mark) >= 0)
+    # FLOPs count at the outermost op of a nest that has a formula.
+    with_flops = fl > 0.0
+    outermost = with_flops & (nearest_marked_ancestor(par, with_flops) < 0)
+    counted[host[outermost]] = fl[outermost]
+    parent[host] = np.where(par >= 0, host[np.maximum(par, 0)], -1)
+    # An event's descendants follow it (in host order): its subtree ends at the next host event
+    # after them, or at the end of the trace.
+    size = _subtree_sizes(par)
+    after = np.arange(host.size) + size
+    subtree_end[host] = np.where(after < host.size, host[np.minimum(after, host.size - 1)], n)
     return parent, layer, head, phase, step, backward, counted, subtree_end
+
+
+def _parents(track: I32, end: F64) -> npt.NDArray[np.int64]:
+    """The parent (a position in these arrays, -1: none) of each event of one kind, given in
+    (track, start, longest first) order. Invariant: every event strictly between an event and
+    its candidate is one it ends after; so when the candidate is one it ends after too, the
+    candidate's own candidate is the next to try."""
+    k = track.size
+    cand = np.arange(-1, k - 1, dtype=np.int64)
+    if k:
+        cand[1:][track[1:] != track[:-1]] = -1
+    todo = np.flatnonzero(cand >= 0)
+    while todo.size:
+        todo = todo[end[todo] > end[cand[todo]] + EPS_US]  # still ends after its candidate
+        cand[todo] = cand[cand[todo]]
+        todo = todo[cand[todo] >= 0]
+    return cand
+
+
+def nearest_marked_ancestor(par: npt.NDArray[Any], marked: B) -> npt.NDArray[Any]:
+    """Each event's nearest strict ancestor that is marked, -1: none (``par``: each event's
+    parent, -1: none). Invariant: no event strictly between an event and its pointer is marked."""
+    near = par.copy()
+    todo = np.flatnonzero(near >= 0)
+    todo = todo[~marked[near[todo]]]
+    while todo.size:
+        near[todo] = near[near[todo]]
+        todo = todo[near[todo] >= 0]
+        todo = todo[~marked[near[todo]]]
+    return near
+
+
+def _or_self(near: npt.NDArray[np.int64], marked: B) -> npt.NDArray[np.int64]:
+    return np.where(marked, np.arange(marked.size), near)
+
+
+def _subtree_sizes(par: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+    """Each event and its descendants, counted: added up level by level, deepest first."""
+    k = par.size
+    # Depth by pointer jumping: ``hops`` is the distance to ``up``, or to the root once ``up``
+    # is -1 (a root's is 0), so a jump adds the pointer's own.
+    up = par.copy()
+    hops = (up >= 0).astype(np.int64)
+    todo = np.flatnonzero(up >= 0)
+    while todo.size:
+        nxt = up[todo]
+        hops[todo] += hops[nxt]
+        up[todo] = up[nxt]
+        todo = todo[up[todo] >= 0]
+    depth = hops
+    size = np.ones(k, np.int64)
+    order = np.argsort(-depth, kind="stable")
+    levels = np.flatnonzero(np.diff(depth[order])) + 1
+    for idx in np.split(order, levels):
+        if depth[idx[0]] == 0:
+            break
+        np.add.at(size, par[idx], size[idx])
+    return size
 
 
 def _attribute_backward(
