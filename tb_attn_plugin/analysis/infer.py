@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from tb_attn_plugin.analysis.attribute import nearest_marked_ancestor
 from tb_attn_plugin.analysis.query import ancestors
 from tb_attn_plugin.ops import (
     DROPOUT_OPS,
@@ -97,10 +98,12 @@ def infer_scopes(events: Events, parent: np.ndarray, backward: np.ndarray, step:
     if len(kept) < len(blocks) and diagnostics is not None:
         diagnostics[TOO_MANY_BLOCKS] = diagnostics.get(TOO_MANY_BLOCKS, 0) + len(blocks) - len(kept)
     out: list[SyntheticScope] = []
+    cpu_op = kind == Kind.CPU_OP
+    cpu_above = nearest_marked_ancestor(parent, cpu_op) if kept else parent
     for first, last, layer, module in kept:
         out.append(_scope(events, first, format_scope(layer, module=module or None), pad=2 * _PAD, end=last))
         lo = first + 1 if first == last else first
-        out.extend(_phases(events, lo, _extent(events, last), first if first == last else -1, layer, parent))
+        out.extend(_phases(events, _top_ops(cpu_op, cpu_above, lo, _extent(events, last)), layer))
     return out
 
 
@@ -111,19 +114,12 @@ def _scope(events: Events, i: int, name: str, *, pad: float = _PAD, end: int | N
     return SyntheticScope(int(events.track[i]), start - pad, stop - start + 2 * pad, name)
 
 
-def _top_ops(events: Events, parent: np.ndarray, lo: int, hi: int, root: int) -> list[int]:
-    """CPU ops in [lo, hi) with no CPU-op ancestor below ``root``."""
-    out = []
-    kind = events.kind
-    for j in range(lo, hi):
-        if kind[j] != Kind.CPU_OP:
-            continue
-        p = int(parent[j])
-        while p >= 0 and p != root and p >= lo and kind[p] != Kind.CPU_OP:
-            p = int(parent[p])
-        if p < lo or p == root or kind[p] != Kind.CPU_OP:
-            out.append(j)
-    return out
+def _top_ops(cpu_op: np.ndarray, cpu_above: np.ndarray, lo: int, hi: int) -> list[int]:
+    """CPU ops in [lo, hi) with no CPU-op ancestor in that range (``cpu_above``: each event's
+    nearest CPU-op ancestor). A block's range starts at its first op, or just after the module
+    event that encloses it, so an ancestor outside the range is above the block."""
+    inside = np.flatnonzero(cpu_op[lo:hi]) + lo
+    return inside[cpu_above[inside] < lo].tolist()
 
 
 def _extent(events: Events, i: int) -> int:
@@ -136,9 +132,8 @@ def _extent(events: Events, i: int) -> int:
     return j
 
 
-def _phases(events: Events, lo: int, hi: int, root: int, layer: int, parent: np.ndarray) -> list[SyntheticScope]:
+def _phases(events: Events, ops: list[int], layer: int) -> list[SyntheticScope]:
     names = events.names
-    ops = _top_ops(events, parent, lo, hi, root)
     stage = "pre"
     out = []
     for j in ops:
