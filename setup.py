@@ -25,6 +25,8 @@ setup(
         "numpy",
         "msgspec>=0.18",
         "fsspec",
+        # ISA-L's inflate for gzipped traces (zlib where it is missing); wheels for these machines.
+        "isal>=1.6; platform_machine in 'x86_64 AMD64 aarch64 arm64'",
     ],
     extras_require={
         "runner": RUNNER,
