@@ -2,8 +2,8 @@
 
 Rules (``docs/analysis.md`` has the long form):
 
-- CPU events nest by time on their thread (events are sorted by track, start, longest first,
-  so one sweep with a stack finds every parent). An event inherits the layer, head and phase
+- CPU events nest by time on their thread (events are sorted by track, start, longest first;
+  ``_sweep`` finds every parent at once). An event inherits the layer, head and phase
   of its innermost enclosing scope, and the step of its enclosing ``ProfilerStep#N``.
 - Backward work runs outside the forward scopes. An ``autograd::engine::evaluate_function``
   event takes the layer and phase of the forward op with the same autograd sequence number,
