@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from array import array
 from collections import Counter
+from operator import attrgetter
 from typing import Any
 
 import msgspec
@@ -45,6 +46,9 @@ from tb_attn_plugin.trace.kineto import (
 
 __all__ = ["Builder", "add_batch", "add_loaded"]
 
+# Field readers: map() with these runs in C, several times faster than a comprehension per field.
+_TS, _DUR, _NAME, _CAT, _ARGS = (attrgetter(f) for f in ("ts", "dur", "name", "cat", "args"))
+_TRACK = attrgetter("pid", "tid")
 _DEVICE_KINDS = frozenset({int(Kind.KERNEL), int(Kind.MEMCPY), int(Kind.MEMSET), int(Kind.GPU_ANNOTATION)})
 
 
@@ -180,11 +184,11 @@ class Builder:
 
     def _kinds(self, xs: list[WireEvent]) -> list[int]:
         kinds = self.kinds
-        cats = [e.cat for e in xs]
+        cats = list(map(_CAT, xs))
         for cat in set(cats):
             if cat not in kinds:
                 kinds[cat] = int(kind_of(cat))
-        return [kinds[c] for c in cats]
+        return list(map(kinds.__getitem__, cats))
 
     def _add_complete(self, xs: list[WireEvent]) -> None:
         kind = self._kinds(xs)
@@ -193,8 +197,8 @@ class Builder:
             pairs = [(e, k) for e, k in zip(xs, kind, strict=True)
                      if k != module or e.name.startswith(MODULE_PREFIX)]
             xs, kind = [e for e, _ in pairs], [k for _, k in pairs]
-        ts = np.array([e.ts for e in xs], np.float64)
-        dur = np.array([e.dur for e in xs], np.float64)
+        ts = np.fromiter(map(_TS, xs), np.float64, len(xs))
+        dur = np.fromiter(map(_DUR, xs), np.float64, len(xs))
         bad = ~(np.abs(ts) <= MAX_TIME_US) | ~(dur <= MAX_TIME_US)  # NaN compares False: bad
         if bad.any():
             self.diag["events with unusable times"] = self.diag.get("events with unusable times", 0) + int(bad.sum())
@@ -212,22 +216,22 @@ class Builder:
                 if cat not in ("Trace", None, ""):
                     label = f"category {cat!r}"
                     self.diag[label] = self.diag.get(label, 0) + n
-        names = [e.name for e in xs]
+        names = list(map(_NAME, xs))
         name_ids = self.name_ids
         for name in dict.fromkeys(names):  # first-appearance order, so ids do not depend on batching
             if name not in name_ids:
                 self.intern(name)
-        nids = [name_ids[n] for n in names]
-        keys = [(e.pid, e.tid) for e in xs]
+        nids = list(map(name_ids.__getitem__, names))
+        keys = list(map(_TRACK, xs))
         track_ids = self.track_ids
         for track_key in dict.fromkeys(keys):
             if track_key not in track_ids:
                 self.new_track(track_key)
-        tracks = [track_ids[k] for k in keys]
+        tracks = list(map(track_ids.__getitem__, keys))
         for k, tr in set(zip(kind, tracks, strict=True)):
             if k in _DEVICE_KINDS:
                 self.device_tracks.add(tr)
-        args = [e.args for e in xs]
+        args = list(map(_ARGS, xs))
         ext = [-1 if a is None else a.external_id for a in args]
         corr = [-1 if a is None or a.corr is None else a.corr for a in args]
         seq = [-1 if a is None or a.seq is None else a.seq for a in args]
