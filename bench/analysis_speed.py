@@ -436,7 +436,8 @@ def markdown(traces: Sequence[Trace], all_results: dict[str, dict[str, Result]],
              checks: dict[str, str], all_verdicts: Sequence[Verdict]) -> str:
     lines = ["| trace | layers | active steps | size MB | events | ours' summary |", "|---|---|---|---|---|---|"]
     for t in traces:
-        lines.append(f"| {t.size} | {t.layers} | {t.active} | {t.nbytes / MB:.1f} | {t.events:,} | "
+        events = f"{t.events:,}" if t.events else "(not one per line)"
+        lines.append(f"| {t.size} | {t.layers} | {t.active} | {t.nbytes / MB:.1f} | {events} | "
                      f"{checks[t.size]} |")
     lines.append("")
     head = "| job | " + " | ".join(f"{t.size} wall s | {t.size} peak MiB" for t in traces) + " |"
