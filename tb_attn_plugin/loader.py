@@ -83,12 +83,15 @@ def _gc_paused() -> Iterator[None]:
 
 
 def _splittable_size(path: str, max_bytes: int | None) -> int:
-    """The size of a plain local file within the limit, which can be read in parts; else 0."""
+    """The size of a plain local file within the limit, which can be read in parts; else 0.
+    A URL or a gzip is ruled out first, so that neither costs a stat (a round trip on a store)."""
+    if not io.is_plain_local_file(path):
+        return 0
     try:
         size = io.stat(path).size
     except TraceError:
         return 0
-    return size if size <= (max_bytes or size) and io.is_plain_local_file(path) else 0
+    return size if size <= (max_bytes or size) else 0
 
 
 def resolve_runs(path: str) -> list[Run]:
