@@ -6,7 +6,9 @@ Invariants: no storage is read while ``_lock`` is held, so a slow store (or a FI
 for a metadata file) delays one listing, never the other requests; and listings are
 rate-limited: a regular one every ``scan_ttl_s``, a forced one (``refresh``, or a run name that
 the last listing lacks) at most every ``relist_min_s``, whoever asks for it and however often.
-While one request lists, the others answer from the last listing.
+While one request lists, the others answer from the last listing; ``refresh_due_in`` tells a
+forced request so answered when to ask again (the tab does), so a reload shortly after the last
+listing still shows the runs written since.
 """
 
 from __future__ import annotations
@@ -42,6 +44,16 @@ class Registry:
 
     def runs(self, *, refresh: bool = False) -> list[Run]:
         return self._fresh(self.relist_min_s if refresh else self.scan_ttl_s)
+
+    def refresh_due_in(self, asked_at: float) -> float | None:
+        """None when the last listing began at or after ``asked_at`` (``time.monotonic()``): a
+        refresh asked then was answered by a listing that can see what was written before it.
+        Otherwise the seconds until a forced listing is allowed again (0 while another request is
+        listing: its answer may predate the ask)."""
+        with self._lock:
+            if self._scanned_at >= asked_at:
+                return None
+            return max(0.0, self._scanned_at + self.relist_min_s - time.monotonic())
 
     def _fresh(self, max_age_s: float) -> list[Run]:
         with self._lock:

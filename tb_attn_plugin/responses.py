@@ -76,6 +76,7 @@ class RunsResponse(msgspec.Struct, kw_only=True):
     logdir: str
     runs: list[RunEntry]
     listing_error: str | None  # the last listing failed (a storage error): ``runs`` is the one before
+    retry_after_s: float | None = None  # refresh answered by an older listing (rate limit): ask again in s
 
 
 # -- /drilldown -----------------------------------------------------------------------------

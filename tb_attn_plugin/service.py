@@ -200,8 +200,11 @@ class Service:
 
     # -- routes ---------------------------------------------------------------------------
     def runs_response(self, *, refresh: bool) -> RunsResponse:
+        asked_at = time.monotonic()
+        runs = self.runs(refresh=refresh)
+        retry_after_s = self.registry.refresh_due_in(asked_at) if refresh else None
         out = []
-        for run in self.runs(refresh=refresh):
+        for run in runs:
             metadata = self.metadata(run)
             status, error = self._status(run, metadata)
             workers: dict[str, list[SpanEntry]] = {}
@@ -210,7 +213,8 @@ class Service:
             out.append(RunEntry(run=run.name, group=run.name.rsplit("/", 1)[0] if "/" in run.name else "",
                                 metadata=metadata, status=status, error=error,
                                 workers=[WorkerEntry(worker=w, spans=spans) for w, spans in workers.items()]))
-        return RunsResponse(logdir=self.logdir, runs=out, listing_error=self.registry.listing_error)
+        return RunsResponse(logdir=self.logdir, runs=out, listing_error=self.registry.listing_error,
+                            retry_after_s=retry_after_s)
 
     def summary(self, run_name: str, worker: str | None, span: str | None) -> RunSummary:
         run = self.run(run_name)

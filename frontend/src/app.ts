@@ -23,6 +23,8 @@ export class App implements Actions {
   private readonly runView: RunView;
   private readonly compareView: CompareView;
   private pollTimer = 0;
+  private refreshTimer = 0;
+  private refreshRetries = 0;
 
   constructor(root: HTMLElement) {
     this.runsView = new RunsView(this);
@@ -160,6 +162,7 @@ export class App implements Actions {
       const r = await this.runsReq.run((signal) => api.runs(refresh, signal));
       if (r.stale) return;
       this.store.set({ runs: { status: "ok", data: r.value, error: null, key: "" } });
+      this.retryRefresh(refresh ? r.value.retry_after_s : null);
     } catch (err) {
       this.store.set({ runs: { ...this.store.get().runs, status: "error", error: errorText(err) } });
       return;
@@ -167,6 +170,19 @@ export class App implements Actions {
     const s = this.store.get();
     if (s.run !== null && s.worker === null && s.summary.status === "idle") this.resolveTarget();
     this.schedulePoll();
+  }
+
+  /** A reload answered from a listing older than the click (the server lists at most about once a
+   * second) is asked again once the server allows, a few times at most, so that the runs written
+   * just before the click appear. */
+  private retryRefresh(afterS: number | null): void {
+    window.clearTimeout(this.refreshTimer);
+    if (afterS === null || this.refreshRetries >= 3) {
+      this.refreshRetries = 0;
+      return;
+    }
+    this.refreshRetries += 1;
+    this.refreshTimer = window.setTimeout(() => void this.loadRuns(true), Math.min(afterS, 30) * 1000 + 50);
   }
 
   /** While some run is still being written or parsed, the list is polled so its status moves on. */

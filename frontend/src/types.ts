@@ -9,6 +9,8 @@ export interface RunsResponse {
   runs: RunEntry[];
   /** the last listing failed (a storage error): `runs` is the one before */
   listing_error: string | null;
+  /** refresh answered by an older listing (rate limit): ask again in s */
+  retry_after_s: number | null;
 }
 
 export interface RunEntry {

@@ -127,8 +127,8 @@ def ink(frame: Frame, selector: str) -> list[int]:
 
 def expect_ink(frame: Frame, selector: str, minimum: list[int], what: str) -> list[int]:
     """Waits (charts draw in a later frame) until each canvas under `selector` has at least its
-    `minimum` of drawn pixels; fails with the counts."""
-    deadline = time.monotonic() + 10
+    `minimum` of drawn pixels; fails with the counts. Generous: CI's two cores also run the server."""
+    deadline = time.monotonic() + 30
     while True:
         counts = ink(frame, selector)
         if len(counts) >= len(minimum) and all(c >= m for c, m in zip(counts, minimum, strict=False)):
@@ -149,6 +149,22 @@ def drill_title(frame: Frame) -> Locator:
     return frame.locator("section.drill h3")
 
 
+def hover_tooltip(frame: Frame, point: dict[str, Any], text: str) -> Locator:
+    """Hovers the timeline at ``point`` until ECharts shows a tooltip containing ``text`` (a
+    hover that lands while the chart is still laying out shows none: move off and on again)."""
+    chart = frame.locator(".timeline-chart")
+    tooltip = chart.locator("div", has_text=text).last
+    for _ in range(6):
+        chart.hover(position={"x": point["x"], "y": point["y"]})
+        try:
+            expect(tooltip).to_be_visible(timeout=3000)
+            return tooltip
+        except AssertionError:
+            chart.hover(position={"x": 5, "y": 5})
+    expect(tooltip).to_be_visible()
+    return tooltip
+
+
 def cell(frame: Frame, layer: int, group: str, metric_title: str) -> Locator:
     """A cell of the per-layer table, by its tooltip ("L0 softmax, CPU time: 3863.1")."""
     return frame.locator(f'table.layers-table td[title^="L{layer} {group}, {metric_title}:"]')
@@ -161,7 +177,9 @@ def cell(frame: Frame, layer: int, group: str, metric_title: str) -> Locator:
 # 24 px from the right.
 TIMELINE_POINT = """name => {
     const entry = performance.getEntriesByType('resource').filter(e => e.name.includes('/timeline?')).pop();
-    return fetch(entry.name).then(r => r.json()).then(d => {
+    if (!entry) return 'loading';
+    return fetch(entry.name).then(r => r.status === 200 ? r.json() : null).then(d => {
+        if (!d || !d.events) return 'loading';  // 202: the view is still being computed
         const ev = d.events;
         const match = i => name !== null ? d.names[ev.name[i]] === name
             : ev.layer[i] >= 0 && !(ev.backward || [])[i] && ev.kind[i] !== 'kernel';
@@ -189,7 +207,12 @@ TIMELINE_POINT = """name => {
 
 
 def timeline_point(frame: Frame, name: str | None = None) -> dict[str, Any]:
-    point = frame.evaluate(TIMELINE_POINT, name)
+    """Where the timeline drew the event (see ``TIMELINE_POINT``), once it has drawn."""
+    expect_ink(frame, "section.timeline canvas", [5000], "the timeline")
+    deadline = time.monotonic() + 30
+    while (point := frame.evaluate(TIMELINE_POINT, name)) == "loading":
+        assert time.monotonic() < deadline, "the timeline's data never came"
+        frame.page.wait_for_timeout(100)
     assert point is not None, f"no timeline event named {name}" if name else "no forward attention event"
     assert point["width"] >= 2, f"the chosen event is too narrow to click: {point}"
     return point

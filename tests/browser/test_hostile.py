@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from pages import back_to_runs, cell, expect_ink, open_run, open_tab, shot, show_tab, timeline_point
+from pages import back_to_runs, cell, hover_tooltip, open_run, open_tab, shot, show_tab, timeline_point
 from playwright.sync_api import Frame, Page, expect
 from tracetools import trace_files
 
@@ -92,10 +92,7 @@ def test_hostile_names_render_as_text(tensorboard: Any, hostile: dict[str, str],
     shot(page, artifacts, "hostile-drilldown")
     # The timeline's tooltip (HTML, escaped by the tab) over the hostile op.
     show_tab(frame, "Timeline")
-    expect_ink(frame, "section.timeline canvas", [5000], "the timeline")
-    point = timeline_point(frame, op)
-    frame.locator(".timeline-chart").hover(position={"x": point["x"], "y": point["y"]})
-    expect(frame.locator(".timeline-chart div", has_text=op).last).to_be_visible()
+    hover_tooltip(frame, timeline_point(frame, op), op)
     shot(page, artifacts, "hostile-timeline")
     for where in (frame, page):
         assert where.evaluate("typeof window.__xss") == "undefined", f"script ran in {where.url}"
@@ -121,10 +118,7 @@ def test_metadata_module_thread_and_category_render_as_text(hostile_tensorboard:
     expect(diagnostics).to_contain_text(CATEGORY)
     shot(page, artifacts, "hostile-metadata")
     show_tab(frame, "Timeline")
-    point = timeline_point(frame, OP)
-    frame.locator(".timeline-chart").hover(position={"x": point["x"], "y": point["y"]})
-    tooltip = frame.locator(".timeline-chart div", has_text=OP).last
-    expect(tooltip).to_be_visible()
+    tooltip = hover_tooltip(frame, timeline_point(frame, OP), OP)
     expect(tooltip).to_contain_text(THREAD)
     shot(page, artifacts, "hostile-thread")
     _assert_nothing_ran(page, frame)

@@ -167,6 +167,21 @@ def test_new_runs_appear_deleted_runs_disappear_and_broken_ones_explain(logdir: 
     assert runs["exp/partial"]["status"] == "error" and "truncated" in runs["exp/partial"]["error"]
 
 
+def test_a_rate_limited_refresh_says_when_to_ask_again(logdir: Path, builtin_logdir: Path) -> None:
+    """A reload within the forced-listing interval is answered by the last listing; the answer
+    says so (``retry_after_s``), and asking again then shows the run written just before."""
+    client = plugin_client(logdir, relist_min_s=0.5)
+    assert _get(client, f"{BASE}/runs")["retry_after_s"] is None
+    shutil.copytree(builtin_logdir / "sdpa-math", logdir / "exp" / "new")
+    early = _get(client, f"{BASE}/runs?refresh=1")
+    assert "exp/new" not in {r["run"] for r in early["runs"]}
+    assert 0 < early["retry_after_s"] <= 0.5
+    time.sleep(early["retry_after_s"])
+    later = _get(client, f"{BASE}/runs?refresh=1")
+    assert later["retry_after_s"] is None and "exp/new" in {r["run"] for r in later["runs"]}
+    assert _get(client, f"{BASE}/runs")["retry_after_s"] is None  # only a refresh asks for a new listing
+
+
 def test_empty_logdir(tmp_path: Path) -> None:
     body = _get(_client(tmp_path / "missing"), f"{BASE}/runs")
     assert body["runs"] == []
