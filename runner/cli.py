@@ -75,6 +75,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--vocab", type=int, default=1024)
     p.add_argument("--causal", action=argparse.BooleanOptionalAction, default=True)
     p.add_argument("--dropout", type=float, default=0.0)
+    p.add_argument("--attn-mask", action="store_true",
+                   help="builtin model, sdpa implementations: pass the causal mask as a boolean attn_mask tensor "
+                        "instead of is_causal=True (as many models do)")
     p.add_argument("--device", default="auto", help="cpu, cuda or auto (cuda when present)")
     p.add_argument("--mode", choices=MODES, default="training")
     p.add_argument("--per-head", action="store_true", help="compute each head in its own scope")
@@ -162,7 +165,7 @@ def plan_sweep(args: argparse.Namespace) -> list[RunSpec]:
             kv_heads=args.kv_heads,
             d_model=args.d_model if args.d_model is not None else d_model,
             seq=seq, batch=args.batch, vocab=args.vocab, dtype=dtype, causal=args.causal,
-            dropout=args.dropout, device=device, mode=args.mode, impl=impl, per_head=args.per_head,
+            dropout=args.dropout, attn_mask=args.attn_mask, device=device, mode=args.mode, impl=impl, per_head=args.per_head,
             scopes=args.scopes, parallel=parallel, slow_rank=args.slow_rank, slow_ms=args.slow_ms,
         )
         check_model_spec(args.model, cfg, hf, world_size=ranks)

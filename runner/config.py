@@ -60,6 +60,7 @@ class ModelConfig:
     dtype: str = "float32"
     causal: bool = True
     dropout: float = 0.0
+    attn_mask: bool = False  # builtin SDPA: the causal mask as a tensor (attn_mask=) instead of is_causal=True
     device: str = "cpu"
     mode: Mode = "training"
     impl: str = "naive"
@@ -99,6 +100,9 @@ class ModelConfig:
             raise ConfigError(f"slow rank must be >= 0, got {self.slow_rank}")
         if not 0.0 <= self.slow_ms < float("inf"):
             raise ConfigError(f"--slow-ms must be > 0, got {self.slow_ms}")
+        if self.attn_mask and not (self.causal and self.impl.startswith("sdpa")):
+            raise ConfigError("--attn-mask passes the causal mask to SDPA as a tensor: it needs --causal and an sdpa "
+                              "implementation")
         if self.slow_rank is not None and self.slow_ms == 0.0:
             raise ConfigError("--slow-rank needs --slow-ms (the extra milliseconds per attention block, > 0)")
         if self.slow_rank is None and self.slow_ms:

@@ -198,13 +198,16 @@ class Attention(nn.Module):
         on = self.scoped
         dropout_p = self.cfg.dropout if self.training else 0.0
         if impl.startswith("sdpa"):
+            # --attn-mask: the mask as a tensor (True: attend), built outside the scope, as models do.
+            mask = ~self.causal_mask[: q.size(-2), : k.size(-2)] if self.cfg.attn_mask else None
             with scope(n.sdpa, on):
                 return F.scaled_dot_product_attention(
                     q,
                     k,
                     v,
+                    attn_mask=mask,
                     dropout_p=dropout_p,
-                    is_causal=self.cfg.causal,
+                    is_causal=self.cfg.causal and mask is None,
                     enable_gqa=q.size(1) != k.size(1),
                 )
         T = q.size(-2)

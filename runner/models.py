@@ -85,6 +85,8 @@ def check_model_spec(spec: str, cfg: ModelConfig, hf_overrides: dict[str, Any], 
         raise ConfigError("--per-head needs the builtin model (other models compute heads batched)")
     if spec != "builtin" and cfg.parallel == "tp":
         raise ConfigError(f"--parallel tp (heads split over ranks) needs the builtin model, not {spec}")
+    if spec != "builtin" and cfg.attn_mask:
+        raise ConfigError(f"--attn-mask needs the builtin model, not {spec}")
     if spec != "builtin" and cfg.slow_rank is not None:
         raise ConfigError(f"--slow-rank needs the builtin model, not {spec}")
     check_world(cfg, world_size)

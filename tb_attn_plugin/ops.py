@@ -12,6 +12,8 @@ from __future__ import annotations
 
 __all__ = [
     "ARANGE_OP",
+    "ARITHMETIC_OPS",
+    "CAT_OP",
     "COMPARE_OPS",
     "COMPILED_REGION_OPS",
     "COPY_OPS",
@@ -20,18 +22,27 @@ __all__ = [
     "EFFICIENT_FORWARD_OP",
     "FILL_OPS",
     "FLASH_FORWARD_OP",
+    "FUSED_BLOCK_OPS",
     "GEMM_OPS",
     "INPLACE_COPY_OP",
     "KERNEL_BACKWARD_OPS",
+    "KV_CACHE_OPS",
+    "KV_EXPAND_OPS",
+    "LAYOUT_OPS",
     "LINEAR_OP",
     "MASKED_FILL_OPS",
+    "MASK_BUILD_OPS",
     "MASK_OPS",
     "MATMUL_ARGS",
     "MATMUL_INPUT_COPY_OPS",
     "MATMUL_OPS",
     "MATMUL_WRAPPER_OPS",
     "MM_OP",
+    "NEG_OP",
+    "NORM_OPS",
     "PROJECTION_OPS",
+    "QKV_TRANSFORM_OP",
+    "ROPE_OPS",
     "SAFE_SOFTMAX_OP",
     "SCALE_OPS",
     "SDPA_BACKWARD",
@@ -46,7 +57,9 @@ __all__ = [
     "SDPA_OVERRIDEABLE_OP",
     "SHAPE_OPS",
     "SOFTMAX_OPS",
+    "TRANSPOSE_OPS",
     "TRIANGLE_OPS",
+    "UNSQUEEZE_OPS",
 ]
 
 # -- scaled dot-product attention ------------------------------------------------------------
@@ -95,8 +108,10 @@ COMPILED_REGION_OPS = frozenset({"CompiledFunction", "Torch-Compiled Region"})
 # -- hand-written attention, phase by phase -----------------------------------------------------
 
 #: ``special_softmax`` is ``torch.special.softmax``: a top-level op in its own right (inference
-#: looks at top-level ops), with ``aten::softmax`` inside it.
-SOFTMAX_OPS = frozenset({"aten::softmax", "aten::_softmax", "aten::_safe_softmax", "aten::special_softmax"})
+#: looks at top-level ops), with ``aten::softmax`` inside it. ``_masked_softmax`` masks and
+#: normalizes in one op (nn.MultiheadAttention's fast path with a mask).
+SOFTMAX_OPS = frozenset({"aten::softmax", "aten::_softmax", "aten::_safe_softmax", "aten::special_softmax",
+                         "aten::_masked_softmax"})
 #: The math backend's softmax, which also rewrites fully masked rows.
 SAFE_SOFTMAX_OP = "aten::_safe_softmax"
 #: The 2-D GEMM: before the attention core a projection, within it q·kᵀ or probs·v.
@@ -122,6 +137,45 @@ MASKED_FILL_OPS = frozenset({"aten::masked_fill", "aten::masked_fill_"})
 #: Applying a mask to the scores (HF GPT-2 adds it, or selects with ``where``).
 MASK_OPS = MASKED_FILL_OPS | {"aten::where", "aten::add", "aten::add_", "aten::tril", "aten::triu"}
 DROPOUT_OPS = frozenset({"aten::dropout", "aten::native_dropout", "aten::feature_dropout"})
+
+# -- what surrounds the core: roles of the ops of a block outside phase scopes (analysis.roles) ------
+
+#: Ops that only change a tensor's view or layout (a copy at most): splitting heads before the
+#: core, merging them after it, transposing k for q·kᵀ, slicing a mask or a rotary half.
+LAYOUT_OPS = frozenset({
+    "aten::view", "aten::reshape", "aten::_reshape_alias", "aten::_unsafe_view", "aten::transpose", "aten::permute",
+    "aten::t", "aten::contiguous", "aten::split", "aten::split_with_sizes", "aten::chunk", "aten::unflatten",
+    "aten::flatten", "aten::unsqueeze", "aten::squeeze", "aten::select", "aten::slice", "aten::narrow", "aten::alias",
+    "aten::as_strided", "aten::unbind", "aten::movedim", "aten::swapaxes", "aten::expand_as"})
+#: Transposes among them: the transpose of k just before q·kᵀ belongs to that matmul.
+TRANSPOSE_OPS = frozenset({"aten::transpose", "aten::permute", "aten::t", "aten::swapaxes", "aten::movedim"})
+#: Adding a dimension (``x[:, :, None]``): the unsqueeze before an expand or a rotary product.
+UNSQUEEZE_OPS = frozenset({"aten::unsqueeze", "aten::slice"})
+#: ``torch.cat``: a KV cache append, or the second half of ``rotate_half`` right after ``NEG_OP``.
+CAT_OP = "aten::cat"
+NEG_OP = "aten::neg"
+#: Rotary position embeddings: ``rotate_half`` negates one half (``neg``) and concatenates;
+#: the complex form multiplies in complex numbers. ``cos``/``sin``: tables computed in the block.
+ROPE_OPS = frozenset({NEG_OP, "aten::cos", "aten::sin", "aten::view_as_complex", "aten::view_as_real",
+                      "aten::polar"})
+#: Element-wise arithmetic: rotary embeddings before the core, scale and mask on the scores.
+ARITHMETIC_OPS = SCALE_OPS | {"aten::add", "aten::add_", "aten::sub", "aten::sub_"}
+#: Appending k and v to a cache: ``cat`` (dynamic caches) or writing in place (static caches).
+KV_CACHE_OPS = frozenset({CAT_OP, "aten::index_copy", "aten::index_copy_", "aten::index_put",
+                          "aten::index_put_", "aten::slice_scatter"})
+#: Repeating k/v heads for grouped-query attention (``repeat_kv``: expand then reshape).
+KV_EXPAND_OPS = frozenset({"aten::repeat_interleave", "aten::repeat", "aten::expand"})
+#: Building or merging a mask (not applying it to the scores: ``MASK_OPS``).
+MASK_BUILD_OPS = frozenset({"aten::bitwise_not", "aten::logical_not", "aten::logical_and", "aten::logical_or",
+                            "aten::zeros_like", "aten::zeros", "aten::empty_like", "aten::_canonical_mask"})
+#: Normalization after the output projection (BERT's attention module ends in a LayerNorm).
+NORM_OPS = frozenset({"aten::layer_norm", "aten::native_layer_norm", "aten::rms_norm", "aten::_fused_rms_norm",
+                      "aten::group_norm"})
+#: One op that runs a whole attention block, projections included (nn.MultiheadAttention's fast
+#: path in inference): its own ops are the block's, so roles are read inside it.
+FUSED_BLOCK_OPS = frozenset({"aten::_native_multi_head_attention"})
+#: Its projection of q, k and v together: bias, the 1/sqrt(head_dim) scale and the head split.
+QKV_TRANSFORM_OP = "aten::_transform_bias_rescale_qkv"
 
 # -- building masks ------------------------------------------------------------------------------
 

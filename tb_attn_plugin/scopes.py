@@ -66,6 +66,8 @@ class Phase(StrEnum):
     """Phases of one attention block, in execution order."""
 
     QKV_PROJ = "qkv_proj"  # q, k and v projections, and the split into heads
+    ROPE = "rope"  # rotary position embeddings applied to q and k
+    KV_CACHE = "kv_cache"  # appending this call's k and v to a KV cache
     KV_EXPAND = "kv_expand"  # repeating k/v heads for grouped-query attention (naive only)
     QK_MATMUL = "qk_matmul"  # q @ k^T -> (B, H, Sq, Sk) scores
     SCALE = "scale"  # scores * 1/sqrt(head_dim)

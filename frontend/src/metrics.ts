@@ -137,6 +137,8 @@ export function headValue(h: HeadStats, key: HeadMetricKey): number {
 /** Phase names in execution order (scopes.PHASES), then "other". */
 export const PHASE_ORDER = [
   "qkv_proj",
+  "rope",
+  "kv_cache",
   "kv_expand",
   "qk_matmul",
   "scale",
@@ -151,6 +153,8 @@ export const PHASE_ORDER = [
 
 const PHASE_LABELS: Record<string, string> = {
   qkv_proj: "QKV proj",
+  rope: "RoPE",
+  kv_cache: "KV cache",
   kv_expand: "KV expand",
   qk_matmul: "Q\u00b7K\u1d40",
   scale: "scale",
@@ -185,6 +189,8 @@ export function orderPhases(names: Iterable<string>): string[] {
 
 const PHASE_COLORS: Record<string, string> = {
   qkv_proj: "#4e79a7",
+  rope: "#9d7660",
+  kv_cache: "#d4a6c8",
   kv_expand: "#a0cbe8",
   qk_matmul: "#f28e2b",
   scale: "#ffbe7d",

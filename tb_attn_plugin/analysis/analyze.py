@@ -3,7 +3,9 @@
 ``analyze(events)`` is the step between decoding and every figure: the summary, the findings
 and the views all read the ``Analysis`` it returns. Where a trace has no tb-attn scopes,
 ``analysis.infer`` finds attention from module names and op patterns, and the trace is
-attributed again with those scopes added; the analysis says so in its notes.
+attributed again with those scopes added; the analysis says so in its notes. Where scoped
+blocks hold ops outside phase scopes (``runner.instrument()`` on a real model), ``analysis.roles``
+places them in phases by their role, and the trace is attributed again with those added.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import numpy as np
 from tb_attn_plugin.analysis.attribute import Attribution, attribute
 from tb_attn_plugin.analysis.bounds import merge_diagnostics
 from tb_attn_plugin.analysis.infer import infer_scopes
+from tb_attn_plugin.analysis.roles import role_scopes
 from tb_attn_plugin.trace.events import Events
 from tb_attn_plugin.trace.kineto import Kind
 
@@ -43,6 +46,10 @@ def analyze(events: Events) -> Analysis:
     """Attribute events; infer attention where the trace has no tb-attn scopes."""
     attr = attribute(events)
     if attr.is_scope.any():
+        roles = role_scopes(events, attr)
+        if roles:  # ops of scoped blocks outside phase scopes, placed by their role
+            events = with_annotations(events, [(s.track, s.ts, s.dur, s.name) for s in roles])
+            attr = attribute(events)
         return Analysis(events, attr, False, (), merge_diagnostics(events.diagnostics, attr.diagnostics))
     found: dict[str, int] = {}
     synthetic = infer_scopes(events, attr.parent, attr.backward, attr.step, diagnostics=found)

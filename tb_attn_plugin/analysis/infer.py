@@ -9,9 +9,10 @@ Three sources, best first:
 3. Otherwise, ``matmul -> softmax -> matmul`` on one thread is a block.
 
 Blocks found by 2 and 3 are numbered by their order within their step (or the trace, when it
-has no ``ProfilerStep``). Inside a block, phases come from op names in order: projections
-before the core, q·kᵀ, scale, mask, softmax, dropout, attn·v, projections after. The result is
-a list of synthetic scopes that ``attribute`` treats like real ones.
+has no ``ProfilerStep``). Inside a block, phases come from each op's role in the block
+(``analysis.roles``): projections before the core, rotary embeddings, the KV cache, q·kᵀ,
+scale, mask, softmax, dropout, attn·v, projections after. The result is a list of synthetic
+scopes that ``attribute`` treats like real ones.
 
 Layers found are numbered below ``scopes.MAX_LAYERS``, like written ones: blocks numbered past
 it (more attention modules, or more SDPA calls in one step, than a model has layers) are not
@@ -21,24 +22,19 @@ analyzed, and counted under ``TOO_MANY_BLOCKS`` in the caller's diagnostics.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 
 import numpy as np
 
 from tb_attn_plugin.analysis.attribute import nearest_marked_ancestor
 from tb_attn_plugin.analysis.query import ancestors
+from tb_attn_plugin.analysis.roles import SyntheticScope, assign_roles
 from tb_attn_plugin.ops import (
-    DROPOUT_OPS,
-    MASK_OPS,
     MATMUL_ARGS,
     MATMUL_OPS,
-    MM_OP,
-    PROJECTION_OPS,
-    SCALE_OPS,
     SDPA_OPS,
     SOFTMAX_OPS,
 )
-from tb_attn_plugin.scopes import MAX_LAYERS, Phase, format_scope
+from tb_attn_plugin.scopes import MAX_LAYERS, format_scope
 from tb_attn_plugin.trace.events import Events
 from tb_attn_plugin.trace.kineto import MODULE_PREFIX, Kind
 
@@ -47,14 +43,6 @@ __all__ = ["TOO_MANY_BLOCKS", "SyntheticScope", "infer_scopes"]
 _INSTANCE_RE = re.compile(r"^(?P<cls>.*?)(?:_(?P<n>\d+))?$")
 _PAD = 1e-4  # synthetic scopes are padded so that they sort before the ops they wrap
 TOO_MANY_BLOCKS = f"attention blocks found past {MAX_LAYERS} layers (not analyzed)"
-
-
-@dataclass(frozen=True, slots=True)
-class SyntheticScope:
-    track: int
-    ts: float
-    dur: float
-    name: str
 
 
 def _is_attention_module(name: str) -> bool:
@@ -133,32 +121,9 @@ def _extent(events: Events, i: int) -> int:
 
 
 def _phases(events: Events, ops: list[int], layer: int) -> list[SyntheticScope]:
-    names = events.names
-    stage = "pre"
-    out = []
-    for j in ops:
-        op = names[events.name[j]]
-        phase: Phase | None = None
-        if op in SDPA_OPS:
-            phase, stage = Phase.SDPA, "done"
-        elif op in SOFTMAX_OPS:
-            phase, stage = Phase.SOFTMAX, "probs"
-        elif op in MATMUL_OPS and stage != "done" and not (op == MM_OP and stage == "pre"):
-            if stage == "probs":
-                phase, stage = Phase.AV_MATMUL, "done"
-            else:
-                phase, stage = Phase.QK_MATMUL, "scores"
-        elif op in PROJECTION_OPS:
-            phase = Phase.QKV_PROJ if stage == "pre" else Phase.OUT_PROJ if stage == "done" else None
-        elif op in SCALE_OPS and stage == "scores":
-            phase = Phase.SCALE
-        elif op in MASK_OPS and stage == "scores":
-            phase = Phase.MASK
-        elif op in DROPOUT_OPS and stage == "probs":
-            phase = Phase.DROPOUT
-        if phase is not None:
-            out.append(_scope(events, j, format_scope(layer, phase=phase)))
-    return out
+    names = [events.names[events.name[j]] for j in ops]
+    return [_scope(events, j, format_scope(layer, phase=phase))
+            for j, phase in zip(ops, assign_roles(names, [None] * len(ops)), strict=True) if phase is not None]
 
 
 def _blocks_from_ops(events: Events, parent: np.ndarray, forward: np.ndarray) -> list[tuple[int, int]]:

@@ -185,6 +185,7 @@ class _Summarizer:
         phase_of = a.phase[idx]
         mem_phase = a.mem_phase[mem]
         phases = []
+        runs = self._phase_runs(fwd)
         for code in range(len(PHASES)):
             sel = idx[phase_of == code]
             if sel.size == 0:
@@ -192,7 +193,7 @@ class _Summarizer:
             f = sel[~a.backward[sel]]
             scopes = f[a.is_scope[f]]
             phases.append(self._stats(PHASES[code], sel, f, scopes, float(ev.dur[scopes].sum()),
-                                      mem[mem_phase == code], sizes))
+                                      mem[mem_phase == code], sizes, calls=runs.get(code, 0)))
         other = self._other(idx[phase_of < 0], block_scopes, fwd, mem[mem_phase < 0], sizes)
         if other is not None:
             phases.append(other)
@@ -228,6 +229,19 @@ class _Summarizer:
         if not (~a.is_scope[fwd]).any() and not a.backward[sel].any() and cpu_total <= 0:
             return None
         return self._stats(OTHER, sel, fwd, _EMPTY, max(cpu_total, 0.0), mem, sizes, calls=0)
+
+    def _phase_runs(self, fwd: np.ndarray) -> dict[int, int]:
+        """Calls of each phase: its runs of consecutive scopes in one block (or head, or fused
+        op), so that q, k and v projected by three scopes, with the head split between them
+        placed in the same phase by its role (``analysis.roles``), are one call."""
+        a = self.a
+        scopes = fwd[a.is_scope[fwd] & (a.phase[fwd] >= 0)]
+        if scopes.size == 0:
+            return {}
+        code, owner = a.phase[scopes], a.parent[scopes]
+        starts = np.ones(scopes.size, np.bool_)
+        starts[1:] = (code[1:] != code[:-1]) | (owner[1:] != owner[:-1])
+        return dict(zip(*(x.tolist() for x in np.unique(code[starts], return_counts=True)), strict=True))
 
     def _outer_scopes(self, fwd: np.ndarray) -> np.ndarray:
         """The layer's head and phase scopes that no other such scope encloses."""

@@ -1,0 +1,68 @@
+"""Writes the corpus of real-model traces that ``tests/models/`` checks the analysis against.
+
+Each entry is one run of the runner on CPU: PyTorch's own attention modules, Hugging Face BERT,
+GPT-2 and Llama (grouped-query) in eager and SDPA attention, in training (dropout on) and in
+inference, and the built-in model where a mask, dropout or the head dimension changes what
+SDPA runs. The traces are committed (gzipped, small sizes), so the expectations written by hand
+in ``tests/models/expected.py`` are about fixed traces; run this again after a change to the
+runner or to the pinned torch, then read the traces and the findings again before updating the
+expectations.
+
+    python -m devtools.corpus                 # rewrite tests/models/traces/
+    python -m devtools.corpus hf-gpt2-eager-train   # just these entries
+
+The sizes keep score tensors apart from every other tensor: B·H·S·S (2·4·48·48 elements) is not
+B·S·D (2·48·128) or any weight's size, so a tensor of the score's size is a score.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+__all__ = ["CORPUS", "TRACES", "main"]
+
+TRACES = Path(__file__).resolve().parents[1] / "tests" / "models" / "traces"
+_COMMON = ["--seq", "48", "--batch", "2", "--size", "tiny", "--warmup", "1", "--active", "1", "--seed", "0",
+           "--gzip", "--no-progress", "--device", "cpu"]
+_TRAIN = ["--mode", "training", "--dropout", "0.1"]
+_INFER = ["--mode", "inference"]
+
+#: name -> the runner's arguments beyond ``_COMMON``.
+CORPUS: dict[str, list[str]] = {
+    "builtin-naive-infer": ["--model", "builtin", "--impl", "naive", *_INFER],
+    "builtin-sdpa-mask-infer": ["--model", "builtin", "--impl", "sdpa", "--attn-mask", *_INFER],
+    "builtin-sdpa-dropout-train": ["--model", "builtin", "--impl", "sdpa", *_TRAIN],
+    "builtin-sdpa-hd12-infer": ["--model", "builtin", "--impl", "sdpa", "--d-model", "48", *_INFER],
+    "torch-encoder-train": ["--model", "torch:encoder", "--impl", "sdpa", *_TRAIN],
+    "torch-encoder-infer": ["--model", "torch:encoder", "--impl", "sdpa", *_INFER],
+    "torch-mha-train": ["--model", "torch:mha", "--impl", "sdpa", *_TRAIN],
+    "torch-mha-infer": ["--model", "torch:mha", "--impl", "sdpa", *_INFER],
+    "torch-mha-weights-infer": ["--model", "torch:mha", "--impl", "naive", *_INFER],
+    **{f"hf-{family}-{attn}-{mode}": ["--model", f"hf:{family}", "--impl", impl,
+                                       *(["--kv-heads", "2"] if family == "llama" else []),
+                                       *(_TRAIN if mode == "train" else _INFER)]
+       for family in ("bert", "gpt2", "llama") for attn, impl in (("eager", "naive"), ("sdpa", "sdpa"))
+       for mode in ("train", "infer")},
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    wanted = (argv if argv is not None else sys.argv[1:]) or list(CORPUS)
+    unknown = [w for w in wanted if w not in CORPUS]
+    if unknown:
+        print(f"unknown corpus entries: {', '.join(unknown)}; choose from {', '.join(CORPUS)}", file=sys.stderr)
+        return 2
+    for name in wanted:
+        target = TRACES / name
+        shutil.rmtree(target, ignore_errors=True)
+        cmd = [sys.executable, "-m", "runner", "--logdir", str(target), "--name", "run", *_COMMON, *CORPUS[name]]
+        print(name, flush=True)
+        subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
