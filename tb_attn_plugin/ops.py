@@ -38,6 +38,7 @@ __all__ = [
     "MATMUL_OPS",
     "MATMUL_WRAPPER_OPS",
     "MM_OP",
+    "NATIVE_DROPOUT_OP",
     "NEG_OP",
     "NORM_OPS",
     "PROJECTION_OPS",
@@ -136,7 +137,10 @@ SCALE_OPS = frozenset({"aten::mul", "aten::div", "aten::mul_", "aten::div_"})
 MASKED_FILL_OPS = frozenset({"aten::masked_fill", "aten::masked_fill_"})
 #: Applying a mask to the scores (HF GPT-2 adds it, or selects with ``where``).
 MASK_OPS = MASKED_FILL_OPS | {"aten::where", "aten::add", "aten::add_", "aten::tril", "aten::triu"}
-DROPOUT_OPS = frozenset({"aten::dropout", "aten::native_dropout", "aten::feature_dropout"})
+#: ``native_dropout`` returns the dropped tensor and a bool mask (``aten::dropout`` draws float
+#: noise into a new tensor, then multiplies).
+NATIVE_DROPOUT_OP = "aten::native_dropout"
+DROPOUT_OPS = frozenset({"aten::dropout", NATIVE_DROPOUT_OP, "aten::feature_dropout"})
 
 # -- what surrounds the core: roles of the ops of a block outside phase scopes (analysis.roles) ------
 
@@ -167,7 +171,7 @@ KV_CACHE_OPS = frozenset({CAT_OP, "aten::index_copy", "aten::index_copy_", "aten
 KV_EXPAND_OPS = frozenset({"aten::repeat_interleave", "aten::repeat", "aten::expand"})
 #: Building or merging a mask (not applying it to the scores: ``MASK_OPS``).
 MASK_BUILD_OPS = frozenset({"aten::bitwise_not", "aten::logical_not", "aten::logical_and", "aten::logical_or",
-                            "aten::zeros_like", "aten::zeros", "aten::empty_like", "aten::_canonical_mask"})
+                            "aten::zeros_like", "aten::zeros", "aten::_canonical_mask"})
 #: Normalization after the output projection (BERT's attention module ends in a LayerNorm).
 NORM_OPS = frozenset({"aten::layer_norm", "aten::native_layer_norm", "aten::rms_norm", "aten::_fused_rms_norm",
                       "aten::group_norm"})

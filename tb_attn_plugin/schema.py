@@ -85,8 +85,10 @@ class PhaseStats(msgspec.Struct, kw_only=True):
     alloc_bytes: float
     freed_bytes: float
     peak_bytes: int  # largest rise of allocated memory over the phase's start, across its calls
-    sxs_bytes: float  # allocations the size of a (B, H, Sq, Sk) score tensor
+    sxs_bytes: float  # allocations of (B, H, Sq, Sk) score tensors (scores, probabilities)
     sxs_allocs: float
+    sxs_mask_bytes: float = 0.0  # masks of the scores' shape: bool, dropout noise, built masks
+    sxs_mask_allocs: float = 0.0
     backward: Backward
 
 
@@ -114,6 +116,9 @@ class LayerStats(msgspec.Struct, kw_only=True):
     alloc_bytes: float
     peak_bytes: int
     sxs_bytes: float
+    sxs_mask_bytes: float = 0.0
+    score_tensor_bytes: int = 0  # one (B, H, Sq, Sk) score tensor: its shape times its element size
+    score_shape: list[int] = []  # (B, H, Sq, Sk) of that tensor, from the ops' shapes
     heads_count: int | None
     phases: list[PhaseStats]
     heads: list[HeadStats]

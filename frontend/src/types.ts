@@ -93,6 +93,11 @@ export interface LayerStats {
   alloc_bytes: number;
   peak_bytes: number;
   sxs_bytes: number;
+  sxs_mask_bytes: number;
+  /** one (B, H, Sq, Sk) score tensor: its shape times its element size */
+  score_tensor_bytes: number;
+  /** (B, H, Sq, Sk) of that tensor, from the ops' shapes */
+  score_shape: number[];
   heads_count: number | null;
   phases: PhaseStats[];
   heads: HeadStats[];
@@ -125,9 +130,12 @@ export interface PhaseStats {
   freed_bytes: number;
   /** largest rise of allocated memory over the phase's start, across its calls */
   peak_bytes: number;
-  /** allocations the size of a (B, H, Sq, Sk) score tensor */
+  /** allocations of (B, H, Sq, Sk) score tensors (scores, probabilities) */
   sxs_bytes: number;
   sxs_allocs: number;
+  /** masks of the scores' shape: bool, dropout noise, built masks */
+  sxs_mask_bytes: number;
+  sxs_mask_allocs: number;
   backward: Backward;
 }
 

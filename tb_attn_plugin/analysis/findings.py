@@ -61,43 +61,45 @@ def _sxs_materialized(t: RuleQuery) -> list[Finding]:
     hit = [layer for layer in t.s.layers if layer.sxs_bytes > 0]
     if not hit:
         return []
-    total = sum(layer.sxs_bytes for layer in hit)
+    layers = [layer.layer for layer in hit]
+    total = t.score_bytes(layers)
     big = max(hit, key=lambda layer: (layer.sxs_bytes / max(layer.calls, 1e-9), -layer.layer))
     per_fwd = big.sxs_bytes / max(big.calls, 1e-9)
-    allocs = sum(p.sxs_allocs for p in big.phases)
-    heads = big.heads_count or 0
-    # One score tensor is what is certainly alive at the layer's peak; the per-forward sum is not
-    # (scores are freed as the next one is written), so shares are of a single tensor.
-    per_allocs = allocs / max(big.calls, 1e-9)
-    one = per_fwd / per_allocs if per_allocs > 0 else per_fwd
+    allocs = sum(p.sxs_allocs for p in big.phases) / max(big.calls, 1e-9)
+    masks = sum(p.sxs_mask_allocs for p in big.phases) / max(big.calls, 1e-9)
+    mask_bytes = big.sxs_mask_bytes / max(big.calls, 1e-9)
+    # One score tensor, from its shape and dtype: what is certainly alive at the layer's peak (the
+    # per-forward sum is not: scores are freed as the next one is written).
+    one = big.score_tensor_bytes or (per_fwd / allocs if allocs else per_fwd)
     layer_share = min(1.0, one / big.peak_bytes) if big.peak_bytes > 0 else 0.0
     peak = t.step_peak()
     step_share = min(1.0, one / peak) if peak > 0 else 0.0
     phases = [p for layer in hit for p in layer.phases if p.sxs_bytes > 0]
     time_us = sum(p.device_us if t.cuda else p.cpu_us for p in phases)
-    layers = [layer.layer for layer in hit]
-    allocs_text = count(allocs / max(big.calls, 1e-9), "score-sized tensor", "score-sized tensors")
+    shape = f" {tuple(big.score_shape)}" if big.score_shape else ""
     text = (f"In {layer_list(layers)}, the attention scores are written to memory as full (B, H, Sq, Sk) tensors: "
-            f"layer {big.layer} allocates {allocs_text} per forward, {size(per_fwd)}"
-            + (f" ({size(per_fwd / heads)} per head)" if heads else "") +
-            f", {size(total)} per step over {len(hit)} layers.")
+            f"layer {big.layer} allocates {count(allocs, 'score tensor', 'score tensors')}{shape} per forward, "
+            f"{size(one)} each ({size(per_fwd)})")
+    if masks:
+        text += f", and {count(masks, 'mask', 'masks')} of their shape ({size(mask_bytes)}: bool, dropout noise)"
+    text += f"; {size(total)} of score tensors per step over {count(len(hit), 'layer', 'layers')}."
     if big.peak_bytes > 0:
-        text += (f" One score tensor is {size(one)}: {pct(layer_share)} of the layer's peak rise"
-                 f" ({size(big.peak_bytes)})")
-        text += f" and {pct(step_share)} of the step's peak allocated memory ({size(peak)})." if peak else "."
+        text += (f" One score tensor is {pct(layer_share)} of the layer's peak rise ({size(big.peak_bytes)})"
+                 + (f" and {pct(step_share)} of the step's peak allocated memory ({size(peak)})." if peak else "."))
     text += " This memory grows with the square of the sequence length."
     details: dict[str, float | int | str] = {
-        "sxs_bytes_per_layer": per_fwd, "sxs_allocs_per_forward": per_allocs, "sxs_tensor_bytes": one,
+        "sxs_bytes_per_layer": per_fwd, "sxs_allocs_per_forward": allocs, "sxs_tensor_bytes": one,
+        "sxs_mask_allocs_per_forward": masks, "sxs_mask_bytes_per_layer": mask_bytes,
         "layer_peak_bytes": big.peak_bytes, "share_of_layer_peak": layer_share, "step_peak_bytes": peak,
         "share_of_step_peak": step_share}
-    if heads:
-        details.update(sxs_bytes_per_head=per_fwd / heads, heads=heads)
+    if big.score_shape:
+        details["score_shape"] = "x".join(map(str, big.score_shape))
     return [new_finding(
         "sxs-materialized", "medium", "The S×S attention scores are materialized", text,
         "Use a fused SDPA backend, which keeps scores on chip in tiles and never stores S×S: "
         "F.scaled_dot_product_attention(q, k, v, is_causal=True) with flash, efficient or cuDNN on CUDA, or the CPU "
         "flash kernel on CPU.",
-        layers=layers, ops=_top_names(p.ops for p in phases), kernels=_top_names(p.kernel_names for p in phases),
+        layers=layers, ops=t.score_allocators(layers), kernels=_top_names(p.kernel_names for p in phases),
         time_us=time_us, nbytes=total, details=details)]
 
 

@@ -13,6 +13,7 @@ from collections import Counter
 import numpy as np
 
 from tb_attn_plugin.analysis.query import HALF_DTYPES, I64, RuleQuery, dtype_name, new_finding
+from tb_attn_plugin.analysis.sdpa_causes import Cause, SdpaCall, causes
 from tb_attn_plugin.analysis.wording import count, duration, layer_list, number, size
 from tb_attn_plugin.ops import (
     ARANGE_OP,
@@ -24,7 +25,7 @@ from tb_attn_plugin.ops import (
     INPLACE_COPY_OP,
     SAFE_SOFTMAX_OP,
     SDPA_MATH_OP,
-    SDPA_OPS,
+    SDPA_OP,
     TRIANGLE_OPS,
 )
 from tb_attn_plugin.schema import Finding
@@ -116,45 +117,57 @@ def _math_fallback(t: RuleQuery) -> list[Finding]:
     n = calls.size
     inner = sum(int((t.ev.kind[i:t.subtree_end(i)] == Kind.CPU_OP).sum()) for i in calls.tolist())
     device = t.launched(calls)
-    sxs = sum(p.sxs_bytes for layer in layers for p in t.layers[layer].phases if p.phase == "sdpa")
+    sxs = t.score_bytes(layers)
     per_fwd = f"{number(inner / n)} CPU ops" + (f" and {number(device.size / n)} kernels" if t.cuda else "")
     text = (f"In {layer_list(layers)}, SDPA ran its math backend ({SDPA_MATH_OP}): {per_fwd} per forward where a fused "
             f"backend does all of it in one kernel; {t.time_text(calls, device)}, and the scores are "
             "materialized" + (f" ({size(sxs)} of score tensors per step). " if sxs else ". "))
-    hints = _math_hints(t, calls)
-    text += ("In this trace: " + "; ".join(hints) + "." if hints else
-             "The trace shows none of the usual causes: the math backend pinned with sdpa_kernel, an explicit "
-             "attn_mask (flash takes none), fp32 inputs on CUDA (flash and cuDNN need fp16 or bf16), a head "
-             "dimension above 256 or not a multiple of 8, or a GPU older than the fused kernels support.")
+    found = _fallback_causes(t, calls)
+    if found:
+        text += "Why, in this trace: " + "; ".join(c.text for c in found) + "."
+        fix = "; ".join(c.fix[0].upper() + c.fix[1:] if k == 0 else c.fix for k, c in enumerate(found)) + "."
+    else:
+        text += ("The trace shows none of the causes it can show (dropout on CPU, an explicit attn_mask, fp32 on "
+                 "CUDA, the head dimension, grouped-query attention): check for nested (jagged) inputs, a "
+                 "non-contiguous last dimension, a sdpa_kernel pin, or a GPU older than the fused kernels support.")
+        fix = ("Pin sdpa_kernel(SDPBackend.FLASH_ATTENTION) (or EFFICIENT_ATTENTION) once: PyTorch then raises and "
+               "warns why the fused kernel cannot run.")
     return [new_finding(
-        "math-fallback", "high", "SDPA ran its math backend instead of a fused kernel", text,
-        "Let a fused backend run: drop an sdpa_kernel(SDPBackend.MATH) pin, pass is_causal=True instead of a causal "
-        "mask, use bf16 or fp16 on CUDA, keep the head dimension a multiple of 8 up to 256. Pinning "
-        "sdpa_kernel(SDPBackend.FLASH_ATTENTION) once makes PyTorch warn why a fused kernel cannot run.",
+        "math-fallback", "high", "SDPA ran its math backend instead of a fused kernel", text, fix,
         layers=layers, ops=t.names_by_time(np.concatenate([calls, t.children(calls)])),
         kernels=t.names_by_time(device), time_us=t.time_of(calls, device), nbytes=sxs,
         details={"ops_per_forward": inner / n, "kernels_per_forward": device.size / n,
-                 "cpu_us_per_forward": float(t.ev.dur[calls].sum()) / n, "causes": "; ".join(hints)})]
+                 "cpu_us_per_forward": float(t.ev.dur[calls].sum()) / n,
+                 "causes": ", ".join(c.key for c in found)})]
 
 
-def _math_hints(t: RuleQuery, calls: I64) -> list[str]:
-    hints = []
-    if t.meta.get("impl") == "sdpa-math":
-        hints.append("the run pinned the math backend (impl sdpa-math)")
-    outer = [next((p for p in t.ancestors(i) if t.name(p) in SDPA_OPS), i) for i in calls.tolist()]
-    masks = {str(d) for i in outer if (d := t.dims(i, 3))}
-    if masks:
-        hints.append(f"an explicit attn_mask {', '.join(sorted(masks))} is passed (flash takes none; efficient "
-                     f"and cuDNN do, and is_causal=True needs none)")
-    types = {ty[0] for i in outer if (ty := t.types(i))}
-    if t.cuda and "float" in types:
-        hints.append("the inputs are fp32 (flash and cuDNN need fp16 or bf16)")
-    heads = {d[-1] for i in outer if (d := t.dims(i)) and len(d) >= 3}
-    bad = sorted(h for h in heads if h > 256 or h % 8)
-    if t.cuda and bad:
-        hints.append(f"the head dimension is {', '.join(map(str, bad))} (fused kernels want a multiple of 8, at "
-                     f"most 256)")
-    return hints
+#: Where ``dropout_p`` and ``enable_gqa`` are among each op's inputs.
+_DROPOUT_GQA_ARGS = {SDPA_OP: (4, 7), SDPA_MATH_OP: (4, 8)}
+
+
+def _fallback_causes(t: RuleQuery, calls: I64) -> list[Cause]:
+    found = []
+    for i in calls.tolist():
+        outer = next((p for p in t.ancestors(i) if t.name(p) == SDPA_OP), i)
+        sid = t.a.shape(t.ev, outer)
+        concrete = t.ev.shapes[sid].concrete if sid >= 0 else ()
+        at_dropout, at_gqa = _DROPOUT_GQA_ARGS.get(t.name(outer), (4, 7))
+        types = t.types(outer)
+        found.append(SdpaCall(q=t.dims(outer, 0), k=t.dims(outer, 1), v=t.dims(outer, 2), mask=t.dims(outer, 3),
+                              dtype=types[0] if types else None, dropout_p=_number(concrete, at_dropout),
+                              enable_gqa=_flag(concrete, at_gqa)))
+    return causes(found, cuda=t.cuda, pinned=t.meta.get("impl") == "sdpa-math")
+
+
+def _number(concrete: tuple[str, ...], k: int) -> float | None:
+    try:
+        return float(concrete[k]) if k < len(concrete) and concrete[k] else None
+    except ValueError:
+        return None
+
+
+def _flag(concrete: tuple[str, ...], k: int) -> bool | None:
+    return {"True": True, "False": False}.get(concrete[k]) if k < len(concrete) else None
 
 
 def _fp32_upcast(t: RuleQuery) -> list[Finding]:

@@ -21,6 +21,7 @@ from tb_attn_plugin.analysis import wording
 from tb_attn_plugin.analysis.attribute import DEVICE_KINDS, EPS_US, Attribution
 from tb_attn_plugin.analysis.bounds import clip
 from tb_attn_plugin.analysis.flops import elem_bytes
+from tb_attn_plugin.analysis.scores import score_allocs, sxs_sizes
 from tb_attn_plugin.ops import LINEAR_OP, SDPA_OPS
 from tb_attn_plugin.schema import Evidence, Finding, WorkerSummary
 from tb_attn_plugin.scopes import PHASES
@@ -255,6 +256,24 @@ class RuleQuery(TraceQuery):
     def backend_evidence(self, layers: list[int]) -> list[str]:
         """The names that showed these layers' backends, in order, once each."""
         return list(dict.fromkeys(n for x in layers for n in self.layers[x].backend_evidence))
+
+    def score_bytes(self, layers: Iterable[int]) -> float:
+        """Score tensors allocated per step in these layers' forwards: the one total every
+        finding quotes (the summary's ``sxs_bytes``; masks apart)."""
+        return sum(self.layers[x].sxs_bytes for x in layers)
+
+    def score_allocators(self, layers: Iterable[int]) -> list[str]:
+        """The top-level ops that allocate these layers' score tensors, the most bytes first."""
+        by_op: Counter[str] = Counter()
+        for layer in layers:
+            fwd = np.flatnonzero(self.fwd & (self.a.layer == layer))
+            mem = np.flatnonzero((self.a.mem_layer == layer) & ~self.a.mem_backward & self.mem_in_steps)
+            scores, _ = score_allocs(self.ev, self.a, mem, sxs_sizes(self.ev, self.a, fwd))
+            for m in mem[scores].tolist():
+                i = int(self.a.mem_event[m])
+                if i >= 0:
+                    by_op[self.name(self.top_level(i))] += int(self.ev.mem_bytes[m])
+        return [n for n, _ in sorted(by_op.items(), key=lambda kv: (-kv[1], kv[0]))[:MAX_NAMES]]
 
     def step_peak(self) -> int:
         """The largest total allocated on the memory device within the steps."""

@@ -6,70 +6,152 @@ with sequence length. ``summary`` reports them as ``sxs_bytes`` and ``sxs_allocs
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 
 from tb_attn_plugin.analysis.attribute import Attribution
 from tb_attn_plugin.analysis.flops import MAX_TENSOR_BYTES, elem_bytes
 from tb_attn_plugin.ops import (
+    ARANGE_OP,
+    ARITHMETIC_OPS,
+    COMPARE_OPS,
+    DROPOUT_OPS,
+    DTYPE_CONVERT_OPS,
+    FILL_OPS,
     GEMM_OPS,
+    MASK_BUILD_OPS,
+    MASK_OPS,
     MATMUL_INPUT_COPY_OPS,
     MATMUL_OPS,
     MATMUL_WRAPPER_OPS,
+    NATIVE_DROPOUT_OP,
+    SCALE_OPS,
     SDPA_OPS,
     SOFTMAX_OPS,
+    TRIANGLE_OPS,
 )
 from tb_attn_plugin.scopes import PHASES
 from tb_attn_plugin.trace.events import Events
 
-__all__ = ["OTHER", "SCORE_PHASES", "score_allocs", "sxs_sizes"]
+__all__ = ["OTHER", "SCORE_PHASES", "ScoreSizes", "allocator_sizes", "score_allocs", "sxs_sizes"]
 
 #: The phase of a layer's events that no phase scope encloses.
 OTHER = "other"
 #: Phases whose outputs are (B, H, Sq, Sk) scores or probabilities, where S×S allocations mean
 #: materialized scores (elsewhere an allocation of the same size is a coincidence).
 SCORE_PHASES = frozenset({"qk_matmul", "scale", "mask", "softmax", "dropout", "sdpa", OTHER})
-_QK_CODES = (PHASES.index("qk_matmul"), PHASES.index("sdpa"))
+_QK_CODE = PHASES.index("qk_matmul")  # in the sdpa phase the SDPA op gives the shape (and attn·V is there too)
 _MIN_SXS_ELEMS = 256  # smaller "score" tensors are too common to mean anything
+_SMALL_ROUND = 512  # CUDA's caching allocator: every size rounded up to this...
+_LARGE_FROM = 1 << 20  # ...and a block over 1 MiB to a multiple of 2 MiB
+_LARGE_ROUND = 2 << 20
+#: Ops whose output is a mask at any size, and ops whose output is a mask unless it has the
+#: scores' size (``where`` or ``masked_fill`` on the scores gives masked scores).
+_MASK_BUILDERS = MASK_BUILD_OPS | TRIANGLE_OPS | COMPARE_OPS | FILL_OPS | {ARANGE_OP}
+_MASK_APPLIERS = (MASK_OPS - ARITHMETIC_OPS) | DTYPE_CONVERT_OPS
 
 
-def sxs_sizes(ev: Events, a: Attribution, fwd: np.ndarray) -> set[int]:
-    """Byte sizes of a (B, H, Sq, Sk) score tensor in a layer, from the shapes of its forward
+@dataclass(frozen=True, slots=True)
+class ScoreSizes:
+    """The score tensors of one layer, from the shapes of its ops: ``scores``, the byte sizes of
+    one (B, H, Sq, Sk) tensor in its dtype and in float32 (an upcast softmax); ``masks``, the
+    byte sizes of a bool mask of that shape and of the (Sq, Sk) and (B, Sq, Sk) masks a model
+    builds; ``tensor_bytes`` and ``shape``: the largest score tensor, from its shape and dtype."""
+
+    scores: frozenset[int] = frozenset()
+    masks: frozenset[int] = frozenset()
+    bool_masks: frozenset[int] = frozenset()
+    tensor_bytes: int = 0
+    shape: tuple[int, ...] = ()
+
+
+def sxs_sizes(ev: Events, a: Attribution, fwd: np.ndarray) -> ScoreSizes:
+    """The sizes of a (B, H, Sq, Sk) score tensor in a layer, from the shapes of its forward
     events ``fwd``."""
-    sizes: set[int] = set()
+    scores: set[int] = set()
+    masks: set[int] = set()
+    bools: set[int] = set()
+    best: tuple[int, int, tuple[int, ...]] = (0, 0, ())
     with_shape = fwd[ev.shape[fwd] >= 0]
     for i in with_shape[a.shape_ok[ev.shape[with_shape]]].tolist():
         name = ev.names[ev.name[i]]
         shapes = ev.shapes[ev.shape[i]]
         dims = shapes.dims
         elem = elem_bytes(shapes.types[0]) if shapes.types else 4
-        count = 0
+        shape: tuple[int, ...] = ()
         # Python integers: plausible inputs can still claim a score tensor past int64.
         if name in SDPA_OPS and len(dims) >= 2 and len(dims[0]) >= 3 and len(dims[1]) >= 2:
-            q, k = dims[0], dims[1]
-            count = math.prod(q[:-1]) * k[-2]
+            shape = (*dims[0][:-1], dims[1][-2])
         elif name in SOFTMAX_OPS and dims and len(dims[0]) >= 3:
-            count = math.prod(dims[0])
-        elif name in MATMUL_OPS and a.phase[i] in _QK_CODES and len(dims) >= 2 and len(dims[0]) >= 3 \
+            shape = tuple(dims[0])
+        elif name in MATMUL_OPS and a.phase[i] == _QK_CODE and len(dims) >= 2 and len(dims[0]) >= 3 \
                 and len(dims[1]) >= 2:
-            count = math.prod(dims[0][:-1]) * dims[1][-1]
+            shape = (*dims[0][:-1], dims[1][-1])
+        count = math.prod(shape) if shape else 0
         if count >= _MIN_SXS_ELEMS and count * max(elem, 4) <= MAX_TENSOR_BYTES:
-            sizes.update({count * elem, count * 4})
-    return sizes
+            scores.update({count * elem, count * 4})
+            bools.add(count)
+            sq_sk = shape[-2] * shape[-1]
+            masks.update({n * e for n in (sq_sk, shape[0] * sq_sk, count) for e in (1, elem, 4)})
+            best = max(best, (count * elem, len(shape), shape))  # ties: the 4-D shape of SDPA or softmax
+    return ScoreSizes(frozenset(scores), frozenset(masks), frozenset(bools - scores), best[0], best[2])
 
 
-def score_allocs(ev: Events, a: Attribution, mem_idx: np.ndarray, sizes: set[int]) -> np.ndarray:
-    """Which of these memory events allocate a score tensor: the size of B·H·Sq·Sk elements,
-    and not a copy that a matmul makes of its inputs (q or kᵀ can have the same size when
-    the head dimension equals the key length)."""
-    out = np.zeros(mem_idx.size, np.bool_)
-    if not sizes:
-        return out
+def allocator_sizes(sizes: frozenset[int]) -> frozenset[int]:
+    """What CUDA's caching allocator records for tensors of these sizes: rounded up to 512 B,
+    and blocks over 1 MiB also to a multiple of 2 MiB (a 1.8 GB score tensor is 901 × 2 MiB)."""
+    out = set(sizes)
+    for n in sizes:
+        out.add(-(-n // _SMALL_ROUND) * _SMALL_ROUND)
+        if n > _LARGE_FROM:
+            out.add(-(-n // _LARGE_ROUND) * _LARGE_ROUND)
+    return frozenset(out)
+
+
+def score_allocs(ev: Events, a: Attribution, mem_idx: np.ndarray, sizes: ScoreSizes) -> tuple[np.ndarray, np.ndarray]:
+    """Which of these memory events allocate a score tensor, and which a mask of the scores'
+    shape (bool, or score-sized from a mask-building op or dropout's noise): sizes as recorded
+    (rounded by the caching allocator on CUDA). Not a copy that a matmul makes of its inputs
+    (q or kᵀ can have the score's size when the head dimension equals the key length)."""
+    score = np.zeros(mem_idx.size, np.bool_)
+    mask = np.zeros(mem_idx.size, np.bool_)
+    if not sizes.scores:
+        return score, mask
     nbytes = ev.mem_bytes[mem_idx]
-    candidates = np.flatnonzero(np.isin(nbytes, list(sizes)) & (nbytes > 0))
-    for k in candidates.tolist():
-        out[k] = not _input_copy(ev, a, int(a.mem_event[mem_idx[k]]))
-    return out
+    cuda = ev.mem_device_type[mem_idx] == 1
+    known = sizes.scores | sizes.masks | sizes.bool_masks
+    near = (np.isin(nbytes, list(known)) | (cuda & np.isin(nbytes, list(allocator_sizes(known))))) & (nbytes > 0)
+    for k in np.flatnonzero(near).tolist():
+        n = int(nbytes[k])
+        exact = {n} if not cuda[k] else {n} | {s for s in known if n in allocator_sizes(frozenset({s}))}
+        i = int(a.mem_event[mem_idx[k]])
+        if exact & sizes.bool_masks:
+            mask[k] = True
+        elif exact & sizes.scores:
+            if _mask_maker(ev, a, i, _MASK_BUILDERS):
+                mask[k] = True
+            else:
+                score[k] = not _input_copy(ev, a, i)
+        elif _mask_maker(ev, a, i, _MASK_BUILDERS | _MASK_APPLIERS):
+            mask[k] = True
+    return score, mask
+
+
+def _mask_maker(ev: Events, a: Attribution, i: int, makers: frozenset[str]) -> bool:
+    """Whether the op that allocates (innermost event ``i``) makes a mask: one of ``makers``
+    around it, or dropout's random noise (``aten::dropout`` draws it into a new tensor, then
+    multiplies: the product is the dropped probabilities; ``native_dropout``'s mask is bool,
+    which its size shows)."""
+    first = ev.names[ev.name[i]] if i >= 0 else ""
+    while i >= 0 and not a.is_scope[i]:
+        name = ev.names[ev.name[i]]
+        if name in makers:
+            return True
+        if name in DROPOUT_OPS:
+            return name != NATIVE_DROPOUT_OP and first not in SCALE_OPS
+        i = int(a.parent[i])
+    return False
 
 
 def _input_copy(ev: Events, a: Attribution, i: int) -> bool:

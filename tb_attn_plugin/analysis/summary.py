@@ -21,7 +21,7 @@ from tb_attn_plugin.analysis.collectives import collectives
 from tb_attn_plugin.analysis.findings import find
 from tb_attn_plugin.analysis.query import TraceQuery, ancestors
 from tb_attn_plugin.analysis.ranks import rank_of
-from tb_attn_plugin.analysis.scores import OTHER, SCORE_PHASES, score_allocs, sxs_sizes
+from tb_attn_plugin.analysis.scores import OTHER, SCORE_PHASES, ScoreSizes, score_allocs, sxs_sizes
 from tb_attn_plugin.ops import SDPA_OPS, SOFTMAX_OPS
 from tb_attn_plugin.schema import Backward, HeadStats, LayerStats, PhaseStats, StepStats, WorkerSummary
 from tb_attn_plugin.scopes import MAX_HEADS, PHASES, parse_scope
@@ -215,14 +215,16 @@ class _Summarizer:
             backend_evidence=[clip(n) for n in evidence],
             inferred=self.inferred, calls=self._per_step(block_scopes.size), cpu_us=cpu_us, device_us=device_us,
             flops=flops, flops_per_s=_rate(flops, device_us or cpu_us), alloc_bytes=alloc,
-            peak_bytes=self._peak(block_scopes), sxs_bytes=sxs, heads_count=self._heads_count(fwd), phases=phases,
+            peak_bytes=self._peak(block_scopes), sxs_bytes=sxs, sxs_mask_bytes=sum(p.sxs_mask_bytes for p in phases),
+            score_tensor_bytes=sizes.tensor_bytes, score_shape=list(sizes.shape),
+            heads_count=self._heads_count(fwd), phases=phases,
             heads=[], backward=back,
         )
         stats.heads = self._heads(stats, fwd, mem, sizes)
         return stats
 
     def _other(self, sel: np.ndarray, block_scopes: np.ndarray, layer_fwd: np.ndarray, mem: np.ndarray,
-               sizes: set[int]) -> PhaseStats | None:
+               sizes: ScoreSizes) -> PhaseStats | None:
         ev, a = self.ev, self.a
         fwd = sel[~a.backward[sel]]
         cpu_total = float(ev.dur[block_scopes].sum() - ev.dur[self._outer_scopes(layer_fwd)].sum())
@@ -256,13 +258,13 @@ class _Summarizer:
 
     def _stats(
         self, phase: str, sel: np.ndarray, fwd: np.ndarray, scopes: np.ndarray, cpu_total: float, mem: np.ndarray,
-        sizes: set[int], calls: int | None = None,
+        sizes: ScoreSizes, calls: int | None = None,
     ) -> PhaseStats:
         ev, a = self.ev, self.a
         device = fwd[self.device_work[fwd]]
         ops = fwd[self.top_op[fwd]]
         nbytes = ev.mem_bytes[mem].astype(np.float64)  # sums of sizes near 2**53 stay finite
-        sxs = score_allocs(ev, a, mem, sizes if phase in SCORE_PHASES else set())
+        sxs, masks = score_allocs(ev, a, mem, sizes if phase in SCORE_PHASES else ScoreSizes())
         bwd = sel[a.backward[sel]]
         engine_top = bwd[self.engine[bwd] & ~self.parent_backward[bwd]]
         bwd_device = bwd[self.device_work[bwd]]
@@ -286,6 +288,8 @@ class _Summarizer:
             peak_bytes=self._peak(scopes),
             sxs_bytes=self._per_step(nbytes[sxs].sum()),
             sxs_allocs=self._per_step(int(sxs.sum())),
+            sxs_mask_bytes=self._per_step(nbytes[masks].sum()),
+            sxs_mask_allocs=self._per_step(int(masks.sum())),
             backward=Backward(
                 calls=self._per_step(engine_top.size),
                 cpu_us=self._per_step(ev.dur[engine_top].sum()),
@@ -310,7 +314,7 @@ class _Summarizer:
                 tally(self.diag, BAD_HEAD_COUNT)
         return counts.most_common(1)[0][0] if counts else None
 
-    def _heads(self, stats: LayerStats, fwd: np.ndarray, mem: np.ndarray, sizes: set[int]) -> list[HeadStats]:
+    def _heads(self, stats: LayerStats, fwd: np.ndarray, mem: np.ndarray, sizes: ScoreSizes) -> list[HeadStats]:
         ev, a = self.ev, self.a
         head_of = a.head[fwd]
         measured = sorted(set(head_of[head_of >= 0].tolist()))
@@ -325,7 +329,7 @@ class _Summarizer:
                 head_scopes = mine[a.is_scope[mine] & (a.phase[mine] < 0)]
                 mem_h = mem[a.mem_head[mem] == h]
                 nbytes = ev.mem_bytes[mem_h].astype(np.float64)
-                sxs = score_allocs(ev, a, mem_h, sizes) & np.isin(a.mem_phase[mem_h], score_codes)
+                sxs = score_allocs(ev, a, mem_h, sizes)[0] & np.isin(a.mem_phase[mem_h], score_codes)
                 out.append(HeadStats(
                     head=h, derived=False,
                     cpu_us=self._per_step(ev.dur[head_scopes].sum()),

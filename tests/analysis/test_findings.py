@@ -196,7 +196,9 @@ def test_switchtransformers_numbers() -> None:
     assert mask.evidence.ops == ["aten::new_ones", "aten::tril"] and mask.evidence.details["inside_math_backend"] == 0
     assert "register_buffer" in mask.suggestion
     sxs = _one(found, "sxs-materialized")
-    assert sxs.evidence.details["sxs_bytes_per_head"] == sxs.evidence.details["sxs_bytes_per_layer"] / 8
+    # One score tensor from its shape and dtype, (B, H, Sq, Sk) fp32, not a total over a count.
+    assert sxs.evidence.details["score_shape"] == "8x8x128x128"
+    assert sxs.evidence.details["sxs_tensor_bytes"] == 8 * 8 * 128 * 128 * 4
     assert 0 < float(sxs.evidence.details["share_of_step_peak"]) < float(sxs.evidence.details["share_of_layer_peak"])
     dispatch = _one(found, "dispatch-bound")
     assert dispatch.evidence.details["kernels_per_forward"] == 16
@@ -218,7 +220,7 @@ def test_math_fallback_on_the_runner(load: Callable[..., Loaded]) -> None:
     found = _find(load("runner:sdpa-math"))
     math = _one(found, "math-fallback")
     assert math.severity == "high" and math.evidence.layers == [0, 1]
-    assert "pinned the math backend" in str(math.evidence.details["causes"])
+    assert math.evidence.details["causes"] == "pinned" and "pinned the math backend" in math.explanation
     assert math.evidence.ops[0] == "aten::_scaled_dot_product_attention_math"
     assert float(math.evidence.details["ops_per_forward"]) > 20  # one fused op on the CPU flash path
     assert math.evidence.bytes > 0
