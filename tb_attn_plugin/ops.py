@@ -171,7 +171,8 @@ KV_CACHE_OPS = frozenset({CAT_OP, "aten::index_copy", "aten::index_copy_", "aten
 KV_EXPAND_OPS = frozenset({"aten::repeat_interleave", "aten::repeat", "aten::expand"})
 #: Building or merging a mask (not applying it to the scores: ``MASK_OPS``).
 MASK_BUILD_OPS = frozenset({"aten::bitwise_not", "aten::logical_not", "aten::logical_and", "aten::logical_or",
-                            "aten::zeros_like", "aten::zeros", "aten::_canonical_mask"})
+                            "aten::zeros_like", "aten::zeros", "aten::_canonical_mask", "aten::isneginf",
+                            "aten::isinf", "aten::isnan", "aten::eq", "aten::ne"})
 #: Normalization after the output projection (BERT's attention module ends in a LayerNorm).
 NORM_OPS = frozenset({"aten::layer_norm", "aten::native_layer_norm", "aten::rms_norm", "aten::_fused_rms_norm",
                       "aten::group_norm"})

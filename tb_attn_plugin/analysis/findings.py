@@ -22,6 +22,7 @@ import numpy as np
 from tb_attn_plugin.analysis.analyze import Analysis
 from tb_attn_plugin.analysis.op_findings import OP_RULES
 from tb_attn_plugin.analysis.query import MAX_NAMES, RuleQuery, new_finding
+from tb_attn_plugin.analysis.scores import OTHER
 from tb_attn_plugin.analysis.wording import count, duration, layer_list, number, pct, size
 from tb_attn_plugin.schema import Evidence, Finding, WorkerSummary
 from tb_attn_plugin.trace.kineto import Kind
@@ -45,6 +46,7 @@ TINY_OP_US = 20.0  # CPU: a top-level op shorter than this is mostly dispatch
 TINY_OPS_MIN = 10  # CPU: more ops than this per forward...
 TINY_SHARE = 0.5  # ...and at least this share of the block's time outside longer ops
 SHARE_NOTABLE = 0.5  # share-of-step is "low" rather than "info" from here
+OTHER_SHARE = 0.2  # a layer with more of its block's time than this in no phase gets a note
 
 def find(analysis: Analysis, summary: WorkerSummary, *, metadata: dict[str, object] | None = None) -> list[Finding]:
     """Every rule's findings on one trace, ordered by severity, id and layers."""
@@ -52,7 +54,7 @@ def find(analysis: Analysis, summary: WorkerSummary, *, metadata: dict[str, obje
         return []
     t = RuleQuery(analysis.events, analysis.attr, summary, metadata or {})
     out: list[Finding] = []
-    for rule in (*OP_RULES, _sxs_materialized, _dispatch_bound, _backend_mismatch, _share_of_step):
+    for rule in (*OP_RULES, _sxs_materialized, _dispatch_bound, _backend_mismatch, _unplaced, _share_of_step):
         out.extend(rule(t))
     return sorted(out, key=lambda f: (SEVERITIES.index(f.severity), f.id, f.evidence.layers))
 
@@ -81,7 +83,7 @@ def _sxs_materialized(t: RuleQuery) -> list[Finding]:
             f"layer {big.layer} allocates {count(allocs, 'score tensor', 'score tensors')}{shape} per forward, "
             f"{size(one)} each ({size(per_fwd)})")
     if masks:
-        text += f", and {count(masks, 'mask', 'masks')} of their shape ({size(mask_bytes)}: bool, dropout noise)"
+        text += f", and {count(masks, 'mask', 'masks')} ({size(mask_bytes)}, counted apart from the scores)"
     text += f"; {size(total)} of score tensors per step over {count(len(hit), 'layer', 'layers')}."
     if big.peak_bytes > 0:
         text += (f" One score tensor is {pct(layer_share)} of the layer's peak rise ({size(big.peak_bytes)})"
@@ -205,6 +207,28 @@ def _backend_mismatch(t: RuleQuery) -> list[Finding]:
             layers=odd, ops=t.backend_evidence(odd), kernels=[], time_us=t.layers_time(odd),
             details={"backends": desc, "majority": main}))
     return out
+
+
+def _unplaced(t: RuleQuery) -> list[Finding]:
+    """Time in a block that no phase holds, written or by role: bookkeeping should be small."""
+    rows = []
+    for layer in t.s.layers:
+        other = next((p for p in layer.phases if p.phase == OTHER), None)
+        if other is not None and layer.cpu_us > 0 and other.cpu_us / layer.cpu_us > OTHER_SHARE:
+            rows.append((layer, other))
+    if not rows:
+        return []
+    share = _median(o.cpu_us / layer.cpu_us for layer, o in rows)
+    ops = _top_names(o.ops for _, o in rows)
+    text = (f"In {layer_list([layer.layer for layer, _ in rows])}, {pct(share)} of the attention block's CPU time "
+            "(median over layers) is in no phase: neither a phase scope nor the role of an op places it"
+            + (f" (its ops: {', '.join(ops)})" if ops else ": the time between ops, Python in the module") + ".")
+    return [new_finding(
+        "unplaced-time", "info", "Much of the attention block is in no phase", text,
+        "Scope the work with record_function (tbattn.v1/L<n>/<phase>, docs/scopes.md), or read the block in the "
+        "Timeline: ops there that belong to attention, under a name tb-attn does not know, are worth a report.",
+        layers=[layer.layer for layer, _ in rows], ops=ops, kernels=[],
+        time_us=sum(o.cpu_us for _, o in rows), details={"other_share": share})]
 
 
 def _share_of_step(t: RuleQuery) -> list[Finding]:

@@ -127,7 +127,7 @@ def score_allocs(ev: Events, a: Attribution, mem_idx: np.ndarray, sizes: ScoreSi
         exact = {n} if not cuda[k] else {n} | {s for s in known if n in allocator_sizes(frozenset({s}))}
         i = int(a.mem_event[mem_idx[k]])
         if exact & sizes.bool_masks:
-            mask[k] = True
+            mask[k] = _mask_maker(ev, a, i, _MASK_BUILDERS | _MASK_APPLIERS, bool_size=True)
         elif exact & sizes.scores:
             if _mask_maker(ev, a, i, _MASK_BUILDERS):
                 mask[k] = True
@@ -138,18 +138,19 @@ def score_allocs(ev: Events, a: Attribution, mem_idx: np.ndarray, sizes: ScoreSi
     return score, mask
 
 
-def _mask_maker(ev: Events, a: Attribution, i: int, makers: frozenset[str]) -> bool:
+def _mask_maker(ev: Events, a: Attribution, i: int, makers: frozenset[str], *, bool_size: bool = False) -> bool:
     """Whether the op that allocates (innermost event ``i``) makes a mask: one of ``makers``
     around it, or dropout's random noise (``aten::dropout`` draws it into a new tensor, then
-    multiplies: the product is the dropped probabilities; ``native_dropout``'s mask is bool,
-    which its size shows)."""
+    multiplies: the product is the dropped probabilities; ``native_dropout``'s mask is the
+    allocation of a bool's size). A size alone says nothing: (B, Sq, Sk) fp32 weights have the
+    size of a (B, 4, Sq, Sk) bool mask."""
     first = ev.names[ev.name[i]] if i >= 0 else ""
     while i >= 0 and not a.is_scope[i]:
         name = ev.names[ev.name[i]]
         if name in makers:
             return True
         if name in DROPOUT_OPS:
-            return name != NATIVE_DROPOUT_OP and first not in SCALE_OPS
+            return bool_size or (name != NATIVE_DROPOUT_OP and first not in SCALE_OPS)
         i = int(a.parent[i])
     return False
 

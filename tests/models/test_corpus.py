@@ -1,0 +1,107 @@
+"""The analysis on real-model traces, checked against what reading each trace says
+(``expected.py``): backends, the phase of every op of a block, the findings, score sizes and
+fallback causes. The traces come from ``devtools/corpus.py``; when a rule is wrong, the rule is
+fixed, not the expectation."""
+
+from __future__ import annotations
+
+from functools import cache
+from pathlib import Path
+
+import numpy as np
+import pytest
+from expected import EXPECTED
+
+from devtools.corpus import CORPUS, TRACES
+from tb_attn_plugin.analysis.analyze import Analysis
+from tb_attn_plugin.loader import Loader, resolve_runs
+from tb_attn_plugin.ops import FUSED_BLOCK_OPS
+from tb_attn_plugin.schema import WorkerSummary
+from tb_attn_plugin.scopes import PHASES
+from tb_attn_plugin.trace.kineto import Kind
+
+
+@cache
+def _load(name: str) -> tuple[Analysis, WorkerSummary]:
+    (run,) = resolve_runs(str(TRACES / name))
+    loader = Loader()
+    (trace,) = run.files
+    summary = loader.summarize_run(run)
+    assert not summary.errors and len(summary.workers) == 1
+    return loader.analyze_file(trace), summary.workers[0]
+
+
+def _block_phases(analysis: Analysis, layer: int = 0) -> dict[str, str]:
+    """The top-level ops of the layer's first forward block, by phase, in order."""
+    ev, a = analysis.events, analysis.attr
+    (block, *_) = np.flatnonzero(a.is_scope & (a.layer == layer) & (a.phase < 0) & (a.head < 0) & ~a.backward)
+    end = ev.ts[block] + ev.dur[block]
+    out: dict[str, list[str]] = {}
+    i = int(block) + 1
+    while i < len(ev) and ev.track[i] == ev.track[block] and ev.ts[i] <= end:
+        p = int(a.parent[i])
+        if ev.kind[i] == Kind.CPU_OP and p >= 0 and (a.is_scope[p] or ev.names[ev.name[p]] in FUSED_BLOCK_OPS):
+            phase = PHASES[a.phase[i]] if a.phase[i] >= 0 else "other"
+            out.setdefault(phase, []).append(ev.names[ev.name[i]].removeprefix("aten::"))
+        i += 1
+    return {phase: " ".join(ops) for phase, ops in out.items()}
+
+
+def test_the_corpus_is_complete() -> None:
+    assert set(EXPECTED) == set(CORPUS)
+    assert all((TRACES / name).is_dir() for name in CORPUS), "run python -m devtools.corpus"
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_phases_backend_and_findings(name: str) -> None:
+    expected = EXPECTED[name]
+    analysis, summary = _load(name)
+    assert not analysis.inferred
+    assert {layer.backend for layer in summary.layers} == {expected.backend}
+    assert _block_phases(analysis) == expected.phases
+    assert {f.id for f in summary.findings} == expected.findings
+    for layer in summary.layers:
+        other = next((p for p in layer.phases if p.phase == "other"), None)
+        # "other" is bookkeeping: small, and never the largest phase.
+        assert other is None or other.cpu_us < 0.2 * layer.cpu_us, (layer.layer, other.cpu_us, layer.cpu_us)
+        assert other is None or other.cpu_us < max(p.cpu_us for p in layer.phases if p.phase != "other")
+
+
+@pytest.mark.parametrize("name", sorted(n for n, e in EXPECTED.items() if e.scores is not None))
+def test_score_tensors_and_masks(name: str) -> None:
+    expected = EXPECTED[name]
+    _, summary = _load(name)
+    (sxs,) = [f for f in summary.findings if f.id == "sxs-materialized"]
+    d = sxs.evidence.details
+    assert (d["sxs_allocs_per_forward"], d["sxs_mask_allocs_per_forward"]) == expected.scores
+    # B·H·Sq·Sk·4 bytes: every corpus run is (2, 4, 48, 48) fp32.
+    assert d["score_shape"] == "2x4x48x48" and d["sxs_tensor_bytes"] == 2 * 4 * 48 * 48 * 4
+    assert d["sxs_bytes_per_layer"] == expected.scores[0] * 2 * 4 * 48 * 48 * 4
+    # One total, quoted alike by every finding that gives one.
+    totals = {f.evidence.bytes for f in summary.findings if f.id in ("sxs-materialized", "math-fallback")}
+    assert totals == {sum(layer.sxs_bytes for layer in summary.layers)}
+    assert set(sxs.evidence.ops) <= {op for layer in summary.layers for p in layer.phases for op in p.ops}
+
+
+@pytest.mark.parametrize("name", sorted(n for n, e in EXPECTED.items() if e.causes is not None))
+def test_math_fallback_names_its_cause(name: str) -> None:
+    _, summary = _load(name)
+    (math,) = [f for f in summary.findings if f.id == "math-fallback"]
+    assert math.evidence.details["causes"] == EXPECTED[name].causes
+    assert "dropout_p 0.1 (training): the CPU flash kernel takes no dropout" in math.explanation
+    assert "dropout" in math.suggestion and "none of the causes" not in math.explanation
+
+
+def test_gpt2_other_is_not_its_largest_phase() -> None:
+    """The report that started this: scale, mask and the KV cache's cat were GPT-2's "other"."""
+    _, summary = _load("hf-gpt2-eager-infer")
+    for layer in summary.layers:
+        by_phase = {p.phase: p for p in layer.phases}
+        assert max(by_phase, key=lambda p: by_phase[p].cpu_us) != "other"
+        assert {"scale", "mask", "kv_cache"} <= set(by_phase)
+        assert by_phase["kv_cache"].ops == ["aten::cat"] and by_phase["kv_cache"].calls == 1
+
+
+def test_corpus_traces_are_small() -> None:
+    sizes = [p.stat().st_size for p in Path(TRACES).rglob("*.json.gz")]
+    assert len(sizes) == len(CORPUS) and max(sizes) < 300_000
