@@ -165,7 +165,8 @@ def plan_sweep(args: argparse.Namespace) -> list[RunSpec]:
             kv_heads=args.kv_heads,
             d_model=args.d_model if args.d_model is not None else d_model,
             seq=seq, batch=args.batch, vocab=args.vocab, dtype=dtype, causal=args.causal,
-            dropout=args.dropout, attn_mask=args.attn_mask, device=device, mode=args.mode, impl=impl, per_head=args.per_head,
+            dropout=args.dropout, attn_mask=args.attn_mask, device=device, mode=args.mode, impl=impl,
+            per_head=args.per_head,
             scopes=args.scopes, parallel=parallel, slow_rank=args.slow_rank, slow_ms=args.slow_ms,
         )
         check_model_spec(args.model, cfg, hf, world_size=ranks)
