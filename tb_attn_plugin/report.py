@@ -153,6 +153,12 @@ def compare_table(result: CompareResponse, scale: ScalingResponse) -> str:
     lines = [f"baseline: {result.baseline} (time is device time where there is some, else CPU; means per step)",
              fmt.format(*header), *(fmt.format(*row) for row in cells)]
     lines += [f"error: {e.run}: {e.error}" for e in result.errors]
+    for f in result.runs:
+        if f.why_slower:
+            lines += ["", f"why {printable(f.run)} is slower than the baseline (same model and configuration):"]
+            for reason in f.why_slower:
+                lines.extend(textwrap.wrap(printable(reason), width=100, initial_indent="  - ",
+                                           subsequent_indent="    "))
     fitted = [s for s in scale.series if s.time_fit or s.memory_fit]
     if fitted:
         lines.append("")

@@ -229,6 +229,7 @@ class CompareRun(msgspec.Struct, kw_only=True):
     layers: list[CompareLayer]
     findings: list[str]  # finding ids
     ratio: CompareRatio  # against the baseline (``compare``); all null in ``run_facts`` alone
+    why_slower: list[str] = []  # same model and configuration as the baseline, another impl, slower: why
 
 
 class CompareError(msgspec.Struct, kw_only=True):

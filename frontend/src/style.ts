@@ -128,6 +128,9 @@ table.runs td.pick, table.runs th.pick { width: 24px; padding-right: 0; }
 table.compare-table tr.group th { background: #f5f5f5; color: #424242; font-weight: 600; padding-top: 8px; }
 table.compare-table tr.base-row { background: #fffaf2; }
 table.compare-table td.run-name { font-weight: 600; }
+.why-slower { border-left: 3px solid #f28e2b; background: #fffaf2; padding: 4px 12px; margin: 10px 0; }
+.why-slower h3 { font-size: 13px; margin: 4px 0; overflow-wrap: anywhere; }
+.why-slower ul { margin: 4px 0; padding-left: 18px; }
 table.compare-table td.run-name a { color: #1565c0; text-decoration: none; }
 table.compare-table td.run-name a:hover { text-decoration: underline; }
 .badge.baseline { background: #fff3e0; color: #e65100; margin-left: 6px; }

@@ -437,6 +437,8 @@ export interface CompareRun {
   findings: string[];
   /** against the baseline (`compare`); all null in `run_facts` alone */
   ratio: CompareRatio;
+  /** same model and configuration as the baseline, another impl, slower: why */
+  why_slower: string[];
 }
 
 export interface ComparePhase {

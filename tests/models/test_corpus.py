@@ -105,3 +105,26 @@ def test_gpt2_other_is_not_its_largest_phase() -> None:
 def test_corpus_traces_are_small() -> None:
     sizes = [p.stat().st_size for p in Path(TRACES).rglob("*.json.gz")]
     assert len(sizes) == len(CORPUS) and max(sizes) < 300_000
+
+
+def _compare(a: str, b: str) -> list[str]:
+    from tb_attn_plugin.analysis.compare import compare
+
+    loader = Loader()
+    runs = [loader.summarize_run(r) for n in (a, b) for r in resolve_runs(str(TRACES / n))]
+    base, other = compare(runs).runs
+    assert base.why_slower == []
+    return other.why_slower
+
+
+def test_compare_says_why_sdpa_is_slower_than_eager() -> None:
+    """Llama in training: SDPA fell back to math (dropout); most of the gap is in parts both runs
+    share, which compare calls noise rather than blaming the implementation."""
+    why = _compare("hf-llama-eager-train", "hf-llama-sdpa-train")
+    assert why[0].startswith("run/hf-llama/sdpa/seq48 spends 7.27 ms of CPU time per step in attention against "
+                             "6.45 ms (1.13×)")
+    assert "math-fallback: dropout" in why[1]
+    assert why[2].startswith("Where (forward and backward): qkv_proj +")
+    assert "measurement noise" in why[3] and "implementation's own part is +86.1 µs" in why[3]
+    # Faster (inference runs the CPU flash kernel): nothing to explain.
+    assert _compare("hf-llama-eager-infer", "hf-llama-sdpa-infer") == []

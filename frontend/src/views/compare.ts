@@ -182,7 +182,22 @@ export class CompareView {
       replace(this.tableEl, note("None of these runs could be read."));
       return;
     }
-    replace(this.tableEl, this.table(data, s.groupBy));
+    replace(this.tableEl, this.table(data, s.groupBy), ...this.whySlower(data));
+  }
+
+  /** For a run of the same model and configuration as the baseline with another implementation,
+   * slower: why, read from both traces (compare.py's why_slower). */
+  private whySlower(data: CompareResponse): HTMLElement[] {
+    return data.runs
+      .filter((r) => r.why_slower.length > 0)
+      .map((r) =>
+        h(
+          "div",
+          { class: "why-slower", attrs: { "data-testid": "why-slower" } },
+          h("h3", null, `Why ${r.run} is slower than ${data.baseline ?? "the baseline"}`),
+          h("ul", null, ...r.why_slower.map((reason) => h("li", null, reason))),
+        ),
+      );
   }
 
   private table(data: CompareResponse, by: GroupBy): HTMLElement {
