@@ -39,6 +39,8 @@ __all__ = [
     "MATMUL_WRAPPER_OPS",
     "MM_OP",
     "NATIVE_DROPOUT_OP",
+    "NATIVE_MHA_NEED_WEIGHTS_ARG",
+    "NATIVE_MHA_OP",
     "NEG_OP",
     "NORM_OPS",
     "PROJECTION_OPS",
@@ -178,7 +180,11 @@ NORM_OPS = frozenset({"aten::layer_norm", "aten::native_layer_norm", "aten::rms_
                       "aten::group_norm"})
 #: One op that runs a whole attention block, projections included (nn.MultiheadAttention's fast
 #: path in inference): its own ops are the block's, so roles are read inside it.
-FUSED_BLOCK_OPS = frozenset({"aten::_native_multi_head_attention"})
+NATIVE_MHA_OP = "aten::_native_multi_head_attention"
+#: Where ``need_weights`` is among its inputs: (q, k, v, embed_dim, num_heads, qkv_weight,
+#: qkv_bias, proj_weight, proj_bias, mask, need_weights, average_attn_weights, mask_type).
+NATIVE_MHA_NEED_WEIGHTS_ARG = 10
+FUSED_BLOCK_OPS = frozenset({NATIVE_MHA_OP})
 #: Its projection of q, k and v together: bias, the 1/sqrt(head_dim) scale and the head split.
 QKV_TRANSFORM_OP = "aten::_transform_bias_rescale_qkv"
 
@@ -215,4 +221,4 @@ MATMUL_INPUT_COPY_OPS = COPY_OPS | {"aten::contiguous", "aten::reshape", "aten::
 #: them for ``aten::add`` or ``aten::where`` too would cost far more on a large trace.
 SHAPE_OPS: frozenset[str] = frozenset(
     {*MATMUL_ARGS, LINEAR_OP, *SOFTMAX_OPS, *MASKED_FILL_OPS, *SDPA_OPS, FLASH_FORWARD_OP, EFFICIENT_FORWARD_OP,
-     *SDPA_BACKWARD, *KERNEL_BACKWARD_OPS, *COPY_OPS, *DTYPE_CONVERT_OPS})
+     *SDPA_BACKWARD, *KERNEL_BACKWARD_OPS, *COPY_OPS, *DTYPE_CONVERT_OPS, *FUSED_BLOCK_OPS})

@@ -22,8 +22,8 @@ import numpy as np
 from tb_attn_plugin.analysis.analyze import Analysis
 from tb_attn_plugin.analysis.op_findings import OP_RULES
 from tb_attn_plugin.analysis.query import MAX_NAMES, RuleQuery, new_finding
-from tb_attn_plugin.analysis.scores import OTHER
 from tb_attn_plugin.analysis.wording import count, duration, layer_list, number, pct, size
+from tb_attn_plugin.ops import FUSED_BLOCK_OPS
 from tb_attn_plugin.schema import Evidence, Finding, WorkerSummary
 from tb_attn_plugin.trace.kineto import Kind
 
@@ -210,25 +210,36 @@ def _backend_mismatch(t: RuleQuery) -> list[Finding]:
 
 
 def _unplaced(t: RuleQuery) -> list[Finding]:
-    """Time in a block that no phase holds, written or by role: bookkeeping should be small."""
+    """Ops in a block that no phase holds, written or by role: bookkeeping should be small. Their
+    own time counts (device time on GPU traces), not the gaps between ops, which are the module's
+    Python: a block is not wrong for being written in Python."""
+    a, ev = t.a, t.ev
+    fused = np.isin(ev.name, [k for k, n in enumerate(ev.names) if n in FUSED_BLOCK_OPS])  # placed inside
+    loose = t.fwd & (a.phase < 0) & ~a.is_scope & ~fused
     rows = []
     for layer in t.s.layers:
-        other = next((p for p in layer.phases if p.phase == OTHER), None)
-        if other is not None and layer.cpu_us > 0 and other.cpu_us / layer.cpu_us > OTHER_SHARE:
-            rows.append((layer, other))
+        mine = np.flatnonzero(loose & (a.layer == layer.layer))
+        if t.cuda:
+            spent, block = float(ev.dur[mine[t.device_work[mine]]].sum()) / t.step_count, layer.device_us
+        else:
+            top = mine[(ev.kind[mine] == Kind.CPU_OP) & a.is_scope[np.maximum(a.parent[mine], 0)]]
+            spent, block = float(ev.dur[top].sum()) / t.step_count, layer.cpu_us
+        if block > 0 and spent / block > OTHER_SHARE:
+            rows.append((layer.layer, spent / block, spent, mine))
     if not rows:
         return []
-    share = _median(o.cpu_us / layer.cpu_us for layer, o in rows)
-    ops = _top_names(o.ops for _, o in rows)
-    text = (f"In {layer_list([layer.layer for layer, _ in rows])}, {pct(share)} of the attention block's CPU time "
-            "(median over layers) is in no phase: neither a phase scope nor the role of an op places it"
-            + (f" (its ops: {', '.join(ops)})" if ops else ": the time between ops, Python in the module") + ".")
+    share = _median(r[1] for r in rows)
+    ops = t.names_by_time(np.concatenate([r[3][ev.kind[r[3]] == Kind.CPU_OP] for r in rows]))
+    what = "device" if t.cuda else "CPU"
+    text = (f"In {layer_list([r[0] for r in rows])}, ops that no phase holds take {pct(share)} of the attention "
+            f"block's {what} time (median over layers): neither a phase scope nor their role places them"
+            + (f" ({', '.join(ops)})" if ops else "") + ".")
     return [new_finding(
         "unplaced-time", "info", "Much of the attention block is in no phase", text,
         "Scope the work with record_function (tbattn.v1/L<n>/<phase>, docs/scopes.md), or read the block in the "
         "Timeline: ops there that belong to attention, under a name tb-attn does not know, are worth a report.",
-        layers=[layer.layer for layer, _ in rows], ops=ops, kernels=[],
-        time_us=sum(o.cpu_us for _, o in rows), details={"other_share": share})]
+        layers=[r[0] for r in rows], ops=ops, kernels=[], time_us=sum(r[2] for r in rows),
+        details={"other_share": share})]
 
 
 def _share_of_step(t: RuleQuery) -> list[Finding]:

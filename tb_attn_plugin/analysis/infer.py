@@ -27,7 +27,7 @@ import numpy as np
 
 from tb_attn_plugin.analysis.attribute import nearest_marked_ancestor
 from tb_attn_plugin.analysis.query import ancestors
-from tb_attn_plugin.analysis.roles import SyntheticScope, assign_roles
+from tb_attn_plugin.analysis.roles import SyntheticScope, assign_roles, phase_spans, span_scope
 from tb_attn_plugin.ops import (
     MATMUL_ARGS,
     MATMUL_OPS,
@@ -91,7 +91,7 @@ def infer_scopes(events: Events, parent: np.ndarray, backward: np.ndarray, step:
     for first, last, layer, module in kept:
         out.append(_scope(events, first, format_scope(layer, module=module or None), pad=2 * _PAD, end=last))
         lo = first + 1 if first == last else first
-        out.extend(_phases(events, _top_ops(cpu_op, cpu_above, lo, _extent(events, last)), layer))
+        out.extend(_phases(events, _top_ops(cpu_op, cpu_above, lo, _extent(events, last)), layer, parent))
     return out
 
 
@@ -120,10 +120,13 @@ def _extent(events: Events, i: int) -> int:
     return j
 
 
-def _phases(events: Events, ops: list[int], layer: int) -> list[SyntheticScope]:
-    names = [events.names[events.name[j]] for j in ops]
-    return [_scope(events, j, format_scope(layer, phase=phase))
-            for j, phase in zip(ops, assign_roles(names, [None] * len(ops)), strict=True) if phase is not None]
+def _phases(events: Events, ops: list[int], layer: int, parent: np.ndarray) -> list[SyntheticScope]:
+    """Phase scopes over the block's ops, placed by their roles, as ``roles.role_scopes`` places
+    them in scoped blocks (runs of siblings merged, the time before each included)."""
+    given: list[str | None] = [None] * len(ops)
+    assigned = assign_roles([events.names[events.name[j]] for j in ops], given)
+    return [span_scope(events, first, last, format_scope(layer, phase=phase), parent)
+            for first, last, phase in phase_spans(ops, given, assigned, parent)]
 
 
 def _blocks_from_ops(events: Events, parent: np.ndarray, forward: np.ndarray) -> list[tuple[int, int]]:

@@ -23,9 +23,15 @@ from tb_attn_plugin.ops import (
     FILL_OPS,
     GEMM_OPS,
     INPLACE_COPY_OP,
+    MATMUL_OPS,
+    MM_OP,
+    NATIVE_MHA_NEED_WEIGHTS_ARG,
+    NATIVE_MHA_OP,
     SAFE_SOFTMAX_OP,
     SDPA_MATH_OP,
     SDPA_OP,
+    SDPA_OPS,
+    SOFTMAX_OPS,
     TRIANGLE_OPS,
 )
 from tb_attn_plugin.schema import Finding
@@ -170,6 +176,42 @@ def _flag(concrete: tuple[str, ...], k: int) -> bool | None:
     return {"True": True, "False": False}.get(concrete[k]) if k < len(concrete) else None
 
 
+def _mha_unfused(t: RuleQuery) -> list[Finding]:
+    """nn.MultiheadAttention's inference fast path computing attention by hand (bmm, softmax,
+    bmm): always on the CPU, and on CUDA when it must return the weights."""
+    calls = t.outermost(t.ops({NATIVE_MHA_OP}))
+    unfused = np.array([i for i in calls.tolist() if not any(t.name(c) in SDPA_OPS for c in t.children(
+        np.array([i], np.int64)).tolist())], np.int64)
+    if unfused.size == 0:
+        return []
+    layers = t.layers_of(unfused)
+    n = t.instances(layers)
+    weights = any(_flag(t.ev.shapes[sid].concrete, NATIVE_MHA_NEED_WEIGHTS_ARG)
+                  for i in unfused.tolist() if (sid := t.a.shape(t.ev, i)) >= 0)
+    device = t.launched(unfused)
+    core = [t.name(c) for c in t.children(unfused[:1]).tolist() if t.name(c) in SOFTMAX_OPS | MATMUL_OPS - {MM_OP}]
+    text = (f"In {layer_list(layers)}, nn.MultiheadAttention ran its inference fast path ({NATIVE_MHA_OP}, "
+            f"{count(unfused.size / n, 'call', 'calls')} per forward; {t.time_text(unfused, device)}) and computed "
+            f"attention by hand inside it ({', '.join(core)}), with the "
+            "S×S scores in memory: ")
+    if weights:
+        text += ("need_weights=True (the module's default) makes it return the attention weights, which no fused "
+                 "kernel produces.")
+        fix = ("Pass need_weights=False when the weights are not used: on CUDA the fast path then calls SDPA's fused "
+               "kernels; on the CPU call F.scaled_dot_product_attention yourself (its CPU flash kernel).")
+    else:
+        text += ("on the CPU this path never calls a fused kernel, even with need_weights=False." if not t.cuda else
+                 "a mask or an input layout ruled out SDPA inside it.")
+        fix = ("On the CPU call F.scaled_dot_product_attention on the projected q, k and v (the CPU flash kernel), "
+               "or run the module's Python path (it calls SDPA when need_weights=False)." if not t.cuda else
+               "Pass is_causal with a causal attn_mask, or call F.scaled_dot_product_attention yourself.")
+    return [new_finding(
+        "mha-unfused", "medium", "nn.MultiheadAttention computed attention unfused", text, fix,
+        layers=layers, ops=t.names_by_time(np.concatenate([unfused, t.children(unfused)]))[:6],
+        kernels=t.names_by_time(device), time_us=t.time_of(unfused, device), nbytes=t.score_bytes(layers),
+        details={"calls_per_forward": unfused.size / n, "need_weights": int(weights)})]
+
+
 def _fp32_upcast(t: RuleQuery) -> list[Finding]:
     dtype, source = t.model_dtype()
     if dtype not in HALF_DTYPES:
@@ -235,4 +277,4 @@ def _safe_softmax(t: RuleQuery) -> list[Finding]:
         details={"calls_per_forward": calls.size / n})]
 
 
-OP_RULES = (_hidden_copy, _mask_rebuilt, _math_fallback, _fp32_upcast, _safe_softmax)
+OP_RULES = (_hidden_copy, _mask_rebuilt, _math_fallback, _mha_unfused, _fp32_upcast, _safe_softmax)

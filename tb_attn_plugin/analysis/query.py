@@ -151,10 +151,19 @@ class TraceQuery:
         return i + 1 + int(np.searchsorted(ev.ts[i + 1:hi], ev.ts[i] + ev.dur[i] - EPS_US, side="left"))
 
     def children(self, calls: I64) -> I64:
-        """The CPU ops directly inside each of ``calls``."""
+        """The CPU ops directly inside each of ``calls`` (scopes between them and the call, such as
+        the phases ``analysis.roles`` places inside a fused block op, do not count)."""
         ev, parent = self.ev, self.a.parent
-        out = [j for i in calls.tolist() for j in range(i + 1, self.subtree_end(i))
-               if ev.kind[j] == Kind.CPU_OP and parent[j] == i]
+        out = []
+        for i in calls.tolist():
+            for j in range(i + 1, self.subtree_end(i)):
+                if ev.kind[j] != Kind.CPU_OP:
+                    continue
+                p = int(parent[j])
+                while p != i and p >= 0 and self.a.is_scope[p]:
+                    p = int(parent[p])
+                if p == i:
+                    out.append(j)
         return np.array(out, np.int64)
 
     def dims(self, i: int, arg: int = 0) -> list[int] | None:

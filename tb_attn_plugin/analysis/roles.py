@@ -70,7 +70,7 @@ from tb_attn_plugin.scopes import PHASES, Phase, format_scope
 from tb_attn_plugin.trace.events import Events
 from tb_attn_plugin.trace.kineto import Kind
 
-__all__ = ["CORE", "SyntheticScope", "assign_roles", "role_scopes"]
+__all__ = ["CORE", "SyntheticScope", "assign_roles", "phase_spans", "role_scopes", "span_scope"]
 
 #: A stand-in phase for a head scope in its block's sequence: the core ran there.
 CORE = "core"
@@ -231,7 +231,7 @@ def role_scopes(events: Events, attr: Attribution) -> list[SyntheticScope]:
         for first, last, phase in phase_spans(ids, given, assigned, par):
             head = int(a.head[first])
             name = format_scope(int(a.layer[first]), head=head if head >= 0 else None, phase=phase)
-            out.append(_span_scope(events, first, last, name, par))
+            out.append(span_scope(events, first, last, name, par))
         # The Python time before a written phase scope is that phase's too, as above.
         for i, g in zip(ids, given, strict=True):
             scope = int(par[i])
@@ -269,7 +269,7 @@ def _previous_end(events: Events, i: int, parent: np.ndarray) -> float:
     return float(events.ts[j] + events.dur[j]) if j > p else float(events.ts[p])
 
 
-def _span_scope(events: Events, first: int, last: int, name: str, parent: np.ndarray) -> SyntheticScope:
+def span_scope(events: Events, first: int, last: int, name: str, parent: np.ndarray) -> SyntheticScope:
     """A scope over ops ``first`` to ``last``, from the end of whatever ran before ``first``
     under the same parent (the Python time that led to the op belongs to its phase, as it does
     inside a ``record_function`` scope), padded to sort before the ops."""

@@ -233,14 +233,20 @@ class _Summarizer:
         return self._stats(OTHER, sel, fwd, _EMPTY, max(cpu_total, 0.0), mem, sizes, calls=0)
 
     def _phase_runs(self, fwd: np.ndarray) -> dict[int, int]:
-        """Calls of each phase: its runs of consecutive scopes in one block (or head, or fused
-        op), so that q, k and v projected by three scopes, with the head split between them
-        placed in the same phase by its role (``analysis.roles``), are one call."""
+        """Calls of each phase: its runs of consecutive scopes in one block (or head), so that q,
+        k and v projected by three scopes (or three Linear modules), with the head split between
+        them placed in the same phase by its role (``analysis.roles``), are one call."""
         a = self.a
         scopes = fwd[a.is_scope[fwd] & (a.phase[fwd] >= 0)]
         if scopes.size == 0:
             return {}
-        code, owner = a.phase[scopes], a.parent[scopes]
+        code = a.phase[scopes]
+        owner = a.parent[scopes].copy()  # the enclosing block or head scope, above modules and fused ops
+        for k in np.flatnonzero((owner >= 0) & ~a.is_scope[np.maximum(owner, 0)]).tolist():
+            p = int(owner[k])
+            while p >= 0 and not a.is_scope[p]:
+                p = int(a.parent[p])
+            owner[k] = p
         starts = np.ones(scopes.size, np.bool_)
         starts[1:] = (code[1:] != code[:-1]) | (owner[1:] != owner[:-1])
         return dict(zip(*(x.tolist() for x in np.unique(code[starts], return_counts=True)), strict=True))

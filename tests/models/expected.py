@@ -285,7 +285,7 @@ EXPECTED: dict[str, Expected] = {
     "torch-mha-infer": Expected(
         backend="naive",
         scores=(2, 2),
-        findings={"sxs-materialized", "share-of-step"},
+        findings={"mha-unfused", "sxs-materialized", "share-of-step"},
         phases={
             "mask": "zeros_like masked_fill_ view expand",
             "other": "_native_multi_head_attention to",
@@ -312,7 +312,7 @@ EXPECTED: dict[str, Expected] = {
     "torch-mha-weights-infer": Expected(
         backend="naive",
         scores=(2, 2),
-        findings={"sxs-materialized", "share-of-step"},
+        findings={"mha-unfused", "sxs-materialized", "share-of-step"},
         phases={
             "mask": "zeros_like masked_fill_ view expand",
             "other": "_native_multi_head_attention to sum div_",

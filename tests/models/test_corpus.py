@@ -92,6 +92,17 @@ def test_math_fallback_names_its_cause(name: str) -> None:
     assert "dropout" in math.suggestion and "none of the causes" not in math.explanation
 
 
+@pytest.mark.parametrize(("name", "need_weights"), [("torch-mha-infer", 0), ("torch-mha-weights-infer", 1)])
+def test_multihead_attention_fast_path_is_unfused(name: str, need_weights: int) -> None:
+    """On the CPU, nn.MultiheadAttention's inference fast path computes bmm, softmax, bmm itself,
+    whatever need_weights says; the finding tells the two apart from the op's own arguments."""
+    _, summary = _load(name)
+    (mha,) = [f for f in summary.findings if f.id == "mha-unfused"]
+    assert mha.evidence.details["need_weights"] == need_weights
+    assert "(aten::bmm, aten::_masked_softmax, aten::bmm)" in mha.explanation
+    assert ("need_weights=True" in mha.explanation) == bool(need_weights)
+
+
 def test_gpt2_other_is_not_its_largest_phase() -> None:
     """The report that started this: scale, mask and the KV cache's cat were GPT-2's "other"."""
     _, summary = _load("hf-gpt2-eager-infer")
