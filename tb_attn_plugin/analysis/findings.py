@@ -101,7 +101,7 @@ def _sxs_materialized(t: RuleQuery) -> list[Finding]:
         "Use a fused SDPA backend, which keeps scores on chip in tiles and never stores S×S: "
         "F.scaled_dot_product_attention(q, k, v, is_causal=True) with flash, efficient or cuDNN on CUDA, or the CPU "
         "flash kernel on CPU.",
-        layers=layers, ops=t.score_allocators(layers), kernels=_top_names(p.kernel_names for p in phases),
+        layers=layers, ops=t.score_allocators(big.layer), kernels=_top_names(p.kernel_names for p in phases),
         time_us=time_us, nbytes=total, details=details)]
 
 

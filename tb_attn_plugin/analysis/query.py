@@ -271,18 +271,18 @@ class RuleQuery(TraceQuery):
         finding quotes (the summary's ``sxs_bytes``; masks apart)."""
         return sum(self.layers[x].sxs_bytes for x in layers)
 
-    def score_allocators(self, layers: Iterable[int]) -> list[str]:
-        """The top-level ops that allocate these layers' score tensors, the most bytes first."""
+    def score_allocators(self, layer: int) -> list[str]:
+        """The top-level ops that allocate the layer's score tensors, the most bytes first (ties in
+        the order they run)."""
         by_op: Counter[str] = Counter()
-        for layer in layers:
-            fwd = np.flatnonzero(self.fwd & (self.a.layer == layer))
-            mem = np.flatnonzero((self.a.mem_layer == layer) & ~self.a.mem_backward & self.mem_in_steps)
-            scores, _ = score_allocs(self.ev, self.a, mem, sxs_sizes(self.ev, self.a, fwd))
-            for m in mem[scores].tolist():
-                i = int(self.a.mem_event[m])
-                if i >= 0:
-                    by_op[self.name(self.top_level(i))] += int(self.ev.mem_bytes[m])
-        return [n for n, _ in sorted(by_op.items(), key=lambda kv: (-kv[1], kv[0]))[:MAX_NAMES]]
+        fwd = np.flatnonzero(self.fwd & (self.a.layer == layer))
+        mem = np.flatnonzero((self.a.mem_layer == layer) & ~self.a.mem_backward & self.mem_in_steps)
+        scores, _ = score_allocs(self.ev, self.a, mem, sxs_sizes(self.ev, self.a, fwd))
+        for m in mem[scores].tolist():
+            i = int(self.a.mem_event[m])
+            if i >= 0:
+                by_op[self.name(self.top_level(i))] += int(self.ev.mem_bytes[m])
+        return [n for n, _ in sorted(by_op.items(), key=lambda kv: -kv[1])[:MAX_NAMES]]  # stable: first run first
 
     def step_peak(self) -> int:
         """The largest total allocated on the memory device within the steps."""

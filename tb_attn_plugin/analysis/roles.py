@@ -34,6 +34,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 
@@ -143,6 +144,11 @@ def assign_roles(ops: Sequence[str], phases: Sequence[str | None]) -> list[str |
     """Each op's phase: ``phases[i]`` where a scope gave one, else by role (module docstring),
     else None. ``ops``: a block's top-level op names in order; ``phases``: their scopes' phases,
     None for an op outside phase scopes, ``CORE`` for a head scope."""
+    return list(_assign(tuple(ops), tuple(phases)))
+
+
+@lru_cache(maxsize=1024)  # every call of a layer, and usually every layer, is the same sequence
+def _assign(ops: tuple[str, ...], phases: tuple[str | None, ...]) -> tuple[str | None, ...]:
     n = len(ops)
     out: list[str | None] = list(phases)
     stage_at = [_PRE] * n
@@ -168,7 +174,7 @@ def assign_roles(ops: Sequence[str], phases: Sequence[str | None]) -> list[str |
             j += 1
         _layout_run(ops, out, i, j, stage_at[i])
         i = j
-    return [None if p == CORE else p for p in out]
+    return tuple(None if p == CORE else p for p in out)
 
 
 def _layout_run(ops: Sequence[str], out: list[str | None], lo: int, hi: int, stage: int) -> None:

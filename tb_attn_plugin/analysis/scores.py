@@ -74,7 +74,11 @@ def sxs_sizes(ev: Events, a: Attribution, fwd: np.ndarray) -> ScoreSizes:
     bools: set[int] = set()
     best: tuple[int, int, tuple[int, ...]] = (0, 0, ())
     with_shape = fwd[ev.shape[fwd] >= 0]
-    for i in with_shape[a.shape_ok[ev.shape[with_shape]]].tolist():
+    with_shape = with_shape[a.shape_ok[ev.shape[with_shape]]]
+    # Each distinct (name, shapes, is q·kᵀ) once: a layer repeats the same few over its calls.
+    key = (ev.name[with_shape].astype(np.int64) * len(ev.shapes) + ev.shape[with_shape]) * 2 \
+        + (a.phase[with_shape] == _QK_CODE)
+    for i in with_shape[np.unique(key, return_index=True)[1]].tolist():
         name = ev.names[ev.name[i]]
         shapes = ev.shapes[ev.shape[i]]
         dims = shapes.dims
@@ -121,49 +125,79 @@ def score_allocs(ev: Events, a: Attribution, mem_idx: np.ndarray, sizes: ScoreSi
     nbytes = ev.mem_bytes[mem_idx]
     cuda = ev.mem_device_type[mem_idx] == 1
     known = sizes.scores | sizes.masks | sizes.bool_masks
-    near = (np.isin(nbytes, list(known)) | (cuda & np.isin(nbytes, list(allocator_sizes(known))))) & (nbytes > 0)
-    for k in np.flatnonzero(near).tolist():
-        n = int(nbytes[k])
-        exact = {n} if not cuda[k] else {n} | {s for s in known if n in allocator_sizes(frozenset({s}))}
-        i = int(a.mem_event[mem_idx[k]])
-        if exact & sizes.bool_masks:
-            mask[k] = _mask_maker(ev, a, i, _MASK_BUILDERS | _MASK_APPLIERS, bool_size=True)
-        elif exact & sizes.scores:
-            if _mask_maker(ev, a, i, _MASK_BUILDERS):
-                mask[k] = True
-            else:
-                score[k] = not _input_copy(ev, a, i)
-        elif _mask_maker(ev, a, i, _MASK_BUILDERS | _MASK_APPLIERS):
-            mask[k] = True
+    near = np.flatnonzero((np.isin(nbytes, list(known)) | (cuda & np.isin(nbytes, list(allocator_sizes(known))))) &
+                          (nbytes > 0))
+    if near.size == 0:
+        return score, mask
+    # What each size is: 0 a bool mask's, 1 a score tensor's, 2 another mask's (CUDA: any size the
+    # allocator rounds to this one).
+    size_class: dict[tuple[int, bool], int] = {}
+    for n, on_cuda in set(zip(nbytes[near].tolist(), cuda[near].tolist(), strict=True)):
+        exact = {n} | ({s for s in known if n in allocator_sizes(frozenset({s}))} if on_cuda else set())
+        size_class[(n, on_cuda)] = 0 if exact & sizes.bool_masks else 1 if exact & sizes.scores else 2
+    classes = [size_class[(n, c)] for n, c in zip(nbytes[near].tolist(), cuda[near].tolist(), strict=True)]
+    # The ops above each allocation up to its scope, as name ids, all at once; each distinct chain
+    # (and size class) is then read once.
+    chain = _chains(ev, a, a.mem_event[mem_idx[near]])
+    verdicts: dict[tuple[int, ...], tuple[bool, bool]] = {}
+    for k, row in zip(near.tolist(), np.column_stack([classes, chain]).tolist(), strict=True):
+        key = tuple(row)
+        if key not in verdicts:
+            verdicts[key] = _verdict([ev.names[x] for x in row[1:] if x >= 0], row[0])
+        score[k], mask[k] = verdicts[key]
     return score, mask
 
 
-def _mask_maker(ev: Events, a: Attribution, i: int, makers: frozenset[str], *, bool_size: bool = False) -> bool:
-    """Whether the op that allocates (innermost event ``i``) makes a mask: one of ``makers``
-    around it, or dropout's random noise (``aten::dropout`` draws it into a new tensor, then
-    multiplies: the product is the dropped probabilities; ``native_dropout``'s mask is the
-    allocation of a bool's size). A size alone says nothing: (B, Sq, Sk) fp32 weights have the
-    size of a (B, 4, Sq, Sk) bool mask."""
-    first = ev.names[ev.name[i]] if i >= 0 else ""
-    while i >= 0 and not a.is_scope[i]:
-        name = ev.names[ev.name[i]]
+_MAX_CHAIN = 24  # ops nest this deep under a scope at most, in practice well under 10
+
+
+def _chains(ev: Events, a: Attribution, start: np.ndarray) -> np.ndarray:
+    """Per event in ``start``: the name ids of it and its ancestors below the nearest scope
+    (innermost first, -1 padded)."""
+    out = np.full((start.size, _MAX_CHAIN), -1, np.int64)
+    cur = start.astype(np.int64)
+    for depth in range(_MAX_CHAIN):
+        valid = cur >= 0
+        valid[valid] = ~a.is_scope[cur[valid]]
+        if not valid.any():
+            break
+        out[valid, depth] = ev.name[cur[valid]]
+        cur = np.where(valid, a.parent[np.maximum(cur, 0)], -1)
+    return out
+
+
+def _verdict(chain: list[str], size_class: int) -> tuple[bool, bool]:
+    """(score, mask) for an allocation made under ``chain`` (innermost op first)."""
+    if size_class == 0:
+        return False, _mask_maker(chain, _MASK_BUILDERS | _MASK_APPLIERS, bool_size=True)
+    if size_class == 1:
+        if _mask_maker(chain, _MASK_BUILDERS):
+            return False, True
+        return not _input_copy(chain), False
+    return False, _mask_maker(chain, _MASK_BUILDERS | _MASK_APPLIERS)
+
+
+def _mask_maker(chain: list[str], makers: frozenset[str], *, bool_size: bool = False) -> bool:
+    """Whether the op that allocates (``chain[0]``, under the rest) makes a mask: one of
+    ``makers`` around it, or dropout's random noise (``aten::dropout`` draws it into a new
+    tensor, then multiplies: the product is the dropped probabilities; ``native_dropout``'s mask
+    is the allocation of a bool's size). A size alone says nothing: (B, Sq, Sk) fp32 weights
+    have the size of a (B, 4, Sq, Sk) bool mask."""
+    for name in chain:
         if name in makers:
             return True
         if name in DROPOUT_OPS:
-            return bool_size or (name != NATIVE_DROPOUT_OP and first not in SCALE_OPS)
-        i = int(a.parent[i])
+            return bool_size or (name != NATIVE_DROPOUT_OP and chain[0] not in SCALE_OPS)
     return False
 
 
-def _input_copy(ev: Events, a: Attribution, i: int) -> bool:
+def _input_copy(chain: list[str]) -> bool:
     copied = False
-    while i >= 0 and not a.is_scope[i]:
-        name = ev.names[ev.name[i]]
+    for name in chain:
         if name in MATMUL_INPUT_COPY_OPS:
             copied = True
         elif name in GEMM_OPS:  # the GEMM's own output (no matmul wrapper calls addmm: linear does)
             return False
         elif name in MATMUL_WRAPPER_OPS:
             return copied
-        i = int(a.parent[i])
     return False
