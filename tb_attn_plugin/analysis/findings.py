@@ -96,11 +96,18 @@ def _sxs_materialized(t: RuleQuery) -> list[Finding]:
         "share_of_step_peak": step_share}
     if big.score_shape:
         details["score_shape"] = "x".join(map(str, big.score_shape))
+    backends = {layer.backend for layer in hit}
+    if backends == {"sdpa-math"}:
+        fix = ("SDPA is called already, but its math backend stores the scores: remove what made it fall back "
+               "(see math-fallback) and a fused kernel keeps them on chip.")
+    elif t.ops(FUSED_BLOCK_OPS).size:
+        fix = "nn.MultiheadAttention's fast path stores the scores: see mha-unfused for the call that fuses them."
+    else:
+        fix = ("Use a fused SDPA backend, which keeps scores on chip in tiles and never stores S×S: "
+               "F.scaled_dot_product_attention(q, k, v) (is_causal=True for a causal mask) with flash, efficient or "
+               "cuDNN on CUDA, or the CPU flash kernel on CPU.")
     return [new_finding(
-        "sxs-materialized", "medium", "The S×S attention scores are materialized", text,
-        "Use a fused SDPA backend, which keeps scores on chip in tiles and never stores S×S: "
-        "F.scaled_dot_product_attention(q, k, v, is_causal=True) with flash, efficient or cuDNN on CUDA, or the CPU "
-        "flash kernel on CPU.",
+        "sxs-materialized", "medium", "The S×S attention scores are materialized", text, fix,
         layers=layers, ops=t.score_allocators(big.layer), kernels=_top_names(p.kernel_names for p in phases),
         time_us=time_us, nbytes=total, details=details)]
 

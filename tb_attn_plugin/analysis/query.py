@@ -22,7 +22,7 @@ from tb_attn_plugin.analysis.attribute import DEVICE_KINDS, EPS_US, Attribution
 from tb_attn_plugin.analysis.bounds import clip
 from tb_attn_plugin.analysis.flops import elem_bytes
 from tb_attn_plugin.analysis.scores import score_allocs, sxs_sizes
-from tb_attn_plugin.ops import LINEAR_OP, SDPA_OPS
+from tb_attn_plugin.ops import FUSED_BLOCK_OPS, LINEAR_OP, SDPA_OPS
 from tb_attn_plugin.schema import Evidence, Finding, WorkerSummary
 from tb_attn_plugin.scopes import PHASES
 from tb_attn_plugin.trace.events import Events
@@ -187,6 +187,10 @@ class TraceQuery:
         return int(np.prod(d, dtype=np.int64)) * elem_bytes(types[0]) if d is not None and types else 0
 
 
+#: Ops that run the whole attention core: what allocates scores is one of their own ops.
+_CORE_OPS = SDPA_OPS | FUSED_BLOCK_OPS
+
+
 class RuleQuery(TraceQuery):
     """What the findings' rules share: forward attention ops within the steps, the device work
     they launch, and per-step figures, next to the summary and the run metadata."""
@@ -281,8 +285,17 @@ class RuleQuery(TraceQuery):
         for m in mem[scores].tolist():
             i = int(self.a.mem_event[m])
             if i >= 0:
-                by_op[self.name(self.top_level(i))] += int(self.ev.mem_bytes[m])
+                by_op[self.name(self._allocator(i))] += int(self.ev.mem_bytes[m])
         return [n for n, _ in sorted(by_op.items(), key=lambda kv: -kv[1])[:MAX_NAMES]]  # stable: first run first
+
+    def _allocator(self, i: int) -> int:
+        """The op that allocated at event ``i``, as its block shows it: the top-level op, or,
+        inside an op that runs the whole core (an SDPA call, nn.MHA's fast path), the op there."""
+        chain = [p for p in [i, *self.ancestors(i)] if self.ev.kind[p] == Kind.CPU_OP]
+        k = len(chain) - 1
+        while k > 0 and self.name(chain[k]) in _CORE_OPS:
+            k -= 1
+        return chain[k]
 
     def step_peak(self) -> int:
         """The largest total allocated on the memory device within the steps."""
