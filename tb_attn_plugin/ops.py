@@ -32,6 +32,7 @@ __all__ = [
     "LINEAR_OP",
     "MASKED_FILL_OPS",
     "MASK_BUILD_OPS",
+    "MASK_MAKING_OPS",
     "MASK_OPS",
     "MATMUL_ARGS",
     "MATMUL_INPUT_COPY_OPS",
@@ -199,6 +200,8 @@ COMPARE_OPS = frozenset({"aten::ge", "aten::le", "aten::gt", "aten::lt", "aten::
 #: New tensors of one value, which a mask is built from.
 FILL_OPS = frozenset({"aten::ones", "aten::new_ones", "aten::ones_like", "aten::full", "aten::new_full",
                       "aten::full_like"})
+#: Every op whose output is a mask: ``MASK_BUILD_OPS``, triangles, position comparisons, fills.
+MASK_MAKING_OPS = MASK_BUILD_OPS | TRIANGLE_OPS | COMPARE_OPS | FILL_OPS | {ARANGE_OP}
 
 # -- copies ----------------------------------------------------------------------------------------
 

@@ -40,18 +40,15 @@ import numpy as np
 
 from tb_attn_plugin.analysis.attribute import Attribution
 from tb_attn_plugin.ops import (
-    ARANGE_OP,
     ARITHMETIC_OPS,
     CAT_OP,
-    COMPARE_OPS,
     DROPOUT_OPS,
     DTYPE_CONVERT_OPS,
-    FILL_OPS,
     FUSED_BLOCK_OPS,
     KV_CACHE_OPS,
     KV_EXPAND_OPS,
     LAYOUT_OPS,
-    MASK_BUILD_OPS,
+    MASK_MAKING_OPS,
     MASK_OPS,
     MATMUL_OPS,
     MM_OP,
@@ -64,7 +61,6 @@ from tb_attn_plugin.ops import (
     SDPA_OPS,
     SOFTMAX_OPS,
     TRANSPOSE_OPS,
-    TRIANGLE_OPS,
     UNSQUEEZE_OPS,
 )
 from tb_attn_plugin.scopes import PHASES, Phase, format_scope
@@ -78,7 +74,6 @@ CORE = "core"
 _PAD = 1e-4  # synthetic scopes are padded so that they sort before the ops they wrap
 _MIN_GAP_US = 0.01  # well above attribute.EPS_US: a shorter gap before a scope is not covered
 _PRE, _SCORES, _PROBS, _DONE = range(4)
-_MASK_MAKERS = MASK_BUILD_OPS | TRIANGLE_OPS | COMPARE_OPS | FILL_OPS | {ARANGE_OP}
 _ADDS = ARITHMETIC_OPS - SCALE_OPS
 
 
@@ -121,7 +116,7 @@ def _role(op: str, stage: int, previous: str | None, last_phase: str | None, rop
     if stage == _SCORES:
         if op in SCALE_OPS:
             return Phase.SCALE
-        if op in MASK_OPS | _ADDS | _MASK_MAKERS | KV_EXPAND_OPS:
+        if op in MASK_OPS | _ADDS | MASK_MAKING_OPS | KV_EXPAND_OPS:
             return Phase.MASK
         return None
     if stage == _PROBS:
@@ -133,7 +128,7 @@ def _role(op: str, stage: int, previous: str | None, last_phase: str | None, rop
         return Phase.ROPE if op == CAT_OP and previous == NEG_OP else Phase.KV_CACHE
     if op in KV_EXPAND_OPS:  # right after building a mask: broadcasting it
         return Phase.MASK if last_phase == Phase.MASK else Phase.KV_EXPAND
-    if op in _MASK_MAKERS or op in MASK_OPS - ARITHMETIC_OPS:
+    if op in MASK_MAKING_OPS or op in MASK_OPS - ARITHMETIC_OPS:
         return Phase.MASK
     if op in ARITHMETIC_OPS:
         return Phase.ROPE if rope else Phase.SCALE if op in SCALE_OPS else None

@@ -13,14 +13,11 @@ import numpy as np
 from tb_attn_plugin.analysis.attribute import Attribution
 from tb_attn_plugin.analysis.flops import MAX_TENSOR_BYTES, elem_bytes
 from tb_attn_plugin.ops import (
-    ARANGE_OP,
     ARITHMETIC_OPS,
-    COMPARE_OPS,
     DROPOUT_OPS,
     DTYPE_CONVERT_OPS,
-    FILL_OPS,
     GEMM_OPS,
-    MASK_BUILD_OPS,
+    MASK_MAKING_OPS,
     MASK_OPS,
     MATMUL_INPUT_COPY_OPS,
     MATMUL_OPS,
@@ -29,7 +26,6 @@ from tb_attn_plugin.ops import (
     SCALE_OPS,
     SDPA_OPS,
     SOFTMAX_OPS,
-    TRIANGLE_OPS,
 )
 from tb_attn_plugin.scopes import PHASES
 from tb_attn_plugin.trace.events import Events
@@ -46,9 +42,6 @@ _MIN_SXS_ELEMS = 256  # smaller "score" tensors are too common to mean anything
 _SMALL_ROUND = 512  # CUDA's caching allocator: every size rounded up to this...
 _LARGE_FROM = 1 << 20  # ...and a block over 1 MiB to a multiple of 2 MiB
 _LARGE_ROUND = 2 << 20
-#: Ops whose output is a mask at any size, and ops whose output is a mask unless it has the
-#: scores' size (``where`` or ``masked_fill`` on the scores gives masked scores).
-_MASK_BUILDERS = MASK_BUILD_OPS | TRIANGLE_OPS | COMPARE_OPS | FILL_OPS | {ARANGE_OP}
 _MASK_APPLIERS = (MASK_OPS - ARITHMETIC_OPS) | DTYPE_CONVERT_OPS
 
 
@@ -169,12 +162,12 @@ def _chains(ev: Events, a: Attribution, start: np.ndarray) -> np.ndarray:
 def _verdict(chain: list[str], size_class: int) -> tuple[bool, bool]:
     """(score, mask) for an allocation made under ``chain`` (innermost op first)."""
     if size_class == 0:
-        return False, _mask_maker(chain, _MASK_BUILDERS | _MASK_APPLIERS, bool_size=True)
+        return False, _mask_maker(chain, MASK_MAKING_OPS | _MASK_APPLIERS, bool_size=True)
     if size_class == 1:
-        if _mask_maker(chain, _MASK_BUILDERS):
+        if _mask_maker(chain, MASK_MAKING_OPS):
             return False, True
         return not _input_copy(chain), False
-    return False, _mask_maker(chain, _MASK_BUILDERS | _MASK_APPLIERS)
+    return False, _mask_maker(chain, MASK_MAKING_OPS | _MASK_APPLIERS)
 
 
 def _mask_maker(chain: list[str], makers: frozenset[str], *, bool_size: bool = False) -> bool:

@@ -47,6 +47,19 @@ def _block_phases(analysis: Analysis, layer: int = 0) -> dict[str, str]:
     return {phase: " ".join(ops) for phase, ops in out.items()}
 
 
+def _chains(analysis: Analysis, names: set[str]) -> list[set[str]]:
+    """For every event of layer 0 with one of these names: its name and its ancestors' names."""
+    ev, a = analysis.events, analysis.attr
+    out = []
+    for i in np.flatnonzero((a.layer == 0) & np.isin(ev.name, [ev.names.index(n) for n in names])).tolist():
+        chain = set()
+        while i >= 0:
+            chain.add(ev.names[ev.name[i]])
+            i = int(a.parent[i])
+        out.append(chain)
+    return out
+
+
 def test_the_corpus_is_complete() -> None:
     assert set(EXPECTED) == set(CORPUS)
     assert all((TRACES / name).is_dir() for name in CORPUS), "run python -m devtools.corpus"
@@ -80,7 +93,13 @@ def test_score_tensors_and_masks(name: str) -> None:
     # One total, quoted alike by every finding that gives one.
     totals = {f.evidence.bytes for f in summary.findings if f.id in ("sxs-materialized", "math-fallback")}
     assert totals == {sum(layer.sxs_bytes for layer in summary.layers)}
-    assert set(sxs.evidence.ops) <= {op for layer in summary.layers for p in layer.phases for op in p.ops}
+    # The evidence is the ops that allocated them: each writes a score tensor in layer 0.
+    analysis, _ = _load(name)
+    ev, a = analysis.events, analysis.attr
+    written = {ev.names[ev.name[i]] for i in a.mem_event[(a.mem_layer == 0) & ~a.mem_backward
+                                                         & (ev.mem_bytes == 2 * 4 * 48 * 48 * 4)].tolist()}
+    assert sxs.evidence.ops and all(any(op in ancestors for ancestors in _chains(analysis, written))
+                                    for op in sxs.evidence.ops)
 
 
 @pytest.mark.parametrize("name", sorted(n for n, e in EXPECTED.items() if e.causes is not None))
