@@ -214,5 +214,19 @@ def timeline_point(frame: Frame, name: str | None = None) -> dict[str, Any]:
         assert time.monotonic() < deadline, "the timeline's data never came"
         frame.page.wait_for_timeout(100)
     assert point is not None, f"no timeline event named {name}" if name else "no forward attention event"
-    assert point["width"] >= 2, f"the chosen event is too narrow to click: {point}"
+    _widen(frame, point)
     return point
+
+
+def _widen(frame: Frame, point: dict[str, Any]) -> None:
+    """Zooms the timeline in around ``point`` until its event is wide enough to hover or click,
+    however long the op happened to take: the wheel zoom keeps the time under the cursor in place,
+    so the point stays on the event. (The chart's own minimum span is 1 µs.)"""
+    if point["width"] >= 8:
+        return
+    frame.locator(".timeline-chart").hover(position={"x": point["x"], "y": point["y"]})
+    steps = math.ceil(math.log(8 / max(point["width"], 1e-3)) / math.log(1.25)) + 2
+    for _ in range(min(steps, 80)):
+        frame.page.mouse.wheel(0, -100)
+        frame.page.wait_for_timeout(20)
+    frame.page.wait_for_timeout(300)  # the redraw after the last zoom
