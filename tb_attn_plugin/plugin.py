@@ -13,6 +13,7 @@ import importlib.util
 import json
 import mimetypes
 import os
+import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -67,6 +68,9 @@ class AttentionLoader(base_plugin.TBLoader):
         return AttentionPlugin(context)
 
 
+Handler = Callable[[wrappers.Request], wrappers.Response]
+
+
 class AttentionPlugin(base_plugin.TBPlugin):
     plugin_name = PLUGIN_NAME
 
@@ -78,16 +82,26 @@ class AttentionPlugin(base_plugin.TBPlugin):
         self._parse_workers = getattr(flags, "tb_attn_parse_workers", None) or DEFAULT_PARSE_WORKERS
         self._parse_timeout_s = getattr(flags, "tb_attn_parse_timeout_s", None) or DEFAULT_PARSE_TIMEOUT_S
         self._service: Service | None = None
+        self._service_lock = threading.Lock()
 
     @property
     def service(self) -> Service:
-        if self._service is None:  # on the first request: the constructor stays cheap
-            from tb_attn_plugin.service import Service
+        """The one service of this logdir, built on the first request (the constructor stays
+        cheap). TensorBoard's first requests come together on several threads (the plugin
+        listing's ``is_active`` and the tab's routes): one builds it, with the import of the
+        service module, while the others wait, so that no thread ever sees a second service or a
+        module half imported."""
+        service = self._service
+        if service is None:
+            with self._service_lock:
+                if self._service is None:
+                    from tb_attn_plugin.service import Service
 
-            self._service = Service(self._logdir, cache_bytes=self._cache_mb << 20,
-                                    max_trace_bytes=self._max_trace_mb << 20, parse_workers=self._parse_workers,
-                                    parse_timeout_s=self._parse_timeout_s)
-        return self._service
+                    self._service = Service(self._logdir, cache_bytes=self._cache_mb << 20,
+                                            max_trace_bytes=self._max_trace_mb << 20,
+                                            parse_workers=self._parse_workers, parse_timeout_s=self._parse_timeout_s)
+                service = self._service
+        return service
 
     def is_active(self) -> bool:
         """Whether the logdir holds traces. Cheap: cached for a few seconds, and a local walk
@@ -112,8 +126,26 @@ class AttentionPlugin(base_plugin.TBPlugin):
             "/scaling": self._serve_scaling,
         }
         apps = {route: wrappers.Request.application(handler) for route, handler in static.items()}
-        apps.update({route: wrappers.Request.application(_answer_loading(handler)) for route, handler in data.items()})
+        apps.update({route: wrappers.Request.application(self._answer_loading(handler))
+                     for route, handler in data.items()})
         return apps
+
+    def _answer_loading(self, handler: Handler) -> Callable[..., wrappers.Response]:
+        """202 with ``{"status": "loading", ...}`` while the route's traces are parsed in the
+        background."""
+
+        @functools.wraps(handler)
+        def route(request: wrappers.Request) -> wrappers.Response:
+            self.service  # noqa: B018 -- built (and its module imported) before anything reads them
+            from tb_attn_plugin.service import Loading
+
+            try:
+                return handler(request)
+            except Loading as loading:
+                return http_util.Respond(request, _to_json(loading.body()), _JSON, code=202,
+                                         headers=[("Retry-After", "1")])
+
+        return route
 
     # -- data routes ----------------------------------------------------------------------
     def _serve_runs(self, request: wrappers.Request) -> wrappers.Response:
@@ -194,22 +226,6 @@ class AttentionPlugin(base_plugin.TBPlugin):
         if path.endswith(".js"):
             mimetype = "text/javascript"
         return http_util.Respond(request, content, mimetype)
-
-
-def _answer_loading(handler: Callable[[wrappers.Request], wrappers.Response]) -> Callable[..., wrappers.Response]:
-    """202 with ``{"status": "loading", ...}`` while the route's traces are parsed in the background."""
-
-    @functools.wraps(handler)
-    def route(request: wrappers.Request) -> wrappers.Response:
-        from tb_attn_plugin.service import Loading  # the service is imported by then
-
-        try:
-            return handler(request)
-        except Loading as loading:
-            return http_util.Respond(request, _to_json(loading.body()), _JSON, code=202,
-                                     headers=[("Retry-After", "1")])
-
-    return route
 
 
 def _safe_static_path(rel: str) -> str | None:

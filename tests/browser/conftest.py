@@ -125,3 +125,14 @@ def page(browser_context: Any) -> Iterator[Any]:
 def artifacts() -> Path:
     ARTIFACTS.mkdir(exist_ok=True)
     return ARTIFACTS
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    """A failed browser test carries what its TensorBoard servers printed (a 500's traceback)."""
+    outcome = yield
+    report = outcome.get_result()  # type: ignore[attr-defined]
+    if report.when == "call" and report.failed:
+        for name, value in getattr(item, "funcargs", {}).items():
+            if isinstance(value, TensorBoard):
+                report.sections.append((f"tensorboard output ({name})", value.output(20000)))

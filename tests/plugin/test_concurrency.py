@@ -7,10 +7,14 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 from devtools.tbserver import TensorBoard
 from tb_attn_plugin.schema import RunSummary
@@ -128,3 +132,35 @@ def test_two_tensorboards_read_one_logdir(tmp_path: Path, builtin_logdir: Path) 
         listings = [_get_final(server.url + f"{base}/runs") for server in (one, two)]
         assert [[r["status"] for r in listing["runs"]] for listing in listings] == [["ready", "ready"]] * 2
     assert _snapshot(tmp_path) == before
+
+
+def test_first_requests_on_many_threads_share_one_service(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """TensorBoard's first requests arrive together (the plugin listing's is_active and the tab's
+    routes): they must build one service, not one each, and none may see it half built (the
+    constructor is slowed down, as a first import on a loaded machine is)."""
+    from tensorboard.plugins import base_plugin
+
+    from tb_attn_plugin import service as service_module
+    from tb_attn_plugin.plugin import AttentionPlugin
+
+    class Slow(Service):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            time.sleep(0.2)
+            super().__init__(*args, **kwargs)
+
+    monkeypatch.setattr(service_module, "Service", Slow)
+
+    plugin = AttentionPlugin(base_plugin.TBContext(logdir=str(tmp_path)))
+    start = threading.Barrier(16)
+    got: list[object] = []
+
+    def first() -> None:
+        start.wait()
+        got.append(plugin.service)
+
+    threads = [threading.Thread(target=first) for _ in range(16)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(got) == 16 and len({id(s) for s in got}) == 1
