@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 from tb_attn_plugin.analysis import wording
 
 if TYPE_CHECKING:
-    from tb_attn_plugin.responses import CompareResponse, RanksResponse, ScalingResponse
+    from tb_attn_plugin.responses import CompareResponse, Fit, RanksResponse, ScalingResponse
     from tb_attn_plugin.schema import Finding, RunSummary
 
 __all__ = [
@@ -167,11 +167,15 @@ def compare_table(result: CompareResponse, scale: ScalingResponse) -> str:
             seqs = ",".join(str(p.seq) for p in s.points)
             tf, mf = s.time_fit, s.memory_fit
             label = printable(s.label)
-            lines.append(f"  {label:<32} seq {seqs:<16} time k={tf.k:.2f} (R2 {tf.r2:.2f})"
+            lines.append(f"  {label:<32} seq {seqs:<16} time k={tf.k:.2f} ({_quality(tf)})"
                          if tf else f"  {label:<32} seq {seqs:<16} time -")
             if mf:
-                lines[-1] += f"  memory k={mf.k:.2f} (R2 {mf.r2:.2f})"
+                lines[-1] += f"  memory k={mf.k:.2f} ({_quality(mf)})"
     return _text(lines)
+
+
+def _quality(fit: Fit) -> str:
+    return f"R2 {fit.r2:.2f}, {fit.points} points" if fit.r2 is not None else f"{fit.points} points: no fit quality"
 
 
 def gate_text(report: object) -> str:

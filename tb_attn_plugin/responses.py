@@ -249,7 +249,8 @@ class Fit(msgspec.Struct, kw_only=True):
 
     a: float
     k: float
-    r2: float
+    r2: float | None  # null with two points: a line through two points says nothing of its fit
+    points: int = 0  # the distinct sequence lengths fitted
 
 
 class ScalingPoint(msgspec.Struct, kw_only=True):

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import math
+import shutil
 from pathlib import Path
 
 import msgspec
@@ -37,7 +39,12 @@ def _summaries(logdir: Path) -> list:  # type: ignore[type-arg]
 def test_power_fit() -> None:
     fit = fit_power([1, 2, 4, 8], [3.0, 12.0, 48.0, 192.0])
     assert fit is not None and fit.k == pytest.approx(2.0) and fit.a == pytest.approx(3.0)
-    assert fit.r2 == pytest.approx(1.0)
+    assert fit.r2 == pytest.approx(1.0) and fit.points == 4
+    noisy = fit_power([1, 2, 4], [3.0, 20.0, 30.0])
+    assert noisy is not None and noisy.r2 is not None and noisy.r2 < 0.95
+    # Two points: any line passes through them; the fit reports no quality rather than R² 1.00.
+    two = fit_power([256, 512], [1.0, 3.7])
+    assert two is not None and two.r2 is None and two.points == 2 and two.k == pytest.approx(math.log2(3.7))
     assert fit_power([4, 4], [1.0, 2.0]) is None
 
 
@@ -67,6 +74,24 @@ def test_scaling_memory_exponents(sweep: Path) -> None:
     assert series["naive"]["memory_fit"]["k"] > 1.4
     assert series["sdpa"]["memory_fit"]["k"] < 1.2
     assert series["naive"]["memory_fit"]["k"] > series["sdpa"]["memory_fit"]["k"] + 0.4
+
+
+def test_scaling_series_keep_configurations_apart(sweep: Path, tmp_path: Path) -> None:
+    """A tensor-parallel two-rank run is no point of a single-process series: series are grouped
+    by everything but the sequence length, and labelled by what tells equal labels apart."""
+    logdir = tmp_path / "logdir"
+    shutil.copytree(sweep, logdir)
+    for seq in SEQS:
+        run = logdir / f"tp/naive/seq{seq}"
+        shutil.copytree(sweep / f"naive/seq{seq}", run)
+        meta_path = run / "tb_attn_run.json"
+        meta = json.loads(meta_path.read_text())
+        meta["config"]["parallel"], meta["world_size"] = "tp", 2
+        meta_path.write_text(json.dumps(meta))
+    series = {s.label: s for s in scaling(_summaries(logdir)).series}
+    assert set(series) == {"builtin naive float32 (parallel none, world_size 1)",
+                           "builtin naive float32 (parallel tp, world_size 2)", "builtin sdpa float32"}
+    assert all(len(s.points) == len(SEQS) for s in series.values())
 
 
 def test_cli_compare(sweep: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -502,7 +502,10 @@ export interface ScalingPoint {
 export interface Fit {
   a: number;
   k: number;
-  r2: number;
+  /** null with two points: a line through two points says nothing of its fit */
+  r2: number | null;
+  /** the distinct sequence lengths fitted */
+  points: number;
 }
 
 /** The 202 answer of a route whose traces are still being parsed: ask again later. */

@@ -10,6 +10,7 @@ the routes' bodies (``responses.CompareResponse`` and ``ScalingResponse``, docum
 
 from __future__ import annotations
 
+import json
 import math
 from typing import Any
 
@@ -33,9 +34,8 @@ from tb_attn_plugin.schema import RunSummary, WorkerSummary
 __all__ = ["BaselineError", "compare", "fit_power", "run_facts", "scaling"]
 
 _RATIO_KEYS = ("attention_cpu_us", "attention_device_us", "alloc_bytes", "peak_bytes", "flops_per_s")
-# Config fields that must match for runs to belong to one scaling series (all but seq).
-_SERIES_KEYS = ("model", "impl", "dtype", "layers", "heads", "kv_heads", "d_model", "batch", "mode", "per_head",
-                "causal", "device")
+# The label of a scaling series; the series itself is every config field but seq, with the world size.
+_SERIES_KEYS = ("model", "impl", "dtype")
 
 
 class BaselineError(ValueError):
@@ -46,10 +46,17 @@ def _config(run: RunSummary) -> dict[str, Any]:
     meta = run.metadata or {}
     config = meta.get("config")
     out: dict[str, Any] = dict(config) if isinstance(config, dict) else {}
-    for key in ("model", "impl", "dtype"):
+    for key in ("model", "impl", "dtype", "world_size"):
         if key in meta:
             out.setdefault(key, meta[key])
     return out
+
+
+def _series_key(cfg: dict[str, Any]) -> str:
+    """Runs scale together when everything but the sequence length matches: the model, its
+    sizes, dtype, mode, dropout, mask, parallel layout and world size (a two-rank tensor-parallel
+    run is not a point of a single-process series)."""
+    return json.dumps({k: v for k, v in cfg.items() if k != "seq"}, sort_keys=True, default=str)
 
 
 def _text(value: object) -> str | None:
@@ -218,10 +225,16 @@ def _delta(now: float, before: float) -> str:
     return f"{sign}{duration(abs(now - before))} ({duration(now)}{rel})"
 
 
+#: Fewer distinct lengths than this fit a line exactly: no R² is reported for them.
+MIN_FIT_QUALITY_POINTS = 3
+
+
 def fit_power(xs: list[float], ys: list[float]) -> Fit | None:
-    """Least-squares fit of y ≈ a·xᵏ on log-log axes; None without 2 distinct x > 0."""
+    """Least-squares fit of y ≈ a·xᵏ on log-log axes; None without 2 distinct x > 0. R² only
+    from ``MIN_FIT_QUALITY_POINTS`` distinct lengths: through two, any line fits perfectly."""
     pts = [(x, y) for x, y in zip(xs, ys, strict=True) if x > 0 and y > 0]
-    if len({x for x, _ in pts}) < 2:
+    distinct = len({x for x, _ in pts})
+    if distinct < 2:
         return None
     lx = np.log([x for x, _ in pts])
     ly = np.log([y for _, y in pts])
@@ -230,12 +243,13 @@ def fit_power(xs: list[float], ys: list[float]) -> Fit | None:
     ss_res = float(((ly - pred) ** 2).sum())
     ss_tot = float(((ly - ly.mean()) ** 2).sum())
     r2 = 1.0 - ss_res / ss_tot if ss_tot > 0 else 1.0
-    return Fit(a=float(math.exp(log_a)), k=float(k), r2=r2)
+    return Fit(a=float(math.exp(log_a)), k=float(k), r2=r2 if distinct >= MIN_FIT_QUALITY_POINTS else None,
+               points=distinct)
 
 
 def scaling(runs: list[RunSummary]) -> ScalingResponse:
     """Series of runs that differ only in sequence length, with power-law fits."""
-    groups: dict[tuple[str, ...], list[ScalingPoint]] = {}
+    groups: dict[str, list[ScalingPoint]] = {}
     for run in runs:
         if not run.workers or not any(w.layers for w in run.workers):
             continue
@@ -243,17 +257,20 @@ def scaling(runs: list[RunSummary]) -> ScalingResponse:
         seq = cfg.get("seq")
         if not isinstance(seq, int):
             continue
-        key = tuple(str(cfg.get(k)) for k in _SERIES_KEYS)
+        key = _series_key(cfg)
         f = run_facts(run)
         groups.setdefault(key, []).append(ScalingPoint(
             seq=seq, run=run.run, time_us=f.attention_device_us or f.attention_cpu_us,
             alloc_bytes=f.alloc_bytes, peak_bytes=f.peak_bytes,
         ))
     series = []
+    configs = []
     for key, points in sorted(groups.items()):
         points.sort(key=lambda p: (p.seq, p.run))
-        cfg = dict(zip(_SERIES_KEYS, key, strict=True))
+        full = json.loads(key)
+        cfg = {k: str(full.get(k)) for k in _SERIES_KEYS}
         seqs = [float(p.seq) for p in points]
+        configs.append(full)
         series.append(ScalingSeries(
             label=" ".join(v for v in (cfg["model"], cfg["impl"], cfg["dtype"]) if v != "None"),
             impl=cfg["impl"], dtype=cfg["dtype"], model=cfg["model"],
@@ -261,4 +278,12 @@ def scaling(runs: list[RunSummary]) -> ScalingResponse:
             time_fit=fit_power(seqs, [p.time_us for p in points]),
             memory_fit=fit_power(seqs, [p.alloc_bytes for p in points]),
         ))
+    # Series with one label differ in something else: the label says what.
+    for label in {s.label for s in series}:
+        same = [i for i, s in enumerate(series) if s.label == label]
+        if len(same) > 1:
+            keys = sorted({k for i in same for j in same for k in configs[i].keys() | configs[j].keys()
+                           if configs[i].get(k) != configs[j].get(k)})
+            for i in same:
+                series[i].label += " (" + ", ".join(f"{k} {configs[i].get(k)}" for k in keys) + ")"
     return ScalingResponse(series=series)

@@ -55,7 +55,11 @@ function sortedRuns(runs: CompareRun[], by: GroupBy): CompareRun[] {
 }
 
 function fmtFit(f: Fit | null): string {
-  return f ? `k = ${f.k.toFixed(2)} (R\u00b2 ${f.r2.toFixed(2)})` : "no fit";
+  if (!f) return "no fit";
+  // Through two points any line fits: their R² would be 1.00 and mean nothing.
+  return f.r2 === null
+    ? `k = ${f.k.toFixed(2)} (${f.points} points: no fit quality)`
+    : `k = ${f.k.toFixed(2)} (R\u00b2 ${f.r2.toFixed(2)}, ${f.points} points)`;
 }
 
 export class CompareView {
