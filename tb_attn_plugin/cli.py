@@ -3,7 +3,7 @@
     tb-attn summarize PATH [--run R] [--worker W] [--format table|json|csv]
     tb-attn compare PATH [--runs A,B] [--baseline A] [--format table|json]
     tb-attn ranks PATH [--run R] [--margin 0.2] [--fail-on-straggler] [--format table|json]
-    tb-attn gate --baseline RUN --candidate RUN [--max-time-regression 10%] [--max-memory-regression 10%]
+    tb-attn gate [LOGDIR] --baseline RUN --candidate RUN [--max-time-regression 10%] [--max-memory-regression 10%]
 
 PATH is a logdir, a run directory or one trace file (local or an fsspec URL). Exit codes of
 summarize, compare and ranks: 0 when every selected trace was read, 1 when some trace could not
@@ -76,8 +76,11 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--format", choices=("table", "json"), default="table")
     g = sub.add_parser("gate", help="fail (exit 1) when attention got slower or hungrier than a baseline; "
                        "exit 2 when a trace of either run cannot be read")
-    g.add_argument("--baseline", required=True, help="the baseline run: a run directory or a trace file")
-    g.add_argument("--candidate", required=True, help="the candidate run: a run directory or a trace file")
+    g.add_argument("path", nargs="?", help="a log directory: --baseline and --candidate are then run names in it, "
+                   "as summarize --run and compare --runs take them")
+    g.add_argument("--baseline", required=True, help="the baseline run: a run name under PATH, or without PATH a run "
+                   "directory or a trace file")
+    g.add_argument("--candidate", required=True, help="the candidate run (as --baseline)")
     g.add_argument("--max-time-regression", default="10%", help="tolerated slowdown (default 10%%)")
     g.add_argument("--max-memory-regression", default="10%", help="tolerated memory growth (default 10%%)")
     g.add_argument("--clock", choices=("auto", "cpu", "device"), default="auto",
@@ -199,8 +202,8 @@ def _gate(args: argparse.Namespace) -> int:
     unreadable = 0
     for label, path in (("baseline", args.baseline), ("candidate", args.candidate)):
         try:
-            runs = resolve_runs(path)
-        except TraceError as exc:
+            runs = _listed_runs(args.path, path) if args.path is not None else resolve_runs(path)
+        except (TraceError, _Usage) as exc:
             return _fail(f"{label}: {exc}")
         if len(runs) != 1:
             names = ", ".join(r.name for r in runs[:5]) or "none"

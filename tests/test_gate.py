@@ -28,6 +28,18 @@ def test_identical_runs_pass(gate_logdir: Path, capsys: pytest.CaptureFixture[st
     assert "PASS" in out and "+0.0%" in out and "REGRESSION" not in out
 
 
+def test_run_names_under_a_logdir_and_one_unit(gate_logdir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """As summarize --run and compare --runs take them: names relative to the logdir. Times are
+    in ms throughout, the steps' spread included."""
+    assert main(["gate", str(gate_logdir), "--baseline", "naive", "--candidate", "naive"]) == 0
+    out = capsys.readouterr().out
+    assert "attention gate: naive against baseline naive" in out and "PASS" in out
+    assert " us" not in out and "µs" not in out
+    assert "median of 2 step(s), min " in out and " ms, max " in out and "of the median" in out
+    assert main(["gate", str(gate_logdir), "--baseline", "nope", "--candidate", "naive"]) == 2
+    assert "baseline: no run named 'nope'" in capsys.readouterr().err
+
+
 def test_naive_against_a_flash_baseline_fails(gate_logdir: Path, capsys: pytest.CaptureFixture[str]) -> None:
     args = ["gate", "--baseline", str(gate_logdir / "sdpa-flash"), "--candidate", str(gate_logdir / "naive"),
             "--format", "json"]

@@ -14,6 +14,7 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from tb_attn_plugin.analysis import wording
 from tb_attn_plugin.schema import RunSummary
 
 __all__ = ["Check", "GateReport", "gate", "parse_tolerance"]
@@ -91,7 +92,13 @@ def _per_layer(run: RunSummary, clock: str) -> dict[int, float]:
 
 
 def _spread(values: Sequence[float]) -> str:
-    return f"median of {len(values)} step(s), min {min(values):.0f} us, max {max(values):.0f} us" if values else ""
+    """The steps behind a median, in the report's unit (ms), with their spread."""
+    if not values:
+        return ""
+    mid = statistics.median(values)
+    spread = f", spread {(max(values) - min(values)) / mid:.0%} of the median" if mid > 0 and len(values) > 1 else ""
+    return (f"median of {len(values)} step(s), min {wording.ms(min(values))} ms, max {wording.ms(max(values))} ms"
+            + spread)
 
 
 def gate(baseline: RunSummary, candidate: RunSummary, *, max_time: float, max_memory: float,
