@@ -150,8 +150,10 @@ def compare_table(result: CompareResponse, scale: ScalingResponse) -> str:
     cells = _cells(rows)
     widths = [max(len(row[i]) for row in [header, *cells]) for i in range(len(header))]
     fmt = "  ".join(f"{{:<{w}}}" if i < 5 or i == len(widths) - 1 else f"{{:>{w}}}" for i, w in enumerate(widths))
-    lines = [f"baseline: {result.baseline} (time is device time where there is some, else CPU; means per step)",
-             fmt.format(*header), *(fmt.format(*row) for row in cells)]
+    lines = [printable(h.sentence) for h in result.headlines]
+    lines += [""] if lines else []
+    lines += [f"baseline: {result.baseline} (time is device time where there is some, else CPU; means per step)",
+              fmt.format(*header), *(fmt.format(*row) for row in cells)]
     lines += [f"error: {e.run}: {e.error}" for e in result.errors]
     for f in result.runs:
         if f.why_slower:

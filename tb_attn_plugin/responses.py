@@ -237,11 +237,34 @@ class CompareError(msgspec.Struct, kw_only=True):
     error: str
 
 
+class HeadlineVersus(msgspec.Struct, kw_only=True):
+    """The best run of a group against one other: how many times more the other spends."""
+
+    run: str
+    impl: str | None
+    time: float | None  # the other's attention time over the best's (the clock of the headline)
+    alloc: float | None  # the other's memory allocated in attention over the best's
+    peak: float | None  # the other's largest per-layer peak rise over the best's
+    flops_per_s: float | None  # the best's FLOP/s over the other's
+
+
+class Headline(msgspec.Struct, kw_only=True):
+    """One group of runs that differ only in their implementation, in one sentence."""
+
+    group: str  # what the runs share: "builtin, seq 512, float32, training"
+    best: str  # the run with the least attention time
+    best_impl: str | None
+    clock: str  # "device" or "CPU": the time compared
+    versus: list[HeadlineVersus]
+    sentence: str
+
+
 class CompareResponse(msgspec.Struct, kw_only=True):
     schema: str = COMPARE_SCHEMA
     baseline: str | None  # null: no readable run
     runs: list[CompareRun]
     errors: list[CompareError]
+    headlines: list[Headline] = []  # per group of runs differing only in implementation
 
 
 class Fit(msgspec.Struct, kw_only=True):

@@ -76,6 +76,31 @@ def test_scaling_memory_exponents(sweep: Path) -> None:
     assert series["naive"]["memory_fit"]["k"] > series["sdpa"]["memory_fit"]["k"] + 0.4
 
 
+def test_headline_per_configuration(sweep: Path) -> None:
+    """One sentence per group of runs that differ only in their implementation, with the ratios
+    of the fastest against the others computed from the same figures as the table."""
+    result = compare(_summaries(sweep))
+    assert [h.group for h in result.headlines] == [f"builtin, seq {s}, float32, training" for s in SEQS]
+    facts = {f.run: f for f in result.runs}
+    for h in result.headlines:
+        (other,) = h.versus
+        best, slow = facts[h.best], facts[other.run]
+        assert h.clock == "CPU" and {best.impl, slow.impl} == {"naive", "sdpa"}
+        assert best.attention_cpu_us <= slow.attention_cpu_us
+        assert other.time == pytest.approx(slow.attention_cpu_us / best.attention_cpu_us)
+        assert other.alloc == pytest.approx(slow.alloc_bytes / best.alloc_bytes)
+        assert other.peak == pytest.approx(slow.peak_bytes / best.peak_bytes)
+        assert h.sentence.startswith(f"At {h.group}: {best.impl} spends the least attention CPU time: "
+                                     f"{other.time:.1f}× less time than {slow.impl}, ")
+    # At 128 the S×S scores make naive allocate far more than SDPA.
+    (big,) = [h for h in result.headlines if h.group.startswith("builtin, seq 128")]
+    if big.best_impl == "sdpa":
+        assert big.versus[0].alloc is not None and big.versus[0].alloc > 1.5
+        assert "× less memory allocated" in big.sentence
+    # A single run per group says nothing.
+    assert compare(_summaries(sweep)[:1]).headlines == []
+
+
 def test_scaling_series_keep_configurations_apart(sweep: Path, tmp_path: Path) -> None:
     """A tensor-parallel two-rank run is no point of a single-process series: series are grouped
     by everything but the sequence length, and labelled by what tells equal labels apart."""

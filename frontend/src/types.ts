@@ -408,6 +408,8 @@ export interface CompareResponse {
   baseline: string | null;
   runs: CompareRun[];
   errors: CompareError[];
+  /** per group of runs differing only in implementation */
+  headlines: Headline[];
 }
 
 /** One run's attention totals per step, from its median worker. */
@@ -470,6 +472,33 @@ export interface CompareRatio {
 export interface CompareError {
   run: string;
   error: string;
+}
+
+/** One group of runs that differ only in their implementation, in one sentence. */
+export interface Headline {
+  /** what the runs share: "builtin, seq 512, float32, training" */
+  group: string;
+  /** the run with the least attention time */
+  best: string;
+  best_impl: string | null;
+  /** "device" or "CPU": the time compared */
+  clock: string;
+  versus: HeadlineVersus[];
+  sentence: string;
+}
+
+/** The best run of a group against one other: how many times more the other spends. */
+export interface HeadlineVersus {
+  run: string;
+  impl: string | null;
+  /** the other's attention time over the best's (the clock of the headline) */
+  time: number | null;
+  /** the other's memory allocated in attention over the best's */
+  alloc: number | null;
+  /** the other's largest per-layer peak rise over the best's */
+  peak: number | null;
+  /** the best's FLOP/s over the other's */
+  flops_per_s: number | null;
 }
 
 export interface ScalingResponse {

@@ -4,9 +4,12 @@ ratios against the analysis engine's ``compare`` and the scaling chart. Screensh
 
 from __future__ import annotations
 
+import json
+import re
 from pathlib import Path
 from typing import Any
 
+import pytest
 from pages import open_tab, shot
 from playwright.sync_api import Page, expect
 
@@ -36,3 +39,22 @@ def test_compare_view_with_ratios_and_scaling(tensorboard: Any, browser_logdir: 
     expect(row).to_contain_text("hidden-copy")
     expect(frame.get_by_test_id("scaling-chart")).to_be_visible()
     shot(page, artifacts, "compare")
+
+
+def test_compare_headline_matches_the_cli(tensorboard: Any, browser_logdir: Path, page: Page, artifacts: Path,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    """The headline sentence of a group (three implementations of one configuration) is the one
+    the CLI prints, figures included."""
+    from tb_attn_plugin.cli import main
+
+    runs = ("demo/naive", "demo/sdpa", "demo/sdpa-math")
+    assert main(["compare", str(browser_logdir), "--runs", ",".join(runs), "--format", "json"]) == 0
+    (headline,) = json.loads(capsys.readouterr().out)["compare"]["headlines"]
+    assert headline["group"] == "builtin, seq 16, float32, training" and len(headline["versus"]) == 2
+    assert re.search(r"\d+\.\d× less time than", headline["sentence"])
+    frame = open_tab(page, tensorboard.url)
+    for run in runs:
+        frame.get_by_role("checkbox", name=f"Pick {run} for comparing").check()
+    frame.get_by_test_id("compare-button").click()
+    expect(frame.get_by_test_id("headlines")).to_have_text(headline["sentence"])
+    shot(page, artifacts, "compare-headline")

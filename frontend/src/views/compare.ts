@@ -186,7 +186,20 @@ export class CompareView {
       replace(this.tableEl, note("None of these runs could be read."));
       return;
     }
-    replace(this.tableEl, this.table(data, s.groupBy), ...this.whySlower(data));
+    replace(this.tableEl, ...this.headlines(data), this.table(data, s.groupBy), ...this.whySlower(data));
+  }
+
+  /** One sentence per group of runs that differ only in their implementation: the fastest
+   * against the others (compare.py's headlines). */
+  private headlines(data: CompareResponse): HTMLElement[] {
+    if (!data.headlines.length) return [];
+    return [
+      h(
+        "div",
+        { class: "headlines", attrs: { "data-testid": "headlines" } },
+        ...data.headlines.map((x) => h("p", "headline", x.sentence)),
+      ),
+    ];
   }
 
   /** For a run of the same model and configuration as the baseline with another implementation,
