@@ -54,11 +54,12 @@ def _config(run: RunSummary) -> dict[str, Any]:
     return out
 
 
-def _series_key(cfg: dict[str, Any]) -> str:
-    """Runs scale together when everything but the sequence length matches: the model, its
-    sizes, dtype, mode, dropout, mask, parallel layout and world size (a two-rank tensor-parallel
-    run is not a point of a single-process series)."""
-    return json.dumps({k: v for k, v in cfg.items() if k != "seq"}, sort_keys=True, default=str)
+def _config_key(cfg: dict[str, Any], *, but: str) -> str:
+    """The run's whole configuration but one field, as a key: runs scale together when all but
+    ``seq`` matches, and compare like for like when all but ``impl`` does (the model, its sizes,
+    dtype, mode, dropout, mask, parallel layout and world size: a two-rank tensor-parallel run is
+    not a point of a single-process series)."""
+    return json.dumps({k: v for k, v in cfg.items() if k != but}, sort_keys=True, default=str)
 
 
 def _text(value: object) -> str | None:
@@ -139,11 +140,6 @@ def compare(runs: list[RunSummary], *, baseline: str | None = None) -> CompareRe
     return CompareResponse(baseline=base_name, runs=facts, errors=errors, headlines=headlines(usable, facts))
 
 
-def _group(cfg: dict[str, Any]) -> str:
-    """Runs compare like for like when everything but the implementation matches."""
-    return json.dumps({k: v for k, v in cfg.items() if k != "impl"}, sort_keys=True, default=str)
-
-
 def _group_label(cfg: dict[str, Any]) -> str:
     parts = [str(cfg.get("model") or "?"), f"seq {cfg.get('seq')}", str(cfg.get("dtype") or "?"),
              str(cfg.get("mode") or "")]
@@ -162,7 +158,7 @@ def headlines(runs: list[RunSummary], facts: list[CompareRun]) -> list[Headline]
     for run, f in zip(runs, facts, strict=True):
         cfg = _config(run)
         if cfg.get("impl") is not None and cfg.get("model") is not None:
-            groups.setdefault(_group(cfg), []).append((cfg, f))
+            groups.setdefault(_config_key(cfg, but="impl"), []).append((cfg, f))
     out: list[tuple[str, int, str, Headline]] = []
     for members in groups.values():
         if len(members) < 2:
@@ -228,8 +224,8 @@ _SAME_OPS_PARTS = ("qkv_proj", "rope", "kv_cache", "out_proj")
 
 def _same_but_impl(run: RunSummary, base: RunSummary) -> bool:
     a, b = _config(run), _config(base)
-    keys = (set(a) | set(b)) - {"impl"}
-    return a.get("impl") != b.get("impl") and a.get("model") is not None and all(a.get(k) == b.get(k) for k in keys)
+    return (a.get("model") is not None and a.get("impl") != b.get("impl")
+            and _config_key(a, but="impl") == _config_key(b, but="impl"))
 
 
 def _parts(w: WorkerSummary, device: bool) -> dict[str, float]:
@@ -339,7 +335,7 @@ def scaling(runs: list[RunSummary]) -> ScalingResponse:
         seq = cfg.get("seq")
         if not isinstance(seq, int):
             continue
-        key = _series_key(cfg)
+        key = _config_key(cfg, but="seq")
         f = run_facts(run)
         groups.setdefault(key, []).append(ScalingPoint(
             seq=seq, run=run.run, time_us=f.attention_device_us or f.attention_cpu_us,

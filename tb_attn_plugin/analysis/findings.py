@@ -221,18 +221,22 @@ def _unplaced(t: RuleQuery) -> list[Finding]:
     own time counts (device time on GPU traces), not the gaps between ops, which are the module's
     Python: a block is not wrong for being written in Python."""
     a, ev = t.a, t.ev
-    fused = np.isin(ev.name, [k for k, n in enumerate(ev.names) if n in FUSED_BLOCK_OPS])  # placed inside
-    loose = t.fwd & (a.phase < 0) & ~a.is_scope & ~fused
+    loose = np.flatnonzero(t.fwd & (a.phase < 0) & ~a.is_scope)
+    fused_ids = [k for k, n in enumerate(ev.names) if n in FUSED_BLOCK_OPS]
+    if fused_ids:
+        loose = loose[~np.isin(ev.name[loose], fused_ids)]  # their own ops are placed
+    if t.cuda:
+        counted = loose[t.device_work[loose]]
+    else:
+        counted = loose[(ev.kind[loose] == Kind.CPU_OP) & a.is_scope[np.maximum(a.parent[loose], 0)]]
+    # Every layer's loose time in one pass.
+    spent_by_layer = np.bincount(a.layer[counted], weights=ev.dur[counted], minlength=1) / t.step_count
     rows = []
     for layer in t.s.layers:
-        mine = np.flatnonzero(loose & (a.layer == layer.layer))
-        if t.cuda:
-            spent, block = float(ev.dur[mine[t.device_work[mine]]].sum()) / t.step_count, layer.device_us
-        else:
-            top = mine[(ev.kind[mine] == Kind.CPU_OP) & a.is_scope[np.maximum(a.parent[mine], 0)]]
-            spent, block = float(ev.dur[top].sum()) / t.step_count, layer.cpu_us
+        spent = float(spent_by_layer[layer.layer]) if layer.layer < spent_by_layer.size else 0.0
+        block = layer.device_us if t.cuda else layer.cpu_us
         if block > 0 and spent / block > OTHER_SHARE:
-            rows.append((layer.layer, spent / block, spent, mine))
+            rows.append((layer.layer, spent / block, spent, loose[a.layer[loose] == layer.layer]))
     if not rows:
         return []
     share = _median(r[1] for r in rows)

@@ -73,3 +73,16 @@ def test_masks_are_counted_apart() -> None:
     assert layer.sxs_bytes == 17_424 and layer.sxs_mask_bytes == 2 * 4 * 33 * 33
     (sxs,) = [f for f in summary.findings if f.id == "sxs-materialized"]
     assert sxs.evidence.bytes == 17_424 and "1 mask (8.5 KiB, counted apart from the scores)" in sxs.explanation
+
+
+def test_ops_no_phase_holds_get_a_note() -> None:
+    """unplaced-time: an op of a name no role knows, taking half of its block (CPU), while the
+    gaps between ops (the module's Python) never count."""
+    events = [_x("ProfilerStep#1", 0, 200), _x("tbattn.v1/L0", 1, 100), _x("tbattn.v1/L0/softmax", 2, 20),
+              _x("aten::softmax", 3, 10, "cpu_op"), _x("aten::mystery_op", 30, 50, "cpu_op"),
+              _x("tbattn.v1/L1", 110, 80), _x("tbattn.v1/L1/softmax", 111, 20), _x("aten::softmax", 112, 10, "cpu_op")]
+    _, summary = _layer0(json.dumps({"traceEvents": events}).encode())
+    (note,) = [f for f in summary.findings if f.id == "unplaced-time"]
+    assert note.evidence.layers == [0] and note.evidence.ops == ["aten::mystery_op"]
+    assert note.evidence.details["other_share"] == pytest.approx(50 / 100)
+    assert "50% of the attention block's CPU time" in note.explanation
