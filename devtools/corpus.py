@@ -17,9 +17,11 @@ B·S·D (2·48·128) or any weight's size, so a tensor of the score's size is a 
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 __all__ = ["CORPUS", "TRACES", "main"]
@@ -55,12 +57,20 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         print(f"unknown corpus entries: {', '.join(unknown)}; choose from {', '.join(CORPUS)}", file=sys.stderr)
         return 2
+    TRACES.mkdir(parents=True, exist_ok=True)
     for name in wanted:
         target = TRACES / name
-        shutil.rmtree(target, ignore_errors=True)
-        cmd = [sys.executable, "-m", "runner", "--logdir", str(target), "--name", "run", *_COMMON, *CORPUS[name]]
         print(name, flush=True)
-        subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+        # Written beside the old traces, which are replaced only once the run succeeded.
+        with tempfile.TemporaryDirectory(dir=TRACES) as tmp:
+            cmd = [sys.executable, "-m", "runner", "--logdir", tmp, "--name", "run", *_COMMON, *CORPUS[name]]
+            done = subprocess.run(cmd, stdout=subprocess.DEVNULL)
+            if done.returncode != 0:
+                print(f"{name}: the runner failed (exit {done.returncode}); the old traces are kept", file=sys.stderr)
+                return 1
+            shutil.rmtree(target, ignore_errors=True)
+            os.replace(tmp, target)
+            os.mkdir(tmp)  # for the context manager to remove
     return 0
 
 
