@@ -230,9 +230,7 @@ def role_scopes(events: Events, attr: Attribution) -> list[SyntheticScope]:
             continue
         assigned = assign_roles([names[events.name[i]] for i in ids], given)
         for first, last, phase in phase_spans(ids, given, assigned, par):
-            head = int(a.head[first])
-            name = format_scope(int(a.layer[first]), head=head if head >= 0 else None, phase=phase)
-            out.append(span_scope(events, first, last, name, par))
+            out.append(span_scope(events, first, last, _phase_scope(a, first, phase), par))
         # The Python time before a written phase scope is that phase's too, as above.
         for i, g in zip(ids, given, strict=True):
             scope = int(par[i])
@@ -240,10 +238,15 @@ def role_scopes(events: Events, attr: Attribution) -> list[SyntheticScope]:
                 continue  # not the first op of a phase scope
             start, end = _previous_end(events, scope, par), float(events.ts[scope])
             if int(par[scope]) >= 0 and end - start > _MIN_GAP_US:
-                head = int(a.head[scope])
-                name = format_scope(int(a.layer[scope]), head=head if head >= 0 else None, phase=g)
-                out.append(SyntheticScope(int(events.track[scope]), start + _PAD, end - start - 2 * _PAD, name))
+                out.append(SyntheticScope(int(events.track[scope]), start + _PAD, end - start - 2 * _PAD,
+                                          _phase_scope(a, scope, g)))
     return out
+
+
+def _phase_scope(a: Attribution, i: int, phase: str) -> str:
+    """The scope name of ``phase`` in event ``i``'s layer (and measured head)."""
+    head = int(a.head[i])
+    return format_scope(int(a.layer[i]), head=head if head >= 0 else None, phase=phase)
 
 
 def phase_spans(ids: list[int], given: Sequence[str | None], assigned: Sequence[str | None],
