@@ -14,6 +14,7 @@ import msgspec
 
 __all__ = [
     "SUMMARY_SCHEMA",
+    "SPREAD_KEYS",
     "Backward",
     "Evidence",
     "FileError",
@@ -22,6 +23,7 @@ __all__ = [
     "LayerStats",
     "PhaseStats",
     "RunSummary",
+    "Spread",
     "StepStats",
     "WorkerSummary",
     "to_json",
@@ -61,6 +63,23 @@ def _encodable(value: Any) -> Any:
     return root[0]
 
 
+class Spread(msgspec.Struct, kw_only=True):
+    """How far one per-step figure's steps were apart (analysis/spread.py, docs/summary.md)."""
+
+    median: float  # of the per-step values (the figure itself is their mean)
+    lo: float  # the smallest step ("range") or the 25th percentile ("iqr")
+    hi: float  # the largest step ("range") or the 75th percentile ("iqr")
+    kind: str  # "range" below 8 steps, else "iqr"
+    steps: int
+    noisy: bool  # hi - lo is over 20% of the median
+
+
+#: The figures a ``spread`` dict can hold, by the names the tab's metrics use: the time figures of a
+#: layer or phase (forward and backward, both clocks) and a worker's step and attention times.
+SPREAD_KEYS = ("cpu_us", "device_us", "bwd_cpu_us", "bwd_device_us",
+               "step_cpu_us", "step_device_us", "attention_cpu_us", "attention_device_us")
+
+
 class Backward(msgspec.Struct, kw_only=True):
     """Backward work attributed to a phase or layer through autograd sequence numbers."""
 
@@ -90,6 +109,7 @@ class PhaseStats(msgspec.Struct, kw_only=True):
     sxs_mask_bytes: float = 0.0  # masks of the scores' shape: bool, dropout noise, built masks
     sxs_mask_allocs: float = 0.0
     backward: Backward
+    spread: dict[str, Spread] = {}  # per time figure (SPREAD_KEYS), with two or more steps
 
 
 class HeadStats(msgspec.Struct, kw_only=True):
@@ -123,6 +143,7 @@ class LayerStats(msgspec.Struct, kw_only=True):
     phases: list[PhaseStats]
     heads: list[HeadStats]
     backward: Backward
+    spread: dict[str, Spread] = {}  # per time figure (SPREAD_KEYS), with two or more steps
 
 
 class StepStats(msgspec.Struct, kw_only=True):
@@ -184,6 +205,7 @@ class WorkerSummary(msgspec.Struct, kw_only=True):
     rank: int | None = None  # the trace's distributedInfo rank, else a rank in the worker name
     world_size: int | None = None
     collectives: list[CollectiveStats] = msgspec.field(default_factory=list)
+    spread: dict[str, Spread] = {}  # step and attention time (SPREAD_KEYS), with two or more steps
 
 
 class FileError(msgspec.Struct, kw_only=True):

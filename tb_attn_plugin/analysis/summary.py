@@ -22,8 +22,9 @@ from tb_attn_plugin.analysis.findings import find
 from tb_attn_plugin.analysis.query import TraceQuery, ancestors
 from tb_attn_plugin.analysis.ranks import rank_of
 from tb_attn_plugin.analysis.scores import OTHER, SCORE_PHASES, ScoreSizes, score_allocs, sxs_sizes
+from tb_attn_plugin.analysis.spread import per_step_sums, spread
 from tb_attn_plugin.ops import SDPA_OPS, SOFTMAX_OPS
-from tb_attn_plugin.schema import Backward, HeadStats, LayerStats, PhaseStats, StepStats, WorkerSummary
+from tb_attn_plugin.schema import Backward, HeadStats, LayerStats, PhaseStats, Spread, StepStats, WorkerSummary
 from tb_attn_plugin.scopes import MAX_HEADS, PHASES, parse_scope
 from tb_attn_plugin.trace.events import Events
 from tb_attn_plugin.trace.kineto import BACKWARD_PREFIX, Kind
@@ -62,8 +63,11 @@ class _Summarizer:
         names = events.names
         q = self.q = TraceQuery(events, attr)
         self.on_device, self.device_work = q.on_device, q.device_work
+        self.has_device = bool((self.device_work & q.in_steps).any())
         self.steps, self.step_count = q.steps, q.step_count
         self.in_steps, self.mem_in_steps = q.in_steps, q.mem_in_steps
+        # Each event's position among the profiled steps, for the per-step values behind a spread.
+        self.step_code = np.searchsorted(np.asarray(self.steps, np.int64), attr.step).astype(np.int64)
         self.engine = np.array([n.startswith(BACKWARD_PREFIX) for n in names], np.bool_)[events.name]
         self.self_us, self.top_op = q.self_us, q.top_op
         self.mem_ok = (events.mem_device_type == q.mem_device) | (events.mem_device_type < 0)
@@ -85,6 +89,17 @@ class _Summarizer:
     # -- helpers --------------------------------------------------------------------------
     def _per_step(self, x: float) -> float:
         return float(x) / self.step_count
+
+    def _by_step(self, idx: np.ndarray) -> np.ndarray:
+        """The durations of events ``idx`` (all within the steps) summed per step."""
+        return per_step_sums(self.step_code[idx], self.ev.dur[idx], len(self.steps))
+
+    def _spreads(self, **per_step: np.ndarray) -> dict[str, Spread]:
+        """The spread of each figure's per-step values, keyed as ``schema.SPREAD_KEYS``."""
+        if len(self.steps) < 2:
+            return {}
+        out = {k: spread(v) for k, v in per_step.items()}
+        return {k: v for k, v in out.items() if v is not None}
 
     def _names(self, idx: np.ndarray, top: int = 5) -> list[str]:
         totals: Counter[str] = Counter()
@@ -136,6 +151,11 @@ class _Summarizer:
         rank, world_size = rank_of(ev.meta.distributed_info, worker, file, diagnostics=self.diag)
         found = collectives(ev, a.parent, [(float(ev.ts[i]), float(ev.ts[i] + ev.dur[i])) for i in step_idx],
                             diagnostics=self.diag)
+        per_step = self._per_step_stats(step_idx, device_in)
+        fields = {"step_cpu_us": "cpu_us", "attention_cpu_us": "attention_cpu_us"}
+        if has_device:
+            fields |= {"step_device_us": "device_us", "attention_device_us": "attention_device_us"}
+        spreads = self._spreads(**{k: np.array([getattr(p, f) for p in per_step]) for k, f in fields.items()})
         return WorkerSummary(
             file=file, worker=worker, span=span,
             device="cuda" if has_device else "cpu",
@@ -146,7 +166,7 @@ class _Summarizer:
             attention_cpu_us=att_cpu, attention_device_us=att_dev,
             attention_share_cpu=att_cpu / self._per_step(step_cpu) if step_cpu > 0 else None,
             attention_share_device=att_dev / self._per_step(step_device) if has_device and step_device > 0 else None,
-            layers=layer_stats, per_step=self._per_step_stats(step_idx, device_in),
+            layers=layer_stats, per_step=per_step, spread=spreads,
             diagnostics=fold_diagnostics(self.diag), notes=notes,
             rank=rank, world_size=world_size, collectives=found,
         )
@@ -193,7 +213,8 @@ class _Summarizer:
             f = sel[~a.backward[sel]]
             scopes = f[a.is_scope[f]]
             phases.append(self._stats(PHASES[code], sel, f, scopes, float(ev.dur[scopes].sum()),
-                                      mem[mem_phase == code], sizes, calls=runs.get(code, 0)))
+                                      mem[mem_phase == code], sizes, calls=runs.get(code, 0),
+                                      cpu_steps=self._by_step(scopes)))
         other = self._other(idx[phase_of < 0], block_scopes, fwd, mem[mem_phase < 0], sizes)
         if other is not None:
             phases.append(other)
@@ -210,6 +231,13 @@ class _Summarizer:
             calls=sum(p.backward.calls for p in phases), cpu_us=sum(p.backward.cpu_us for p in phases),
             device_us=sum(p.backward.device_us for p in phases), flops=sum(p.backward.flops for p in phases),
         )
+        bwd = idx[a.backward[idx]]
+        spreads = self._spreads(
+            cpu_us=self._by_step(block_scopes), device_us=self._by_step(fwd[self.device_work[fwd]]),
+            bwd_cpu_us=self._by_step(bwd[self.engine[bwd] & ~self.parent_backward[bwd]]),
+            bwd_device_us=self._by_step(bwd[self.device_work[bwd]]))
+        if not self.has_device:
+            spreads = {k: v for k, v in spreads.items() if "device" not in k}
         stats = LayerStats(
             layer=layer, module=clip(a.modules[layer]) if layer in a.modules else None, backend=backend,
             backend_evidence=[clip(n) for n in evidence],
@@ -218,7 +246,7 @@ class _Summarizer:
             peak_bytes=self._peak(block_scopes), sxs_bytes=sxs, sxs_mask_bytes=sum(p.sxs_mask_bytes for p in phases),
             score_tensor_bytes=sizes.tensor_bytes, score_shape=list(sizes.shape),
             heads_count=self._heads_count(fwd), phases=phases,
-            heads=[], backward=back,
+            heads=[], backward=back, spread=spreads,
         )
         stats.heads = self._heads(stats, fwd, mem, sizes)
         return stats
@@ -227,10 +255,12 @@ class _Summarizer:
                sizes: ScoreSizes) -> PhaseStats | None:
         ev, a = self.ev, self.a
         fwd = sel[~a.backward[sel]]
-        cpu_total = float(ev.dur[block_scopes].sum() - ev.dur[self._outer_scopes(layer_fwd)].sum())
+        outer = self._outer_scopes(layer_fwd)
+        cpu_total = float(ev.dur[block_scopes].sum() - ev.dur[outer].sum())
         if not (~a.is_scope[fwd]).any() and not a.backward[sel].any() and cpu_total <= 0:
             return None
-        return self._stats(OTHER, sel, fwd, _EMPTY, max(cpu_total, 0.0), mem, sizes, calls=0)
+        cpu_steps = np.maximum(self._by_step(block_scopes) - self._by_step(outer), 0.0)
+        return self._stats(OTHER, sel, fwd, _EMPTY, max(cpu_total, 0.0), mem, sizes, calls=0, cpu_steps=cpu_steps)
 
     def _phase_runs(self, fwd: np.ndarray) -> dict[int, int]:
         """Calls of each phase: its runs of consecutive scopes in one block (or head), so that q,
@@ -264,7 +294,7 @@ class _Summarizer:
 
     def _stats(
         self, phase: str, sel: np.ndarray, fwd: np.ndarray, scopes: np.ndarray, cpu_total: float, mem: np.ndarray,
-        sizes: ScoreSizes, calls: int | None = None,
+        sizes: ScoreSizes, calls: int | None = None, cpu_steps: np.ndarray | None = None,
     ) -> PhaseStats:
         ev, a = self.ev, self.a
         device = fwd[self.device_work[fwd]]
@@ -277,6 +307,11 @@ class _Summarizer:
         device_us = self._per_step(ev.dur[device].sum())
         cpu_us = self._per_step(cpu_total)
         flops = self._per_step(a.flops[fwd].sum())
+        spreads = self._spreads(cpu_us=self._by_step(scopes) if cpu_steps is None else cpu_steps,
+                                device_us=self._by_step(device), bwd_cpu_us=self._by_step(engine_top),
+                                bwd_device_us=self._by_step(bwd_device))
+        if not self.has_device:
+            spreads = {k: v for k, v in spreads.items() if "device" not in k}
         return PhaseStats(
             phase=phase,
             calls=self._per_step(scopes.size if calls is None else calls),
@@ -302,6 +337,7 @@ class _Summarizer:
                 device_us=self._per_step(ev.dur[bwd_device].sum()),
                 flops=self._per_step(a.flops[bwd].sum()),
             ),
+            spread=spreads,
         )
 
     def _heads_count(self, fwd: np.ndarray) -> int | None:

@@ -1,0 +1,87 @@
+"""Spread over steps: the rule on hand-picked values, and the summary's spreads on a hand-written
+trace of three steps whose layer, phase and attention times are known."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from tb_attn_plugin.analysis.analyze import analyze
+from tb_attn_plugin.analysis.spread import IQR_MIN_STEPS, NOISY, spread
+from tb_attn_plugin.analysis.summary import summarize_analysis
+from tb_attn_plugin.schema import SPREAD_KEYS
+from tb_attn_plugin.trace.decode import decode_bytes
+
+CPU = {"pid": 1, "tid": 1}
+
+
+def test_range_below_eight_steps_and_iqr_from_eight() -> None:
+    s = spread([10.0, 12.0, 11.0, 30.0])
+    assert s is not None and s.kind == "range" and (s.lo, s.median, s.hi) == (10.0, 11.5, 30.0)
+    assert s.steps == 4 and s.noisy  # (30 - 10) / 11.5 is 174 %
+    values = [10.0, 10.0, 10.0, 10.0, 11.0, 11.0, 11.0, 100.0]  # one outlier among eight
+    s = spread(values)
+    assert len(values) == IQR_MIN_STEPS and s is not None and s.kind == "iqr"
+    assert (s.lo, s.median, s.hi) == (10.0, 10.5, 11.0)  # numpy's linear percentiles, by hand
+    assert not s.noisy  # 1 / 10.5 < 20 %: the outlier does not make the figure noisy
+
+
+def test_noisy_threshold_and_degenerate_inputs() -> None:
+    under = spread([100.0, 100.0 + 100 * NOISY])  # 20 apart, the median 110: 18 %
+    assert under is not None and not under.noisy
+    over = spread([100.0, 125.0])  # 25 over a median of 112.5: 22 %
+    assert over is not None and over.noisy
+    assert spread([5.0]) is None and spread([]) is None
+    zero = spread([0.0, 0.0])
+    assert zero is not None and not zero.noisy
+    sometimes = spread([0.0, 0.0, 4.0])  # median 0, a step with some: noisy
+    assert sometimes is not None and sometimes.noisy
+
+
+def _x(cat: str, name: str, ts: float, dur: float, **args: Any) -> dict[str, Any]:
+    return {"ph": "X", "cat": cat, "name": name, "ts": ts, "dur": dur, **CPU, "args": args}
+
+
+def _step(n: int, t0: float, block: float, qk: float) -> list[dict[str, Any]]:
+    """A step with layer 0's block of ``block`` µs holding a qk_matmul scope of ``qk`` µs."""
+    return [
+        _x("user_annotation", f"ProfilerStep#{n}", t0, 1000),
+        _x("user_annotation", "tbattn.v1/L0", t0 + 10, block),
+        _x("user_annotation", "tbattn.v1/L0/qk_matmul", t0 + 11, qk),
+        _x("cpu_op", "aten::bmm", t0 + 12, qk - 2),
+    ]
+
+
+@pytest.fixture(scope="module")
+def worker() -> Any:
+    # Block 100/120/200 µs, qk_matmul 40/40/44 µs: "other" (block minus qk_matmul) 60/80/156 µs.
+    events = _step(1, 0, 100, 40) + _step(2, 1000, 120, 40) + _step(3, 2000, 200, 44)
+    trace = json.dumps({"schemaVersion": 1, "traceEvents": events}).encode()
+    return summarize_analysis(analyze(decode_bytes(trace)))
+
+
+def test_summary_spreads_by_hand(worker: Any) -> None:
+    (layer,) = worker.layers
+    assert set(layer.spread) == {"cpu_us", "bwd_cpu_us"}  # no device in this trace: no device keys
+    s = layer.spread["cpu_us"]
+    assert (s.lo, s.median, s.hi, s.kind, s.steps) == (100, 120, 200, "range", 3)
+    assert s.noisy and layer.cpu_us == pytest.approx(140)  # the figure stays the mean
+    phases = {p.phase: p for p in layer.phases}
+    qk = phases["qk_matmul"].spread["cpu_us"]
+    assert (qk.lo, qk.median, qk.hi) == (40, 40, 44) and not qk.noisy  # 4 / 40 = 10 %
+    other = phases["other"].spread["cpu_us"]
+    assert (other.lo, other.median, other.hi) == (60, 80, 156) and other.noisy
+    assert layer.spread["bwd_cpu_us"].hi == 0  # no backward: zero in every step
+    attention = worker.spread["attention_cpu_us"]
+    assert (attention.lo, attention.median, attention.hi) == (100, 120, 200)
+    step = worker.spread["step_cpu_us"]
+    assert (step.lo, step.hi) == (1000, 1000) and not step.noisy
+    assert set(worker.spread) <= set(SPREAD_KEYS) and set(layer.spread) <= set(SPREAD_KEYS)
+
+
+def test_one_step_has_no_spread() -> None:
+    trace = json.dumps({"schemaVersion": 1, "traceEvents": _step(1, 0, 100, 40)}).encode()
+    w = summarize_analysis(analyze(decode_bytes(trace)))
+    assert w.spread == {} and w.layers[0].spread == {} and all(p.spread == {} for p in w.layers[0].phases)
