@@ -23,7 +23,7 @@ from tb_attn_plugin.analysis import wording
 
 if TYPE_CHECKING:
     from tb_attn_plugin.responses import CompareResponse, Fit, RanksResponse, ScalingResponse
-    from tb_attn_plugin.schema import Finding, RunSummary
+    from tb_attn_plugin.schema import Finding, RunSummary, Spread
 
 __all__ = [
     "CSV_FIELDS",
@@ -33,6 +33,7 @@ __all__ = [
     "json_text",
     "printable",
     "ranks_table",
+    "spread_text",
     "summary_csv",
     "summary_json",
     "summary_table",
@@ -136,15 +137,16 @@ def _ratio(x: float | None) -> str:
 
 
 def compare_table(result: CompareResponse, scale: ScalingResponse) -> str:
-    header = ("run", "impl", "seq", "dtype", "backend", "attn ms", "ratio", "alloc MiB", "ratio", "peak MiB",
-              "ratio", "FLOP/s", "ratio", "ops/fwd", "kernels/fwd", "findings")
+    header = ("run", "impl", "seq", "dtype", "backend", "attn ms", "steps' spread", "ratio", "alloc MiB", "ratio",
+              "peak MiB", "ratio", "FLOP/s", "ratio", "ops/fwd", "kernels/fwd", "findings")
     rows = []
     for f in result.runs:
         r = f.ratio
         t = f.attention_device_us or f.attention_cpu_us
         t_ratio = r.attention_device_us if f.attention_device_us else r.attention_cpu_us
-        rows.append((f.run, str(f.impl or "-"), str(f.seq or "-"), str(f.dtype or "-"), f.backend,
-                     _ms(t), _ratio(t_ratio), _mib(f.alloc_bytes), _ratio(r.alloc_bytes),
+        rows.append((f.run + (" *" if f.baseline == f.run else ""), str(f.impl or "-"), str(f.seq or "-"),
+                     str(f.dtype or "-"), f.backend, _ms(t), spread_text(f.attention_spread), _ratio(t_ratio),
+                     _mib(f.alloc_bytes), _ratio(r.alloc_bytes),
                      _mib(f.peak_bytes), _ratio(r.peak_bytes), _si(f.flops_per_s), _ratio(r.flops_per_s),
                      f"{f.ops_per_forward:.1f}", f"{f.kernels_per_forward:.1f}", ",".join(f.findings) or "-"))
     cells = _cells(rows)
@@ -152,12 +154,17 @@ def compare_table(result: CompareResponse, scale: ScalingResponse) -> str:
     fmt = "  ".join(f"{{:<{w}}}" if i < 5 or i == len(widths) - 1 else f"{{:>{w}}}" for i, w in enumerate(widths))
     lines = [printable(h.sentence) for h in result.headlines]
     lines += [""] if lines else []
-    lines += [f"baseline: {result.baseline} (time is device time where there is some, else CPU; means per step)",
+    lines += [f"baseline: {result.baseline}; ratios only within groups of like-for-like runs (same model, sizes, "
+              "seq, dtype, mode, parallel layout), against the run marked * in each (the baseline's implementation "
+              "there, else the group's first by name)",
+              "time is device time where there is some, else CPU; means per step; ~ marks a time whose steps "
+              "spread over 20% of their median",
               fmt.format(*header), *(fmt.format(*row) for row in cells)]
     lines += [f"error: {e.run}: {e.error}" for e in result.errors]
     for f in result.runs:
         if f.why_slower:
-            lines += ["", f"why {printable(f.run)} is slower than the baseline (same model and configuration):"]
+            lines += ["", f"why {printable(f.run)} is slower than {printable(f.baseline or 'the baseline')} "
+                          "(same model and configuration):"]
             for reason in f.why_slower:
                 lines.extend(textwrap.wrap(printable(reason), width=100, initial_indent="  - ",
                                            subsequent_indent="    "))
@@ -253,6 +260,21 @@ def _ms(us: float) -> str:
     return wording.ms(us) if us else "-"
 
 
+def spread_text(spread: Spread | None, *, mark: bool = True) -> str:
+    """A figure's steps as "12.1-14.3 ms over 5", "~" in front when noisy (``mark``); "-" with one step."""
+    if spread is None:
+        return "-"
+    what = "IQR " if spread.kind == "iqr" else ""
+    return (f"{'~' if spread.noisy and mark else ''}{what}{wording.ms(spread.lo)}-{wording.ms(spread.hi)} ms"
+            f" over {spread.steps}")
+
+
+def _noisy_ms(us: float, spreads: dict[str, Spread], key: str) -> str:
+    """A time in ms, "~" in front when its steps spread over 20% of their median."""
+    s = spreads.get(key)
+    return ("~" if s is not None and s.noisy and us else "") + _ms(us)
+
+
 def _si(x: float, unit: str = "") -> str:
     if not x:
         return "-"
@@ -294,6 +316,12 @@ def summary_table(summaries: Sequence[RunSummary]) -> str:
             lines.append(f"  device {worker.device}, backend {worker.backend}, {worker.step_count} step(s)"
                          + (", inferred (no tb-attn scopes)" if worker.inferred else "")
                          + (f", attention {share:.1%} of {where} step time" if share is not None else ""))
+            clock = "device" if "attention_device_us" in worker.spread else "cpu"
+            spread = worker.spread.get(f"attention_{clock}_us")
+            if spread is not None:
+                lines.append(f"  attention {clock} time per step: mean "
+                             f"{wording.ms(getattr(worker, f'attention_{clock}_us'))} ms, steps "
+                             f"{spread_text(spread, mark=False)}" + (" (noisy: over 20% of the median)" if spread.noisy else ""))
             for note in worker.notes:
                 lines.append(f"  note: {note}")
             if not worker.layers:
@@ -303,14 +331,20 @@ def summary_table(summaries: Sequence[RunSummary]) -> str:
             for layer in worker.layers:
                 label = f"L{layer.layer}" + (f" {layer.module}" if layer.module else "")
                 for ph in layer.phases:
-                    rows.append((label, ph.phase, f"{ph.calls:g}", _ms(ph.cpu_us), _ms(ph.device_us), _si(ph.flops),
+                    sp = ph.spread
+                    rows.append((label, ph.phase, f"{ph.calls:g}", _noisy_ms(ph.cpu_us, sp, "cpu_us"),
+                                 _noisy_ms(ph.device_us, sp, "device_us"), _si(ph.flops),
                                  _si(ph.flops_per_s), _mib(ph.alloc_bytes), _mib(ph.peak_bytes), _mib(ph.sxs_bytes),
-                                 _ms(ph.backward.cpu_us), _ms(ph.backward.device_us)))
+                                 _noisy_ms(ph.backward.cpu_us, sp, "bwd_cpu_us"),
+                                 _noisy_ms(ph.backward.device_us, sp, "bwd_device_us")))
                     label = ""
-                rows.append(("", f"= {layer.backend}", f"{layer.calls:g}", _ms(layer.cpu_us), _ms(layer.device_us),
+                sp = layer.spread
+                rows.append(("", f"= {layer.backend}", f"{layer.calls:g}", _noisy_ms(layer.cpu_us, sp, "cpu_us"),
+                             _noisy_ms(layer.device_us, sp, "device_us"),
                              _si(layer.flops), _si(layer.flops_per_s), _mib(layer.alloc_bytes),
-                             _mib(layer.peak_bytes), _mib(layer.sxs_bytes), _ms(layer.backward.cpu_us),
-                             _ms(layer.backward.device_us)))
+                             _mib(layer.peak_bytes), _mib(layer.sxs_bytes), _noisy_ms(layer.backward.cpu_us, sp,
+                                                                                      "bwd_cpu_us"),
+                             _noisy_ms(layer.backward.device_us, sp, "bwd_device_us")))
             total_flops = sum(layer.flops for layer in worker.layers)
             rows.append(("total", "", "", _ms(sum(layer.cpu_us for layer in worker.layers)),
                          _ms(sum(layer.device_us for layer in worker.layers)), _si(total_flops), "",
@@ -323,8 +357,8 @@ def summary_table(summaries: Sequence[RunSummary]) -> str:
             fmt = "  " + "  ".join(f"{{:<{w}}}" if i < 2 else f"{{:>{w}}}" for i, w in enumerate(widths))
             lines.append(fmt.format(*header))
             lines.extend(fmt.format(*r) for r in cells)
-            lines.append(f"  (means per step over {worker.step_count} step(s); "
-                         "bwd = backward work attributed through autograd sequence numbers)")
+            lines.append(f"  (means per step over {worker.step_count} step(s); ~ = the steps spread over 20% of "
+                         "their median; bwd = backward work attributed through autograd sequence numbers)")
             lines.extend(_findings_lines(worker.findings))
             lines.append("")
         for err in run.errors:

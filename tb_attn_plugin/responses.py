@@ -13,7 +13,7 @@ from typing import Literal
 
 import msgspec
 
-from tb_attn_plugin.schema import CollectiveStats, FileError, RunSummary
+from tb_attn_plugin.schema import CollectiveStats, FileError, RunSummary, Spread
 
 __all__ = [
     "RANKS_SCHEMA",
@@ -228,8 +228,11 @@ class CompareRun(msgspec.Struct, kw_only=True):
     phases: dict[str, ComparePhase]  # summed over layers, per step
     layers: list[CompareLayer]
     findings: list[str]  # finding ids
-    ratio: CompareRatio  # against the baseline (``compare``); all null in ``run_facts`` alone
-    why_slower: list[str] = []  # same model and configuration as the baseline, another impl, slower: why
+    ratio: CompareRatio  # against ``baseline`` (``compare``); all null in ``run_facts`` alone
+    baseline: str | None = None  # the run the ratios are against: its group's baseline (docs/http_api.md)
+    group: str = ""  # the like-for-like group the ratios are taken in: "builtin, seq 512, float32, training"
+    attention_spread: Spread | None = None  # attention time over steps, on the headline's clock
+    why_slower: list[str] = []  # same model and configuration as its baseline, another impl, slower: why
 
 
 class CompareError(msgspec.Struct, kw_only=True):

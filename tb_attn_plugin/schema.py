@@ -13,8 +13,8 @@ from typing import Any
 import msgspec
 
 __all__ = [
-    "SUMMARY_SCHEMA",
     "SPREAD_KEYS",
+    "SUMMARY_SCHEMA",
     "Backward",
     "Evidence",
     "FileError",

@@ -10,14 +10,11 @@ from pathlib import Path
 import msgspec
 import pytest
 from helpers import profile_run
-from tensorboard.backend import application
-from tensorboard.plugins import base_plugin
-from werkzeug.test import Client
+from webtools import get_json, plugin_client
 
 from tb_attn_plugin.analysis.compare import compare, fit_power, scaling
 from tb_attn_plugin.cli import main
 from tb_attn_plugin.loader import Loader, resolve_runs
-from tb_attn_plugin.plugin import AttentionPlugin
 
 SEQS = (32, 64, 128)
 
@@ -62,6 +59,47 @@ def test_compare_ratios_and_groups(sweep: Path) -> None:
     assert "hidden-copy" in naive["findings"] and "hidden-copy" not in base["findings"]
     with pytest.raises(ValueError, match="baseline"):
         compare(_summaries(sweep), baseline="nope")
+
+
+def test_ratios_within_groups_against_the_baselines_implementation(sweep: Path) -> None:
+    """Ratios never cross a configuration: naive at 128 is against SDPA at 128 when SDPA at 32 is
+    the baseline, and each group's baseline has ratios of 1."""
+    summaries = _summaries(sweep)
+    result = compare(summaries, baseline="sdpa/seq32")
+    facts = {f.run: f for f in result.runs}
+    for seq in SEQS:
+        naive, sdpa = facts[f"naive/seq{seq}"], facts[f"sdpa/seq{seq}"]
+        assert naive.baseline == sdpa.baseline == f"sdpa/seq{seq}"
+        assert naive.group == sdpa.group == f"builtin, seq {seq}, float32, training"
+        assert sdpa.ratio.attention_cpu_us == 1.0 and sdpa.ratio.alloc_bytes == 1.0
+        assert naive.ratio.attention_cpu_us == pytest.approx(naive.attention_cpu_us / sdpa.attention_cpu_us)
+        assert naive.ratio.alloc_bytes == pytest.approx(naive.alloc_bytes / sdpa.alloc_bytes)
+        assert naive.ratio.peak_bytes == pytest.approx(naive.peak_bytes / sdpa.peak_bytes)
+        assert sdpa.why_slower == []
+
+
+def test_default_baseline_is_the_first_by_name_in_any_order(sweep: Path) -> None:
+    """No baseline named: the first run by name, whatever order the runs came in (the CLI lists
+    them sorted, the tab in the order they were picked), and its implementation in every group."""
+    summaries = _summaries(sweep)
+    forward = compare(summaries)
+    backward = compare(list(reversed(summaries)))
+    assert forward.baseline == backward.baseline == "naive/seq128"  # "naive/seq128" < "naive/seq32"
+    assert {f.run: f.baseline for f in forward.runs} == {f.run: f.baseline for f in backward.runs} == {
+        f"{impl}/seq{seq}": f"naive/seq{seq}" for impl in ("naive", "sdpa") for seq in SEQS}
+    # A group without the baseline's implementation is against its own first run by name.
+    apart = compare([s for s in summaries if s.run == "sdpa/seq32" or s.run.startswith("naive/seq1")])
+    assert {f.run: f.baseline for f in apart.runs} == {"naive/seq128": "naive/seq128",
+                                                           "sdpa/seq32": "sdpa/seq32"}
+
+
+def test_attention_spread_in_compare(sweep: Path) -> None:
+    """Each run carries its attention time's spread over steps, the same as its summary's."""
+    summaries = {s.run: s for s in _summaries(sweep)}
+    for f in compare(list(summaries.values())).runs:
+        w = summaries[f.run].workers[0]
+        assert f.attention_spread == w.spread["attention_cpu_us"]
+        assert f.attention_spread.lo <= f.attention_spread.median <= f.attention_spread.hi
 
 
 def test_scaling_memory_exponents(sweep: Path) -> None:
@@ -131,14 +169,13 @@ def test_cli_compare(sweep: Path, capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_routes(sweep: Path) -> None:
-    client = Client(application.TensorBoardWSGI([AttentionPlugin(base_plugin.TBContext(logdir=str(sweep)))]))
+    client = plugin_client(sweep)
     base = "/data/plugin/tb_attn"
-    r = client.get(f"{base}/compare?runs=naive/seq64,sdpa/seq64&baseline=sdpa/seq64")
-    assert r.status_code == 200
-    body = json.loads(r.get_data())
+    # get_json waits out 202s: how long parsing takes must not decide the test.
+    body = get_json(client, f"{base}/compare?runs=naive/seq64,sdpa/seq64&baseline=sdpa/seq64")
     assert body["schema"] == "tb-attn.compare/1" and len(body["runs"]) == 2
-    r = client.get(f"{base}/scaling?runs=" + ",".join(f"{i}/seq{s}" for i in ("naive", "sdpa") for s in SEQS))
-    assert r.status_code == 200 and len(json.loads(r.get_data())["series"]) == 2
+    body = get_json(client, f"{base}/scaling?runs=" + ",".join(f"{i}/seq{s}" for i in ("naive", "sdpa") for s in SEQS))
+    assert len(body["series"]) == 2
     assert client.get(f"{base}/compare").status_code == 400
     assert client.get(f"{base}/compare?runs=nope").status_code == 404
     assert client.get(f"{base}/compare?runs=naive/seq64&baseline=sdpa/seq64").status_code == 400

@@ -76,6 +76,8 @@ export interface WorkerSummary {
   rank: number | null;
   world_size: number | null;
   collectives: CollectiveStats[];
+  /** step and attention time (SPREAD_KEYS), with two or more steps */
+  spread: Record<string, Spread>;
 }
 
 export interface LayerStats {
@@ -102,6 +104,8 @@ export interface LayerStats {
   phases: PhaseStats[];
   heads: HeadStats[];
   backward: Backward;
+  /** per time figure (SPREAD_KEYS), with two or more steps */
+  spread: Record<string, Spread>;
 }
 
 export interface PhaseStats {
@@ -137,6 +141,8 @@ export interface PhaseStats {
   sxs_mask_bytes: number;
   sxs_mask_allocs: number;
   backward: Backward;
+  /** per time figure (SPREAD_KEYS), with two or more steps */
+  spread: Record<string, Spread>;
 }
 
 /** Backward work attributed to a phase or layer through autograd sequence numbers. */
@@ -145,6 +151,21 @@ export interface Backward {
   cpu_us: number;
   device_us: number;
   flops: number;
+}
+
+/** How far one per-step figure's steps were apart (analysis/spread.py, docs/summary.md). */
+export interface Spread {
+  /** of the per-step values (the figure itself is their mean) */
+  median: number;
+  /** the smallest step ("range") or the 25th percentile ("iqr") */
+  lo: number;
+  /** the largest step ("range") or the 75th percentile ("iqr") */
+  hi: number;
+  /** "range" below 8 steps, else "iqr" */
+  kind: string;
+  steps: number;
+  /** hi - lo is over 20% of the median */
+  noisy: boolean;
 }
 
 export interface HeadStats {
@@ -437,9 +458,15 @@ export interface CompareRun {
   layers: CompareLayer[];
   /** finding ids */
   findings: string[];
-  /** against the baseline (`compare`); all null in `run_facts` alone */
+  /** against `baseline` (`compare`); all null in `run_facts` alone */
   ratio: CompareRatio;
-  /** same model and configuration as the baseline, another impl, slower: why */
+  /** the run the ratios are against: its group's baseline (docs/http_api.md) */
+  baseline: string | null;
+  /** the like-for-like group the ratios are taken in: "builtin, seq 512, float32, training" */
+  group: string;
+  /** attention time over steps, on the headline's clock */
+  attention_spread: Spread | null;
+  /** same model and configuration as its baseline, another impl, slower: why */
   why_slower: string[];
 }
 

@@ -16,7 +16,8 @@ from typing import Any
 
 import numpy as np
 
-from tb_attn_plugin.analysis.wording import duration
+from tb_attn_plugin.analysis.configs import config, config_key, group_label, median_worker, text
+from tb_attn_plugin.analysis.why_slower import same_but_impl, why_slower
 from tb_attn_plugin.responses import (
     CompareError,
     CompareLayer,
@@ -31,7 +32,7 @@ from tb_attn_plugin.responses import (
     ScalingResponse,
     ScalingSeries,
 )
-from tb_attn_plugin.schema import RunSummary, WorkerSummary
+from tb_attn_plugin.schema import RunSummary
 
 __all__ = ["BaselineError", "compare", "fit_power", "run_facts", "scaling"]
 
@@ -44,41 +45,11 @@ class BaselineError(ValueError):
     """The baseline named is not among the readable runs: a bad request, not a missing thing."""
 
 
-def _config(run: RunSummary) -> dict[str, Any]:
-    meta = run.metadata or {}
-    config = meta.get("config")
-    out: dict[str, Any] = dict(config) if isinstance(config, dict) else {}
-    for key in ("model", "impl", "dtype", "world_size"):
-        if key in meta:
-            out.setdefault(key, meta[key])
-    return out
-
-
-def _config_key(cfg: dict[str, Any], *, but: str) -> str:
-    """The run's whole configuration but one field, as a key: runs scale together when all but
-    ``seq`` matches, and compare like for like when all but ``impl`` does (the model, its sizes,
-    dtype, mode, dropout, mask, parallel layout and world size: a two-rank tensor-parallel run is
-    not a point of a single-process series)."""
-    return json.dumps({k: v for k, v in cfg.items() if k != but}, sort_keys=True, default=str)
-
-
-def _text(value: object) -> str | None:
-    """A metadata string as the response declares it: anyone can write a metadata file, and a
-    number where a name belongs is no name."""
-    return value if isinstance(value, str) else None
-
-
-def _median_worker(run: RunSummary) -> WorkerSummary:
-    """The worker whose attention time is the median (one worker: itself)."""
-    workers = sorted(run.workers, key=lambda w: w.attention_cpu_us + w.attention_device_us)
-    return workers[len(workers) // 2]
-
-
 def run_facts(run: RunSummary) -> CompareRun:
     """One run's attention totals per step, from its median worker (``ratio``: all null; ``compare``
     sets it against the baseline)."""
-    cfg = _config(run)
-    w = _median_worker(run)
+    cfg = config(run)
+    w = median_worker(run)
     phases: dict[str, ComparePhase] = {}
     calls = sum(layer.calls for layer in w.layers)
     ops = kernels = 0.0
@@ -98,8 +69,8 @@ def run_facts(run: RunSummary) -> CompareRun:
     seq = cfg.get("seq")
     return CompareRun(
         run=run.run,
-        impl=_text(cfg.get("impl")), seq=seq if isinstance(seq, int) and not isinstance(seq, bool) else None,
-        dtype=_text(cfg.get("dtype")), model=_text(cfg.get("model")),
+        impl=text(cfg.get("impl")), seq=seq if isinstance(seq, int) and not isinstance(seq, bool) else None,
+        dtype=text(cfg.get("dtype")), model=text(cfg.get("model")),
         backend=w.backend, steps=w.step_count,
         attention_cpu_us=w.attention_cpu_us, attention_device_us=w.attention_device_us,
         step_cpu_us=w.step_cpu_us, attention_share_cpu=w.attention_share_cpu,
@@ -115,39 +86,49 @@ def run_facts(run: RunSummary) -> CompareRun:
                              peak_bytes=layer.peak_bytes) for layer in w.layers],
         findings=[f.id for f in w.findings],
         ratio=CompareRatio(**dict.fromkeys(_RATIO_KEYS)),
+        attention_spread=w.spread.get("attention_device_us" if w.attention_device_us > 0 else "attention_cpu_us"),
     )
 
 
 def compare(runs: list[RunSummary], *, baseline: str | None = None) -> CompareResponse:
-    """Runs side by side with ratios to the baseline (the first run unless named)."""
+    """Runs side by side, each with ratios to its group's baseline.
+
+    Ratios are only ever taken within a group of like-for-like runs (``configs.config_key`` but
+    the implementation: same model, sizes, sequence length, dtype, mode and parallel layout). The
+    baseline is ``baseline`` if named, else the first readable run by name (whatever order the runs
+    were listed or picked in: the CLI and the tab agree). In every group the ratios are against
+    the run there with the baseline's implementation, else against the group's first run by name.
+    """
     usable = [r for r in runs if r.workers and any(w.layers for w in r.workers)]
     errors = [CompareError(run=r.run, error="; ".join(e.error for e in r.errors) or "no attention found")
               for r in runs if r not in usable]
     facts = [run_facts(r) for r in usable]
-    base_name = baseline if baseline is not None else (facts[0].run if facts else None)
-    base = next((f for f in facts if f.run == base_name), None)
-    if base_name is not None and base is None and facts:
-        raise BaselineError(f"the baseline {base_name!r} is not among the readable runs")
-    base_run = next((r for r in usable if r.run == base_name), None)
-    for f, run in zip(facts, usable, strict=True):
-        ratios: dict[str, float | None] = {}
-        for k in _RATIO_KEYS:
-            denominator = getattr(base, k) if base is not None else 0
-            ratios[k] = getattr(f, k) / denominator if denominator else None
-        f.ratio = CompareRatio(**ratios)
-        if base_run is not None and run is not base_run and _same_but_impl(run, base_run):
-            f.why_slower = why_slower(run, base_run)
+    names = {r.run for r in usable}
+    if baseline is not None and baseline not in names and facts:
+        raise BaselineError(f"the baseline {baseline!r} is not among the readable runs")
+    base_name = baseline if baseline is not None else min(names, default=None)
+    impl = next((config(r).get("impl") for r in usable if r.run == base_name), None)
+    groups: dict[str, list[int]] = {}
+    for i, run in enumerate(usable):
+        groups.setdefault(config_key(config(run), but="impl"), []).append(i)
+    for members in groups.values():
+        by_name = sorted(members, key=lambda i: usable[i].run)
+        b = next((i for i in by_name if usable[i].run == base_name), None)
+        if b is None:
+            b = next((i for i in by_name if config(usable[i]).get("impl") == impl), by_name[0])
+        base, base_run = facts[b], usable[b]
+        for i in members:
+            f, run = facts[i], usable[i]
+            f.baseline = base.run
+            f.group = group_label(config(run))
+            ratios: dict[str, float | None] = {}
+            for k in _RATIO_KEYS:
+                denominator = getattr(base, k)
+                ratios[k] = getattr(f, k) / denominator if denominator else None
+            f.ratio = CompareRatio(**ratios)
+            if run is not base_run and same_but_impl(run, base_run):
+                f.why_slower = why_slower(run, base_run)
     return CompareResponse(baseline=base_name, runs=facts, errors=errors, headlines=headlines(usable, facts))
-
-
-def _group_label(cfg: dict[str, Any]) -> str:
-    parts = [str(cfg.get("model") or "?"), f"seq {cfg.get('seq')}", str(cfg.get("dtype") or "?"),
-             str(cfg.get("mode") or "")]
-    if cfg.get("parallel") not in (None, "none"):
-        parts.append(f"parallel {cfg['parallel']}")
-    if isinstance(cfg.get("world_size"), int) and cfg["world_size"] > 1:
-        parts.append(f"{cfg['world_size']} ranks")
-    return ", ".join(p for p in parts if p)
 
 
 def headlines(runs: list[RunSummary], facts: list[CompareRun]) -> list[Headline]:
@@ -156,9 +137,9 @@ def headlines(runs: list[RunSummary], facts: list[CompareRun]) -> list[Headline]
     against each of the others, in attention time, memory allocated, peak and FLOP/s."""
     groups: dict[str, list[tuple[dict[str, Any], CompareRun]]] = {}
     for run, f in zip(runs, facts, strict=True):
-        cfg = _config(run)
+        cfg = config(run)
         if cfg.get("impl") is not None and cfg.get("model") is not None:
-            groups.setdefault(_config_key(cfg, but="impl"), []).append((cfg, f))
+            groups.setdefault(config_key(cfg, but="impl"), []).append((cfg, f))
     out: list[tuple[str, int, str, Headline]] = []
     for members in groups.values():
         if len(members) < 2:
@@ -173,7 +154,7 @@ def headlines(runs: list[RunSummary], facts: list[CompareRun]) -> list[Headline]
                                  peak=_over(f.peak_bytes, best.peak_bytes),
                                  flops_per_s=_over(best.flops_per_s, f.flops_per_s))
                   for _, f in sorted(members, key=lambda m: (-time(m[1]), m[1].run)) if f is not best]
-        label = _group_label(cfg)
+        label = group_label(cfg)
         clock = "device" if device else "CPU"
         name = (best.impl if unique else None) or best.run
         against = "; ".join(_versus_text(v, v.impl if unique and v.impl else v.run) for v in versus)
@@ -215,94 +196,6 @@ def _versus_text(v: HeadlineVersus, name: str) -> str:
     return ", ".join(p for p in parts if p)
 
 
-#: The attention core: what one SDPA call does, phase by phase in a hand-written block.
-_CORE = ("kv_expand", "qk_matmul", "scale", "mask", "softmax", "dropout", "av_matmul")
-SLOWER_BY = 1.02  # a run this much slower than the baseline is explained (below: noise)
-#: Parts an attention implementation does not change: what differs there between two runs is noise.
-_SAME_OPS_PARTS = ("qkv_proj", "rope", "kv_cache", "out_proj")
-
-
-def _same_but_impl(run: RunSummary, base: RunSummary) -> bool:
-    a, b = _config(run), _config(base)
-    return (a.get("model") is not None and a.get("impl") != b.get("impl")
-            and _config_key(a, but="impl") == _config_key(b, but="impl"))
-
-
-def _parts(w: WorkerSummary, device: bool) -> dict[str, float]:
-    """Forward plus backward time per step by part: the core (one ``sdpa`` phase, or the
-    hand-written phases it replaces) and each phase around it."""
-    out: dict[str, float] = {}
-    fused = any(p.phase == "sdpa" for layer in w.layers for p in layer.phases)
-    for layer in w.layers:
-        for p in layer.phases:
-            t = (p.device_us + p.backward.device_us) if device else (p.cpu_us + p.backward.cpu_us)
-            part = "core" if p.phase == "sdpa" or (p.phase in _CORE and not fused) else p.phase
-            out[part] = out.get(part, 0.0) + t
-    return out
-
-
-def why_slower(run: RunSummary, base: RunSummary) -> list[str]:
-    """Why ``run`` is slower than ``base``, a run of the same model and configuration with another
-    attention implementation, read from both traces: the backend that ran, forward against
-    backward, the parts that grew, the dispatch count. Empty when it is not slower."""
-    w, b = _median_worker(run), _median_worker(base)
-    device = w.attention_device_us > 0 and b.attention_device_us > 0
-    what = "device" if device else "CPU"
-
-    def fwd_bwd(x: WorkerSummary) -> tuple[float, float]:
-        return (sum(layer.device_us if device else layer.cpu_us for layer in x.layers),
-                sum(layer.backward.device_us if device else layer.backward.cpu_us for layer in x.layers))
-
-    (wf, wb), (bf, bb) = fwd_bwd(w), fwd_bwd(b)
-    if wf + wb <= (bf + bb) * SLOWER_BY or bf + bb <= 0:
-        return []
-    out = [f"{run.run} spends {duration(wf + wb)} of {what} time per step in attention against {duration(bf + bb)} "
-           f"({(wf + wb) / (bf + bb):.2f}×): forward {_delta(wf, bf)}, backward {_delta(wb, bb)}."]
-    if w.backend != b.backend:
-        math = next((f for f in w.findings if f.id == "math-fallback"), None)
-        if math is not None:
-            causes = str(math.evidence.details.get("causes") or "")
-            out.append("Its SDPA ran the math backend, not a fused kernel (math-fallback"
-                       + (f": {causes.replace(',', ', ')}" if causes else "")
-                       + f"): the same unfused arithmetic as {b.backend}, with the ops SDPA adds around it.")
-        else:
-            out.append(f"It ran {w.backend} where the baseline ran {b.backend}.")
-    mine, theirs = _parts(w, device), _parts(b, device)
-    grew = sorted(((mine.get(k, 0.0) - theirs.get(k, 0.0), k) for k in set(mine) | set(theirs)), reverse=True)
-    total = (wf + wb) - (bf + bb)
-    parts = [f"{_label(k, w)} {_delta(mine.get(k, 0.0), theirs.get(k, 0.0))}"
-             + ("" if k in theirs else " (not in the baseline)")
-             for d, k in grew if d > 0.1 * total][:3]
-    if parts:
-        out.append("Where (forward and backward): " + "; ".join(parts) + ".")
-    same = sum(mine.get(k, 0.0) - theirs.get(k, 0.0) for k in _SAME_OPS_PARTS)
-    own = total - same
-    if same > 0 and same >= own:
-        out.append(f"Of the {duration(total)}, {duration(same)} is in parts that run the same ops in both runs "
-                   f"(projections, RoPE, the KV cache): measurement noise, which more profiled steps narrow; the "
-                   f"implementation's own part is {'+' if own >= 0 else '−'}{duration(abs(own))}.")
-    ops_w, ops_b = (sum(p.op_count for layer in x.layers for p in layer.phases) / max(sum(layer.calls for layer in
-                    x.layers), 1e-9) for x in (w, b))
-    if ops_w > ops_b * 1.1:
-        out.append(f"It dispatches more: {ops_w:.0f} top-level ops per forward against {ops_b:.0f}.")
-    return out
-
-
-def _label(part: str, w: WorkerSummary) -> str:
-    if part == "core":
-        fused = any(p.phase == "sdpa" for layer in w.layers for p in layer.phases)
-        return "the SDPA call" if fused else "the attention core (q·kᵀ to attn·V)"
-    if part == "mask" and any(p.phase == "sdpa" for layer in w.layers for p in layer.phases):
-        return "the mask built for SDPA"
-    return part
-
-
-def _delta(now: float, before: float) -> str:
-    sign = "+" if now >= before else "−"
-    rel = f", {now / before - 1:+.0%}" if before > 0 else ""
-    return f"{sign}{duration(abs(now - before))} ({duration(now)}{rel})"
-
-
 #: Fewer distinct lengths than this fit a line exactly: no R² is reported for them.
 MIN_FIT_QUALITY_POINTS = 3
 
@@ -331,11 +224,11 @@ def scaling(runs: list[RunSummary]) -> ScalingResponse:
     for run in runs:
         if not run.workers or not any(w.layers for w in run.workers):
             continue
-        cfg = _config(run)
+        cfg = config(run)
         seq = cfg.get("seq")
         if not isinstance(seq, int):
             continue
-        key = _config_key(cfg, but="seq")
+        key = config_key(cfg, but="seq")
         f = run_facts(run)
         groups.setdefault(key, []).append(ScalingPoint(
             seq=seq, run=run.run, time_us=f.attention_device_us or f.attention_cpu_us,

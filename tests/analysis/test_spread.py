@@ -85,3 +85,17 @@ def test_one_step_has_no_spread() -> None:
     trace = json.dumps({"schemaVersion": 1, "traceEvents": _step(1, 0, 100, 40)}).encode()
     w = summarize_analysis(analyze(decode_bytes(trace)))
     assert w.spread == {} and w.layers[0].spread == {} and all(p.spread == {} for p in w.layers[0].phases)
+
+
+def test_cli_table_marks_noisy_figures(worker: Any) -> None:
+    from tb_attn_plugin.report import summary_table
+    from tb_attn_plugin.schema import RunSummary
+
+    text = summary_table([RunSummary(run="r", metadata=None, workers=[worker], errors=[])])
+    assert "steps 100.000-200.000 ms" not in text  # in ms: the times are µs
+    assert "attention cpu time per step: mean 0.140 ms, steps 0.100-0.200 ms over 3 (noisy" in text
+    row = {name: next(line for line in text.splitlines() if f" {name} " in line)
+           for name in ("qk_matmul", "other", "= unknown")}
+    assert "~0.140" in row["= unknown"]  # the block: 100-200 µs about a median of 120
+    assert "~0.099" in row["other"]  # 60-156 µs, mean 98.667 µs
+    assert " 0.041 " in row["qk_matmul"] and "~0.041" not in row["qk_matmul"]  # 40-44 µs: 10 %

@@ -1,0 +1,57 @@
+"""What makes runs like for like: a run's configuration from its metadata, as the key that groups
+runs (compare's groups and headlines, scaling's series) and as the words that name a group.
+
+A run's configuration is the runner's ``tb_attn_run.json`` ``config`` (model, sizes, sequence
+length, dtype, mode, dropout, mask, parallel layout) plus its world size. Two runs are like for
+like but one field when all the others are equal: ``config_key(cfg, but="impl")`` groups runs that
+differ only in their implementation, ``but="seq"`` a scaling series.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from tb_attn_plugin.schema import RunSummary, WorkerSummary
+
+__all__ = ["config", "config_key", "group_label", "median_worker", "text"]
+
+def config(run: RunSummary) -> dict[str, Any]:
+    meta = run.metadata or {}
+    raw = meta.get("config")
+    out: dict[str, Any] = dict(raw) if isinstance(raw, dict) else {}
+    for key in ("model", "impl", "dtype", "world_size"):
+        if key in meta:
+            out.setdefault(key, meta[key])
+    return out
+
+
+def config_key(cfg: dict[str, Any], *, but: str) -> str:
+    """The run's whole configuration but one field, as a key: runs scale together when all but
+    ``seq`` matches, and compare like for like when all but ``impl`` does (the model, its sizes,
+    dtype, mode, dropout, mask, parallel layout and world size: a two-rank tensor-parallel run is
+    not a point of a single-process series)."""
+    return json.dumps({k: v for k, v in cfg.items() if k != but}, sort_keys=True, default=str)
+
+
+def text(value: object) -> str | None:
+    """A metadata string as the response declares it: anyone can write a metadata file, and a
+    number where a name belongs is no name."""
+    return value if isinstance(value, str) else None
+
+
+def median_worker(run: RunSummary) -> WorkerSummary:
+    """The worker whose attention time is the median (one worker: itself)."""
+    workers = sorted(run.workers, key=lambda w: w.attention_cpu_us + w.attention_device_us)
+    return workers[len(workers) // 2]
+
+
+def group_label(cfg: dict[str, Any]) -> str:
+    """A group of like-for-like runs in words: "builtin, seq 512, float32, training"."""
+    parts = [str(cfg.get("model") or "?"), f"seq {cfg.get('seq')}", str(cfg.get("dtype") or "?"),
+             str(cfg.get("mode") or "")]
+    if cfg.get("parallel") not in (None, "none"):
+        parts.append(f"parallel {cfg['parallel']}")
+    if isinstance(cfg.get("world_size"), int) and cfg["world_size"] > 1:
+        parts.append(f"{cfg['world_size']} ranks")
+    return ", ".join(p for p in parts if p)
