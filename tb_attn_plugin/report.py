@@ -316,6 +316,9 @@ def summary_table(summaries: Sequence[RunSummary]) -> str:
             lines.append(f"  device {worker.device}, backend {worker.backend}, {worker.step_count} step(s)"
                          + (", inferred (no tb-attn scopes)" if worker.inferred else "")
                          + (f", attention {share:.1%} of {where} step time" if share is not None else ""))
+            if worker.headline:
+                lines.extend(textwrap.wrap(printable(worker.headline), width=100, initial_indent="  ",
+                                           subsequent_indent="  "))
             clock = "device" if "attention_device_us" in worker.spread else "cpu"
             spread = worker.spread.get(f"attention_{clock}_us")
             if spread is not None:

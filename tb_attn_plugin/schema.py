@@ -206,6 +206,7 @@ class WorkerSummary(msgspec.Struct, kw_only=True):
     world_size: int | None = None
     collectives: list[CollectiveStats] = msgspec.field(default_factory=list)
     spread: dict[str, Spread] = {}  # step and attention time (SPREAD_KEYS), with two or more steps
+    headline: str = ""  # where attention time goes and what the top finding saves at most (analysis/overview.py)
 
 
 class FileError(msgspec.Struct, kw_only=True):

@@ -78,6 +78,8 @@ export interface WorkerSummary {
   collectives: CollectiveStats[];
   /** step and attention time (SPREAD_KEYS), with two or more steps */
   spread: Record<string, Spread>;
+  /** where attention time goes and what the top finding saves at most (analysis/overview.py) */
+  headline: string;
 }
 
 export interface LayerStats {

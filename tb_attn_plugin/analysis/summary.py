@@ -19,6 +19,7 @@ from tb_attn_plugin.analysis.backend import detect_backend
 from tb_attn_plugin.analysis.bounds import BAD_HEAD_COUNT, HeadRowBudget, check_steps, clip, fold_diagnostics, tally
 from tb_attn_plugin.analysis.collectives import collectives
 from tb_attn_plugin.analysis.findings import find
+from tb_attn_plugin.analysis.overview import headline
 from tb_attn_plugin.analysis.query import TraceQuery, ancestors
 from tb_attn_plugin.analysis.ranks import rank_of
 from tb_attn_plugin.analysis.scores import OTHER, SCORE_PHASES, ScoreSizes, score_allocs, sxs_sizes
@@ -52,6 +53,7 @@ def summarize_trace(analysis: Analysis, *, file: str, worker: str, span: str | N
     ``tb_attn_run.json``, which two rules read): what a trace file's summary is, everywhere."""
     summary = summarize_analysis(analysis, file=file, worker=worker, span=span)
     summary.findings = find(analysis, summary, metadata=metadata)
+    summary.headline = headline(summary)
     return summary
 
 

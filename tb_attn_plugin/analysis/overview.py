@@ -1,0 +1,69 @@
+"""A trace's headline: one sentence on where its attention time goes and what the top finding
+would save at most, the first line of the run overview (tab and CLI: ``WorkerSummary.headline``).
+
+It reads only the summary and its findings: every figure in it is one the summary states, on
+the clock the trace is judged by (device time where the trace has kernels, else CPU time).
+"""
+
+from __future__ import annotations
+
+from tb_attn_plugin.analysis.findings import SEVERITIES
+from tb_attn_plugin.analysis.wording import duration
+from tb_attn_plugin.schema import Finding, WorkerSummary
+
+__all__ = ["headline"]
+
+#: Phases named in the headline: the largest, while each holds at least ``_MIN_SHARE`` of attention.
+_TOP_PHASES = 3
+_MIN_SHARE = 0.05
+
+
+def headline(w: WorkerSummary) -> str:
+    """"Attention is 35% of the CPU step time (32.5 ms of 93.1 ms per step, 4 layers): forward 43%,
+    backward 57%; by phase, qkv_proj 30%, mask 17%, softmax 12%. Top finding (medium): ..., in 2.1 ms
+    per step (6% of attention): the most a fix can save." Empty without attention."""
+    if not w.layers:
+        return ""
+    device = w.device != "cpu" and w.attention_device_us > 0
+    clock = "device" if device else "CPU"
+    attention = w.attention_device_us if device else w.attention_cpu_us
+    step = w.step_device_us if device else w.step_cpu_us
+    if attention <= 0:
+        return ""
+    forward = sum(layer.device_us if device else layer.cpu_us for layer in w.layers)
+    by_phase: dict[str, float] = {}
+    for layer in w.layers:
+        for p in layer.phases:
+            t = (p.device_us + p.backward.device_us) if device else (p.cpu_us + p.backward.cpu_us)
+            by_phase[p.phase] = by_phase.get(p.phase, 0.0) + t
+    share = f"{attention / step:.0%} of the {clock} step time (" if step > 0 else f"{clock} time ("
+    layers = f"{len(w.layers)} layer" + ("s" if len(w.layers) != 1 else "")
+    parts = [f"Attention is {share}{duration(attention)}"
+             + (f" of {duration(step)}" if step > 0 else "") + f" per step, {layers})"]
+    backward = attention - forward
+    if backward > 0.01 * attention:
+        parts[0] += f": forward {forward / attention:.0%}, backward {backward / attention:.0%}"
+    top = [(name, t) for name, t in sorted(by_phase.items(), key=lambda kv: -kv[1])
+           if t >= _MIN_SHARE * attention][:_TOP_PHASES]
+    if top:
+        parts[0] += "; by phase, " + ", ".join(f"{name} {t / attention:.0%}" for name, t in top)
+    spread = w.spread.get("attention_device_us" if device else "attention_cpu_us")
+    if spread is not None and spread.noisy:
+        parts.append(f"Its steps ranged {duration(spread.lo)} to {duration(spread.hi)} ({spread.steps} steps): "
+                     "noisy, so profile more steps before comparing")
+    finding = top_finding(w.findings)
+    if finding is not None and finding.evidence.time_us > 0:
+        t = finding.evidence.time_us
+        parts.append(f"Top finding ({finding.severity}): {finding.title.rstrip('.')}, in {duration(t)} per step "
+                     f"({min(t / attention, 1.0):.0%} of attention): the most a fix can save")
+    elif finding is not None:
+        parts.append(f"Top finding ({finding.severity}): {finding.title}")
+    return ". ".join(parts) + "."
+
+
+def top_finding(findings: list[Finding]) -> Finding | None:
+    """The most severe finding that asks for a change (not ``info``), the most time first."""
+    actionable = [f for f in findings if f.severity != "info"]
+    if not actionable:
+        return None
+    return min(actionable, key=lambda f: (SEVERITIES.index(f.severity), -f.evidence.time_us, f.id))
