@@ -93,6 +93,9 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--slow-rank", type=int, metavar="R", help="make rank R a straggler (with --slow-ms)")
     d.add_argument("--slow-ms", type=float, default=0.0, metavar="X",
                    help="extra milliseconds that --slow-rank spends in every attention block")
+    d.add_argument("--jitter-ms", type=float, default=0.0, metavar="X",
+                   help="builtin: every attention block sleeps X ms in every other step, a run noisy on purpose "
+                        "(to see the spread and the noisy marks)")
     g = p.add_argument_group("profiler")
     g.add_argument("--wait", type=int, default=1)
     g.add_argument("--warmup", type=int, default=1)
@@ -168,6 +171,7 @@ def plan_sweep(args: argparse.Namespace) -> list[RunSpec]:
             dropout=args.dropout, attn_mask=args.attn_mask, device=device, mode=args.mode, impl=impl,
             per_head=args.per_head,
             scopes=args.scopes, parallel=parallel, slow_rank=args.slow_rank, slow_ms=args.slow_ms,
+            jitter_ms=args.jitter_ms,
         )
         check_model_spec(args.model, cfg, hf, world_size=ranks)
         name = run_name(args.model, cfg, args.name)

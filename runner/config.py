@@ -69,6 +69,7 @@ class ModelConfig:
     parallel: str = "none"
     slow_rank: int | None = None  # this rank spends slow_ms extra in every attention block
     slow_ms: float = 0.0
+    jitter_ms: float = 0.0  # every attention block spends this much more in every other call: noisy on purpose
 
     def __post_init__(self) -> None:
         for name in ("layers", "heads", "d_model", "seq", "batch", "vocab"):
@@ -103,6 +104,8 @@ class ModelConfig:
         if self.attn_mask and not (self.causal and self.impl.startswith("sdpa")):
             raise ConfigError("--attn-mask passes the causal mask to SDPA as a tensor: it needs --causal and an sdpa "
                               "implementation")
+        if not 0.0 <= self.jitter_ms < 60_000.0:
+            raise ConfigError(f"--jitter-ms must be in 0..60000, got {self.jitter_ms}")
         if self.slow_rank is not None and self.slow_ms == 0.0:
             raise ConfigError("--slow-rank needs --slow-ms (the extra milliseconds per attention block, > 0)")
         if self.slow_rank is None and self.slow_ms:

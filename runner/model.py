@@ -27,11 +27,14 @@ from runner.config import ModelConfig
 from runner.scoping import scope
 from tb_attn_plugin.scopes import Phase, format_scope
 
-__all__ = ["SLOW_RANK_SCOPE", "TORCH_DTYPES", "Attention", "TensorParallel", "Transformer", "shard_state_dict"]
+__all__ = ["JITTER_SCOPE", "SLOW_RANK_SCOPE", "TORCH_DTYPES", "Attention", "TensorParallel", "Transformer",
+           "shard_state_dict"]
 
 #: The ``record_function`` around the straggler knob's delay (``ModelConfig.slow_rank``): inside
 #: the block scope, outside every phase scope, and not a tbattn scope itself.
 SLOW_RANK_SCOPE = "tb_attn_run/slow_rank"
+#: The same around the jitter knob's sleep (``ModelConfig.jitter_ms``), in every other call.
+JITTER_SCOPE = "tb_attn_run/jitter"
 
 TORCH_DTYPES: dict[str, torch.dtype] = {
     "float32": torch.float32,
@@ -136,6 +139,7 @@ class Attention(nn.Module):
         self.scoped = scoped
         self.tp = tp
         self.delay_s = delay_ms / 1000.0
+        self.calls = 0  # forward calls: the jitter knob sleeps in every other one
         heads = tp.heads(cfg.heads) if tp is not None else range(cfg.heads)
         self.n_head = len(heads)
         self.n_kv_head = cfg.n_kv_heads // (tp.size if tp is not None else 1)
@@ -167,6 +171,10 @@ class Attention(nn.Module):
             if self.delay_s:
                 with scope(SLOW_RANK_SCOPE, on):
                     time.sleep(self.delay_s)
+            self.calls += 1
+            if self.cfg.jitter_ms and self.calls % 2 == 0:
+                with scope(JITTER_SCOPE, on):
+                    time.sleep(self.cfg.jitter_ms / 1000.0)
             with scope(n.qkv_proj, on):
                 q, k, v = self.qkv(x).split([self.q_dim, self.kv_dim, self.kv_dim], dim=-1)
                 q = q.view(B, T, self.n_head, self.head_dim).transpose(1, 2)  # (B, H, T, D)

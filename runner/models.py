@@ -89,6 +89,8 @@ def check_model_spec(spec: str, cfg: ModelConfig, hf_overrides: dict[str, Any], 
         raise ConfigError(f"--attn-mask needs the builtin model, not {spec}")
     if spec != "builtin" and cfg.slow_rank is not None:
         raise ConfigError(f"--slow-rank needs the builtin model, not {spec}")
+    if spec != "builtin" and cfg.jitter_ms:
+        raise ConfigError(f"--jitter-ms needs the builtin model, not {spec}")
     check_world(cfg, world_size)
     if cfg.kv_heads not in (None, cfg.heads) and spec not in ("builtin", "hf:llama"):
         raise ConfigError(f"kv_heads (grouped-query attention) is supported by builtin and hf:llama, not {spec}")

@@ -324,7 +324,8 @@ def summary_table(summaries: Sequence[RunSummary]) -> str:
             if spread is not None:
                 lines.append(f"  attention {clock} time per step: mean "
                              f"{wording.ms(getattr(worker, f'attention_{clock}_us'))} ms, steps "
-                             f"{spread_text(spread, mark=False)}" + (" (noisy: over 20% of the median)" if spread.noisy else ""))
+                             f"{spread_text(spread, mark=False)}"
+                             + (" (noisy: over 20% of the median)" if spread.noisy else ""))
             for note in worker.notes:
                 lines.append(f"  note: {note}")
             if not worker.layers:

@@ -204,6 +204,15 @@ class CompareLayer(msgspec.Struct, kw_only=True):
     peak_bytes: int
 
 
+class FindingChip(msgspec.Struct, kw_only=True):
+    """A finding as Compare lists it: enough for a chip and its tooltip."""
+
+    id: str
+    severity: str
+    title: str
+    time_us: float  # evidence.time_us: per step, the time it is about
+
+
 class CompareRun(msgspec.Struct, kw_only=True):
     """One run's attention totals per step, from its median worker."""
 
@@ -228,6 +237,7 @@ class CompareRun(msgspec.Struct, kw_only=True):
     phases: dict[str, ComparePhase]  # summed over layers, per step
     layers: list[CompareLayer]
     findings: list[str]  # finding ids
+    finding_chips: list[FindingChip] = []  # the same findings, with severity, title and time
     ratio: CompareRatio  # against ``baseline`` (``compare``); all null in ``run_facts`` alone
     baseline: str | None = None  # the run the ratios are against: its group's baseline (docs/http_api.md)
     group: str = ""  # the like-for-like group the ratios are taken in: "builtin, seq 512, float32, training"

@@ -272,7 +272,8 @@ export class App implements Actions {
     const s = this.store.get();
     const runs = s.compare;
     if (!runs || s.run !== null) return;
-    const baseline = s.baseline !== null && runs.includes(s.baseline) ? s.baseline : runs[0]!;
+    // No baseline picked: the server's rule (the first run by name), the same as the CLI's.
+    const baseline = s.baseline !== null && runs.includes(s.baseline) ? s.baseline : null;
     const key = JSON.stringify([runs, baseline]);
     if (force || s.compareData.key !== key || s.compareData.status === "error") {
       this.store.set({ compareData: this.begin(s.compareData, key) });

@@ -52,8 +52,9 @@ export interface State {
   span: string | null;
   step: number | null;
   tab: Tab;
-  chartMetric: MetricKey;
-  columns: MetricKey[];
+  /** null: the trace's clock, device time where it has kernels, else CPU time (``defaultTime``). */
+  chartMetric: MetricKey | null;
+  columns: MetricKey[] | null; // null: the trace's clock
   sort: { key: string; desc: boolean };
   headMetric: HeadMetricKey;
   selection: Selection | null;
@@ -73,7 +74,7 @@ export interface State {
   /** The runs the compare view shows; null: the compare view is closed. */
   compare: string[] | null;
   groupBy: GroupBy;
-  phaseMetric: PhaseMetric;
+  phaseMetric: PhaseMetric | null; // null: device time when every run has some, else CPU
   compareData: Loadable<CompareResponse>;
   scaling: Loadable<ScalingResponse>;
 }
@@ -83,13 +84,13 @@ const STORAGE_KEY = "tb-attn.view";
 interface Persisted {
   run?: string | null;
   tab?: Tab;
-  chartMetric?: MetricKey;
-  columns?: MetricKey[];
+  chartMetric?: MetricKey | null;
+  columns?: MetricKey[] | null;
   headMetric?: HeadMetricKey;
   compare?: string[] | null;
   baseline?: string | null;
   groupBy?: GroupBy;
-  phaseMetric?: PhaseMetric;
+  phaseMetric?: PhaseMetric | null;
   ranksMargin?: number;
 }
 
@@ -101,6 +102,11 @@ function loadPersisted(): Persisted {
   } catch {
     return {}; // storage disabled: start fresh
   }
+}
+
+/** The time figure a chart shows until one is picked: device time on a trace with kernels. */
+export function defaultTime(hasDevice: boolean): "cpu_us" | "device_us" {
+  return hasDevice ? "device_us" : "cpu_us";
 }
 
 export function initialState(): State {
@@ -115,8 +121,8 @@ export function initialState(): State {
     span: null,
     step: null,
     tab: p.tab && TABS.includes(p.tab) ? p.tab : "layers",
-    chartMetric: p.chartMetric ?? "cpu_us",
-    columns: Array.isArray(p.columns) && p.columns.length ? p.columns : ["cpu_us"],
+    chartMetric: p.chartMetric ?? null,
+    columns: Array.isArray(p.columns) && p.columns.length ? p.columns : null,
     sort: { key: "layer", desc: false },
     headMetric: p.headMetric ?? "cpu_us",
     selection: null,
@@ -134,7 +140,7 @@ export function initialState(): State {
     baseline: compare && typeof p.baseline === "string" && compare.includes(p.baseline) ? p.baseline : null,
     compare,
     groupBy: p.groupBy && GROUP_BY.includes(p.groupBy) ? p.groupBy : "none",
-    phaseMetric: p.phaseMetric && PHASE_METRICS.includes(p.phaseMetric) ? p.phaseMetric : "cpu_us",
+    phaseMetric: p.phaseMetric && PHASE_METRICS.includes(p.phaseMetric) ? p.phaseMetric : null,
     compareData: idle(),
     scaling: idle(),
   };

@@ -162,5 +162,8 @@ table.ranks-table tfoot tr.all-ranks:first-child th, table.ranks-table tfoot tr.
 table.ranks-table .link-button { color: #1565c0; font-family: ui-monospace, SFMono-Regular, Menlo, Consolas, monospace; font-size: 11.5px; }
 table.ranks-table .link-button:hover { text-decoration: underline; }
 .ranks-collectives table { min-width: 420px; }
+.run-headline { font-size: 14px; margin: 2px 0 8px; padding: 6px 10px; background: #fff8ef; border-left: 3px solid #fb8c00; max-width: 1100px; }
+.noisy { display: inline-block; margin-left: 6px; padding: 0 5px; border-radius: 3px; font-size: 11px; line-height: 16px; background: #fff8e1; color: #8d6e00; border: 1px dashed #f9a825; cursor: help; white-space: nowrap; }
+td .noisy { margin-left: 3px; padding: 0 3px; }
 [hidden] { display: none !important; }
 `;

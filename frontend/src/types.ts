@@ -460,6 +460,8 @@ export interface CompareRun {
   layers: CompareLayer[];
   /** finding ids */
   findings: string[];
+  /** the same findings, with severity, title and time */
+  finding_chips: FindingChip[];
   /** against `baseline` (`compare`); all null in `run_facts` alone */
   ratio: CompareRatio;
   /** the run the ratios are against: its group's baseline (docs/http_api.md) */
@@ -487,6 +489,15 @@ export interface CompareLayer {
   device_us: number;
   alloc_bytes: number;
   peak_bytes: number;
+}
+
+/** A finding as Compare lists it: enough for a chip and its tooltip. */
+export interface FindingChip {
+  id: string;
+  severity: string;
+  title: string;
+  /** evidence.time_us: per step, the time it is about */
+  time_us: number;
 }
 
 /** Candidate / baseline; null where the baseline's value is 0. */

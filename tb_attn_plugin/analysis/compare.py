@@ -25,6 +25,7 @@ from tb_attn_plugin.responses import (
     CompareRatio,
     CompareResponse,
     CompareRun,
+    FindingChip,
     Fit,
     Headline,
     HeadlineVersus,
@@ -85,6 +86,8 @@ def run_facts(run: RunSummary) -> CompareRun:
                              device_us=layer.device_us + layer.backward.device_us, alloc_bytes=layer.alloc_bytes,
                              peak_bytes=layer.peak_bytes) for layer in w.layers],
         findings=[f.id for f in w.findings],
+        finding_chips=[FindingChip(id=f.id, severity=f.severity, title=f.title, time_us=f.evidence.time_us)
+                       for f in w.findings],
         ratio=CompareRatio(**dict.fromkeys(_RATIO_KEYS)),
         attention_spread=w.spread.get("attention_device_us" if w.attention_device_us > 0 else "attention_cpu_us"),
     )

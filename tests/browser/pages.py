@@ -166,8 +166,13 @@ def hover_tooltip(frame: Frame, point: dict[str, Any], text: str) -> Locator:
 
 
 def cell(frame: Frame, layer: int, group: str, metric_title: str) -> Locator:
-    """A cell of the per-layer table, by its tooltip ("L0 softmax, CPU time: 3863.1")."""
+    """A cell of the per-layer table, by its tooltip ("L0 softmax, CPU time: 3.86 ms per step...")."""
     return frame.locator(f'table.layers-table td[title^="L{layer} {group}, {metric_title}:"]')
+
+
+def cell_value(frame: Frame, layer: int, group: str, metric_title: str) -> Locator:
+    """The figure in such a cell, without its "noisy" mark."""
+    return cell(frame, layer, group, metric_title).locator(".v")
 
 
 # Where the tab draws the longest event of the step shown that has the given name (or, without a

@@ -20,7 +20,7 @@ def test_compare_view_with_ratios_and_scaling(tensorboard: Any, browser_logdir: 
     from tb_attn_plugin.loader import Loader, resolve_runs
 
     frame = open_tab(page, tensorboard.url)
-    for run in ("demo/sdpa", "demo/naive"):  # ticked in this order: demo/sdpa is the baseline
+    for run in ("demo/sdpa", "demo/naive"):  # ticked in this order; the baseline is the first by name
         frame.get_by_role("checkbox", name=f"Pick {run} for comparing").check()
     frame.get_by_test_id("compare-button").click()
     table = frame.get_by_test_id("compare-table")
@@ -29,14 +29,16 @@ def test_compare_view_with_ratios_and_scaling(tensorboard: Any, browser_logdir: 
     expect(table).to_contain_text("baseline")
     runs = {r.name: r for r in resolve_runs(str(browser_logdir))}
     loader = Loader()
-    expected = compare([loader.summarize_run(runs["demo/sdpa"]), loader.summarize_run(runs["demo/naive"])],
-                       baseline="demo/sdpa")
-    naive = next(r for r in expected.runs if r.run == "demo/naive")
-    assert naive.ratio.alloc_bytes is not None
-    ratio = f"{naive.ratio.alloc_bytes:.2f}"
-    row = table.locator("tr", has=frame.get_by_role("link", name="demo/naive", exact=True)).first
+    expected = compare([loader.summarize_run(runs["demo/sdpa"]), loader.summarize_run(runs["demo/naive"])])
+    assert expected.baseline == "demo/naive"
+    sdpa = next(r for r in expected.runs if r.run == "demo/sdpa")
+    assert sdpa.ratio.alloc_bytes is not None
+    ratio = f"{sdpa.ratio.alloc_bytes:.2f}"
+    row = table.locator("tr", has=frame.get_by_role("link", name="demo/sdpa", exact=True)).first
     expect(row).to_contain_text(ratio)
-    expect(row).to_contain_text("hidden-copy")
+    naive = table.locator("tr", has=frame.get_by_role("link", name="demo/naive", exact=True)).first
+    expect(naive).to_contain_text("baseline")
+    expect(naive).to_contain_text("hidden-copy")
     expect(frame.get_by_test_id("scaling-chart")).to_be_visible()
     shot(page, artifacts, "compare")
 

@@ -54,7 +54,7 @@ def test_llama_phases_and_fallback_cause(models_tensorboard: Any, models_logdir:
 
 def test_compare_says_why_sdpa_is_slower(models_tensorboard: Any, page: Page, artifacts: Path) -> None:
     frame = open_tab(page, models_tensorboard.url)
-    for run in ("llama/eager-train", "llama/sdpa-train"):  # the first ticked is the baseline
+    for run in ("llama/eager-train", "llama/sdpa-train"):  # the first by name is the baseline
         frame.get_by_role("checkbox", name=f"Pick {run} for comparing").check()
     frame.get_by_test_id("compare-button").click()
     why = frame.get_by_test_id("why-slower")

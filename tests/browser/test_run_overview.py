@@ -13,6 +13,7 @@ from typing import Any
 from pages import (
     back_to_runs,
     cell,
+    cell_value,
     drill_title,
     engine_summary,
     fmt_flops,
@@ -47,9 +48,13 @@ def test_run_overview_matches_the_engine(tensorboard: Any, browser_logdir: Path,
     assert [t.split()[0] for t in rows.locator("th").all_inner_texts()] == [f"L{x.layer}" for x in ws.layers]
     for layer in ws.layers:
         expect(rows.nth(layer.layer).locator("td").first).to_have_text(layer.backend)
-        expect(cell(frame, layer.layer, "block", "CPU time")).to_have_text(fmt_us(layer.cpu_us))
+        expect(cell_value(frame, layer.layer, "block", "CPU time")).to_have_text(fmt_us(layer.cpu_us))
         for phase in layer.phases:
-            expect(cell(frame, layer.layer, phase.phase, "CPU time")).to_have_text(fmt_us(phase.cpu_us))
+            expect(cell_value(frame, layer.layer, phase.phase, "CPU time")).to_have_text(fmt_us(phase.cpu_us))
+        # A time is marked "noisy" exactly when the engine says its steps spread over 20 %.
+        for x, group in ((layer, "block"), *((p, p.phase) for p in layer.phases)):
+            marks = cell(frame, layer.layer, group, "CPU time").get_by_test_id("noisy")
+            expect(marks).to_have_count(int(x.spread["cpu_us"].noisy))
     # FLOPs are exact (not timings): add the FLOPs column and compare every cell.
     frame.get_by_role("button", name="FLOPs", exact=True).click()
     for layer in ws.layers:

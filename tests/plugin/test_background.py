@@ -70,7 +70,8 @@ def test_a_slow_parse_answers_loading_and_blocks_no_other_request(
     gate.set()
     assert get_json(client, f"{BASE}/summary?run=naive")["workers"][0]["backend"] == "naive"
     assert get_json(client, f"{BASE}/memory?run=naive")["points"]
-    assert get_json(client, f"{BASE}/compare?runs=sdpa,naive")["baseline"] == "naive"  # the first by name, not the first listed
+    # The baseline is the first run by name, not the first listed.
+    assert get_json(client, f"{BASE}/compare?runs=sdpa,naive")["baseline"] == "naive"
     assert calls["naive"] == 1 and calls["sdpa"] == 1
 
 

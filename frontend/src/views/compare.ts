@@ -5,13 +5,13 @@ import { createChart, esc, swatch, TOOLTIP_BASE, type EChart } from "../charts";
 import { h, replace, select, type Child } from "../dom";
 import { fmtBytes, fmtCount, fmtFlops, fmtRate, fmtUs } from "../format";
 import { orderPhases, phaseLabel } from "../metrics";
+import { noisyMark, spreadTitle } from "../spread";
 import { GROUP_BY, PHASE_METRICS, type Actions, type GroupBy, type PhaseMetric, type State } from "../state";
-import type { CompareResponse, CompareRun, Fit, ScalingSeries } from "../types";
+import type { CompareResponse, CompareRun } from "../types";
 import { errorBox, loadingBox, note, pending } from "./common";
+import { color, runColors, seriesKey } from "./run_colors";
+import { NO_FIT, scalingChart, scalingLegend, type ScalingPaint } from "./scaling";
 
-// Colours for runs and series (not phases): from our palette, never from data.
-const PALETTE = ["#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1", "#ff9da7", "#9c755f", "#bab0ac"];
-const color = (i: number) => PALETTE[i % PALETTE.length]!;
 
 const PHASE_METRIC_INFO: Record<PhaseMetric, { title: string; format: (v: number) => string }> = {
   cpu_us: { title: "CPU time", format: fmtUs },
@@ -22,16 +22,13 @@ const PHASE_METRIC_INFO: Record<PhaseMetric, { title: string; format: (v: number
 
 const GROUP_LABELS: Record<GroupBy, string> = { impl: "implementation", seq: "sequence length", dtype: "dtype", none: "none" };
 
-const NO_FIT =
-  "Scaling needs runs that differ only in sequence length (e.g. the demo's seq256 and seq512).";
-
-/** "1.82×", coloured: red when worse than the baseline by over 10 %, green when better. */
-function ratioEl(r: number | null, higherIsBetter = false): HTMLElement {
-  if (r === null || !Number.isFinite(r)) return h("span", { class: "ratio", title: "the baseline's value is 0" }, "\u2014");
+/** "1.82×", coloured: red when worse than its baseline by over 10 %, green when better. */
+function ratioEl(r: number | null, baseline: string | null, higherIsBetter = false): HTMLElement {
+  if (r === null || !Number.isFinite(r)) return h("span", { class: "ratio", title: `${baseline ?? "the baseline"}'s value is 0` }, "\u2014");
   const worse = higherIsBetter ? r < 0.9 : r > 1.1;
   const better = higherIsBetter ? r > 1.1 : r < 0.9;
   const text = r >= 100 ? `${r.toFixed(0)}\u00d7` : r >= 10 ? `${r.toFixed(1)}\u00d7` : `${r.toFixed(2)}\u00d7`;
-  return h("span", { class: `ratio${worse ? " worse" : better ? " better" : ""}`, title: "this run / the baseline" }, text);
+  return h("span", { class: `ratio${worse ? " worse" : better ? " better" : ""}`, title: `this run / ${baseline ?? "its baseline"} (same configuration)` }, text);
 }
 
 function groupKey(r: CompareRun, by: GroupBy): string {
@@ -54,13 +51,6 @@ function sortedRuns(runs: CompareRun[], by: GroupBy): CompareRun[] {
   return [...runs].sort((a, b) => cmp(a[by], b[by]) || cmp(a.run, b.run));
 }
 
-function fmtFit(f: Fit | null): string {
-  if (!f) return "no fit";
-  // Through two points any line fits: their R² would be 1.00 and mean nothing.
-  return f.r2 === null
-    ? `k = ${f.k.toFixed(2)} (${f.points} points: no fit quality)`
-    : `k = ${f.k.toFixed(2)} (R\u00b2 ${f.r2.toFixed(2)}, ${f.points} points)`;
-}
 
 export class CompareView {
   readonly el: HTMLElement;
@@ -76,6 +66,7 @@ export class CompareView {
   private readonly timeChartEl: HTMLElement;
   private readonly memChartEl: HTMLElement;
   private readonly timeLegend: HTMLElement;
+  private readonly timeTitle: HTMLElement;
   private readonly memLegend: HTMLElement;
   private charts: { chart: EChart; dispose: () => void }[] = [];
   private phaseChart: EChart | null = null;
@@ -95,11 +86,12 @@ export class CompareView {
     this.timeChartEl = h("div", { class: "chart", style: { height: "260px" } });
     this.memChartEl = h("div", { class: "chart", style: { height: "260px" } });
     this.timeLegend = h("div", "legend");
+    this.timeTitle = h("div", "chart-title", "Attention time per step vs. sequence length");
     this.memLegend = h("div", "legend");
     this.scalingEl = h(
       "div",
       { class: "scaling-charts", attrs: { "data-testid": "scaling-chart" } },
-      h("div", null, h("div", "chart-title", "Attention CPU time per step vs. sequence length"), this.timeChartEl, this.timeLegend),
+      h("div", null, this.timeTitle, this.timeChartEl, this.timeLegend),
       h("div", null, h("div", "chart-title", "Memory allocated in attention per step vs. sequence length"), this.memChartEl, this.memLegend),
     );
     this.el = h(
@@ -126,7 +118,7 @@ export class CompareView {
     if (dataChanged || c1[3]) this.renderTable(s);
     if (dataChanged || metricChanged) this.renderPhases(s);
     const scalingChanged = [diff("sdata", s.scaling.data), diff("serr", s.scaling.error), diff("sstatus", s.scaling.status)].some(Boolean);
-    if (scalingChanged) this.renderScaling(s);
+    if (scalingChanged || dataChanged) this.renderScaling(s); // its colours are the table's
   }
 
   dispose(): void {
@@ -144,7 +136,7 @@ export class CompareView {
 
   private renderTop(s: State): void {
     const runs = s.compare ?? [];
-    const baseline = s.compareData.data?.baseline ?? s.baseline ?? runs[0] ?? "";
+    const first = [...runs].sort()[0] ?? "";
     replace(
       this.top,
       h("button", { class: "back", attrs: { type: "button" }, on: { click: () => this.actions.openCompare(null) } }, "\u2190 Runs"),
@@ -153,9 +145,18 @@ export class CompareView {
       h("span", "spacer"),
       h(
         "label",
-        null,
+        {
+          title:
+            "Ratios are only taken within groups of like-for-like runs (same model, sizes, seq, dtype, mode, parallel layout): " +
+            "against the run there with the baseline's implementation, else the group's first run by name.",
+        },
         "baseline ",
-        select(runs.map((r) => ({ value: r, label: r })), baseline, (v) => this.actions.setBaseline(v), "Baseline run"),
+        select(
+          [{ value: "", label: `first by name (${first})` }, ...runs.map((r) => ({ value: r, label: r }))],
+          s.baseline ?? "",
+          (v) => this.actions.setBaseline(v || null),
+          "Baseline run",
+        ),
       ),
       h(
         "label",
@@ -211,7 +212,7 @@ export class CompareView {
         h(
           "div",
           { class: "why-slower", attrs: { "data-testid": "why-slower" } },
-          h("h3", null, `Why ${r.run} is slower than ${data.baseline ?? "the baseline"}`),
+          h("h3", null, `Why ${r.run} is slower than ${r.baseline ?? data.baseline ?? "the baseline"}`),
           h("ul", null, ...r.why_slower.map((reason) => h("li", null, reason))),
         ),
       );
@@ -235,39 +236,66 @@ export class CompareView {
       ...(hasKernels ? ([["kernels / fwd", "num"]] as [string, string][]) : []),
       ["findings", ""],
     ];
-    const cell = (value: string, ratio: HTMLElement | null, title?: string) =>
-      h("td", { class: "num", title: title ?? "" }, value, ratio ? " " : null, ratio);
+    const cell = (value: string, ratio: HTMLElement | null, title?: string, mark: HTMLElement | null = null) =>
+      h("td", { class: "num", title: title ?? "" }, value, mark, ratio ? " " : null, ratio);
     const tbody = h("tbody");
     let group: string | null = null;
-    const index = new Map(data.runs.map((r, i) => [r.run, i]));
+    const colors = runColors(data.runs);
     for (const r of sortedRuns(data.runs, by)) {
       const g = groupKey(r, by);
       if (by !== "none" && g !== group) {
         group = g;
         tbody.appendChild(h("tr", "group", h("th", { attrs: { colspan: heads.length } }, `${by}: ${g || "\u2014"}`)));
       }
-      const isBase = r.run === data.baseline;
+      const isBase = r.baseline === r.run;
       const cells: Child[] = [
         h(
           "td",
-          { class: "run-name", title: r.run },
-          h("span", { class: "sw", style: { background: color(index.get(r.run) ?? 0) } }),
+          { class: "run-name", title: `${r.run}\n${r.group}${isBase ? "" : `\nratios against ${r.baseline ?? "\u2014"}`}` },
+          h("span", { class: "sw", style: { background: colors.run.get(r.run) ?? color(0) } }),
           " ",
           h("a", { attrs: { href: "#" }, on: { click: (ev) => (ev.preventDefault(), this.actions.openRun(r.run)) } }, r.run),
-          isBase ? h("span", "badge baseline", "baseline") : null,
+          isBase
+            ? h(
+                "span",
+                { class: "badge baseline", title: `the baseline of its group (${r.group}): the other runs there are against it` },
+                r.run === data.baseline ? "baseline" : "group baseline",
+              )
+            : null,
         ),
         h("td", null, r.impl ?? "\u2014"),
         h("td", "num", r.seq === null ? "\u2014" : String(r.seq)),
         h("td", null, r.dtype ?? "\u2014"),
         h("td", null, h("span", "backend-chip", r.backend)),
-        cell(fmtUs(r.attention_cpu_us), isBase ? null : ratioEl(r.ratio.attention_cpu_us), `${fmtUs(r.step_cpu_us)} per step in all`),
-        hasDevice ? cell(r.attention_device_us ? fmtUs(r.attention_device_us) : "\u2014", isBase ? null : ratioEl(r.ratio.attention_device_us)) : null,
-        cell(fmtBytes(r.alloc_bytes), isBase ? null : ratioEl(r.ratio.alloc_bytes), `S\u00d7S scores: ${fmtBytes(r.sxs_bytes)}`),
-        cell(fmtBytes(r.peak_bytes), isBase ? null : ratioEl(r.ratio.peak_bytes)),
-        cell(fmtRate(r.flops_per_s), isBase ? null : ratioEl(r.ratio.flops_per_s, true), `${fmtFlops(r.flops)} per step`),
+        // The spread is on the headline's clock: device time where the run has some, else CPU.
+        cell(fmtUs(r.attention_cpu_us), isBase ? null : ratioEl(r.ratio.attention_cpu_us, r.baseline),
+          `${fmtUs(r.step_cpu_us)} per step in all${r.attention_device_us ? "" : `; ${spreadTitle(r.attention_spread)}`}`,
+          r.attention_device_us ? null : noisyMark(r.attention_spread, fmtUs, true)),
+        hasDevice
+          ? cell(r.attention_device_us ? fmtUs(r.attention_device_us) : "\u2014", isBase ? null : ratioEl(r.ratio.attention_device_us, r.baseline),
+              r.attention_device_us ? spreadTitle(r.attention_spread) : undefined,
+              r.attention_device_us ? noisyMark(r.attention_spread, fmtUs, true) : null)
+          : null,
+        cell(fmtBytes(r.alloc_bytes), isBase ? null : ratioEl(r.ratio.alloc_bytes, r.baseline), `S\u00d7S scores: ${fmtBytes(r.sxs_bytes)}`),
+        cell(fmtBytes(r.peak_bytes), isBase ? null : ratioEl(r.ratio.peak_bytes, r.baseline)),
+        cell(fmtRate(r.flops_per_s), isBase ? null : ratioEl(r.ratio.flops_per_s, r.baseline, true), `${fmtFlops(r.flops)} per step`),
         h("td", "num", fmtCount(r.ops_per_forward)),
         hasKernels ? h("td", "num", fmtCount(r.kernels_per_forward)) : null,
-        h("td", "findings-cell", ...r.findings.map((f) => h("span", "badge finding-id", f))),
+        h(
+          "td",
+          "findings-cell",
+          ...(r.finding_chips.length ? r.finding_chips : r.findings.map((id) => ({ id, severity: "", title: id, time_us: 0 }))).map((f) =>
+            h(
+              "span",
+              {
+                class: `badge finding-id${f.severity ? ` sev-${f.severity}` : ""}`,
+                title: `${f.severity ? `${f.severity}: ` : ""}${f.title}${f.time_us > 0 ? ` (${fmtUs(f.time_us)} per step)` : ""}`,
+                attrs: { tabindex: 0 },
+              },
+              f.id,
+            ),
+          ),
+        ),
       ];
       tbody.appendChild(h("tr", isBase ? "base-row" : null, ...cells));
     }
@@ -284,7 +312,9 @@ export class CompareView {
     if (!data || !data.runs.length) return;
     const hasDevice = data.runs.some((r) => r.attention_device_us > 0);
     const metrics = PHASE_METRICS.filter((m) => hasDevice || m !== "device_us");
-    const key = metrics.includes(s.phaseMetric) ? s.phaseMetric : "cpu_us";
+    // Device time by default when every run has some (a CPU-only run would show zeros).
+    const auto = data.runs.every((r) => r.attention_device_us > 0) ? "device_us" : "cpu_us";
+    const key = s.phaseMetric !== null && metrics.includes(s.phaseMetric) ? s.phaseMetric : auto;
     const info = PHASE_METRIC_INFO[key];
     replace(
       this.phaseControls,
@@ -302,6 +332,8 @@ export class CompareView {
     );
     const phases = orderPhases(data.runs.flatMap((r) => Object.keys(r.phases)));
     const runs = data.runs;
+    const colors = runColors(runs);
+    const runColor = (i: number) => colors.run.get(runs[i]?.run ?? "") ?? color(i);
     const value = (r: CompareRun, phase: string) => r.phases[phase]?.[key] ?? 0;
     if (!this.phaseChart) this.phaseChart = this.chartIn(this.phaseChartEl);
     this.phaseChart.setOption(
@@ -318,7 +350,7 @@ export class CompareView {
             if (phase === undefined) return "";
             const rows = list.map((it) => {
               const r = runs[it.seriesIndex];
-              return r ? `${swatch(color(it.seriesIndex))}${esc(r.run)}: <b>${esc(info.format(value(r, phase)))}</b>` : "";
+              return r ? `${swatch(runColor(it.seriesIndex))}${esc(r.run)}: <b>${esc(info.format(value(r, phase)))}</b>` : "";
             });
             return [`<b>${esc(phaseLabel(phase))}</b> \u2014 ${esc(info.title)}`, ...rows].join("<br>");
           },
@@ -329,7 +361,7 @@ export class CompareView {
           type: "bar" as const,
           name: `run ${i}`,
           barMaxWidth: 22,
-          itemStyle: { color: color(i) },
+          itemStyle: { color: runColor(i) },
           data: phases.map((p) => value(r, p)),
         })),
       },
@@ -337,7 +369,7 @@ export class CompareView {
     );
     replace(
       this.phaseLegend,
-      ...runs.map((r, i) => h("span", "legend-item", h("span", { class: "sw", style: { background: color(i) } }), r.run)),
+      ...runs.map((r, i) => h("span", "legend-item", h("span", { class: "sw", style: { background: runColor(i) } }), r.run)),
     );
   }
 
@@ -356,106 +388,24 @@ export class CompareView {
     if (!series.length) return;
     if (!this.timeChart) this.timeChart = this.chartIn(this.timeChartEl);
     if (!this.memChart) this.memChart = this.chartIn(this.memChartEl);
-    this.scalingChart(this.timeChart, series, "time_us", "time_fit", fmtUs, "attention CPU time");
-    this.scalingChart(this.memChart, series, "alloc_bytes", "memory_fit", fmtBytes, "memory allocated");
-    this.scalingLegend(this.timeLegend, series, "time_fit");
-    this.scalingLegend(this.memLegend, series, "memory_fit");
-  }
-
-  private scalingChart(
-    chart: EChart,
-    series: ScalingSeries[],
-    field: "time_us" | "alloc_bytes",
-    fit: "time_fit" | "memory_fit",
-    format: (v: number) => string,
-    title: string,
-  ): void {
-    const seqs = series.flatMap((x) => x.points.map((p) => p.seq)).filter((v) => v > 0);
-    const minSeq = Math.min(...seqs);
-    const maxSeq = Math.max(...seqs);
-    const ys = series.flatMap((x) => x.points.map((p) => p[field])).filter((v) => v > 0);
-    const minY = ys.length ? Math.min(...ys) : 1;
-    const maxY = ys.length ? Math.max(...ys) : 10;
-    const out: object[] = [];
-    series.forEach((x, i) => {
-      const pts = x.points.filter((p) => p.seq > 0 && p[field] > 0).sort((a, b) => a.seq - b.seq);
-      out.push({
-        type: "line" as const,
-        name: `measured ${i}`,
-        symbolSize: 8,
-        lineStyle: { width: 0 }, // the measurements as dots; the fit is the line
-        itemStyle: { color: color(i) },
-        data: pts.map((p) => ({ value: [p.seq, p[field]], run: p.run })),
-      });
-      const f = x[fit];
-      if (f) {
-        out.push({
-          type: "line" as const,
-          name: `fit ${i}`,
-          symbol: "none",
-          silent: true,
-          lineStyle: { width: 1.5, type: "dashed" as const, color: color(i) },
-          itemStyle: { color: color(i) },
-          data: [minSeq, maxSeq].map((q) => [q, f.a * Math.pow(q, f.k)]),
-        });
-      }
-    });
-    chart.setOption(
-      {
-        animation: false,
-        grid: { left: 78, right: 24, top: 28, bottom: 40 },
-        tooltip: {
-          ...TOOLTIP_BASE,
-          trigger: "item",
-          formatter: (p: unknown) => {
-            const it = p as { seriesName: string; data: { value: [number, number]; run: string } };
-            const i = Number(it.seriesName.split(" ")[1]);
-            const x = series[i];
-            if (!x || !it.data?.run) return "";
-            return [
-              `${swatch(color(i))}<b>${esc(x.label)}</b>`,
-              `${esc(it.data.run)}`,
-              `seq ${esc(it.data.value[0])}: <b>${esc(format(it.data.value[1]))}</b>`,
-              esc(fmtFit(x[fit])),
-            ].join("<br>");
-          },
-        },
-        xAxis: {
-          type: "log",
-          logBase: 2,
-          name: "seq",
-          nameLocation: "middle",
-          nameGap: 26,
-          min: minSeq / 1.25,
-          max: maxSeq * 1.25,
-          axisLabel: { showMinLabel: false, showMaxLabel: false, formatter: (v: number) => String(Math.round(v)) },
-        },
-        yAxis: {
-          type: "log",
-          name: title,
-          nameTextStyle: { align: "left" },
-          min: minY / 2,
-          max: maxY * 2,
-          axisLabel: { showMinLabel: false, showMaxLabel: false, formatter: (v: number) => format(v) },
-        },
-        series: out,
+    // Colours from the compare table: a run's dot is its row's colour, a series' fit its hue.
+    const rows = s.compareData.data?.runs ?? [];
+    const colors = runColors(rows);
+    const byRun = new Map(rows.map((r) => [r.run, r]));
+    const paint: ScalingPaint = {
+      run: (run, i) => colors.run.get(run) ?? color(i),
+      series: (x, i) => {
+        const r = x.points.map((p) => byRun.get(p.run)).find(Boolean);
+        return (r && colors.series.get(seriesKey(r))) ?? color(i);
       },
-      { notMerge: true },
-    );
-  }
-
-  private scalingLegend(el: HTMLElement, series: ScalingSeries[], fit: "time_fit" | "memory_fit"): void {
-    replace(
-      el,
-      ...series.map((x, i) =>
-        h(
-          "span",
-          { class: "legend-item", title: x.points.map((p) => p.run).join(", ") },
-          h("span", { class: "sw", style: { background: color(i) } }),
-          x.label,
-          h("span", x[fit] ? "fit" : "muted", ` ${fmtFit(x[fit])}`),
-        ),
-      ),
-    );
+    };
+    // A point's time is device time where its run has some (compare.py's scaling), else CPU time.
+    const device = series.length > 0 && series.every((x) => x.points.every((p) => (byRun.get(p.run)?.attention_device_us ?? 0) > 0));
+    const clock = rows.length ? (device ? "device" : "CPU") : "device or CPU";
+    this.timeTitle.textContent = `Attention ${clock} time per step vs. sequence length`;
+    scalingChart(this.timeChart, series, "time_us", "time_fit", fmtUs, `attention ${clock} time`, paint);
+    scalingChart(this.memChart, series, "alloc_bytes", "memory_fit", fmtBytes, "memory allocated", paint);
+    scalingLegend(this.timeLegend, series, "time_fit", paint);
+    scalingLegend(this.memLegend, series, "memory_fit", paint);
   }
 }

@@ -4,8 +4,9 @@
 import { createChart, esc, swatch, TOOLTIP_BASE, type EChart } from "../charts";
 import { h, replace, select } from "../dom";
 import { CHART_METRICS, METRICS, metric, phaseColor, phaseLabel, phasesOf, type MetricKey } from "../metrics";
-import type { Actions, Selection, State } from "../state";
-import type { LayerStats, PhaseStats, WorkerSummary } from "../types";
+import { defaultTime, type Actions, type Selection, type State } from "../state";
+import { noisyMark, SPREAD_METRICS, spreadTitle } from "../spread";
+import type { LayerStats, PhaseStats, Spread, WorkerSummary } from "../types";
 
 const BLOCK = "block";
 
@@ -13,11 +14,23 @@ function phaseOf(l: LayerStats, phase: string): PhaseStats | undefined {
   return l.phases.find((p) => p.phase === phase);
 }
 
+/** The spread over steps of a cell's figure (time metrics only; none with one step). */
+function cellSpread(l: LayerStats, group: string, key: MetricKey): Spread | undefined {
+  if (group === BLOCK) return l.spread[key];
+  return phaseOf(l, group)?.spread[key];
+}
+
 function cellValue(l: LayerStats, group: string, key: MetricKey): number | null {
   const m = metric(key);
   if (group === BLOCK) return m.layer(l);
   const p = phaseOf(l, group);
   return p ? m.phase(p) : null;
+}
+
+/** The chart's metric and the table's columns, the trace's clock until the user picks. */
+function chosen(s: State, ws: WorkerSummary): { chart: MetricKey; columns: MetricKey[] } {
+  const auto = defaultTime(ws.device !== "cpu");
+  return { chart: s.chartMetric ?? auto, columns: s.columns ?? [auto] };
 }
 
 export class LayersView {
@@ -39,7 +52,7 @@ export class LayersView {
       "layers",
       this.controls,
       this.chartEl,
-      h("p", "hint", "Means per profiled step. Click a bar or a table cell for the ops and kernels behind it."),
+      h("p", "hint", "Means per profiled step; the whiskers span the steps (min\u2013max, or the IQR from 8 steps), \u00b1 marks a figure whose steps spread over 20 % of their median. Click a bar or a table cell for the ops and kernels behind it."),
       this.tableEl,
     );
   }
@@ -51,7 +64,7 @@ export class LayersView {
       return c;
     };
     const wsChanged = changed("ws", ws);
-    const metricChanged = changed("metric", s.chartMetric);
+    const metricChanged = changed("metric", chosen(s, ws).chart);
     const colsChanged = changed("cols", s.columns);
     const sortChanged = changed("sort", s.sort);
     const selChanged = changed("sel", s.selection);
@@ -70,12 +83,13 @@ export class LayersView {
 
   private renderControls(s: State, ws: WorkerSummary): void {
     const hasDevice = ws.device !== "cpu";
+    const { chart: chartKey, columns } = chosen(s, ws);
     const chartOptions = CHART_METRICS.filter((k) => hasDevice || !k.includes("device")).map((k) => ({
       value: k,
       label: metric(k).title,
     }));
     const chips = METRICS.filter((m) => hasDevice || !m.key.includes("device")).map((m) => {
-      const on = s.columns.includes(m.key);
+      const on = columns.includes(m.key);
       return h(
         "button",
         {
@@ -84,7 +98,7 @@ export class LayersView {
           title: m.title,
           on: {
             click: () => {
-              const cols = on ? s.columns.filter((k) => k !== m.key) : [...s.columns, m.key];
+              const cols = on ? columns.filter((k) => k !== m.key) : [...columns, m.key];
               const ordered = METRICS.map((x) => x.key).filter((k) => cols.includes(k));
               this.actions.patch({ columns: ordered.length ? ordered : [m.key] });
             },
@@ -101,11 +115,11 @@ export class LayersView {
         on: {
           click: () =>
             this.actions.patch({
-              columns: s.columns.length === METRICS.length ? [s.chartMetric] : METRICS.map((m) => m.key),
+              columns: columns.length === METRICS.length ? [chartKey] : METRICS.map((m) => m.key),
             }),
         },
       },
-      s.columns.length === METRICS.length ? "show fewer" : "show all",
+      columns.length === METRICS.length ? "show fewer" : "show all",
     );
     replace(
       this.controls,
@@ -113,7 +127,7 @@ export class LayersView {
         "label",
         null,
         "Chart ",
-        select(chartOptions, s.chartMetric, (v) => this.actions.patch({ chartMetric: v as MetricKey }), "Chart metric"),
+        select(chartOptions, chartKey, (v) => this.actions.patch({ chartMetric: v as MetricKey }), "Chart metric"),
       ),
       h("span", { class: "chips", attrs: { role: "group", "aria-label": "Table columns" } }, "Table columns ", ...chips, all),
     );
@@ -132,7 +146,7 @@ export class LayersView {
         this.actions.select({ layer: layer.layer, phase: p.seriesId, backward: m.backward });
       });
     }
-    const m = metric(s.chartMetric);
+    const m = metric(chosen(s, ws).chart);
     const phases = phasesOf(ws.layers);
     const categories = ws.layers.map((l) => `L${l.layer}`);
     const series = phases.map((phase) => ({
@@ -149,6 +163,35 @@ export class LayersView {
       }),
     }));
     const layers = ws.layers;
+    // Error bars on each block's total: how far its steps were apart (the summary's spread).
+    const spreads = layers.map((l) => l.spread[m.key]);
+    if (spreads.some(Boolean)) {
+      series.push({
+        id: "\u0000spread",
+        name: "steps' spread",
+        type: "custom" as const,
+        z: 10,
+        silent: true,
+        data: spreads.map((sp, i) => (sp ? [i, sp.lo, sp.hi, sp.noisy ? 1 : 0] : [i, NaN, NaN, 0])),
+        renderItem: (_params: unknown, api: { value: (d: number) => number; coord: (p: number[]) => number[]; size: (p: number[]) => number[] }) => {
+          const lo = api.value(1);
+          const hi = api.value(2);
+          if (!Number.isFinite(lo) || !Number.isFinite(hi)) return null;
+          const [x, yLo] = api.coord([api.value(0), lo]) as [number, number];
+          const [, yHi] = api.coord([api.value(0), hi]) as [number, number];
+          const half = Math.min(8, (api.size([1, 0])[0] ?? 16) / 6);
+          const style = { stroke: api.value(3) ? "#e65100" : "#424242", lineWidth: api.value(3) ? 2 : 1.2 };
+          return {
+            type: "group",
+            children: [
+              { type: "line", shape: { x1: x, y1: yLo, x2: x, y2: yHi }, style },
+              { type: "line", shape: { x1: x - half, y1: yLo, x2: x + half, y2: yLo }, style },
+              { type: "line", shape: { x1: x - half, y1: yHi, x2: x + half, y2: yHi }, style },
+            ],
+          };
+        },
+      } as unknown as (typeof series)[number]);
+    }
     this.chart.setOption(
       {
         animation: false,
@@ -175,7 +218,9 @@ export class LayersView {
               .filter(Boolean)
               .reverse();
             const head = `<b>Layer ${layer.layer}</b>${layer.module ? " " + esc(layer.module) : ""} \u2014 ${esc(m.title)}`;
-            return [head, ...rows, `total: <b>${esc(m.format(total))}</b>`].join("<br>");
+            const sp = layer.spread[m.key];
+            const range = sp ? [`${sp.noisy ? "<b>\u00b1 noisy</b>: " : ""}${esc(spreadTitle(sp, m.format))}`] : [];
+            return [head, ...rows, `total: <b>${esc(m.format(total))}</b> (mean per step)`, ...range].join("<br>");
           },
         },
         xAxis: { type: "category", data: categories, axisTick: { alignWithLabel: true } },
@@ -183,6 +228,8 @@ export class LayersView {
           type: "value",
           name: m.title,
           nameTextStyle: { align: "left" },
+          // Room for the whiskers too, which can reach past the tallest bar.
+          max: (v: { max: number }) => Math.max(v.max, ...spreads.map((sp) => sp?.hi ?? 0)),
           axisLabel: { formatter: (v: number) => m.format(v) },
         },
         series,
@@ -209,7 +256,8 @@ export class LayersView {
   }
 
   private renderTable(s: State, ws: WorkerSummary): void {
-    const cols = METRICS.filter((m) => s.columns.includes(m.key)).filter(
+    const columns = chosen(s, ws).columns;
+    const cols = METRICS.filter((m) => columns.includes(m.key)).filter(
       (m) => ws.device !== "cpu" || !m.key.includes("device"),
     );
     const shownCols = cols.length ? cols : [METRICS[0]!];
@@ -311,7 +359,7 @@ export class LayersView {
                 "td",
                 {
                   class: `num cell${v === 0 ? " zero" : ""}${isSel(l, g, m.key) ? " sel" : ""}`,
-                  title: `L${l.layer} ${g === BLOCK ? "block" : g}, ${m.title}: ${v}`,
+                  title: `L${l.layer} ${g === BLOCK ? "block" : g}, ${m.title}: ${m.format(v)} per step (mean)${SPREAD_METRICS.includes(m.key) ? `; ${spreadTitle(cellSpread(l, g, m.key), m.format)}` : ""}`,
                   attrs: { tabindex: 0 },
                   style: { background: `linear-gradient(to right, ${color} ${pct.toFixed(1)}%, transparent ${pct.toFixed(1)}%)` },
                   on: {
@@ -321,7 +369,8 @@ export class LayersView {
                     },
                   },
                 },
-                m.format(v),
+                h("span", "v", m.format(v)),
+                noisyMark(cellSpread(l, g, m.key), m.format, true),
               );
             }),
           ),

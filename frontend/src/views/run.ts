@@ -4,7 +4,8 @@
 import { h, replace, select } from "../dom";
 import { fmtCount, fmtShare, fmtUs, fmtWhen } from "../format";
 import { TABS, type Actions, type State, type Tab } from "../state";
-import type { RunEntry, WorkerSummary } from "../types";
+import { noisyMark, spreadTitle } from "../spread";
+import type { RunEntry, Spread, WorkerSummary } from "../types";
 import { errorBox, loadingBox, metaConfig, metaString, note } from "./common";
 import { DrillView } from "./drilldown";
 import { HeadsView } from "./heads";
@@ -206,24 +207,31 @@ export class RunView {
       ws.backend === "mixed" ? h("span", "muted", ` (${ws.layers.map((l) => `L${l.layer} ${l.backend}`).join(", ")})`) : null,
       backends.length === 1 && evidence.length ? h("span", "muted small", ` from ${evidence.slice(0, 3).join(", ")}`) : null,
     );
-    const share = (label: string, v: number | null, att: number, step: number) =>
+    const share = (label: string, v: number | null, att: number, step: number, spread: Spread | undefined) =>
       h(
         "span",
-        { class: "stat", title: v === null ? "no device time in this trace" : `${fmtUs(att)} of ${fmtUs(step)} per step` },
+        {
+          class: "stat",
+          title: v === null ? "no device time in this trace" : `${fmtUs(att)} of ${fmtUs(step)} per step (means); attention ${spreadTitle(spread)}`,
+          dataset: { testid: `share-${label}` },
+        },
         h("span", "stat-label", `attention share, ${label}`),
         h("span", "meter", h("span", { class: "meter-fill", style: { width: `${Math.min(100, Math.max(0, (v ?? 0) * 100)).toFixed(1)}%` } })),
         h("b", null, fmtShare(v)),
         v === null ? null : h("span", "muted small", ` ${fmtUs(att)} / ${fmtUs(step)}`),
+        v !== null && spread ? h("span", { class: "muted small range", dataset: { testid: "range" } }, ` (steps ${fmtUs(spread.lo)}\u2013${fmtUs(spread.hi)})`) : null,
+        v !== null ? noisyMark(spread) : null,
       );
+    if (ws.headline) out.push(h("p", { class: "run-headline", dataset: { testid: "run-headline" } }, ws.headline));
     out.push(
       h(
         "div",
         "stats",
         backendEl,
-        share("CPU", ws.attention_share_cpu, ws.attention_cpu_us, ws.step_cpu_us),
+        share("CPU", ws.attention_share_cpu, ws.attention_cpu_us, ws.step_cpu_us, ws.spread["attention_cpu_us"]),
         ws.device === "cpu" && ws.attention_share_device === null
           ? null
-          : share("device", ws.attention_share_device, ws.attention_device_us, ws.step_device_us),
+          : share("device", ws.attention_share_device, ws.attention_device_us, ws.step_device_us, ws.spread["attention_device_us"]),
         h("span", "stat", h("span", "stat-label", "layers"), h("b", null, String(ws.layers.length))),
         h("span", { class: "stat", title: `ProfilerStep numbers: ${ws.steps.join(", ")}` }, h("span", "stat-label", "steps"), h("b", null, fmtCount(ws.step_count))),
         h("span", "stat", h("span", "stat-label", "device"), h("b", null, ws.device)),
