@@ -99,7 +99,8 @@ def build_parser() -> argparse.ArgumentParser:
     g = p.add_argument_group("profiler")
     g.add_argument("--wait", type=int, default=1)
     g.add_argument("--warmup", type=int, default=1)
-    g.add_argument("--active", type=int, default=2)
+    g.add_argument("--active", type=int, default=5,
+                   help="profiled steps per cycle (default 5: fewer cannot tell a slow step from a slow run)")
     g.add_argument("--repeat", type=int, default=1)
     g.add_argument("--no-record-shapes", dest="record_shapes", action="store_false")
     g.add_argument("--no-profile-memory", dest="profile_memory", action="store_false")

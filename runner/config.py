@@ -150,7 +150,7 @@ class ProfileConfig:
 
     wait: int = 1
     warmup: int = 1
-    active: int = 2
+    active: int = 5  # enough steps for a spread that means something (docs/runner.md, "Steps")
     repeat: int = 1
     record_shapes: bool = True
     profile_memory: bool = True

@@ -58,5 +58,5 @@ def torchrun_logdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     for args in (["--parallel", "tp", "--impl", "naive", "--slow-rank", "1", "--slow-ms", "20"],
                  ["--parallel", "ddp", "--impl", "sdpa"]):
         torchrun("-m", "runner", "--logdir", str(logdir), "--layers", "2", "--heads", "4", "--d-model", "32",
-                 "--seq", "16", "--no-progress", *args)
+                 "--seq", "16", "--active", "2", "--no-progress", *args)
     return logdir

@@ -190,3 +190,14 @@ def test_no_scopes_writes_a_trace_as_any_script_would(tmp_path: Path, model: str
     (worker,) = Loader().summarize_run(run).workers
     assert worker.inferred and len(worker.layers) == 1
 
+
+
+def test_default_schedule_profiles_five_active_steps() -> None:
+    """Five active steps by default (docs/runner.md, "Steps"): a spread over two steps is one
+    difference, which cannot tell a slow step from a slow run."""
+    from runner.cli import build_parser
+    from runner.config import ProfileConfig
+
+    args = build_parser().parse_args(["--logdir", "x"])
+    assert (args.wait, args.warmup, args.active, args.repeat) == (1, 1, 5, 1)
+    assert ProfileConfig().active == 5 and ProfileConfig().steps == 7

@@ -24,9 +24,9 @@ from runner.model import SLOW_RANK_SCOPE, Attention, TensorParallel
 from tb_attn_plugin.scopes import parse_scope
 
 LAYERS, HEADS, SEQ = 2, 4, 16
+ACTIVE_STEPS = 2  # fewer than the runner's default of 5: each rank's runs stay short
 TINY = ["--layers", str(LAYERS), "--heads", str(HEADS), "--d-model", "32", "--seq", str(SEQ), "--vocab", "64",
-        "--no-progress"]
-ACTIVE_STEPS = 2  # the default schedule: wait 1, warmup 1, active 2
+        "--active", str(ACTIVE_STEPS), "--no-progress"]
 SLOW_MS = 40.0
 ALLREDUCE = "c10d::allreduce_"  # the collective's op on the calling thread; gloo runs it on its own threads
 
