@@ -145,3 +145,15 @@ def test_one_colour_per_run_and_finding_tooltips(stats_tensorboard: Any, stats_l
     chip = _row(frame, "seq16/naive").locator(".finding-id", has_text="hidden-copy")
     finding = next(f for f in ws.findings if f.id == "hidden-copy")
     assert chip.get_attribute("title").startswith(f"{finding.severity}: {finding.title}")  # type: ignore[union-attr]
+
+
+def test_two_point_fits_report_no_r2(stats_tensorboard: Any, page: Page, artifacts: Path) -> None:
+    """Each implementation at two lengths: a line through two points fits perfectly, so the fit
+    says "2 points: no fit quality" and no R² appears anywhere."""
+    frame = open_tab(page, stats_tensorboard.url)
+    _compare(frame, ("seq16/naive", "seq16/sdpa", "seq32/naive", "seq32/sdpa"))
+    scaling = frame.locator(".compare-scaling")
+    expect(scaling.locator(".legend").first).to_contain_text("2 points: no fit quality")
+    expect(scaling.locator(".legend-item")).to_have_count(4)  # two series, in the time and memory legends
+    assert "R\u00b2" not in scaling.inner_text()
+    shot(page, artifacts, "compare-two-point-fits")
