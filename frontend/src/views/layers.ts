@@ -1,6 +1,7 @@
 // The per-layer view: a stacked bar chart of phases per layer for one metric, and a sortable
 // table with a column group per phase. Clicking a bar or a cell opens the drill-down.
 
+import { stackedMax, valueAxis } from "../axes";
 import { createChart, esc, swatch, TOOLTIP_BASE, type EChart } from "../charts";
 import { h, replace, select } from "../dom";
 import { CHART_METRICS, METRICS, metric, phaseColor, phaseLabel, phasesOf, type MetricKey } from "../metrics";
@@ -183,7 +184,7 @@ export class LayersView {
           type: "value",
           name: m.title,
           nameTextStyle: { align: "left" },
-          axisLabel: { formatter: (v: number) => m.format(v) },
+          ...valueAxis(m.format, 0, stackedMax(series)),
         },
         series,
       },

@@ -1,12 +1,14 @@
 // The timeline of one step: CPU threads and device streams as rows, events as bars drawn on
 // canvas by an ECharts custom series. Only what is visible is handed to ECharts, and events
 // narrower than a pixel at the current zoom are merged per row, so a redraw costs about one
-// item per pixel of each row however many events the step has (100k and more).
+// item per pixel of each row however many events the step has (100k and more). Times are
+// plotted from the step's start, so the axis's ticks are round offsets into the step.
 
+import { axisScale, zoomAxisOf, zoomWindow, type AxisScale } from "../axes";
 import { createChart, esc, swatch, TOOLTIP_BASE, type EChart } from "../charts";
 import { h, replace } from "../dom";
 import { fmtUs } from "../format";
-import { layerColor, phaseColor, phaseLabel } from "../metrics";
+import { layerColor, orderPhases, phaseColor, phaseLabel } from "../metrics";
 import type { Actions, State } from "../state";
 import type { TimelineResponse } from "../types";
 import { changed, note, pending } from "./common";
@@ -17,10 +19,12 @@ const MIN_PX = 1; // narrower events are merged with their neighbours
 const GRID = { left: 170, right: 24, top: 8, bottom: 58 };
 const GREY = "#bdbdbd";
 const GREY_DARK = "#9e9e9e";
+const AXIS_LABEL = { hideOverlap: true, fontSize: 11 };
 
 /** The response turned into typed columns, rows (lanes) and colours, built once per load. */
 class Model {
   readonly n: number;
+  /** µs from the step's start. */
   readonly start: Float64Array;
   readonly dur: Float64Array;
   readonly lane: Int32Array;
@@ -34,12 +38,14 @@ class Model {
   readonly hidden: number;
   readonly phasesSeen = new Set<string>();
   readonly layersSeen = new Set<number>();
+  /** 1: backward work of a layer that no backward work of that layer encloses (labelled "L1 bwd"). */
+  readonly backwardTop: Uint8Array;
 
   constructor(readonly d: TimelineResponse) {
     const ev = d.events;
     const n = ev.start_us.length;
     this.n = n;
-    this.start = Float64Array.from(ev.start_us);
+    this.start = Float64Array.from(ev.start_us, (t) => t - d.start_us);
     this.dur = Float64Array.from(ev.dur_us);
     this.lane = new Int32Array(n).fill(-1);
     this.color = new Uint16Array(n);
@@ -129,16 +135,39 @@ class Model {
       }
       this.color[i] = colorId(c);
     }
+
+    // The outermost of each layer's backward nests: the events arrive by track, then start, then
+    // longest first, so an event's parent is the latest event one level up on its track.
+    this.backwardTop = new Uint8Array(n);
+    const open = new Map<number, number[]>();
+    const backward = (i: number) => !!(ev.backward ?? [])[i];
+    for (let i = 0; i < n; i++) {
+      const track = ev.track[i]!;
+      const dep = ev.depth[i] ?? 0;
+      let stack = open.get(track);
+      if (!stack) open.set(track, (stack = []));
+      stack.length = Math.min(stack.length, dep);
+      const parent = dep > 0 && stack.length === dep ? stack[dep - 1]! : -1;
+      stack[dep] = i;
+      const layer = ev.layer[i] ?? -1;
+      if (layer >= 0 && backward(i) && !(parent >= 0 && backward(parent) && ev.layer[parent] === layer)) this.backwardTop[i] = 1;
+    }
   }
 
-  /** A bar's text: attention scopes read "L3 softmax", everything else its name. */
+  /**
+   * A bar's text: attention scopes read "L3 softmax" (or "L3 attention"), the outermost of a
+   * layer's backward work "L3 bwd softmax" (the autograd function's name is in the tooltip),
+   * everything else its name.
+   */
   label(e: number): string {
     const ev = this.d.events;
     const layer = ev.layer[e] ?? -1;
-    if (layer >= 0 && kindOf(this.d, e) === "annotation") {
+    const top = this.backwardTop[e] === 1;
+    if (layer >= 0 && (top || kindOf(this.d, e) === "annotation")) {
       const ph = ev.phase[e] ?? -1;
       const phase = ph >= 0 ? this.d.phases[ph] : undefined;
-      return phase !== undefined ? `L${layer} ${phaseLabel(phase)}` : `L${layer} attention`;
+      const what = phase !== undefined ? phaseLabel(phase) : top ? "" : "attention";
+      return `L${layer}${top ? " bwd" : ""}${what ? " " + what : ""}`;
     }
     return this.d.names[ev.name[e]!] ?? "";
   }
@@ -214,6 +243,7 @@ export class TimelineView {
   private model: Model | null = null;
   private last: State["timeline"] | null = null;
   private window: [number, number] = [0, 1];
+  private scale: AxisScale = axisScale(fmtUs, 0, 1, { exact: true });
   private frame = 0;
   private resizeObserver: ResizeObserver | null = null;
 
@@ -260,19 +290,22 @@ export class TimelineView {
       this.legend(model),
     );
     this.chartEl.style.height = `${model.laneNames.length * LANE_PX + GRID.top + GRID.bottom}px`;
-    this.window = [d.start_us, d.end_us];
+    this.window = [0, span];
     this.draw(model);
   }
 
+  /** Phases in execution order, then the blocks' other work (by layer), then the rest. */
   private legend(model: Model): HTMLElement {
-    const phases = [...model.phasesSeen].sort();
+    const phases = orderPhases(model.phasesSeen);
     const layers = [...model.layersSeen].sort((a, b) => a - b).slice(0, 16);
     return h(
       "div",
       "legend",
-      ...phases.map((p) => h("span", "legend-item", h("span", { class: "sw", style: { background: phaseColor(p) } }), phaseLabel(p))),
+      ...phases.map((p) =>
+        h("span", { class: "legend-item", dataset: { phase: p } }, h("span", { class: "sw", style: { background: phaseColor(p) } }), phaseLabel(p)),
+      ),
       ...layers.map((l) =>
-        h("span", "legend-item", h("span", { class: "sw", style: { background: layerColor(l) } }), `L${l} block`),
+        h("span", { class: "legend-item", dataset: { layer: String(l) } }, h("span", { class: "sw", style: { background: layerColor(l) } }), `L${l} block`),
       ),
       h("span", "legend-item", h("span", { class: "sw", style: { background: GREY } }), "not attention"),
       h("span", "muted", "Scopes and kernels in full colour, ops inside them lighter."),
@@ -316,7 +349,8 @@ export class TimelineView {
         prev = t;
       } else bands[bands.length - 1]![1] = lane;
     });
-    const start = d.start_us;
+    const span = d.end_us - d.start_us;
+    this.scale = axisScale(fmtUs, 0, span, { exact: true });
     chart.setOption(
       {
         animation: false,
@@ -328,10 +362,10 @@ export class TimelineView {
         },
         xAxis: {
           type: "value",
-          min: d.start_us,
-          max: d.end_us,
+          min: 0,
+          max: span,
           position: "top",
-          axisLabel: { formatter: (v: number) => fmtUs(v - start), hideOverlap: true, fontSize: 11 },
+          ...zoomAxisOf(this.scale, AXIS_LABEL),
           splitLine: { lineStyle: { color: "#eee" } },
         },
         yAxis: {
@@ -344,7 +378,7 @@ export class TimelineView {
         },
         dataZoom: [
           { type: "inside", xAxisIndex: 0, filterMode: "none", minValueSpan: 1 },
-          { type: "slider", xAxisIndex: 0, filterMode: "none", height: 18, bottom: 10, labelFormatter: (v: number) => fmtUs(v - start) },
+          { type: "slider", xAxisIndex: 0, filterMode: "none", height: 18, bottom: 10, labelFormatter: (v: number) => this.scale.value(v) },
         ],
         series: [
           {
@@ -435,13 +469,13 @@ export class TimelineView {
       return [
         `${swatch(c)}<b>${esc(count)} short events</b> (merged at this zoom)`,
         `first: ${esc(name)}`,
-        `from ${esc(fmtUs(v[1]! - m.d.start_us))} to ${esc(fmtUs(v[2]! - m.d.start_us))}`,
+        `from ${esc(fmtUs(v[1]!))} to ${esc(fmtUs(v[2]!))}`,
         "<i>zoom in to separate them</i>",
       ].join("<br>");
     }
     return [
       `${swatch(c)}<b>${esc(name)}</b>`,
-      `duration: <b>${esc(fmtUs(m.dur[e]!))}</b>, start ${esc(fmtUs(m.start[e]! - m.d.start_us))}`,
+      `duration: <b>${esc(fmtUs(m.dur[e]!))}</b>, start ${esc(fmtUs(m.start[e]!))}`,
       `${esc(kindOf(m.d, e))} on ${esc(track?.name ?? "?")}`,
       layer >= 0 ? `layer ${esc(layer)}${phase ? ", phase " + esc(phaseLabel(phase)) : ""}` : "not attention",
     ].join("<br>");
@@ -450,13 +484,7 @@ export class TimelineView {
   private onZoom(ev: unknown): void {
     const m = this.model;
     if (!m) return;
-    const e = ev as { start?: number; end?: number; startValue?: number; endValue?: number; batch?: typeof ev[] };
-    const b = (e.batch && e.batch[0] ? e.batch[0] : e) as { start?: number; end?: number; startValue?: number; endValue?: number };
-    const t0 = m.d.start_us;
-    const span = m.d.end_us - t0;
-    if (b.startValue !== undefined && b.endValue !== undefined) this.window = [b.startValue, b.endValue];
-    else if (b.start !== undefined && b.end !== undefined)
-      this.window = [t0 + (span * b.start) / 100, t0 + (span * b.end) / 100];
+    this.window = zoomWindow(ev, 0, m.d.end_us - m.d.start_us, this.window);
     this.schedule();
   }
 
@@ -474,7 +502,15 @@ export class TimelineView {
     const [t0, t1] = this.window;
     const span = Math.max(t1 - t0, 1e-3);
     const items = m.visible(t0, t1, this.plotWidth() / span);
-    this.chart.chart.setOption({ series: [{ id: "events", data: items }] }, { lazyUpdate: false });
+    // The ticks follow the window: one unit, steps that suit its width.
+    this.scale = axisScale(fmtUs, t0, t1, { exact: true });
+    this.chart.chart.setOption(
+      {
+        xAxis: zoomAxisOf(this.scale, AXIS_LABEL),
+        series: [{ id: "events", data: items }],
+      },
+      { lazyUpdate: false },
+    );
   }
 
   private disposeChart(): void {
