@@ -132,12 +132,14 @@ export function zoomWindow(ev: unknown, lo: number, hi: number, previous: [numbe
 /**
  * ECharts options of a log axis: ticks are exact powers (of 2 for bytes, of 10 otherwise), each
  * written in its own unit ("256 KiB, 1 MiB, 4 MiB"): a log axis spans decades, where one unit
- * would write 0.0009765625 GiB.
+ * would write 0.0009765625 GiB. Its ends, where they are no power, go unlabelled.
  */
 export function logAxis(format: Format, labelOpts: Record<string, unknown> = {}) {
   const u = unitsOf(format);
   const base = u === BYTES ? 2 : 10;
   const formatter = (v: number) => {
+    const e = Math.log(v) / Math.log(base);
+    if (!(v > 0) || Math.abs(e - Math.round(e)) > 1e-9) return ""; // an axis end, no power
     let k = 0;
     while (k + 1 < u.units.length && Math.abs(v) >= u.units[k + 1]![1] * (1 - 1e-9)) k++;
     const [unit, size] = u.units[k]!;
