@@ -120,15 +120,37 @@ class Drilldown(msgspec.Struct, kw_only=True):
 
 # -- /memory --------------------------------------------------------------------------------
 class MemoryScope(msgspec.Struct, kw_only=True):
+    """A forward scope: a layer's block (``phase`` null) or one of its phases."""
+
     layer: int
     phase: str | None
     start_us: float
     end_us: float
 
 
+class BackwardBlock(msgspec.Struct, kw_only=True):
+    """A layer's backward work in the step: from its first backward event on the host to its
+    last. Layers whose extents overlap (their backward work interleaves) share one block."""
+
+    layers: list[int]  # ascending; more than one: interleaved, merged into one block
+    start_us: float
+    end_us: float
+
+
+class StepPeak(msgspec.Struct, kw_only=True):
+    """The step's highest allocated point, and the work whose allocation reached it."""
+
+    t_us: float
+    allocated_bytes: int
+    layer: int  # -1: outside attention
+    backward: bool  # the allocation was backward work (the layer's, or outside attention)
+    phase: str | None  # null: in the layer's block but no phase, or outside attention
+    op: str | None  # the innermost event around the allocation (usually the op that made it)
+
+
 class LayerPeak(msgspec.Struct, kw_only=True):
     layer: int
-    peak_bytes: int
+    peak_bytes: int  # the largest rise over a forward block's start
 
 
 class MemoryResponse(msgspec.Struct, kw_only=True):
@@ -138,6 +160,8 @@ class MemoryResponse(msgspec.Struct, kw_only=True):
     end_us: float
     points: list[tuple[float, float]]  # (time, allocated bytes), at most 4000, min/max preserving
     scopes: list[MemoryScope]
+    backward: list[BackwardBlock]  # by start
+    peak: StepPeak | None  # null: no memory event in the step
     peaks: list[LayerPeak]
 
 

@@ -6,6 +6,7 @@ import {
   DataZoomSliderComponent,
   GridComponent,
   MarkAreaComponent,
+  MarkPointComponent,
   TooltipComponent,
   VisualMapContinuousComponent,
 } from "echarts/components";
@@ -21,6 +22,7 @@ echarts.use([
   DataZoomInsideComponent,
   DataZoomSliderComponent,
   MarkAreaComponent,
+  MarkPointComponent,
   VisualMapContinuousComponent,
   CanvasRenderer,
 ]);
@@ -44,9 +46,13 @@ export const TOOLTIP_BASE = {
   extraCssText: "box-shadow: 0 1px 4px rgba(0,0,0,.15); max-width: 480px; white-space: normal;",
 };
 
+/** An element holding a chart: the browser tests read the axes it drew through `echart`. */
+export type ChartElement = HTMLElement & { echart?: EChart };
+
 /** A chart in `el`, resized with it; dispose() also stops watching. */
-export function createChart(el: HTMLElement): { chart: EChart; dispose: () => void } {
+export function createChart(el: ChartElement): { chart: EChart; dispose: () => void } {
   const chart = echarts.init(el, null, { renderer: "canvas" });
+  el.echart = chart;
   const observer = new ResizeObserver(() => chart.resize());
   observer.observe(el);
   return {
@@ -54,6 +60,7 @@ export function createChart(el: HTMLElement): { chart: EChart; dispose: () => vo
     dispose: () => {
       observer.disconnect();
       chart.dispose();
+      delete el.echart;
     },
   };
 }

@@ -55,16 +55,16 @@ export function replace(el: Node, ...children: Child[]): void {
   append(el, ...children);
 }
 
-/** A <select> with text options. */
+/** A <select> with text options (and their tooltips). */
 export function select(
-  options: { value: string; label: string }[],
+  options: { value: string; label: string; title?: string }[],
   value: string,
   onChange: (value: string) => void,
   label?: string,
 ): HTMLSelectElement {
   const el = h("select", { attrs: { "aria-label": label ?? null } });
   for (const o of options) {
-    const opt = h("option", null, o.label);
+    const opt = h("option", o.title ? { title: o.title } : null, o.label);
     opt.value = o.value;
     el.appendChild(opt);
   }

@@ -373,9 +373,14 @@ export interface MemoryResponse {
   /** (time, allocated bytes), at most 4000, min/max preserving */
   points: [number, number][];
   scopes: MemoryScope[];
+  /** by start */
+  backward: BackwardBlock[];
+  /** null: no memory event in the step */
+  peak: StepPeak | null;
   peaks: LayerPeak[];
 }
 
+/** A forward scope: a layer's block (`phase` null) or one of its phases. */
 export interface MemoryScope {
   layer: number;
   phase: string | null;
@@ -383,8 +388,34 @@ export interface MemoryScope {
   end_us: number;
 }
 
+/**
+ * A layer's backward work in the step: from its first backward event on the host to its
+ * last. Layers whose extents overlap (their backward work interleaves) share one block.
+ */
+export interface BackwardBlock {
+  /** ascending; more than one: interleaved, merged into one block */
+  layers: number[];
+  start_us: number;
+  end_us: number;
+}
+
+/** The step's highest allocated point, and the work whose allocation reached it. */
+export interface StepPeak {
+  t_us: number;
+  allocated_bytes: number;
+  /** -1: outside attention */
+  layer: number;
+  /** the allocation was backward work (the layer's, or outside attention) */
+  backward: boolean;
+  /** null: in the layer's block but no phase, or outside attention */
+  phase: string | null;
+  /** the innermost event around the allocation (usually the op that made it) */
+  op: string | null;
+}
+
 export interface LayerPeak {
   layer: number;
+  /** the largest rise over a forward block's start */
   peak_bytes: number;
 }
 

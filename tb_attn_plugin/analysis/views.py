@@ -11,8 +11,10 @@ from collections import defaultdict
 import numpy as np
 
 from tb_attn_plugin.analysis.analyze import Analysis
+from tb_attn_plugin.analysis.attribute import DEVICE_KINDS, EPS_US
 from tb_attn_plugin.analysis.query import TraceQuery
 from tb_attn_plugin.responses import (
+    BackwardBlock,
     Drilldown,
     DrillKernel,
     DrillOp,
@@ -20,6 +22,7 @@ from tb_attn_plugin.responses import (
     LayerPeak,
     MemoryResponse,
     MemoryScope,
+    StepPeak,
     TimelineEvents,
     TimelineResponse,
     TimelineTrack,
@@ -128,11 +131,11 @@ def memory_curve(analysis: Analysis, *, step: int | None, max_points: int = 4000
     ev, a = analysis.events, analysis.attr
     step, start, end = step_window(analysis, step)
     device_type = TraceQuery(ev, a).mem_device
-    on_device = ev.mem_device_type == device_type
-    order = np.argsort(ev.mem_ts[on_device], kind="stable")
-    t = ev.mem_ts[on_device][order]
-    nbytes = ev.mem_bytes[on_device][order]
-    total = ev.mem_total[on_device][order]
+    mem_idx = np.flatnonzero(ev.mem_device_type == device_type)
+    mem_idx = mem_idx[np.argsort(ev.mem_ts[mem_idx], kind="stable")]
+    t = ev.mem_ts[mem_idx]
+    nbytes = ev.mem_bytes[mem_idx]
+    total = ev.mem_total[mem_idx]
     if total.size and (total < 0).any():  # 2021 traces: no Total Allocated, so integrate
         total = np.cumsum(nbytes)
     window = (t >= start) & (t <= end)
@@ -147,7 +150,47 @@ def memory_curve(analysis: Analysis, *, step: int | None, max_points: int = 4000
         best[la] = max(best[la], gain)
     peaks = [LayerPeak(layer=la, peak_bytes=b) for la, b in best.items()]
     return MemoryResponse(step=step, device="cpu" if device_type == 0 else "cuda", start_us=start, end_us=end,
-                          points=points, scopes=scopes, peaks=peaks)
+                          points=points, scopes=scopes, backward=_backward_blocks(analysis, start, end),
+                          peak=_step_peak(analysis, mem_idx[window], total[window]), peaks=peaks)
+
+
+def _backward_blocks(analysis: Analysis, start: float, end: float) -> list[BackwardBlock]:
+    """Each layer's backward block among the host events that start in [start, end]: from the
+    first of its backward events to the end of the last. The engine runs layers one after another
+    (in reverse), so blocks are apart; where two layers' extents overlap, their work interleaves
+    and one block covers both, rather than two shaded areas drawn over each other."""
+    ev, a = analysis.events, analysis.attr
+    idx = np.flatnonzero(a.backward & (a.layer >= 0) & ~np.isin(ev.kind, DEVICE_KINDS)
+                         & (ev.ts >= start) & (ev.ts <= end))
+    if idx.size == 0:
+        return []
+    layers, which = np.unique(a.layer[idx], return_inverse=True)
+    first = np.full(layers.size, np.inf)
+    last = np.full(layers.size, -np.inf)
+    np.minimum.at(first, which, ev.ts[idx])
+    np.maximum.at(last, which, ev.ts[idx] + ev.dur[idx])
+    blocks: list[BackwardBlock] = []
+    for k in np.argsort(first, kind="stable").tolist():
+        layer, b, e = int(layers[k]), float(first[k]), float(last[k])
+        if blocks and b < blocks[-1].end_us - EPS_US:
+            blocks[-1].layers = sorted([*blocks[-1].layers, layer])
+            blocks[-1].end_us = max(blocks[-1].end_us, e)
+        else:
+            blocks.append(BackwardBlock(layers=[layer], start_us=b, end_us=e))
+    return blocks
+
+
+def _step_peak(analysis: Analysis, mem: np.ndarray, total: np.ndarray) -> StepPeak | None:
+    """The highest total (the first time it is reached), and the attribution of the memory event
+    that reached it (``mem``: those events' rows, in time order)."""
+    if mem.size == 0:
+        return None
+    k = int(np.argmax(total))
+    m, ev, a = int(mem[k]), analysis.events, analysis.attr
+    layer, phase, event = int(a.mem_layer[m]), int(a.mem_phase[m]), int(a.mem_event[m])
+    return StepPeak(t_us=float(ev.mem_ts[m]), allocated_bytes=int(total[k]), layer=layer,
+                    backward=bool(a.mem_backward[m]), phase=PHASES[phase] if layer >= 0 and phase >= 0 else None,
+                    op=ev.names[int(ev.name[event])] if event >= 0 else None)
 
 
 def _block_gains(t: np.ndarray, nbytes: np.ndarray, total: np.ndarray, layer: np.ndarray, begin: np.ndarray,

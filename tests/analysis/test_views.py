@@ -212,7 +212,9 @@ def test_depths_and_memory_equal_the_first_implementation(runner_traces: list[Pa
         for idx in (shown, np.flatnonzero(rng.random(len(ev)) < 0.3), np.arange(len(ev)), shown[:0]):
             assert views._depths(parent, idx) == _old_depths(parent, idx), name
         for step in [None, *views.steps_of(analysis)]:
-            assert _memory_curve(analysis, step=step) == _plain(_old_memory_curve(analysis, step=step)), (name, step)
+            curve = _memory_curve(analysis, step=step)
+            del curve["backward"], curve["peak"]  # newer than the oracle: tested on their own below
+            assert curve == _plain(_old_memory_curve(analysis, step=step)), (name, step)
             line = _timeline(analysis, step=step, limit=50)
             assert line["events"]["depth"] == _old_depths(parent, _timeline_idx(analysis, line)), name
         checked += 1
@@ -241,9 +243,11 @@ def test_memory_peaks_of_nested_and_overlapping_blocks() -> None:
         _mem(5, 100, 100), _mem(10, 50, 150), _mem(20, 300, 450), _mem(30, -300, 150),
         _mem(60, 500, 650), _mem(70, -600, 50),
     ])
-    peaks = {p["layer"]: p["peak_bytes"] for p in _memory_curve(analysis, step=None)["peaks"]}
+    curve = _memory_curve(analysis, step=None)
+    peaks = {p["layer"]: p["peak_bytes"] for p in curve["peaks"]}
     assert peaks == {0: 650 - 100, 1: 650 - 450, 2: 0}
-    assert _memory_curve(analysis, step=None) == _plain(_old_memory_curve(analysis, step=None))
+    del curve["backward"], curve["peak"]
+    assert curve == _plain(_old_memory_curve(analysis, step=None))
 
 
 def test_range_max_of_every_slice() -> None:
@@ -341,5 +345,8 @@ def test_enormous_times_give_finite_answers() -> None:
                    _memory_curve(analysis, step=None), _memory_curve(analysis, step=1),
                    _drilldown(analysis, layer=0, phase=None, backward=False)):
         json.dumps(answer, allow_nan=False)
-    assert _memory_curve(analysis, step=1) == _plain(_old_memory_curve(analysis, step=1))
-    assert {p["layer"]: p["peak_bytes"] for p in _memory_curve(analysis, step=1)["peaks"]} == {0: 2**52 + 2**40}
+    curve = _memory_curve(analysis, step=1)
+    assert curve["peak"]["allocated_bytes"] == 2**52 + 2**40
+    del curve["backward"], curve["peak"]
+    assert curve == _plain(_old_memory_curve(analysis, step=1))
+    assert {p["layer"]: p["peak_bytes"] for p in curve["peaks"]} == {0: 2**52 + 2**40}

@@ -5,12 +5,14 @@ They drive the Attention tab inside TensorBoard's page (``open_tab``, ``open_run
 ``show_tab``, ...), find what it shows (``stat``, ``cell``, ``drill_title``, ``timeline_point``),
 measure what its canvases drew (``ink``, ``expect_ink``), save screenshots (``shot``), ask the
 analysis engine for the figures the tab should show (``engine_summary``), and format numbers the
-way ``frontend/src/format.ts`` does (``fmt_us``, ``fmt_flops``, ``fmt_share``), so tests compare
-the tab's text with the engine's figures.
+way ``frontend/src/format.ts`` does (``fmt_us``, ``fmt_bytes``, ``fmt_flops``, ``fmt_share``), so
+tests compare the tab's text with the engine's figures, and read what a chart's axes show
+(``axis_labels``, ``one_unit``).
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 import re
 import time
@@ -62,6 +64,14 @@ def fmt_flops(flops: float) -> str:
 
 def fmt_share(share: float | None) -> str:
     return "\u2014" if share is None else f"{to_fixed(share * 100, 1)} %"
+
+
+def fmt_bytes(nbytes: float) -> str:
+    v, i = float(nbytes), 0
+    while abs(v) >= 1024 and i < 4:
+        v /= 1024
+        i += 1
+    return f"{math.floor(v + 0.5)} B" if i == 0 else f"{_fixed(v)} {['B', 'KiB', 'MiB', 'GiB', 'TiB'][i]}"
 
 
 # ---- the tab in TensorBoard's page --------------------------------------------------------------
@@ -139,6 +149,45 @@ def expect_ink(frame: Frame, selector: str, minimum: list[int], what: str) -> li
 
 def canvas_png(frame: Frame, selector: str) -> str:
     return frame.eval_on_selector(selector, "c => c.toDataURL()")
+
+
+# ---- what a chart drew (charts.ts keeps each chart's ECharts instance on its element) ----------
+
+def chart_option(frame: Frame, selector: str) -> dict[str, Any]:
+    """The chart's option as ECharts holds it (functions left out)."""
+    return frame.eval_on_selector(selector, "el => JSON.parse(JSON.stringify(el.echart.getOption()))")
+
+
+def axis_labels(frame: Frame, selector: str, axis: str = "xAxis") -> list[tuple[float, str]]:
+    """(tick value, label) of every tick ECharts lays out on the chart's first ``axis``, with
+    the label its formatter wrote ("" where none is drawn)."""
+    return [(float(v), str(t)) for v, t in frame.eval_on_selector(
+        selector,
+        """(el, axis) => el.echart.getModel().getComponent(axis, 0).axis.getViewLabels()
+                 .map(l => [l.tick.value, l.formattedLabel])""",
+        axis,
+    )]
+
+
+TIME_UNITS = {"\u00b5s": 1.0, "ms": 1e3, "s": 1e6}
+BYTE_UNITS = {"B": 1, "KiB": 1024, "MiB": 1024**2, "GiB": 1024**3, "TiB": 1024**4}
+
+
+def one_unit(labels: list[tuple[float, str]], units: dict[str, float]) -> tuple[str, float]:
+    """Checks that an axis writes every tick in one unit, each label the tick's value in it, and
+    returns the unit and the step between ticks. "0" may stand alone; empty labels are not drawn."""
+    drawn = [(v, t) for v, t in labels if t]
+    assert len(drawn) >= 2, f"fewer than two labelled ticks: {labels}"
+    written = {t.rsplit(" ", 1)[1] for _, t in drawn if t != "0"}
+    assert len(written) == 1 and written <= set(units), f"units {written} on one axis: {labels}"
+    (unit,) = written
+    for v, t in drawn:
+        number = 0.0 if t == "0" else float(t.rsplit(" ", 1)[0])
+        assert math.isclose(number * units[unit], v, rel_tol=1e-9, abs_tol=1e-9 * units[unit]), (v, t)
+    values = [v for v, _ in drawn]
+    steps = {round(b - a, 9) for a, b in itertools.pairwise(values)}
+    assert len(steps) == 1, f"uneven ticks {values}"
+    return unit, steps.pop()
 
 
 def shot(page: Page, artifacts: Path, name: str) -> None:

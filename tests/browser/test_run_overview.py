@@ -39,7 +39,7 @@ def test_run_overview_matches_the_engine(tensorboard: Any, browser_logdir: Path,
     expect(share.locator("b")).to_have_text(fmt_share(ws.attention_share_cpu))
     expect(share).to_contain_text(f"{fmt_us(ws.attention_cpu_us)} / {fmt_us(ws.step_cpu_us)}")
     expect(stat(frame, "layers").locator("b")).to_have_text(str(len(ws.layers)))
-    expect(stat(frame, "steps").locator("b")).to_have_text(str(ws.step_count))
+    expect(stat(frame, "steps profiled").locator("b")).to_have_text(str(ws.step_count))
     expect(stat(frame, "device").locator("b")).to_have_text(ws.device)
     expect(frame.locator(".card .meta-line")).to_contain_text("builtin \u00b7 naive \u00b7 seq 16 \u00b7 batch 2")
 

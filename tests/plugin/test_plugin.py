@@ -80,6 +80,8 @@ def test_drilldown_memory_timeline_and_download(logdir: Path) -> None:
     memory = _get(client, f"{BASE}/memory?{q}")
     assert memory["points"] and memory["peaks"] and {p["layer"] for p in memory["peaks"]} == {0, 1}
     assert all(memory["start_us"] <= s["start_us"] <= memory["end_us"] for s in memory["scopes"])
+    assert [b["layers"] for b in memory["backward"]] == [[1], [0]]  # training: backward, last layer first
+    assert memory["peak"]["allocated_bytes"] == max(y for _, y in memory["points"])
     timeline = _get(client, f"{BASE}/timeline?{q}")
     ev = timeline["events"]
     assert len(ev["start_us"]) == len(ev["name"]) == len(ev["layer"]) > 10

@@ -1,6 +1,7 @@
 // The compare view: several runs side by side against a baseline (./compare), their phases as
 // grouped bars, and how time and memory scale with the sequence length (./scaling).
 
+import { valueAxis } from "../axes";
 import { createChart, esc, swatch, TOOLTIP_BASE, type EChart } from "../charts";
 import { h, replace, select, type Child } from "../dom";
 import { fmtBytes, fmtCount, fmtFlops, fmtRate, fmtUs } from "../format";
@@ -356,7 +357,7 @@ export class CompareView {
           },
         },
         xAxis: { type: "category", data: phases.map(phaseLabel) },
-        yAxis: { type: "value", name: info.title, nameTextStyle: { align: "left" }, axisLabel: { formatter: (v: number) => info.format(v) } },
+        yAxis: { type: "value", name: info.title, nameTextStyle: { align: "left" }, ...valueAxis(info.format, 0, Math.max(0, ...runs.flatMap((r) => phases.map((p) => value(r, p))))) },
         series: runs.map((r, i) => ({
           type: "bar" as const,
           name: `run ${i}`,

@@ -1,6 +1,7 @@
 // The per-layer view: a stacked bar chart of phases per layer for one metric, and a sortable
 // table with a column group per phase. Clicking a bar or a cell opens the drill-down.
 
+import { stackedMax, valueAxis } from "../axes";
 import { createChart, esc, swatch, TOOLTIP_BASE, type EChart } from "../charts";
 import { h, replace, select } from "../dom";
 import { CHART_METRICS, METRICS, metric, phaseColor, phaseLabel, phasesOf, type MetricKey } from "../metrics";
@@ -164,6 +165,7 @@ export class LayersView {
     }));
     const layers = ws.layers;
     // Error bars on each block's total: how far its steps were apart (the summary's spread).
+    const phaseSeries = [...series];
     const spreads = layers.map((l) => l.spread[m.key]);
     if (spreads.some(Boolean)) {
       series.push({
@@ -229,8 +231,7 @@ export class LayersView {
           name: m.title,
           nameTextStyle: { align: "left" },
           // Room for the whiskers too, which can reach past the tallest bar.
-          max: (v: { max: number }) => Math.max(v.max, ...spreads.map((sp) => sp?.hi ?? 0)),
-          axisLabel: { formatter: (v: number) => m.format(v) },
+          ...valueAxis(m.format, 0, Math.max(stackedMax(phaseSeries), ...spreads.map((sp) => sp?.hi ?? 0))),
         },
         series,
       },

@@ -3,6 +3,7 @@
 // collectives / other per rank, the collectives by name, and the layer x global head map that
 // puts tensor-parallel shards back together.
 
+import { stackedMax, valueAxis } from "../axes";
 import { createChart, esc, swatch, TOOLTIP_BASE, type EChart } from "../charts";
 import { append, h, replace, select } from "../dom";
 import { fmtCount, fmtShare, fmtUs } from "../format";
@@ -353,7 +354,7 @@ export class RanksView {
             fontWeight: "bold",
           },
         },
-        yAxis: { type: "value", name: `${d.clock} time per step`, nameTextStyle: { align: "left" }, axisLabel: { formatter: (v: number) => fmtUs(v) } },
+        yAxis: { type: "value", name: `${d.clock} time per step`, nameTextStyle: { align: "left" }, ...valueAxis(fmtUs, 0, stackedMax(PARTS.map((p) => ({ data: rows.map(p.value) })))) },
         series: PARTS.map((p) => ({
           id: p.key,
           name: p.label,

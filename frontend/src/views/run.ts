@@ -3,6 +3,7 @@
 
 import { h, replace, select } from "../dom";
 import { fmtCount, fmtShare, fmtUs, fmtWhen } from "../format";
+import { spanOptions } from "../spans";
 import { TABS, type Actions, type State, type Tab } from "../state";
 import { noisyMark, spreadTitle } from "../spread";
 import type { RunEntry, Spread, WorkerSummary } from "../types";
@@ -115,7 +116,7 @@ export class RunView {
             { title: "A worker with several trace files has several spans (profiler cycles)" },
             "span ",
             select(
-              spans.map((sp, i) => ({ value: sp.span ?? "", label: `${i + 1}: ${sp.span ?? sp.file}` })),
+              spanOptions(spans),
               s.span ?? "",
               (v) => this.actions.setTarget(s.worker, v || null),
               "Span",
@@ -130,7 +131,7 @@ export class RunView {
         h(
           "label",
           { title: "The step the memory and timeline views show; the tables are means over all steps" },
-          "step ",
+          "step: ",
           select(
             steps.map((st) => ({ value: String(st), label: String(st) })),
             s.step === null ? String(steps[0]) : String(s.step),
@@ -233,7 +234,7 @@ export class RunView {
           ? null
           : share("device", ws.attention_share_device, ws.attention_device_us, ws.step_device_us, ws.spread["attention_device_us"]),
         h("span", "stat", h("span", "stat-label", "layers"), h("b", null, String(ws.layers.length))),
-        h("span", { class: "stat", title: `ProfilerStep numbers: ${ws.steps.join(", ")}` }, h("span", "stat-label", "steps"), h("b", null, fmtCount(ws.step_count))),
+        h("span", { class: "stat", title: `ProfilerStep numbers: ${ws.steps.join(", ")}` }, h("b", null, fmtCount(ws.step_count)), h("span", "stat-label", ws.step_count === 1 ? "step profiled" : "steps profiled")),
         h("span", "stat", h("span", "stat-label", "device"), h("b", null, ws.device)),
       ),
     );

@@ -2,6 +2,7 @@
 // log-log axes, the measured runs as dots in their table colours and the fits (value ≈ a·seq^k)
 // as dashed lines in their series' hue.
 
+import { logAxis } from "../axes";
 import { esc, swatch, TOOLTIP_BASE, type EChart } from "../charts";
 import { h, replace } from "../dom";
 import type { Fit, ScalingSeries } from "../types";
@@ -98,7 +99,7 @@ export function scalingChart(
         nameTextStyle: { align: "left" },
         min: minY / 2,
         max: maxY * 2,
-        axisLabel: { showMinLabel: false, showMaxLabel: false, formatter: (v: number) => format(v) },
+        ...logAxis(format, { showMinLabel: false, showMaxLabel: false }),
       },
       series: out,
     },

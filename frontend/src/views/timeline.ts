@@ -1,210 +1,21 @@
 // The timeline of one step: CPU threads and device streams as rows, events as bars drawn on
 // canvas by an ECharts custom series. Only what is visible is handed to ECharts, and events
 // narrower than a pixel at the current zoom are merged per row, so a redraw costs about one
-// item per pixel of each row however many events the step has (100k and more).
+// item per pixel of each row however many events the step has (100k and more). Times are
+// plotted from the step's start, so the axis's ticks are round offsets into the step.
 
+import { axisScale, zoomAxisOf, zoomWindow, type AxisScale } from "../axes";
 import { createChart, esc, swatch, TOOLTIP_BASE, type EChart } from "../charts";
 import { h, replace } from "../dom";
 import { fmtUs } from "../format";
-import { layerColor, phaseColor, phaseLabel } from "../metrics";
+import { layerColor, orderPhases, phaseColor, phaseLabel } from "../metrics";
 import type { Actions, State } from "../state";
-import type { TimelineResponse } from "../types";
 import { changed, note, pending } from "./common";
+import { GREY, kindOf, MAX_DEPTH, Model } from "./timeline_model";
 
 const LANE_PX = 16;
-const MAX_DEPTH = 24; // deeper events are not drawn (the count is shown)
-const MIN_PX = 1; // narrower events are merged with their neighbours
 const GRID = { left: 170, right: 24, top: 8, bottom: 58 };
-const GREY = "#bdbdbd";
-const GREY_DARK = "#9e9e9e";
-
-/** The response turned into typed columns, rows (lanes) and colours, built once per load. */
-class Model {
-  readonly n: number;
-  readonly start: Float64Array;
-  readonly dur: Float64Array;
-  readonly lane: Int32Array;
-  readonly color: Uint16Array;
-  readonly colors: string[] = [];
-  readonly laneNames: string[] = [];
-  readonly laneTrack: number[] = [];
-  /** Per lane: event indices by start, and the running maximum of their end times. */
-  readonly laneEvents: Int32Array[] = [];
-  readonly laneMaxEnd: Float64Array[] = [];
-  readonly hidden: number;
-  readonly phasesSeen = new Set<string>();
-  readonly layersSeen = new Set<number>();
-
-  constructor(readonly d: TimelineResponse) {
-    const ev = d.events;
-    const n = ev.start_us.length;
-    this.n = n;
-    this.start = Float64Array.from(ev.start_us);
-    this.dur = Float64Array.from(ev.dur_us);
-    this.lane = new Int32Array(n).fill(-1);
-    this.color = new Uint16Array(n);
-
-    // Lanes: each track gets one per depth level in use (up to MAX_DEPTH).
-    const trackIndex = new Map<number, number>();
-    d.tracks.forEach((t, i) => trackIndex.set(t.id, i));
-    const depthOf = new Int32Array(d.tracks.length).fill(-1);
-    for (let i = 0; i < n; i++) {
-      const t = trackIndex.get(ev.track[i]!);
-      if (t === undefined) continue;
-      const dep = Math.min(ev.depth[i] ?? 0, MAX_DEPTH - 1);
-      if (dep > depthOf[t]!) depthOf[t] = dep;
-    }
-    const laneBase = new Int32Array(d.tracks.length);
-    d.tracks.forEach((t, i) => {
-      laneBase[i] = this.laneNames.length;
-      const depth = depthOf[i]!;
-      for (let k = 0; k <= Math.max(0, depth); k++) {
-        this.laneNames.push(k === 0 ? t.name : "");
-        this.laneTrack.push(i);
-      }
-    });
-    const counts = new Int32Array(this.laneNames.length);
-    let hidden = 0;
-    for (let i = 0; i < n; i++) {
-      const t = trackIndex.get(ev.track[i]!);
-      const dep = ev.depth[i] ?? 0;
-      if (t === undefined || dep >= MAX_DEPTH) {
-        hidden++;
-        continue;
-      }
-      const lane = laneBase[t]! + dep;
-      this.lane[i] = lane;
-      counts[lane]!++;
-    }
-    this.hidden = hidden;
-    for (let l = 0; l < counts.length; l++) this.laneEvents.push(new Int32Array(counts[l]!));
-    const fill = new Int32Array(counts.length);
-    for (let i = 0; i < n; i++) {
-      const lane = this.lane[i]!;
-      if (lane >= 0) this.laneEvents[lane]![fill[lane]!++] = i;
-    }
-    // The server sorts by track then start; sort again per lane in case it did not.
-    for (let l = 0; l < this.laneEvents.length; l++) {
-      const idx = this.laneEvents[l]!;
-      let sorted = true;
-      for (let k = 1; k < idx.length; k++) if (this.start[idx[k]!]! < this.start[idx[k - 1]!]!) sorted = false;
-      if (!sorted) idx.sort((a, b) => this.start[a]! - this.start[b]!);
-      const maxEnd = new Float64Array(idx.length);
-      let m = -Infinity;
-      for (let k = 0; k < idx.length; k++) {
-        const e = idx[k]!;
-        m = Math.max(m, this.start[e]! + this.dur[e]!);
-        maxEnd[k] = m;
-      }
-      this.laneMaxEnd.push(maxEnd);
-    }
-
-    // Colours: phase colour for events in a phase, layer colour for events in a block but in no
-    // phase, grey outside attention; scopes and kernels full strength, ops nested in them lighter.
-    const colorIds = new Map<string, number>();
-    const colorId = (c: string) => {
-      let id = colorIds.get(c);
-      if (id === undefined) {
-        id = this.colors.length;
-        this.colors.push(c);
-        colorIds.set(c, id);
-      }
-      return id;
-    };
-    for (let i = 0; i < n; i++) {
-      const layer = ev.layer[i] ?? -1;
-      const ph = ev.phase[i] ?? -1;
-      const kind = kindOf(d, i);
-      const strong = kind === "annotation" || kind === "kernel" || kind === "memcpy" || kind === "memset";
-      let c: string;
-      if (layer < 0) c = strong ? GREY_DARK : GREY;
-      else {
-        this.layersSeen.add(layer);
-        const phase = ph >= 0 ? d.phases[ph] : undefined;
-        if (phase !== undefined) {
-          this.phasesSeen.add(phase);
-          c = phaseColor(phase);
-        } else c = layerColor(layer);
-        if (!strong) c = lighten(c, 0.45);
-      }
-      this.color[i] = colorId(c);
-    }
-  }
-
-  /** A bar's text: attention scopes read "L3 softmax", everything else its name. */
-  label(e: number): string {
-    const ev = this.d.events;
-    const layer = ev.layer[e] ?? -1;
-    if (layer >= 0 && kindOf(this.d, e) === "annotation") {
-      const ph = ev.phase[e] ?? -1;
-      const phase = ph >= 0 ? this.d.phases[ph] : undefined;
-      return phase !== undefined ? `L${layer} ${phaseLabel(phase)}` : `L${layer} attention`;
-    }
-    return this.d.names[ev.name[e]!] ?? "";
-  }
-
-  /** Bars for the window [t0, t1] at `pxPerUs`: [lane, start, end, event, merged count]. */
-  visible(t0: number, t1: number, pxPerUs: number): number[][] {
-    const out: number[][] = [];
-    const minUs = MIN_PX / pxPerUs;
-    for (let lane = 0; lane < this.laneEvents.length; lane++) {
-      const idx = this.laneEvents[lane]!;
-      const maxEnd = this.laneMaxEnd[lane]!;
-      // First event whose end (running max) reaches the window.
-      let lo = 0;
-      let hi = idx.length;
-      while (lo < hi) {
-        const mid = (lo + hi) >> 1;
-        if (maxEnd[mid]! < t0) lo = mid + 1;
-        else hi = mid;
-      }
-      let cFirst = -1;
-      let cStart = 0;
-      let cEnd = 0;
-      let cCount = 0;
-      const flush = () => {
-        if (cFirst >= 0) out.push([lane, cStart, Math.max(cEnd, cStart + minUs), cFirst, cCount]);
-        cFirst = -1;
-      };
-      for (let k = lo; k < idx.length; k++) {
-        const e = idx[k]!;
-        const s = this.start[e]!;
-        if (s > t1) break;
-        const end = s + this.dur[e]!;
-        if (end < t0) continue;
-        if (end - s >= minUs) {
-          flush();
-          out.push([lane, s, end, e, 1]);
-        } else if (cFirst >= 0 && s - cEnd < minUs && end - cStart < 3 * minUs && this.color[e] === this.color[cFirst]) {
-          cEnd = Math.max(cEnd, end);
-          cCount++;
-        } else {
-          flush();
-          cFirst = e;
-          cStart = s;
-          cEnd = end;
-          cCount = 1;
-        }
-      }
-      flush();
-    }
-    return out;
-  }
-}
-
-function kindOf(d: TimelineResponse, i: number): string {
-  const k = d.events.kind[i] as unknown;
-  return typeof k === "string" ? k : "other";
-}
-
-function lighten(hex: string, amount: number): string {
-  const n = parseInt(hex.slice(1), 16);
-  const mix = (c: number) => Math.round(c + (255 - c) * amount);
-  const r = mix((n >> 16) & 255);
-  const g = mix((n >> 8) & 255);
-  const b = mix(n & 255);
-  return `#${((1 << 24) | (r << 16) | (g << 8) | b).toString(16).slice(1)}`;
-}
+const AXIS_LABEL = { hideOverlap: true, fontSize: 11 };
 
 export class TimelineView {
   readonly el: HTMLElement;
@@ -214,6 +25,7 @@ export class TimelineView {
   private model: Model | null = null;
   private last: State["timeline"] | null = null;
   private window: [number, number] = [0, 1];
+  private scale: AxisScale = axisScale(fmtUs, 0, 1, { exact: true });
   private frame = 0;
   private resizeObserver: ResizeObserver | null = null;
 
@@ -260,19 +72,22 @@ export class TimelineView {
       this.legend(model),
     );
     this.chartEl.style.height = `${model.laneNames.length * LANE_PX + GRID.top + GRID.bottom}px`;
-    this.window = [d.start_us, d.end_us];
+    this.window = [0, span];
     this.draw(model);
   }
 
+  /** Phases in execution order, then the blocks' other work (by layer), then the rest. */
   private legend(model: Model): HTMLElement {
-    const phases = [...model.phasesSeen].sort();
+    const phases = orderPhases(model.phasesSeen);
     const layers = [...model.layersSeen].sort((a, b) => a - b).slice(0, 16);
     return h(
       "div",
       "legend",
-      ...phases.map((p) => h("span", "legend-item", h("span", { class: "sw", style: { background: phaseColor(p) } }), phaseLabel(p))),
+      ...phases.map((p) =>
+        h("span", { class: "legend-item", dataset: { phase: p } }, h("span", { class: "sw", style: { background: phaseColor(p) } }), phaseLabel(p)),
+      ),
       ...layers.map((l) =>
-        h("span", "legend-item", h("span", { class: "sw", style: { background: layerColor(l) } }), `L${l} block`),
+        h("span", { class: "legend-item", dataset: { layer: String(l) } }, h("span", { class: "sw", style: { background: layerColor(l) } }), `L${l} block`),
       ),
       h("span", "legend-item", h("span", { class: "sw", style: { background: GREY } }), "not attention"),
       h("span", "muted", "Scopes and kernels in full colour, ops inside them lighter."),
@@ -316,7 +131,8 @@ export class TimelineView {
         prev = t;
       } else bands[bands.length - 1]![1] = lane;
     });
-    const start = d.start_us;
+    const span = d.end_us - d.start_us;
+    this.scale = axisScale(fmtUs, 0, span, { exact: true });
     chart.setOption(
       {
         animation: false,
@@ -328,10 +144,10 @@ export class TimelineView {
         },
         xAxis: {
           type: "value",
-          min: d.start_us,
-          max: d.end_us,
+          min: 0,
+          max: span,
           position: "top",
-          axisLabel: { formatter: (v: number) => fmtUs(v - start), hideOverlap: true, fontSize: 11 },
+          ...zoomAxisOf(this.scale, AXIS_LABEL),
           splitLine: { lineStyle: { color: "#eee" } },
         },
         yAxis: {
@@ -344,7 +160,7 @@ export class TimelineView {
         },
         dataZoom: [
           { type: "inside", xAxisIndex: 0, filterMode: "none", minValueSpan: 1 },
-          { type: "slider", xAxisIndex: 0, filterMode: "none", height: 18, bottom: 10, labelFormatter: (v: number) => fmtUs(v - start) },
+          { type: "slider", xAxisIndex: 0, filterMode: "none", height: 18, bottom: 10, labelFormatter: (v: number) => this.scale.value(v) },
         ],
         series: [
           {
@@ -435,13 +251,13 @@ export class TimelineView {
       return [
         `${swatch(c)}<b>${esc(count)} short events</b> (merged at this zoom)`,
         `first: ${esc(name)}`,
-        `from ${esc(fmtUs(v[1]! - m.d.start_us))} to ${esc(fmtUs(v[2]! - m.d.start_us))}`,
+        `from ${esc(fmtUs(v[1]!))} to ${esc(fmtUs(v[2]!))}`,
         "<i>zoom in to separate them</i>",
       ].join("<br>");
     }
     return [
       `${swatch(c)}<b>${esc(name)}</b>`,
-      `duration: <b>${esc(fmtUs(m.dur[e]!))}</b>, start ${esc(fmtUs(m.start[e]! - m.d.start_us))}`,
+      `duration: <b>${esc(fmtUs(m.dur[e]!))}</b>, start ${esc(fmtUs(m.start[e]!))}`,
       `${esc(kindOf(m.d, e))} on ${esc(track?.name ?? "?")}`,
       layer >= 0 ? `layer ${esc(layer)}${phase ? ", phase " + esc(phaseLabel(phase)) : ""}` : "not attention",
     ].join("<br>");
@@ -450,13 +266,7 @@ export class TimelineView {
   private onZoom(ev: unknown): void {
     const m = this.model;
     if (!m) return;
-    const e = ev as { start?: number; end?: number; startValue?: number; endValue?: number; batch?: typeof ev[] };
-    const b = (e.batch && e.batch[0] ? e.batch[0] : e) as { start?: number; end?: number; startValue?: number; endValue?: number };
-    const t0 = m.d.start_us;
-    const span = m.d.end_us - t0;
-    if (b.startValue !== undefined && b.endValue !== undefined) this.window = [b.startValue, b.endValue];
-    else if (b.start !== undefined && b.end !== undefined)
-      this.window = [t0 + (span * b.start) / 100, t0 + (span * b.end) / 100];
+    this.window = zoomWindow(ev, 0, m.d.end_us - m.d.start_us, this.window);
     this.schedule();
   }
 
@@ -474,7 +284,15 @@ export class TimelineView {
     const [t0, t1] = this.window;
     const span = Math.max(t1 - t0, 1e-3);
     const items = m.visible(t0, t1, this.plotWidth() / span);
-    this.chart.chart.setOption({ series: [{ id: "events", data: items }] }, { lazyUpdate: false });
+    // The ticks follow the window: one unit, steps that suit its width.
+    this.scale = axisScale(fmtUs, t0, t1, { exact: true });
+    this.chart.chart.setOption(
+      {
+        xAxis: zoomAxisOf(this.scale, AXIS_LABEL),
+        series: [{ id: "events", data: items }],
+      },
+      { lazyUpdate: false },
+    );
   }
 
   private disposeChart(): void {
