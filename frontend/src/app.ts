@@ -330,6 +330,14 @@ export class App implements Actions {
       .catch((err) => this.store.set({ drill: { status: "error", data: null, error: errorText(err), key } }));
   }
 
+  /** TensorBoard switched between light and dark: charts take their theme when created, so
+   * the views drop theirs and draw again. */
+  retheme(): void {
+    this.runView.dispose();
+    this.compareView.dispose();
+    this.render(this.store.get());
+  }
+
   // ---- rendering -----------------------------------------------------------------------
 
   private render(s: State): void {

@@ -12,6 +12,7 @@ import {
 } from "echarts/components";
 import * as echarts from "echarts/core";
 import { CanvasRenderer } from "echarts/renderers";
+import { ECHARTS_DARK, theme } from "./theme";
 
 echarts.use([
   BarChart,
@@ -26,6 +27,8 @@ echarts.use([
   VisualMapContinuousComponent,
   CanvasRenderer,
 ]);
+
+echarts.registerTheme("tb-attn-dark", ECHARTS_DARK);
 
 export { echarts };
 export type EChart = echarts.ECharts;
@@ -51,7 +54,7 @@ export type ChartElement = HTMLElement & { echart?: EChart };
 
 /** A chart in `el`, resized with it; dispose() also stops watching. */
 export function createChart(el: ChartElement): { chart: EChart; dispose: () => void } {
-  const chart = echarts.init(el, null, { renderer: "canvas" });
+  const chart = echarts.init(el, theme() === "dark" ? "tb-attn-dark" : null, { renderer: "canvas" });
   el.echart = chart;
   const observer = new ResizeObserver(() => chart.resize());
   observer.observe(el);

@@ -4,6 +4,7 @@
 import { App } from "./app";
 import { h } from "./dom";
 import { STYLE } from "./style";
+import { DARK_STYLE, followTheme } from "./theme";
 
 interface HostMessage {
   type?: string;
@@ -40,11 +41,13 @@ function listenForReloads(app: App): void {
 
 export function render(): void {
   const style = document.createElement("style");
-  style.textContent = STYLE;
+  style.textContent = STYLE + DARK_STYLE;
   document.head.appendChild(style);
   const root = h("div", "tb-attn");
   document.body.appendChild(root);
-  const app = new App(root);
+  let app: App | null = null;
+  followTheme(root, () => app?.retheme()); // before the first chart: charts take the theme at creation
+  app = new App(root);
   listenForReloads(app);
   app.start();
 }

@@ -8,6 +8,7 @@ import { CHART_METRICS, METRICS, metric, phaseColor, phaseLabel, phasesOf, type 
 import { defaultTime, type Actions, type Selection, type State } from "../state";
 import { noisyMark, SPREAD_METRICS, spreadTitle } from "../spread";
 import type { LayerStats, PhaseStats, Spread, WorkerSummary } from "../types";
+import { INK } from "../theme";
 
 const BLOCK = "block";
 
@@ -182,7 +183,7 @@ export class LayersView {
           const [x, yLo] = api.coord([api.value(0), lo]) as [number, number];
           const [, yHi] = api.coord([api.value(0), hi]) as [number, number];
           const half = Math.min(8, (api.size([1, 0])[0] ?? 16) / 6);
-          const style = { stroke: api.value(3) ? "#e65100" : "#424242", lineWidth: api.value(3) ? 2 : 1.2 };
+          const style = { stroke: api.value(3) ? "#e65100" : INK.muted, lineWidth: api.value(3) ? 2 : 1.2 };
           return {
             type: "group",
             children: [

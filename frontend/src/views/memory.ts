@@ -10,6 +10,7 @@ import { layerColor, phaseColor, phaseLabel } from "../metrics";
 import type { Actions, State } from "../state";
 import type { MemoryResponse, StepPeak } from "../types";
 import { changed, note, pending } from "./common";
+import { INK } from "../theme";
 
 const MAX_AREAS = 2000;
 const PEAK_COLOR = "#c62828";
@@ -232,12 +233,12 @@ export class MemoryView {
             type: "line",
             step: "end",
             showSymbol: false,
-            lineStyle: { width: 1.5, color: "#1565c0" },
+            lineStyle: { width: 1.5, color: INK.line },
             areaStyle: { color: "rgba(21,101,192,0.08)" },
             data: points,
             markArea: {
               silent: false,
-              label: { show: shaded.length <= 64, position: "insideTop", fontSize: 10, color: "#424242" },
+              label: { show: shaded.length <= 64, position: "insideTop", fontSize: 10, color: INK.muted },
               emphasis: { label: { show: true } },
               data: areas,
             },

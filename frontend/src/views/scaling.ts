@@ -45,6 +45,7 @@ export function scalingChart(
     out.push({
       type: "line" as const,
       name: `measured ${i}`,
+      symbol: "circle",
       symbolSize: 9,
       lineStyle: { width: 0 }, // the measurements as dots; the fit is the line
       itemStyle: { color: paint.series(x, i) },

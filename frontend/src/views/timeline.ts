@@ -12,6 +12,7 @@ import { layerColor, orderPhases, phaseColor, phaseLabel } from "../metrics";
 import type { Actions, State } from "../state";
 import { changed, note, pending } from "./common";
 import { GREY, kindOf, MAX_DEPTH, Model } from "./timeline_model";
+import { INK } from "../theme";
 
 const LANE_PX = 16;
 const GRID = { left: 170, right: 24, top: 8, bottom: 58 };
@@ -148,7 +149,7 @@ export class TimelineView {
           max: span,
           position: "top",
           ...zoomAxisOf(this.scale, AXIS_LABEL),
-          splitLine: { lineStyle: { color: "#eee" } },
+          splitLine: { lineStyle: { color: INK.grid } },
         },
         yAxis: {
           type: "category",
@@ -174,7 +175,7 @@ export class TimelineView {
               const top = api.coord([0, api.value(0)])[1] - api.size([0, 1])[1] / 2;
               const bottom = api.coord([0, api.value(1)])[1] + api.size([0, 1])[1] / 2;
               const cs = params.coordSys;
-              return { type: "rect", shape: { x: cs.x, y: top, width: cs.width, height: bottom - top }, style: { fill: "#f7f7f7" } };
+              return { type: "rect", shape: { x: cs.x, y: top, width: cs.width, height: bottom - top }, style: { fill: INK.band } };
             },
           },
           {
