@@ -120,6 +120,7 @@ class HeadStats(msgspec.Struct, kw_only=True):
     flops: float
     alloc_bytes: float
     sxs_bytes: float
+    spread: dict[str, Spread] = {}  # cpu_us and device_us over steps, measured heads only
 
 
 class LayerStats(msgspec.Struct, kw_only=True):

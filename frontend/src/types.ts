@@ -179,6 +179,8 @@ export interface HeadStats {
   flops: number;
   alloc_bytes: number;
   sxs_bytes: number;
+  /** cpu_us and device_us over steps, measured heads only */
+  spread: Record<string, Spread>;
 }
 
 export interface StepStats {

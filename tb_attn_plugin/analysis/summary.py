@@ -374,10 +374,14 @@ class _Summarizer:
                 mem_h = mem[a.mem_head[mem] == h]
                 nbytes = ev.mem_bytes[mem_h].astype(np.float64)
                 sxs = score_allocs(ev, a, mem_h, sizes)[0] & np.isin(a.mem_phase[mem_h], score_codes)
+                head_device = mine[self.on_device[mine]]
+                spreads = self._spreads(cpu_us=self._by_step(head_scopes), device_us=self._by_step(head_device))
+                if not self.has_device:
+                    spreads.pop("device_us", None)
                 out.append(HeadStats(
-                    head=h, derived=False,
+                    head=h, derived=False, spread=spreads,
                     cpu_us=self._per_step(ev.dur[head_scopes].sum()),
-                    device_us=self._per_step(ev.dur[mine[self.on_device[mine]]].sum()),
+                    device_us=self._per_step(ev.dur[head_device].sum()),
                     flops=self._per_step(a.flops[mine].sum()),
                     alloc_bytes=self._per_step(nbytes[nbytes > 0].sum()),
                     sxs_bytes=self._per_step(nbytes[sxs].sum()),

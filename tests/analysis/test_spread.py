@@ -99,3 +99,21 @@ def test_cli_table_marks_noisy_figures(worker: Any) -> None:
     assert "~0.140" in row["= unknown"]  # the block: 100-200 µs about a median of 120
     assert "~0.099" in row["other"]  # 60-156 µs, mean 98.667 µs
     assert " 0.041 " in row["qk_matmul"] and "~0.041" not in row["qk_matmul"]  # 40-44 µs: 10 %
+
+
+def test_measured_heads_carry_their_spread() -> None:
+    """Two heads per block: H0 takes 30 µs in every step, H1 20 then 50 µs."""
+    events = []
+    for n, (t0, h1) in enumerate(((0, 20), (1000, 50)), start=1):
+        events += [_x("user_annotation", f"ProfilerStep#{n}", t0, 1000),
+                   _x("user_annotation", "tbattn.v1/L0", t0 + 10, 200),
+                   _x("user_annotation", "tbattn.v1/L0/H0", t0 + 20, 30),
+                   _x("cpu_op", "aten::bmm", t0 + 21, 20),
+                   _x("user_annotation", "tbattn.v1/L0/H1", t0 + 60, h1),
+                   _x("cpu_op", "aten::bmm", t0 + 61, 10)]
+    w = summarize_analysis(analyze(decode_bytes(json.dumps({"schemaVersion": 1, "traceEvents": events}).encode())))
+    heads = {hd.head: hd for hd in w.layers[0].heads}
+    assert not heads[0].derived and set(heads[0].spread) == {"cpu_us"}
+    h0, h1 = heads[0].spread["cpu_us"], heads[1].spread["cpu_us"]
+    assert (h0.lo, h0.hi, h0.noisy) == (30, 30, False)
+    assert (h1.lo, h1.median, h1.hi, h1.noisy) == (20, 35, 50, True) and heads[1].cpu_us == 35
