@@ -96,13 +96,13 @@ def _their_names(logdir: Path, run_dir: Path) -> tuple[str, dict[str, list[str]]
             self.loader.queue.put((RunProfile(worker, span), None))
 
     plugin = SimpleNamespace(logdir=tb_io.abspath(str(logdir).rstrip("/")))
-    name = TorchProfilerPlugin._get_run_name(plugin, str(run_dir))  # type: ignore[arg-type]
+    name = TorchProfilerPlugin._get_run_name(plugin, str(run_dir))
     original = tb_loader.Process
-    tb_loader.Process = Parsed  # type: ignore[assignment,misc]
+    tb_loader.Process = Parsed
     try:
         run = tb_loader.RunLoader(name, str(run_dir), None).load()
     finally:
-        tb_loader.Process = original  # type: ignore[misc]
+        tb_loader.Process = original
     workers = sorted({w for w, _ in run.profiles})
     return name, {w: sorted(s for x, s in run.profiles if x == w) for w in workers}
 

@@ -5,6 +5,9 @@ import { App } from "./app";
 import { h } from "./dom";
 import { STYLE } from "./style";
 
+// Exported for the browser tests, which check the rule on real kernel names in the page.
+export { shortKernelName } from "./format";
+
 interface HostMessage {
   type?: string;
   id?: number;
