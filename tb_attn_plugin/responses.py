@@ -20,6 +20,7 @@ __all__ = [
     "ROUTES",
     "RUNS_SCHEMA",
     "CompareResponse",
+    "DrillNode",
     "Drilldown",
     "LoadingResponse",
     "MemoryResponse",
@@ -81,6 +82,8 @@ class RunsResponse(msgspec.Struct, kw_only=True):
 
 # -- /drilldown -----------------------------------------------------------------------------
 class DrillOp(msgspec.Struct, kw_only=True):
+    """One op name, wherever it runs in the scope (all its call paths together)."""
+
     name: str
     calls: float
     cpu_us: float
@@ -89,28 +92,66 @@ class DrillOp(msgspec.Struct, kw_only=True):
 
 
 class DrillKernel(msgspec.Struct, kw_only=True):
+    """One kernel name, whichever op launched it."""
+
     name: str
     calls: float
     device_us: float
 
 
+DrillNodeKind = Literal["op", "kernel", "memcpy", "memset"]
+
+
+class DrillNode(msgspec.Struct, kw_only=True):
+    """One node of the drill-down's tree: a distinct call path (the op names from the root down,
+    and the op's input shapes and types), or device work launched by its parent. Figures are
+    means per step; an op's include the ops nested in it."""
+
+    id: int  # its index in ``tree``
+    parent: int | None  # the enclosing op's node; null for a root
+    children: list[int]  # the most expensive (CPU plus device time) first
+    omitted_children: int  # children left out of ``tree`` to bound its size
+    depth: int
+    kind: DrillNodeKind
+    name: str
+    calls: float  # per step
+    cpu_us: float  # the op's time, nested ops included (0 for device work)
+    self_us: float  # the op's time outside the ops nested in it
+    device_us: float  # kernels, memcpy and memset launched from the op and the ops nested in it
+    alloc_bytes: float  # allocated (positive memory events) inside the op, nested ops included
+    self_alloc_bytes: float  # allocated by the op itself, outside the ops nested in it
+    input_dims: list[list[int]]  # the op's Input Dims ([] for an input that is no tensor); [] where not recorded
+    input_types: list[str]  # the op's Input type strings, as the profiler writes them
+
+
 class ProfilerLink(msgspec.Struct, kw_only=True):
-    """Where torch-tb-profiler's tab shows the same trace."""
+    """Where torch-tb-profiler's tab shows the same trace, in the names that tab lists."""
 
     plugin: str
     run: str
     worker: str
-    span: str | None
+    span: str  # as the tab's Spans list names it: "1", "2"... in file order, "default" without one
+    span_count: int  # the worker's spans in that tab; it shows its Spans list only for 2 or more
+
+
+DRILLDOWN_SCHEMA = "tb-attn.drilldown/2"
 
 
 class Drilldown(msgspec.Struct, kw_only=True):
-    """The ops and kernels inside one layer and phase, means per step. ``analysis.views`` fills
-    the figures, the service the links to the trace file."""
+    """The ops and kernels inside one layer and phase, means per step: as a tree of call paths,
+    and flat by name. ``analysis.drilldown`` fills the figures, the service the links to the
+    trace file."""
 
+    schema: str = DRILLDOWN_SCHEMA
     layer: int
     phase: str | None
     backward: bool
     step_count: int
+    tree: list[DrillNode]  # depth first: each node followed by its subtree
+    tree_nodes: int  # nodes before the cut: more than ``tree`` holds when ``tree_truncated``
+    tree_truncated: bool  # the cheapest nodes were left out (at most ``max_tree_nodes`` are listed)
+    max_tree_nodes: int
+    alloc_bytes: float  # allocated in the scope per step, in ops or not (the summary's figure)
     ops: list[DrillOp]
     kernels: list[DrillKernel]
     trace_file: str = ""

@@ -21,14 +21,15 @@ from tensorboard import errors
 from tb_attn_plugin.analysis import views
 from tb_attn_plugin.analysis.analyze import Analysis
 from tb_attn_plugin.analysis.compare import BaselineError
+from tb_attn_plugin.analysis.drilldown import drilldown as drilldown_view
 from tb_attn_plugin.cache import LRUCache
 from tb_attn_plugin.jobs import Jobs
 from tb_attn_plugin.loader import Loader, Parsed
+from tb_attn_plugin.profiler_link import profiler_link
 from tb_attn_plugin.registry import Registry
 from tb_attn_plugin.responses import (
     CompareResponse,
     LoadingResponse,
-    ProfilerLink,
     RanksResponse,
     RunEntry,
     RunsResponse,
@@ -270,10 +271,9 @@ class Service:
                   backward: bool, profiler_installed: bool) -> bytes:
         def compute(run: Run, trace: TraceFile, analysis: Analysis) -> msgspec.Struct:
             return msgspec.structs.replace(
-                views.drilldown(analysis, layer=layer, phase=phase, backward=backward),
+                drilldown_view(analysis, layer=layer, phase=phase, backward=backward),
                 trace_file=trace.name, download=f"./trace?{_query(run=run.name, file=trace.name)}",
-                profiler=ProfilerLink(plugin="pytorch_profiler", run=run.name, worker=trace.worker, span=trace.span)
-                if profiler_installed else None)
+                profiler=profiler_link(run, trace, self.logdir) if profiler_installed else None)
 
         return self._view(run_name, worker, span, ("drilldown", layer, phase, backward, profiler_installed), compute)
 

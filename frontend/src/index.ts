@@ -6,6 +6,9 @@ import { h } from "./dom";
 import { STYLE } from "./style";
 import { DARK_STYLE, followTheme } from "./theme";
 
+// Exported for the browser tests, which check the rule on real kernel names in the page.
+export { shortKernelName } from "./format";
+
 interface HostMessage {
   type?: string;
   id?: number;

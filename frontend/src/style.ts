@@ -115,11 +115,20 @@ table.layers-table .module { color: #9e9e9e; font-weight: normal; font-size: 11p
 .drill-head { display: flex; align-items: center; justify-content: space-between; }
 .close { border: none; background: none; font-size: 18px; line-height: 1; color: #757575; }
 .close:hover { color: #212121; }
-.drill-cols { display: grid; grid-template-columns: minmax(0, 1fr) minmax(0, 1fr); gap: 16px; }
-.drill-cols table { width: 100%; }
-.drill tr.nested td { color: #757575; }
 .trace-link { margin: 4px 0; }
-@media (max-width: 900px) { .drill-cols { grid-template-columns: minmax(0, 1fr); } }
+.tree-tools { display: flex; align-items: baseline; gap: 8px; flex-wrap: wrap; margin: 10px 0 4px; }
+.tree-tools h4 { margin: 0; }
+table.drill-tree { width: 100%; }
+table.drill-tree td.name { font-size: 11.5px; }
+table.drill-tree .twisty { border: none; background: none; padding: 0; margin: 0; font: inherit; color: inherit; text-align: left; cursor: pointer; }
+table.drill-tree .twisty:hover .op-name { text-decoration: underline; }
+table.drill-tree .twisty:focus-visible { outline: 2px solid #fb8c00; outline-offset: 1px; }
+table.drill-tree .tw { display: inline-block; width: 14px; color: #757575; }
+table.drill-tree tr.dev td.name { color: #6a1b9a; }
+table.drill-tree td.inputs { color: #757575; font-size: 11px; white-space: normal; min-width: 120px; }
+table.drill-tree tr.more td { color: #9e9e9e; font-style: italic; }
+.drill-kernels table { width: 100%; }
+.kernel-name { cursor: help; }
 .compare-bar { min-height: 26px; }
 .primary { border: 1px solid #ef6c00; background: #fb8c00; color: #fff !important; border-radius: 3px; padding: 2px 12px; font-weight: 600; }
 .primary:disabled { background: #eee; border-color: #ccc; color: #9e9e9e !important; cursor: default; }

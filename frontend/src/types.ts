@@ -327,14 +327,25 @@ export interface GlobalHead {
 }
 
 /**
- * The ops and kernels inside one layer and phase, means per step. `analysis.views` fills
- * the figures, the service the links to the trace file.
+ * The ops and kernels inside one layer and phase, means per step: as a tree of call paths,
+ * and flat by name. `analysis.drilldown` fills the figures, the service the links to the
+ * trace file.
  */
 export interface Drilldown {
+  schema: string;
   layer: number;
   phase: string | null;
   backward: boolean;
   step_count: number;
+  /** depth first: each node followed by its subtree */
+  tree: DrillNode[];
+  /** nodes before the cut: more than `tree` holds when `tree_truncated` */
+  tree_nodes: number;
+  /** the cheapest nodes were left out (at most `max_tree_nodes` are listed) */
+  tree_truncated: boolean;
+  max_tree_nodes: number;
+  /** allocated in the scope per step, in ops or not (the summary's figure) */
+  alloc_bytes: number;
   ops: DrillOp[];
   kernels: DrillKernel[];
   trace_file: string;
@@ -344,6 +355,42 @@ export interface Drilldown {
   profiler: ProfilerLink | null;
 }
 
+/**
+ * One node of the drill-down's tree: a distinct call path (the op names from the root down,
+ * and the op's input shapes and types), or device work launched by its parent. Figures are
+ * means per step; an op's include the ops nested in it.
+ */
+export interface DrillNode {
+  /** its index in `tree` */
+  id: number;
+  /** the enclosing op's node; null for a root */
+  parent: number | null;
+  /** the most expensive (CPU plus device time) first */
+  children: number[];
+  /** children left out of `tree` to bound its size */
+  omitted_children: number;
+  depth: number;
+  kind: "kernel" | "memcpy" | "memset" | "op";
+  name: string;
+  /** per step */
+  calls: number;
+  /** the op's time, nested ops included (0 for device work) */
+  cpu_us: number;
+  /** the op's time outside the ops nested in it */
+  self_us: number;
+  /** kernels, memcpy and memset launched from the op and the ops nested in it */
+  device_us: number;
+  /** allocated (positive memory events) inside the op, nested ops included */
+  alloc_bytes: number;
+  /** allocated by the op itself, outside the ops nested in it */
+  self_alloc_bytes: number;
+  /** the op's Input Dims ([] for an input that is no tensor); [] where not recorded */
+  input_dims: number[][];
+  /** the op's Input type strings, as the profiler writes them */
+  input_types: string[];
+}
+
+/** One op name, wherever it runs in the scope (all its call paths together). */
 export interface DrillOp {
   name: string;
   calls: number;
@@ -353,18 +400,22 @@ export interface DrillOp {
   top_level: boolean;
 }
 
+/** One kernel name, whichever op launched it. */
 export interface DrillKernel {
   name: string;
   calls: number;
   device_us: number;
 }
 
-/** Where torch-tb-profiler's tab shows the same trace. */
+/** Where torch-tb-profiler's tab shows the same trace, in the names that tab lists. */
 export interface ProfilerLink {
   plugin: string;
   run: string;
   worker: string;
-  span: string | null;
+  /** as the tab's Spans list names it: "1", "2"... in file order, "default" without one */
+  span: string;
+  /** the worker's spans in that tab; it shows its Spans list only for 2 or more */
+  span_count: number;
 }
 
 export interface MemoryResponse {

@@ -35,7 +35,7 @@ from tb_attn_plugin.trace.events import Events
 from tb_attn_plugin.trace.kineto import BACKWARD_PREFIX, STEP_PREFIX, Kind
 
 __all__ = [
-    "DEVICE_KINDS", "MAX_STEP_NUMBER", "PHASE_CODE", "STEP_OUT_OF_RANGE", "Attribution", "attribute",
+    "DEVICE_KINDS", "MAX_STEP_NUMBER", "PHASE_CODE", "STEP_OUT_OF_RANGE", "Attribution", "attribute", "launchers",
     "nearest_marked_ancestor",
 ]
 
@@ -320,13 +320,14 @@ def _attribute_backward(
         backward[i:j] = True
 
 
-def _attribute_device(
-    events: Events, on_device: B, layer: I32, head: I32, phase: I32, step: I32, backward: B
-) -> None:
-    device = np.flatnonzero(on_device)
+def launchers(events: Events, device: npt.NDArray[Any]) -> I32:
+    """The host event that launched each of the ``device`` events (indices into ``events``): the
+    runtime call with the same ``correlation``, else the CPU op with the same ``External id``
+    (-1: neither is in the trace). The drill-down hangs kernels under their op by it."""
+    out = np.full(device.size, -1, np.int32)
     if device.size == 0:
-        return
-    host = np.flatnonzero(~on_device)
+        return out
+    host = np.flatnonzero(~np.isin(events.kind, DEVICE_KINDS))
     by_corr: dict[int, int] = {}
     runtime = host[(events.kind[host] == Kind.RUNTIME) & (events.corr[host] >= 0)]
     for i, c in zip(runtime.tolist(), events.corr[runtime].tolist(), strict=True):
@@ -335,14 +336,24 @@ def _attribute_device(
     ops = host[(events.kind[host] == Kind.CPU_OP) & (events.ext[host] >= 0)]
     for i, x in zip(ops.tolist(), events.ext[ops].tolist(), strict=True):
         by_ext.setdefault(x, i)
-    for i, c, x in zip(device.tolist(), events.corr[device].tolist(), events.ext[device].tolist(), strict=True):
+    for k, (c, x) in enumerate(zip(events.corr[device].tolist(), events.ext[device].tolist(), strict=True)):
         src = by_corr.get(c) if c >= 0 else None
         if src is None and x >= 0:
             src = by_ext.get(x)
-        if src is None:
-            continue
-        layer[i], head[i], phase[i], step[i], backward[i] = layer[src], head[src], phase[src], step[src], \
-            backward[src]
+        if src is not None:
+            out[k] = src
+    return out
+
+
+def _attribute_device(
+    events: Events, on_device: B, layer: I32, head: I32, phase: I32, step: I32, backward: B
+) -> None:
+    device = np.flatnonzero(on_device)
+    src = launchers(events, device)
+    found = src >= 0
+    dst, src = device[found], src[found]
+    layer[dst], head[dst], phase[dst], step[dst], backward[dst] = layer[src], head[src], phase[src], step[src], \
+        backward[src]
 
 
 def _attribute_memory(

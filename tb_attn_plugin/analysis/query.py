@@ -88,6 +88,12 @@ class TraceQuery:
         return self.a.mem_step >= 0 if self.steps else np.ones(len(self.ev.mem_ts), np.bool_)
 
     @cached_property
+    def mem_ok(self) -> B:
+        """Memory events on the memory device (``mem_device``), or on none named: the ones the
+        figures of allocated bytes count."""
+        return (self.ev.mem_device_type == self.mem_device) | (self.ev.mem_device_type < 0)
+
+    @cached_property
     def on_device(self) -> B:
         """Events on a device's timeline, annotations projected there included."""
         return np.isin(self.ev.kind, DEVICE_KINDS)

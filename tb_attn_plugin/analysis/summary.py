@@ -72,7 +72,7 @@ class _Summarizer:
         self.step_code = np.searchsorted(np.asarray(self.steps, np.int64), attr.step).astype(np.int64)
         self.engine = np.array([n.startswith(BACKWARD_PREFIX) for n in names], np.bool_)[events.name]
         self.self_us, self.top_op = q.self_us, q.top_op
-        self.mem_ok = (events.mem_device_type == q.mem_device) | (events.mem_device_type < 0)
+        self.mem_ok = q.mem_ok
         # Memory events are sorted by track: each track's [lo, hi) range, found once.
         tracks, starts = np.unique(events.mem_track, return_index=True)
         ends = np.append(starts[1:], len(events.mem_track))[: len(starts)]

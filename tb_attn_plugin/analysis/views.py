@@ -1,12 +1,10 @@
-"""Views of one analyzed trace for the tab: drill-down, memory curve and timeline.
+"""Views of one analyzed trace for the tab: memory curve and timeline (the drill-down is ``drilldown.py``).
 
 Pure functions over ``analyze.Analysis`` that return the routes' bodies (``responses.py``,
 documented in ``docs/http_api.md``). Times are microseconds relative to the trace start.
 """
 
 from __future__ import annotations
-
-from collections import defaultdict
 
 import numpy as np
 
@@ -15,9 +13,6 @@ from tb_attn_plugin.analysis.attribute import DEVICE_KINDS, EPS_US
 from tb_attn_plugin.analysis.query import TraceQuery
 from tb_attn_plugin.responses import (
     BackwardBlock,
-    Drilldown,
-    DrillKernel,
-    DrillOp,
     EventKind,
     LayerPeak,
     MemoryResponse,
@@ -30,7 +25,7 @@ from tb_attn_plugin.responses import (
 from tb_attn_plugin.scopes import PHASES
 from tb_attn_plugin.trace.kineto import Kind
 
-__all__ = ["KIND_NAMES", "drilldown", "memory_curve", "step_window", "steps_of", "timeline"]
+__all__ = ["KIND_NAMES", "memory_curve", "step_window", "steps_of", "timeline"]
 
 KIND_NAMES: dict[int, EventKind] = {
     int(Kind.CPU_OP): "cpu_op", int(Kind.ANNOTATION): "annotation", int(Kind.GPU_ANNOTATION): "annotation",
@@ -69,47 +64,6 @@ def step_window(analysis: Analysis, step: int | None) -> tuple[int | None, float
     if mine.size == 0:
         raise ViewError(f"no ProfilerStep#{step} in this trace; steps: {steps_of(analysis)}")
     return step, float(ev.ts[mine].min()), float((ev.ts[mine] + ev.dur[mine]).max())
-
-
-def drilldown(analysis: Analysis, *, layer: int, phase: str | None, backward: bool) -> Drilldown:
-    """The figures of ``/drilldown``; the service adds the links to the trace file."""
-    ev, a = analysis.events, analysis.attr
-    q = TraceQuery(ev, a)
-    if layer < 0:  # -1 marks events outside attention: it is no layer
-        raise ViewError(f"layer must be 0 or more, got {layer}")
-    if not (a.layer == layer).any():
-        raise ViewError(f"no layer {layer} in this trace")
-    sel = (a.layer == layer) & (a.backward == backward) & q.in_steps
-    if phase is not None:
-        if phase == "other":
-            sel &= a.phase < 0
-        elif phase in PHASES:
-            sel &= a.phase == PHASES.index(phase)
-        else:
-            raise ViewError(f"unknown phase {phase!r}; phases: {', '.join((*PHASES, 'other'))}")
-    steps = q.step_count
-    ops = np.flatnonzero(sel & (ev.kind == Kind.CPU_OP))
-    op_rows: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0, 0.0, 0.0])
-    for nid, d, own, top in zip(ev.name[ops].tolist(), ev.dur[ops].tolist(), q.self_us[ops].tolist(),
-                                q.top_op[ops].tolist(), strict=True):
-        row = op_rows[ev.names[nid]]
-        row[0] += 1
-        row[1] += d
-        row[2] += own
-        row[3] = max(row[3], 1.0 if top else 0.0)
-    kernels = np.flatnonzero(sel & q.device_work)
-    k_rows: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])
-    for nid, d in zip(ev.name[kernels].tolist(), ev.dur[kernels].tolist(), strict=True):
-        row = k_rows[ev.names[nid]]
-        row[0] += 1
-        row[1] += d
-    return Drilldown(
-        layer=layer, phase=phase, backward=backward, step_count=steps,
-        ops=[DrillOp(name=n, calls=r[0] / steps, cpu_us=r[1] / steps, self_us=r[2] / steps, top_level=bool(r[3]))
-             for n, r in sorted(op_rows.items(), key=lambda kv: -kv[1][1])],
-        kernels=[DrillKernel(name=n, calls=r[0] / steps, device_us=r[1] / steps)
-                 for n, r in sorted(k_rows.items(), key=lambda kv: -kv[1][1])],
-    )
 
 
 def _downsample(t: np.ndarray, y: np.ndarray, max_points: int) -> list[tuple[float, float]]:

@@ -10,6 +10,7 @@ import pytest
 
 from tb_attn_plugin.analysis import views
 from tb_attn_plugin.analysis.analyze import Analysis, analyze
+from tb_attn_plugin.analysis.drilldown import drilldown
 from tb_attn_plugin.analysis.query import TraceQuery, ancestors
 from tb_attn_plugin.analysis.summary import summarize_analysis
 from tb_attn_plugin.trace.decode import decode_bytes
@@ -94,7 +95,7 @@ def test_summary_and_drilldown_agree_on_steps_and_self_time(analysis: Analysis) 
     (layer,) = summary.layers
     assert summary.steps == views.steps_of(analysis) == [1, 2]
     for phase in layer.phases:
-        drill = views.drilldown(analysis, layer=0, phase=phase.phase, backward=False)
+        drill = drilldown(analysis, layer=0, phase=phase.phase, backward=False)
         assert drill.step_count == summary.step_count
         assert sum(op.self_us for op in drill.ops) == pytest.approx(phase.cpu_self_us)
         assert sum(k.device_us for k in drill.kernels) == pytest.approx(phase.device_us)

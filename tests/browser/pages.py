@@ -4,10 +4,10 @@ nothing from one another).
 They drive the Attention tab inside TensorBoard's page (``open_tab``, ``open_run``,
 ``show_tab``, ...), find what it shows (``stat``, ``cell``, ``drill_title``, ``timeline_point``),
 measure what its canvases drew (``ink``, ``expect_ink``), save screenshots (``shot``), ask the
-analysis engine for the figures the tab should show (``engine_summary``), and format numbers the
-way ``frontend/src/format.ts`` does (``fmt_us``, ``fmt_bytes``, ``fmt_flops``, ``fmt_share``), so
-tests compare the tab's text with the engine's figures, and read what a chart's axes show
-(``axis_labels``, ``one_unit``).
+analysis engine for the figures the tab should show (``engine_summary``, ``engine_drilldown``), and
+format numbers the way ``frontend/src/format.ts`` does (``fmt_us``, ``fmt_bytes``, ``fmt_flops``,
+``fmt_share``), so tests compare the tab's text with the engine's figures, and read what a chart's
+axes show (``axis_labels``, ``one_unit``).
 """
 
 from __future__ import annotations
@@ -22,7 +22,10 @@ from typing import Any
 
 from playwright.sync_api import Frame, Locator, Page, expect
 
-from tb_attn_plugin.loader import Loader, resolve_runs
+from tb_attn_plugin.analysis.analyze import analyze
+from tb_attn_plugin.analysis.drilldown import drilldown
+from tb_attn_plugin.loader import Loader, load_events, resolve_runs
+from tb_attn_plugin.responses import Drilldown
 from tb_attn_plugin.schema import WorkerSummary
 
 TAB_FRAME = "plugin_entry.html?name=tb_attn"
@@ -82,6 +85,13 @@ def engine_summary(logdir: Path, run: str) -> WorkerSummary:
     summary = Loader().summarize_run(found)
     assert not summary.errors and len(summary.workers) == 1, summary.errors
     return summary.workers[0]
+
+
+def engine_drilldown(logdir: Path, run: str, *, layer: int, phase: str | None) -> Drilldown:
+    """What the analysis engine's drill-down says of the run's (only) trace."""
+    (found,) = [r for r in resolve_runs(str(logdir)) if r.name == run]
+    (trace,) = found.files
+    return drilldown(analyze(load_events(trace.path)), layer=layer, phase=phase, backward=False)
 
 
 def open_tab(page: Page, url: str) -> Frame:

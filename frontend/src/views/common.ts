@@ -1,10 +1,16 @@
 // Small pieces shared by the views: error, loading and empty boxes.
 
 import { h } from "../dom";
+import { shortKernelName } from "../format";
 import type { Loadable } from "../state";
 
 export function errorBox(title: string, message: string): HTMLElement {
   return h("div", { class: "error", attrs: { role: "alert" } }, h("strong", null, title), " ", message);
+}
+
+/** A kernel's name as people read it (`format.shortKernelName`), the full name on hover. */
+export function kernelLabel(name: string): HTMLElement {
+  return h("span", { class: "kernel-name", title: name }, shortKernelName(name));
 }
 
 export function loadingBox(what: string): HTMLElement {

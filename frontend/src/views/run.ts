@@ -7,7 +7,7 @@ import { spanOptions } from "../spans";
 import { TABS, type Actions, type State, type Tab } from "../state";
 import { noisyMark, spreadTitle } from "../spread";
 import type { RunEntry, Spread, WorkerSummary } from "../types";
-import { errorBox, loadingBox, metaConfig, metaString, note } from "./common";
+import { errorBox, kernelLabel, loadingBox, metaConfig, metaString, note } from "./common";
 import { DrillView } from "./drilldown";
 import { HeadsView } from "./heads";
 import { LayersView } from "./layers";
@@ -206,7 +206,7 @@ export class RunView {
       h("span", "stat-label", "backend"),
       h("span", { class: `backend-chip`, title: evidence.length ? `evidence: ${evidence.join(", ")}` : "" }, ws.backend),
       ws.backend === "mixed" ? h("span", "muted", ` (${ws.layers.map((l) => `L${l.layer} ${l.backend}`).join(", ")})`) : null,
-      backends.length === 1 && evidence.length ? h("span", "muted small", ` from ${evidence.slice(0, 3).join(", ")}`) : null,
+      backends.length === 1 && evidence.length ? h("span", "muted small", " from ", ...names(evidence.slice(0, 3))) : null,
     );
     const share = (label: string, v: number | null, att: number, step: number, spread: Spread | undefined) =>
       h(
@@ -259,7 +259,7 @@ export class RunView {
           ...findings.map((f) => {
             const ev = f.evidence;
             const where = ev.layers.length ? `layers ${ev.layers.join(", ")}` : "";
-            const names = [...ev.ops.slice(0, 4), ...ev.kernels.slice(0, 2)].join(", ");
+            const listed = names([...ev.ops.slice(0, 4), ...ev.kernels.slice(0, 2)]);
             const item = h(
               "details",
               { class: `finding sev-${f.severity}`, dataset: { finding: f.id } },
@@ -267,7 +267,7 @@ export class RunView {
                 h("span", "muted small", `  ${f.id}`)),
               h("p", null, f.explanation),
               h("p", "suggestion", "\u2192 ", f.suggestion),
-              where || names ? h("p", "muted small", [where, names].filter(Boolean).join(" \u00b7 ")) : null,
+              where || listed.length ? h("p", "muted small", where, where && listed.length ? " \u00b7 " : "", ...listed) : null,
             );
             if (f.severity === "high" || f.severity === "medium") item.open = true;
             return item;
@@ -335,4 +335,9 @@ export class RunView {
     this.shownTab = null;
     this.last = {};
   }
+}
+
+/** Op and kernel names, comma-separated: kernels by their short name, the full one on hover. */
+function names(list: string[]): (HTMLElement | string)[] {
+  return list.flatMap((n, i) => [...(i ? [", "] : []), kernelLabel(n)]);
 }
