@@ -174,7 +174,7 @@ def test_kernel_names_are_short_with_the_full_name_on_hover(gpu_tensorboard: Ten
     assert kernel.parent is not None
     launcher = d.tree[kernel.parent]
     assert (kernel.name, launcher.name, kernel.depth) == (FLASH, "aten::_flash_attention_forward", 3)
-    cell(frame, 0, "sdpa", "CPU time").click()
+    cell(frame, 0, "sdpa", "device time").click()  # a GPU trace: the table shows device time first
     drill = frame.locator("section.drill")
     expect(_row(drill, kernel.id)).to_be_hidden()  # below an op that starts closed
     drill.get_by_role("button", name="Expand all").click()
