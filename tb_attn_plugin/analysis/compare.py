@@ -33,7 +33,7 @@ from tb_attn_plugin.responses import (
 )
 from tb_attn_plugin.schema import RunSummary, WorkerSummary
 
-__all__ = ["BaselineError", "compare", "fit_power", "run_facts", "scaling"]
+__all__ = ["BaselineError", "compare", "fit_power", "median_worker", "run_facts", "scaling"]
 
 _RATIO_KEYS = ("attention_cpu_us", "attention_device_us", "alloc_bytes", "peak_bytes", "flops_per_s")
 # The label of a scaling series; the series itself is every config field but seq, with the world size.
@@ -68,7 +68,7 @@ def _text(value: object) -> str | None:
     return value if isinstance(value, str) else None
 
 
-def _median_worker(run: RunSummary) -> WorkerSummary:
+def median_worker(run: RunSummary) -> WorkerSummary:
     """The worker whose attention time is the median (one worker: itself)."""
     workers = sorted(run.workers, key=lambda w: w.attention_cpu_us + w.attention_device_us)
     return workers[len(workers) // 2]
@@ -78,7 +78,7 @@ def run_facts(run: RunSummary) -> CompareRun:
     """One run's attention totals per step, from its median worker (``ratio``: all null; ``compare``
     sets it against the baseline)."""
     cfg = _config(run)
-    w = _median_worker(run)
+    w = median_worker(run)
     phases: dict[str, ComparePhase] = {}
     calls = sum(layer.calls for layer in w.layers)
     ops = kernels = 0.0
@@ -245,7 +245,7 @@ def why_slower(run: RunSummary, base: RunSummary) -> list[str]:
     """Why ``run`` is slower than ``base``, a run of the same model and configuration with another
     attention implementation, read from both traces: the backend that ran, forward against
     backward, the parts that grew, the dispatch count. Empty when it is not slower."""
-    w, b = _median_worker(run), _median_worker(base)
+    w, b = median_worker(run), median_worker(base)
     device = w.attention_device_us > 0 and b.attention_device_us > 0
     what = "device" if device else "CPU"
 
