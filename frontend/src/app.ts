@@ -185,11 +185,16 @@ export class App implements Actions {
     this.refreshTimer = window.setTimeout(() => void this.loadRuns(true), Math.min(afterS, 30) * 1000 + 50);
   }
 
-  /** While some run is still being written or parsed, the list is polled so its status moves on. */
+  /** While some run is still being written or parsed, the list is polled so its status moves on;
+   * while the server parses runs ahead for their figures, as often as it asks (poll_after_ms),
+   * so the figures fill in as they arrive. */
   private schedulePoll(): void {
     window.clearTimeout(this.pollTimer);
-    const runs = this.store.get().runs.data?.runs ?? [];
-    if (runs.some((r) => r.status === "loading" || r.status === "running")) {
+    const data = this.store.get().runs.data;
+    const runs = data?.runs ?? [];
+    if (data?.poll_after_ms) {
+      this.pollTimer = window.setTimeout(() => void this.loadRuns(false), Math.max(data.poll_after_ms, 250));
+    } else if (runs.some((r) => r.status === "loading" || r.status === "running")) {
       this.pollTimer = window.setTimeout(() => void this.loadRuns(false), 10000);
     }
   }

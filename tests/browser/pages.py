@@ -5,8 +5,8 @@ They drive the Attention tab inside TensorBoard's page (``open_tab``, ``open_run
 ``show_tab``, ...), find what it shows (``stat``, ``cell``, ``drill_title``, ``timeline_point``),
 measure what its canvases drew (``ink``, ``expect_ink``), save screenshots (``shot``), ask the
 analysis engine for the figures the tab should show (``engine_summary``), and format numbers the
-way ``frontend/src/format.ts`` does (``fmt_us``, ``fmt_flops``, ``fmt_share``), so tests compare
-the tab's text with the engine's figures.
+way ``frontend/src/format.ts`` does (``fmt_us``, ``fmt_ms``, ``fmt_bytes``, ``fmt_flops``,
+``fmt_share``), so tests compare the tab's text with the engine's figures.
 """
 
 from __future__ import annotations
@@ -62,6 +62,19 @@ def fmt_flops(flops: float) -> str:
 
 def fmt_share(share: float | None) -> str:
     return "\u2014" if share is None else f"{to_fixed(share * 100, 1)} %"
+
+
+def fmt_ms(us: float) -> str:
+    """format.ts fmtMs: ms without the unit."""
+    return "0" if us == 0 else _fixed(us / 1e3)
+
+
+def fmt_bytes(nbytes: float) -> str:
+    v, i = float(nbytes), 0
+    while abs(v) >= 1024 and i < 4:
+        v /= 1024
+        i += 1
+    return f"{math.floor(v + 0.5)} B" if i == 0 else f"{_fixed(v)} {['B', 'KiB', 'MiB', 'GiB', 'TiB'][i]}"
 
 
 # ---- the tab in TensorBoard's page --------------------------------------------------------------
