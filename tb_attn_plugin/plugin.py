@@ -33,7 +33,7 @@ DEFAULT_MAX_TRACE_MB = 4096
 DEFAULT_PARSE_WORKERS = 2
 DEFAULT_PARSE_TIMEOUT_S = 600
 #: Trace files parsed ahead for the runs list when --tb_attn_prefetch_files is not given; None:
-#: as many as the cache holds.
+#: as many as fit in the cache (prefetch.budget).
 DEFAULT_PREFETCH_FILES: int | None = None
 STATIC_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "static")
 _JSON = "application/json"
@@ -61,7 +61,7 @@ class AttentionLoader(base_plugin.TBLoader):
                                 "parses the newest runs ahead for the runs list)")
         group.add_argument("--tb_attn_prefetch_files", type=int, default=None, metavar="N",
                            help="parse at most N trace files of the newest runs ahead, for the runs list's figures "
-                                "(default: as many as the cache holds; 0: parse only what users open)")
+                                "(default: as many as fit in the cache; 0: parse only what users open)")
         group.add_argument("--tb_attn_parse_timeout_s", type=int, default=DEFAULT_PARSE_TIMEOUT_S, metavar="S",
                            help="give up on a trace whose reading takes longer than this (default %(default)s s)")
 

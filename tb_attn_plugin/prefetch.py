@@ -2,11 +2,11 @@
 
 Listing the runs (``/runs``) queues the parse of the newest runs' traces in the jobs'
 background lane, so that their figures (``analysis/figures.py``) fill in without anyone opening
-each run. How many: what the summary cache holds, so that parsing ahead never evicts what it
-parsed; which: the newest runs, by their newest trace's modification time. A file version is
-queued ahead once: a summary the cache let go since is parsed again only when a user asks for
-it, never by listings in a loop. The figures are read from the caches only: listing never waits
-for a parse.
+each run. How many: three quarters of what the summary cache holds, so that parsing ahead never
+evicts what it parsed and leaves room for the runs users open; which: the newest runs, by their
+newest trace's modification time. A file version is queued ahead once: a summary the cache let
+go since is parsed again only when a user asks for it, never by listings in a loop. The figures
+are read from the caches only: listing never waits for a parse.
 """
 
 from __future__ import annotations
@@ -31,9 +31,11 @@ _REMEMBERED = 1 << 16  # file versions remembered as queued ahead (a few MiB at 
 
 
 def budget(loader: Loader, limit: int | None) -> int:
-    """How many trace files may be parsed ahead: as many summaries as the loader's cache holds
-    (guessing ``SUMMARY_GUESS_BYTES`` each while it holds none), or ``limit`` if that is less."""
-    room = loader.summaries_room(guess_bytes=SUMMARY_GUESS_BYTES)
+    """How many trace files may be parsed ahead: three quarters of the summaries the loader's
+    cache holds (guessing ``SUMMARY_GUESS_BYTES`` each while it holds none), leaving the rest
+    to the runs users open beyond them and to summaries larger than the mean; or ``limit`` if
+    that is less."""
+    room = loader.summaries_room(guess_bytes=SUMMARY_GUESS_BYTES) * 3 // 4
     return room if limit is None else max(0, min(room, limit))
 
 

@@ -85,8 +85,8 @@ class Service:
     ``max_trace_bytes`` refuses larger traces (``--tb_attn_max_trace_mb``), ``parse_workers``
     threads parse what users ask for, and a route waits at most ``wait_s`` for them before it
     answers "loading". Listing the runs also parses the newest runs' traces ahead of clicks, on a
-    thread of its own (``prefetch``), at most ``prefetch_files`` of them: None is as many as the
-    summary cache holds; 0, the default, none. The plugin passes ``--tb_attn_prefetch_files``,
+    thread of its own (``prefetch``), at most ``prefetch_files`` of them: None is as many as fit in
+    the summary cache (``prefetch.budget``); 0, the default, none. The plugin passes ``--tb_attn_prefetch_files``,
     which is None unless set.
     """
 
