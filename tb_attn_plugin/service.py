@@ -84,10 +84,10 @@ class Service:
     ``cache_bytes`` bounds the parsed data kept in memory (``--tb_attn_cache_mb``),
     ``max_trace_bytes`` refuses larger traces (``--tb_attn_max_trace_mb``), ``parse_workers``
     threads parse what users ask for, and a route waits at most ``wait_s`` for them before it
-    answers "loading". Listing the runs also parses the newest runs' traces ahead of clicks, on a
-    thread of its own (``prefetch``), at most ``prefetch_files`` of them: None is as many as fit in
-    the summary cache (``prefetch.budget``); 0, the default, none. The plugin passes ``--tb_attn_prefetch_files``,
-    which is None unless set.
+    answers "loading". Listing the runs also parses the newest runs' traces ahead of clicks, on
+    a thread of its own (``prefetch``), at most ``prefetch_files`` of them: None is as many as
+    fit in the summary cache (``prefetch.budget``); 0, the default, none. The plugin passes
+    ``--tb_attn_prefetch_files``, which is None unless set.
     """
 
     def __init__(self, logdir: str, *, scan_ttl_s: float = 5.0, relist_min_s: float = 1.0, keep_analyses: int = 256,
