@@ -52,6 +52,16 @@ class LRUCache(Generic[V]):
                 _, (_, evicted) = self._data.popitem(last=False)
                 self._bytes -= evicted
 
+    def put_if_room(self, key: Hashable, value: V) -> bool:
+        """Stores ``value`` only if that evicts nothing; whether it did."""
+        size = self.sizeof(value)
+        with self._lock:
+            if key in self._data or len(self._data) >= self.max_entries or self._bytes + size > self.max_bytes:
+                return False
+            self._data[key] = (value, size)
+            self._bytes += size
+            return True
+
     def __len__(self) -> int:
         return len(self._data)
 

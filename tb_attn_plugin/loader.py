@@ -159,6 +159,13 @@ class Loader:
         self.failures: LRUCache[str] = LRUCache(max_entries=4096)
         self._read_errors: dict[Key, tuple[str, float]] = {}
 
+    def summaries_room(self, *, guess_bytes: int) -> int:
+        """How many summaries the memory cache holds: its byte bound over the mean size of the
+        summaries in it (``guess_bytes`` while it holds none), at most its entry bound."""
+        held = len(self.memory)
+        mean = self.memory.nbytes / held if held else guess_bytes
+        return min(self.memory.max_entries, int(self.memory.max_bytes // max(mean, 1.0)))
+
     @property
     def cache_nbytes(self) -> int:
         """Bytes held by the summary and analysis caches."""
@@ -208,8 +215,9 @@ class Loader:
         else:
             self.failures.put(key, str(exc))
 
-    def analyze_file(self, trace: TraceFile) -> Analysis:
-        """Events and attribution of one trace file; raises TraceError."""
+    def analyze_file(self, trace: TraceFile, *, keep: bool = True) -> Analysis:
+        """Events and attribution of one trace file; raises TraceError. ``keep``: cache it
+        (else the caller does, with ``keep_analysis``)."""
         key = _key(trace)
         cached = self.cached_analysis(trace)
         if cached is not None:
@@ -226,9 +234,19 @@ class Loader:
             self._fail(key, exc)
             raise
         self._read_errors.pop(key, None)
-        if self.keep_analyses:
-            self.analyses.put(key, analysis)
+        if keep:
+            self.keep_analysis(trace, analysis)
         return analysis
+
+    def keep_analysis(self, trace: TraceFile, analysis: Analysis, *, spare: bool = False) -> None:
+        """Caches the file's analysis. ``spare``: only if that evicts no other analysis (a parse
+        ahead of clicks must not push out what a user is looking at)."""
+        if not self.keep_analyses:
+            return
+        if spare:
+            self.analyses.put_if_room(_key(trace), analysis)
+        else:
+            self.analyses.put(_key(trace), analysis)
 
     def _check_size(self, trace: TraceFile) -> None:
         """Refuses a file that is over the limit as stored, from the listing's size: without even
@@ -254,11 +272,11 @@ class Loader:
                     pass
         return self._summarize(trace, self.analyze_file(trace), metadata)
 
-    def parse(self, trace: TraceFile, *, metadata: dict[str, object] | None = None) -> Parsed:
+    def parse(self, trace: TraceFile, *, metadata: dict[str, object] | None = None, keep: bool = True) -> Parsed:
         """The file's summary and analysis, from the caches or one parse that yields both: the
         plugin's background job, which a summary request and a view request of one file share.
-        Raises TraceError."""
-        analysis = self.analyze_file(trace)
+        ``keep``: cache the analysis (else the caller does). Raises TraceError."""
+        analysis = self.analyze_file(trace, keep=keep)
         summary = self.memory.get(_key(trace))
         return Parsed(summary if summary is not None else self._summarize(trace, analysis, metadata), analysis)
 

@@ -32,6 +32,9 @@ DEFAULT_CACHE_MB = 1024
 DEFAULT_MAX_TRACE_MB = 4096
 DEFAULT_PARSE_WORKERS = 2
 DEFAULT_PARSE_TIMEOUT_S = 600
+#: Trace files parsed ahead for the runs list when --tb_attn_prefetch_files is not given; None:
+#: as many as fit in the cache (prefetch.budget).
+DEFAULT_PREFETCH_FILES: int | None = None
 STATIC_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "static")
 _JSON = "application/json"
 
@@ -54,7 +57,11 @@ class AttentionLoader(base_plugin.TBLoader):
         group.add_argument("--tb_attn_max_trace_mb", type=int, default=DEFAULT_MAX_TRACE_MB, metavar="MB",
                            help="refuse trace files larger than this, uncompressed (default %(default)s MiB)")
         group.add_argument("--tb_attn_parse_workers", type=int, default=DEFAULT_PARSE_WORKERS, metavar="N",
-                           help="threads that parse traces in the background (default %(default)s)")
+                           help="threads that parse the traces users open (default %(default)s; one more "
+                                "parses the newest runs ahead for the runs list)")
+        group.add_argument("--tb_attn_prefetch_files", type=int, default=None, metavar="N",
+                           help="parse at most N trace files of the newest runs ahead, for the runs list's figures "
+                                "(default: as many as fit in the cache; 0: parse only what users open)")
         group.add_argument("--tb_attn_parse_timeout_s", type=int, default=DEFAULT_PARSE_TIMEOUT_S, metavar="S",
                            help="give up on a trace whose reading takes longer than this (default %(default)s s)")
 
@@ -63,6 +70,9 @@ class AttentionLoader(base_plugin.TBLoader):
             value = getattr(flags, name, None)
             if value is not None and value < 1:
                 raise base_plugin.FlagsError(f"--{name} must be at least 1, got {value}")
+        prefetch = getattr(flags, "tb_attn_prefetch_files", None)
+        if prefetch is not None and prefetch < 0:
+            raise base_plugin.FlagsError(f"--tb_attn_prefetch_files must be at least 0, got {prefetch}")
 
     def load(self, context: base_plugin.TBContext) -> AttentionPlugin:
         return AttentionPlugin(context)
@@ -81,6 +91,8 @@ class AttentionPlugin(base_plugin.TBPlugin):
         self._max_trace_mb = getattr(flags, "tb_attn_max_trace_mb", None) or DEFAULT_MAX_TRACE_MB
         self._parse_workers = getattr(flags, "tb_attn_parse_workers", None) or DEFAULT_PARSE_WORKERS
         self._parse_timeout_s = getattr(flags, "tb_attn_parse_timeout_s", None) or DEFAULT_PARSE_TIMEOUT_S
+        prefetch = getattr(flags, "tb_attn_prefetch_files", None)
+        self._prefetch_files: int | None = DEFAULT_PREFETCH_FILES if prefetch is None else prefetch
         self._service: Service | None = None
         self._service_lock = threading.Lock()
 
@@ -99,7 +111,8 @@ class AttentionPlugin(base_plugin.TBPlugin):
 
                     self._service = Service(self._logdir, cache_bytes=self._cache_mb << 20,
                                             max_trace_bytes=self._max_trace_mb << 20,
-                                            parse_workers=self._parse_workers, parse_timeout_s=self._parse_timeout_s)
+                                            parse_workers=self._parse_workers, parse_timeout_s=self._parse_timeout_s,
+                                            prefetch_files=self._prefetch_files)
                 service = self._service
         return service
 

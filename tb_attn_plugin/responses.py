@@ -25,6 +25,7 @@ __all__ = [
     "LoadingResponse",
     "MemoryResponse",
     "RanksResponse",
+    "RunFigures",
     "RunsResponse",
     "ScalingResponse",
     "TimelineResponse",
@@ -63,6 +64,24 @@ class WorkerEntry(msgspec.Struct, kw_only=True):
 RunStatus = Literal["ready", "unloaded", "loading", "error", "running"]
 
 
+class RunFigures(msgspec.Struct, kw_only=True):
+    """A parsed run's headline figures, per step, from its median worker (the worker whose
+    attention time is the median; with one worker, that one): the same worker and figures as
+    ``/compare``'s. ``analysis/figures.py`` computes them."""
+
+    clock: Literal["cpu", "device"]  # "device" where the worker's attention launched kernels, else "cpu"
+    attention_us: float  # attention time per step, forward + backward, mean over the profiled steps, on ``clock``
+    attention_min_us: float | None  # the fastest profiled step's attention time; null without ProfilerStep steps
+    attention_max_us: float | None  # the slowest profiled step's attention time
+    attention_share: float | None  # attention's share of the step time on ``clock``; null without step time
+    peak_bytes: int  # the largest per-layer peak: the rise of allocated memory over a layer's start (Compare's "peak")
+    backend: str  # the SDPA backend that ran, "mixed" across layers, or the implementation found
+    steps: int  # profiled steps
+    worker: str  # the worker the figures come from
+    workers: int  # trace files read: the median is taken over them
+    unreadable: int  # trace files of the run that could not be read, left out of the figures
+
+
 class RunEntry(msgspec.Struct, kw_only=True):
     run: str
     group: str  # the run's path without its last part
@@ -70,6 +89,9 @@ class RunEntry(msgspec.Struct, kw_only=True):
     status: RunStatus  # "running": the runner's metadata says the run is still being written
     error: str | None  # with status "error": why no trace could be read
     workers: list[WorkerEntry]
+    figures: RunFigures | None  # null until every trace of the run is parsed, and when none has attention
+    figures_error: str | None  # why a parsed run has no figures: no trace could be read, or no attention found
+    parsing: bool  # a trace of the run is queued or being parsed: its figures are coming
 
 
 class RunsResponse(msgspec.Struct, kw_only=True):
@@ -78,6 +100,7 @@ class RunsResponse(msgspec.Struct, kw_only=True):
     runs: list[RunEntry]
     listing_error: str | None  # the last listing failed (a storage error): ``runs`` is the one before
     retry_after_s: float | None = None  # refresh answered by an older listing (rate limit): ask again in s
+    poll_after_ms: int | None = None  # some run's figures are being parsed: list again after this long
 
 
 # -- /drilldown -----------------------------------------------------------------------------

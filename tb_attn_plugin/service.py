@@ -25,6 +25,7 @@ from tb_attn_plugin.analysis.drilldown import drilldown as drilldown_view
 from tb_attn_plugin.cache import LRUCache
 from tb_attn_plugin.jobs import Jobs
 from tb_attn_plugin.loader import Loader, Parsed
+from tb_attn_plugin.prefetch import Prefetch, budget, cached_figures
 from tb_attn_plugin.profiler_link import profiler_link
 from tb_attn_plugin.registry import Registry
 from tb_attn_plugin.responses import (
@@ -47,6 +48,7 @@ __all__ = ["Loading", "Service", "http_errors"]
 
 _RECENT_S = 60.0  # an incomplete trace modified this recently is still being written
 RETRY_AFTER_MS = 300  # how soon a client polls a route that answered "loading"
+POLL_RUNS_MS = 1000  # how soon a client lists the runs again while their figures are parsed in the background
 
 
 class Loading(Exception):
@@ -82,19 +84,25 @@ class Service:
 
     ``cache_bytes`` bounds the parsed data kept in memory (``--tb_attn_cache_mb``),
     ``max_trace_bytes`` refuses larger traces (``--tb_attn_max_trace_mb``), ``parse_workers``
-    threads parse in the background, and a route waits at most ``wait_s`` for them before it
-    answers "loading".
+    threads parse what users ask for, and a route waits at most ``wait_s`` for them before it
+    answers "loading". Listing the runs also parses the newest runs' traces ahead of clicks, on
+    a thread of its own (``prefetch``), at most ``prefetch_files`` of them: None is as many as
+    fit in the summary cache (``prefetch.budget``); 0, the default, none. The plugin passes
+    ``--tb_attn_prefetch_files``, which is None unless set.
     """
 
     def __init__(self, logdir: str, *, scan_ttl_s: float = 5.0, relist_min_s: float = 1.0, keep_analyses: int = 256,
                  cache_bytes: int = 1 << 30, max_trace_bytes: int | None = 4 << 30,
-                 parse_workers: int = 2, wait_s: float = 0.5, parse_timeout_s: float | None = 600.0) -> None:
+                 parse_workers: int = 2, wait_s: float = 0.5, parse_timeout_s: float | None = 600.0,
+                 prefetch_files: int | None = 0) -> None:
         self.logdir = logdir
         self.registry = Registry(logdir, scan_ttl_s=scan_ttl_s, relist_min_s=relist_min_s)
         self.wait_s = wait_s
         self.loader = Loader(keep_analyses=keep_analyses, cache_bytes=cache_bytes, max_trace_bytes=max_trace_bytes,
                              parse_timeout_s=parse_timeout_s)
         self.jobs = Jobs(parse_workers)
+        self.prefetch_files = prefetch_files
+        self._prefetch = Prefetch()
         # Views of one trace, encoded: small next to the analyses they come from (a timeline is at
         # most ``limit`` events), so a sixteenth of the cache, and a view's second request is free.
         self._views: LRUCache[bytes] = LRUCache(max_entries=512, max_bytes=max(cache_bytes // 16, 1 << 20),
@@ -146,14 +154,34 @@ class Service:
         return "unloaded", None
 
     # -- background parsing ---------------------------------------------------------------
-    def _parse(self, trace: TraceFile, metadata: dict[str, object] | None) -> Future[Parsed]:
+    def _parse(self, trace: TraceFile, metadata: dict[str, object] | None, *,
+               background: bool = False) -> Future[Parsed]:
         """The job that parses ``trace`` (started if need be): one per file, whoever needs its
-        summary or its analysis; the loader caches both."""
+        summary or its analysis; the loader caches both. ``background``: a parse ahead of clicks,
+        in the jobs' background lane, whose analysis is kept only where the cache has room,
+        unless a user asked for the file meanwhile."""
+        key = _file_key(trace)
+
         def job() -> Parsed:
             self._confine(trace)
-            return self.loader.parse(trace, metadata=metadata)
+            if not background:
+                return self.loader.parse(trace, metadata=metadata)
+            parsed = self.loader.parse(trace, metadata=metadata, keep=False)
+            self.loader.keep_analysis(trace, parsed.analysis, spare=self.jobs.background(key))
+            return parsed
 
-        return self.jobs.submit(_file_key(trace), job)
+        return self.jobs.submit(key, job, background=background)
+
+    def prefetch(self, runs: list[Run]) -> int:
+        """Queues the parse of the newest runs' traces ahead of clicks, in the jobs' background
+        lane (``prefetch.Prefetch``, which says which). Returns the files queued."""
+        todo = self._prefetch.plan(runs, budget(self.loader, self.prefetch_files),
+                                   done=lambda trace: self.jobs.running(_file_key(trace))
+                                   or self.loader.cached_summary(trace) is not None
+                                   or self.loader.cached_failure(trace) is not None)
+        for run, trace in todo:
+            self._parse(trace, self.metadata(run), background=True)
+        return len(todo)
 
     def _confine(self, trace: TraceFile) -> None:
         """Refuses a listed file whose directory became a link out of the logdir since the
@@ -201,21 +229,29 @@ class Service:
 
     # -- routes ---------------------------------------------------------------------------
     def runs_response(self, *, refresh: bool) -> RunsResponse:
+        """The listing, with each parsed run's figures (from the caches only: listing never waits
+        for a parse), after queuing the parse of the newest runs not parsed yet (``prefetch``);
+        ``poll_after_ms`` while some are being parsed."""
         asked_at = time.monotonic()
         runs = self.runs(refresh=refresh)
         retry_after_s = self.registry.refresh_due_in(asked_at) if refresh else None
+        self.prefetch(runs)
         out = []
         for run in runs:
             metadata = self.metadata(run)
             status, error = self._status(run, metadata)
+            figures, figures_error = cached_figures(self.loader, run, metadata)
             workers: dict[str, list[SpanEntry]] = {}
             for f in run.files:
                 workers.setdefault(f.worker, []).append(SpanEntry(span=f.span, file=f.name, size=f.size, mtime=f.mtime))
             out.append(RunEntry(run=run.name, group=run.name.rsplit("/", 1)[0] if "/" in run.name else "",
                                 metadata=metadata, status=status, error=error,
-                                workers=[WorkerEntry(worker=w, spans=spans) for w, spans in workers.items()]))
+                                workers=[WorkerEntry(worker=w, spans=spans) for w, spans in workers.items()],
+                                figures=figures, figures_error=figures_error,
+                                parsing=any(self.jobs.running(_file_key(f)) for f in run.files)))
         return RunsResponse(logdir=self.logdir, runs=out, listing_error=self.registry.listing_error,
-                            retry_after_s=retry_after_s)
+                            retry_after_s=retry_after_s,
+                            poll_after_ms=POLL_RUNS_MS if any(r.parsing for r in out) else None)
 
     def summary(self, run_name: str, worker: str | None, span: str | None) -> RunSummary:
         run = self.run(run_name)

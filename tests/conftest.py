@@ -14,8 +14,17 @@ from collections.abc import Callable
 
 from helpers import HAND_TRACES, profile_run, torchrun
 
+from tb_attn_plugin import plugin as plugin_module
 from tb_attn_plugin.trace.decode import decode_bytes
 from tb_attn_plugin.trace.events import Events
+
+
+@pytest.fixture(autouse=True)
+def _no_parsing_ahead(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Plugins built in this process parse no run ahead of clicks unless a test asks for it (a
+    ``prefetch_files`` option or flag): the daemon thread that does would outlive its test and
+    meet the next test's monkeypatches. A real ``tensorboard`` (browser tests) parses ahead."""
+    monkeypatch.setattr(plugin_module, "DEFAULT_PREFETCH_FILES", 0)
 
 
 @pytest.fixture

@@ -126,6 +126,7 @@ export class App implements Actions {
     this.store.set({ compare: runs && runs.length ? [...runs] : null, compareData: idle(), scaling: idle() });
     if (!runs) {
       this.compareView.dispose();
+      void this.loadRuns(false); // back to the list: its figures as they are now
       return;
     }
     this.loadCompare(false);
@@ -185,11 +186,17 @@ export class App implements Actions {
     this.refreshTimer = window.setTimeout(() => void this.loadRuns(true), Math.min(afterS, 30) * 1000 + 50);
   }
 
-  /** While some run is still being written or parsed, the list is polled so its status moves on. */
+  /** While some run is still being written or parsed, the list is polled so its status moves on;
+   * while the server parses runs ahead for their figures and the list is shown, as often as it
+   * asks (poll_after_ms), so the figures fill in as they arrive. */
   private schedulePoll(): void {
     window.clearTimeout(this.pollTimer);
-    const runs = this.store.get().runs.data?.runs ?? [];
-    if (runs.some((r) => r.status === "loading" || r.status === "running")) {
+    const s = this.store.get();
+    const data = s.runs.data;
+    const runs = data?.runs ?? [];
+    if (data?.poll_after_ms && s.run === null && s.compare === null) {
+      this.pollTimer = window.setTimeout(() => void this.loadRuns(false), Math.max(data.poll_after_ms, 250));
+    } else if (runs.some((r) => r.status === "loading" || r.status === "running")) {
       this.pollTimer = window.setTimeout(() => void this.loadRuns(false), 10000);
     }
   }

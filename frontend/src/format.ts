@@ -14,6 +14,12 @@ export function fmtUs(us: number | null | undefined): string {
   return `${fixed(us / 1e6)} s`;
 }
 
+/** A time in ms without the unit, for a column headed "(ms)": one unit down the column. */
+export function fmtMs(us: number | null | undefined): string {
+  if (us === null || us === undefined || !Number.isFinite(us)) return "\u2014";
+  return us === 0 ? "0" : fixed(us / 1e3);
+}
+
 const BYTE_UNITS = ["B", "KiB", "MiB", "GiB", "TiB"];
 
 export function fmtBytes(bytes: number | null | undefined): string {

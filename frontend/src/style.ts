@@ -50,6 +50,13 @@ table.runs tr.in-progress td.run-name { color: #5e35b1; }
 .more-runs { margin: 8px 0 0; }
 .more-runs button { border: 1px solid #ccc; background: #fff; border-radius: 3px; padding: 2px 10px; }
 .more-runs button:hover { background: #f5f5f5; }
+table.runs td.run-name { white-space: normal; overflow-wrap: anywhere; min-width: 120px; max-width: 320px; }
+table.runs td.who { max-width: 160px; overflow: hidden; text-overflow: ellipsis; }
+table.runs th.sortable { cursor: pointer; user-select: none; }
+table.runs th.sortable:hover, table.runs th.sorted { color: #e65100; }
+table.runs td.fig .clock { margin-left: 4px; font-size: 10px; color: #757575; }
+table.runs td.fig .spread { display: block; font-size: 10px; line-height: 12px; color: #9e9e9e; }
+table.runs td.fig.absent { color: #9e9e9e; }
 .badge.ranks { background: #e3f2fd; color: #0d47a1; margin-left: 6px; }
 .badge.inferred { background: #fff3e0; color: #e65100; border: 1px dashed #fb8c00; }
 .empty { max-width: 720px; border: 1px solid #e0e0e0; border-radius: 6px; padding: 14px 18px; background: #fafafa; }

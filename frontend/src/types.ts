@@ -11,6 +11,8 @@ export interface RunsResponse {
   listing_error: string | null;
   /** refresh answered by an older listing (rate limit): ask again in s */
   retry_after_s: number | null;
+  /** some run's figures are being parsed: list again after this long */
+  poll_after_ms: number | null;
 }
 
 export interface RunEntry {
@@ -24,6 +26,12 @@ export interface RunEntry {
   /** with status "error": why no trace could be read */
   error: string | null;
   workers: WorkerEntry[];
+  /** null until every trace of the run is parsed, and when none has attention */
+  figures: RunFigures | null;
+  /** why a parsed run has no figures: no trace could be read, or no attention found */
+  figures_error: string | null;
+  /** a trace of the run is queued or being parsed: its figures are coming */
+  parsing: boolean;
 }
 
 export interface WorkerEntry {
@@ -38,6 +46,36 @@ export interface SpanEntry {
   size: number;
   /** seconds since the epoch */
   mtime: number;
+}
+
+/**
+ * A parsed run's headline figures, per step, from its median worker (the worker whose
+ * attention time is the median; with one worker, that one): the same worker and figures as
+ * `/compare`'s. `analysis/figures.py` computes them.
+ */
+export interface RunFigures {
+  /** "device" where the worker's attention launched kernels, else "cpu" */
+  clock: "cpu" | "device";
+  /** attention time per step, forward + backward, mean over the profiled steps, on `clock` */
+  attention_us: number;
+  /** the fastest profiled step's attention time; null without ProfilerStep steps */
+  attention_min_us: number | null;
+  /** the slowest profiled step's attention time */
+  attention_max_us: number | null;
+  /** attention's share of the step time on `clock`; null without step time */
+  attention_share: number | null;
+  /** the largest per-layer peak: the rise of allocated memory over a layer's start (Compare's "peak") */
+  peak_bytes: number;
+  /** the SDPA backend that ran, "mixed" across layers, or the implementation found */
+  backend: string;
+  /** profiled steps */
+  steps: number;
+  /** the worker the figures come from */
+  worker: string;
+  /** trace files read: the median is taken over them */
+  workers: number;
+  /** trace files of the run that could not be read, left out of the figures */
+  unreadable: number;
 }
 
 export interface RunSummary {

@@ -5,9 +5,9 @@ They drive the Attention tab inside TensorBoard's page (``open_tab``, ``open_run
 ``show_tab``, ...), find what it shows (``stat``, ``cell``, ``drill_title``, ``timeline_point``),
 measure what its canvases drew (``ink``, ``expect_ink``), save screenshots (``shot``), ask the
 analysis engine for the figures the tab should show (``engine_summary``, ``engine_drilldown``), and
-format numbers the way ``frontend/src/format.ts`` does (``fmt_us``, ``fmt_bytes``, ``fmt_flops``,
-``fmt_share``), so tests compare the tab's text with the engine's figures, and read what a chart's
-axes show (``axis_labels``, ``one_unit``).
+format numbers the way ``frontend/src/format.ts`` does (``fmt_us``, ``fmt_ms``, ``fmt_bytes``,
+``fmt_flops``, ``fmt_share``), so tests compare the tab's text with the engine's figures, and read
+what a chart's axes show (``axis_labels``, ``one_unit``).
 """
 
 from __future__ import annotations
@@ -67,6 +67,11 @@ def fmt_flops(flops: float) -> str:
 
 def fmt_share(share: float | None) -> str:
     return "\u2014" if share is None else f"{to_fixed(share * 100, 1)} %"
+
+
+def fmt_ms(us: float) -> str:
+    """format.ts fmtMs: ms without the unit."""
+    return "0" if us == 0 else _fixed(us / 1e3)
 
 
 def fmt_bytes(nbytes: float) -> str:

@@ -1,5 +1,5 @@
-"""The runs list (``views/runs.ts``) in a real browser: groups, metadata, status, the filter, and
-runs that appear after TensorBoard's reload. Screenshots go to ``test-artifacts/``."""
+"""The runs list (``views/runs.ts``) in a real browser: groups, metadata, figures, status, sorting,
+the filter, and runs that appear after TensorBoard's reload. Screenshots go to ``test-artifacts/``."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from pages import open_run, open_tab, shot
-from playwright.sync_api import Page, expect
+from pages import fmt_bytes, fmt_ms, fmt_share, open_run, open_tab, shot, stat
+from playwright.sync_api import Frame, Page, expect
 
 #: The runs ``browser_logdir`` (conftest.py) copies from the runner's builtin runs.
 DEMO_RUNS = ("demo/naive", "demo/naive-per-head", "demo/sdpa", "demo/sdpa-math")
@@ -23,12 +23,12 @@ def test_runs_view_groups_metadata_status_and_filter(tensorboard: Any, page: Pag
     for run in DEMO_RUNS:
         row = frame.get_by_role("button", name=f"Open run {run}", exact=True)
         cells = row.locator("td").all_inner_texts()[1:]  # the first cell is the compare checkbox
-        # run (without its group), model, impl, seq, dtype, device, who, when, status
+        # run (without its group), model, impl, seq, dtype, device, the five figures, who, when, status
         assert cells[0] == run.split("/", 1)[1], cells
         assert cells[1] == "builtin" and cells[3] == "16" and cells[4] == "float32" and cells[5] == "cpu", cells
         assert cells[2] == run.split("/")[1].removesuffix("-per-head"), cells
-        assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d", cells[7]), cells
-        assert cells[8] in ("unloaded", "ready"), cells
+        assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d", cells[12]), cells
+        assert cells[13] in ("unloaded", "loading", "ready"), cells
     # The group rows come before their runs, in order.
     names = table.locator("tbody tr").evaluate_all("rs => rs.map(r => r.classList.contains('group') ? '#' + "
                                                    "r.textContent : r.querySelector('.run-name')?.textContent)")
@@ -49,6 +49,81 @@ def test_runs_view_groups_metadata_status_and_filter(tensorboard: Any, page: Pag
     expect(frame.get_by_text("No run matches \u201cno-such-run\u201d.")).to_be_visible()
     search.fill("")
     expect(frame.get_by_text(f"{total} runs", exact=True)).to_be_visible()
+
+
+def _summary(frame: Frame, run: str) -> dict[str, Any]:
+    """The server's /summary of a run, fetched in the tab's frame (relative URL, as the tab does)."""
+    response = frame.evaluate("async (run) => { const r = await fetch('./summary?run=' + encodeURIComponent(run));"
+                              " return {status: r.status, body: await r.json()}; }", run)
+    assert response["status"] == 200, response
+    return response["body"]  # type: ignore[no-any-return]
+
+
+def _group_rows(frame: Frame, group: str) -> list[str]:
+    """The runs of one group, in the order the list shows them."""
+    return frame.locator("table.runs tbody tr").evaluate_all(
+        "(rs, g) => { let on = false; const out = []; for (const r of rs) {"
+        " if (r.classList.contains('group')) on = r.textContent === g;"
+        " else if (on && r.classList.contains('run-row')) out.push(r.dataset.run); } return out; }", group)
+
+
+def test_figures_fill_in_without_opening_runs_and_sort(tensorboard: Any, page: Page, artifacts: Path) -> None:
+    frame = open_tab(page, tensorboard.url)
+    # The server parses the runs in the background once listed; the tab polls and fills them in.
+    for run in DEMO_RUNS:
+        cell = frame.get_by_role("button", name=f"Open run {run}", exact=True).locator("td[data-col=attention]")
+        expect(cell.locator(".fig-value")).to_be_visible(timeout=60_000)
+    urls = frame.evaluate("performance.getEntriesByType('resource').map(e => e.name)")
+    assert not any("/summary" in u for u in urls), "the tab opened a run to get its figures"
+    shot(page, artifacts, "runs-figures")
+
+    attention: dict[str, float] = {}
+    for run in DEMO_RUNS:
+        (w,) = _summary(frame, run)["workers"]
+        assert w["device"] == "cpu"  # so the figures are on the CPU clock
+        attention[run] = w["attention_cpu_us"]
+        row = frame.get_by_role("button", name=f"Open run {run}", exact=True)
+
+        def col(key: str) -> str:
+            return row.locator(f"td[data-col={key}]").inner_text()  # noqa: B023 -- used at once
+
+        assert row.locator("td[data-col=attention] .fig-value").inner_text() == fmt_ms(w["attention_cpu_us"])
+        assert row.locator("td[data-col=attention] .clock").inner_text() == "cpu"
+        per_step = [s["attention_cpu_us"] for s in w["per_step"]]
+        assert len(per_step) == 2
+        assert row.locator("td[data-col=attention] .spread").inner_text() == \
+            f"{fmt_ms(min(per_step))}\u2013{fmt_ms(max(per_step))}"
+        assert col("share") == fmt_share(w["attention_share_cpu"])
+        assert col("peak") == fmt_bytes(max(layer["peak_bytes"] for layer in w["layers"]))
+        assert col("backend") == w["backend"] and col("steps") == str(w["step_count"])
+    # A run whose trace cannot be read has no figures, and says why on hover.
+    broken = frame.get_by_role("button", name="Open run broken/not-a-trace", exact=True)
+    expect(broken.locator("td[data-col=attention]")).to_have_text("\u2014")
+    assert "No figures" in (broken.locator("td[data-col=attention]").get_attribute("title") or "")
+
+    header = frame.locator("table.runs th[data-col=attention]")
+    expect(header).to_have_attribute("aria-sort", "none")
+    expect(frame.locator("table.runs th[data-col=run]")).to_have_attribute("aria-sort", "ascending")
+    header.click()  # the slowest first
+    expect(frame.locator("table.runs th[data-col=attention]")).to_have_attribute("aria-sort", "descending")
+    slowest_first = sorted(DEMO_RUNS, key=lambda r: -attention[r])
+    assert _group_rows(frame, "demo") == slowest_first
+    shot(page, artifacts, "runs-sorted")
+    frame.locator("table.runs th[data-col=attention]").press("Enter")  # the keyboard sorts too
+    expect(frame.locator("table.runs th[data-col=attention]")).to_have_attribute("aria-sort", "ascending")
+    assert _group_rows(frame, "demo") == slowest_first[::-1]
+    expect(frame.locator("table.runs th[data-col=run]")).to_have_attribute("aria-sort", "none")
+    # The groups stay (sorting is within each) and so does picking runs to compare.
+    assert frame.locator("table.runs tr.group").all_inner_texts()[:1] != []
+    for run in slowest_first[:2]:
+        frame.get_by_role("checkbox", name=f"Pick {run} for comparing").check()
+    expect(frame.get_by_test_id("compare-button")).to_have_text("Compare 2 runs")
+    expect(frame.get_by_test_id("compare-button")).to_be_enabled()
+    frame.get_by_role("button", name="clear (2)").click()
+    # The run overview calls the same figure "peak".
+    peak = frame.get_by_role("button", name="Open run demo/naive", exact=True).locator("td[data-col=peak]").inner_text()
+    open_run(frame, "demo/naive")
+    expect(stat(frame, "peak").locator("b")).to_have_text(peak)
 
 
 def test_new_run_appears_after_reload(tensorboard: Any, browser_logdir: Path, builtin_logdir: Path, page: Page,

@@ -1,4 +1,5 @@
-"""The runs list with 1,000 runs, in a real TensorBoard and Chromium: count, filters, runs in progress.
+"""The runs list with 1,000 runs, in a real TensorBoard and Chromium: count, filters, runs in progress,
+and figures for the runs parsed ahead (a bounded number of them).
 
 TensorBoard here serves its static plugins and ours only: torch-tb-profiler, if loaded, would
 start parsing all 1,000 runs at once, each in a spawned Python process of its own. Speed is
@@ -21,6 +22,7 @@ from devtools.tbserver import TensorBoard
 
 N = 1000
 PAGE = 100  # rows the list builds at once (frontend/src/views/runs.ts)
+PREFETCH = 50  # trace files the server parses ahead for the list's figures (--tb_attn_prefetch_files)
 RUNS = [many_run(i) for i in range(N)]
 
 
@@ -29,7 +31,7 @@ def many_url(tmp_path_factory: pytest.TempPathFactory, builtin_logdir: Path) -> 
     """``tensorboard --logdir`` (static plugins and ours) over 1,000 runs; its URL."""
     logdir = tmp_path_factory.mktemp("many-runs-browser")
     write_many_runs(logdir, builtin_logdir / "naive", range(N))
-    with TensorBoard(logdir, only=["tb_attn"]) as tb:
+    with TensorBoard(logdir, only=["tb_attn"], args=["--tb_attn_prefetch_files", str(PREFETCH)]) as tb:
         yield tb.url
 
 
@@ -145,3 +147,20 @@ def test_thousand_runs_filters_and_running_badge(many_url: str, page: Page, arti
     expect(rows).to_have_count(N)
     badged = frame.locator("tr.run-row:has(.badge.status-running)").evaluate_all("rs => rs.map(r => r.dataset.run)")
     assert set(badged) == running_names
+
+
+def test_figures_fill_in_for_the_runs_parsed_ahead_only(many_url: str, page: Page, artifacts: Path) -> None:
+    frame = open_tab(page, many_url)
+    frame.get_by_test_id("more-runs").get_by_role("button", name=f"Show all {N}").click()
+    rows = frame.locator("table.runs tr.run-row")
+    expect(rows).to_have_count(N)
+    # The list polls while the server parses; then no cell says "parsing" any more.
+    expect(frame.locator("table.runs td[data-col=attention]", has_text="\u2026")).to_have_count(0, timeout=120_000)
+    with_figures = frame.locator("table.runs tr.run-row:has(td[data-col=attention] .fig-value)")
+    # Every trace is a hard link of one file, so equally new: the first runs by name are parsed.
+    parsed = with_figures.evaluate_all("rs => rs.map(r => r.dataset.run)")
+    assert sorted(parsed) == sorted(r.name for r in RUNS)[:PREFETCH]
+    rest = frame.locator("table.runs td[data-col=attention]", has_text="\u2014")
+    expect(rest).to_have_count(N - PREFETCH)
+    assert rest.first.get_attribute("title") == "Not parsed yet: open the run to read it"
+    page.screenshot(path=str(artifacts / "many-runs-figures.png"))

@@ -2,7 +2,7 @@
 // notes and errors), the sub-view tabs, and the drill-down panel under them.
 
 import { h, replace, select } from "../dom";
-import { fmtCount, fmtShare, fmtUs, fmtWhen } from "../format";
+import { fmtBytes, fmtCount, fmtShare, fmtUs, fmtWhen } from "../format";
 import { spanOptions } from "../spans";
 import { TABS, type Actions, type State, type Tab } from "../state";
 import { noisyMark, spreadTitle } from "../spread";
@@ -234,6 +234,14 @@ export class RunView {
           ? null
           : share("device", ws.attention_share_device, ws.attention_device_us, ws.step_device_us, ws.spread["attention_device_us"]),
         h("span", "stat", h("span", "stat-label", "layers"), h("b", null, String(ws.layers.length))),
+        ws.layers.length
+          ? h(
+              "span",
+              { class: "stat", title: "The largest rise of allocated memory over a layer's start, across layers (as the runs list and Compare show it)" },
+              h("span", "stat-label", "peak"),
+              h("b", null, fmtBytes(Math.max(...ws.layers.map((l) => l.peak_bytes)))),
+            )
+          : null,
         h("span", { class: "stat", title: `ProfilerStep numbers: ${ws.steps.join(", ")}` }, h("b", null, fmtCount(ws.step_count)), h("span", "stat-label", ws.step_count === 1 ? "step profiled" : "steps profiled")),
         h("span", "stat", h("span", "stat-label", "device"), h("b", null, ws.device)),
       ),

@@ -1,16 +1,16 @@
 // The runs list: grouped by run path, filterable (text, user, model, implementation), with
-// metadata and load status, under a warning while the server cannot list the logdir. A logdir
-// may hold thousands of runs, so the list is indexed once per runs response, a filter change
-// only re-runs a scan of plain strings, and at most PAGE rows are built at a time ("show more"
-// adds the next page): typing stays fast whatever the run count.
+// metadata, each parsed run's figures (runs_figures.ts), and load status, under a warning while
+// the server cannot list the logdir. Sortable by any column, within each group. A logdir may
+// hold thousands of runs, so the list is indexed once per runs response, a filter change only
+// re-runs a scan of plain strings, and at most PAGE rows are built at a time ("show more" adds
+// the next page): typing stays fast whatever the run count.
 
 import { append, clear, h, replace, select } from "../dom";
-import { fmtWhen } from "../format";
 import type { Actions, State } from "../state";
-import type { RunEntry, RunsResponse } from "../types";
-import { errorBox, loadingBox, metaConfig, metaString } from "./common";
+import type { RunsResponse } from "../types";
+import { errorBox, loadingBox, metaString } from "./common";
+import { COLUMNS, headerCell, nextSort, type RowItem, rows, runImpl, SPAN, type Sort, sortItems } from "./runs_rows";
 
-const COLUMNS = ["", "run", "model", "impl", "seq", "dtype", "device", "who", "when", "status"];
 /** Rows built at once; measured in bench/many_runs.py (README "Many runs"). */
 const PAGE = 100;
 
@@ -26,8 +26,7 @@ const NONE = "\u0000none";
 type Facets = Record<FacetKey, string | null>; // null: any value
 
 /** What filtering and drawing need of a run, computed once per runs response. */
-interface Item {
-  r: RunEntry;
+interface Item extends RowItem {
   /** Lower-cased run path, user, model and implementation, for the text filter. */
   hay: string[];
   user: string;
@@ -38,10 +37,6 @@ interface Item {
 interface Index {
   items: Item[]; // sorted by group, then run, in natural order
   values: Record<FacetKey, Map<string, number>>; // value -> runs
-}
-
-function runImpl(r: RunEntry): string {
-  return metaString(r.metadata, "impl") || metaConfig(r.metadata, "impl");
 }
 
 function buildIndex(data: RunsResponse): Index {
@@ -102,6 +97,8 @@ export class RunsView {
   private readonly facetBar: HTMLElement;
   private readonly compareBar: HTMLElement;
   private facets: Facets = { user: null, model: null, impl: null };
+  /** The column the rows are sorted by within their group (null: by name), and its direction. */
+  private sort: Sort = { key: "run", desc: false };
   private facetSignature = "";
   private limit = PAGE;
   private index: { data: RunsResponse; index: Index } | null = null;
@@ -137,7 +134,7 @@ export class RunsView {
 
   update(s: State): void {
     const l = this.last;
-    if (l.runs === s.runs && l.filter === s.filter && l.picked === s.picked && l.baseline === s.baseline) return;
+    if (sameRuns(l.runs, s.runs) && l.filter === s.filter && l.picked === s.picked && l.baseline === s.baseline) return;
     this.last = { runs: s.runs, filter: s.filter, picked: s.picked, baseline: s.baseline };
     this.state = s;
     this.renderCompareBar(s);
@@ -174,7 +171,7 @@ export class RunsView {
     }
     const index = this.indexFor(data);
     const text = s.filter.trim().toLowerCase();
-    const shown = index.items.filter((it) => matches(it, text, this.facets));
+    const shown = sortItems(index.items.filter((it) => matches(it, text, this.facets)), this.sort);
     const total = index.items.length;
     this.count.textContent = shown.length === total ? `${total} runs` : `${shown.length} of ${total} runs`;
     if (shown.length === 0) {
@@ -182,8 +179,25 @@ export class RunsView {
       this.body.appendChild(h("p", "muted", `No run matches ${what.join(", ")}.`));
       return;
     }
-    this.body.appendChild(this.table(shown, new Set(s.picked)));
+    // Polling rebuilds the table while figures arrive: keep the keyboard focus where it was.
+    const focused = document.activeElement instanceof HTMLElement ? document.activeElement : null;
+    const focusRun = focused?.closest<HTMLElement>("tr.run-row")?.dataset["run"];
+    const focusCol = focused?.closest<HTMLElement>("th[data-col]")?.dataset["col"];
+    const onBox = focused instanceof HTMLInputElement;
+    const table = this.table(shown, new Set(s.picked));
+    this.body.appendChild(table);
     if (shown.length > this.limit) this.body.appendChild(this.more(shown.length));
+    if (focusRun !== undefined) {
+      const row = [...table.querySelectorAll<HTMLElement>("tr.run-row")].find((r) => r.dataset["run"] === focusRun);
+      (onBox ? row?.querySelector<HTMLElement>("input") : row)?.focus({ preventScroll: true });
+    } else if (focusCol !== undefined) {
+      table.querySelector<HTMLElement>(`th[data-col="${focusCol}"]`)?.focus({ preventScroll: true });
+    }
+  }
+
+  private setSort(key: string): void {
+    this.sort = nextSort(this.sort, key);
+    this.render();
   }
 
   private facetWords(): string[] {
@@ -295,7 +309,7 @@ export class RunsView {
     for (const it of shown.slice(0, this.limit)) {
       if (it.r.group !== group) {
         group = it.r.group;
-        if (group) tbody.appendChild(h("tr", "group", h("th", { attrs: { colspan: COLUMNS.length } }, group)));
+        if (group) tbody.appendChild(h("tr", "group", h("th", { attrs: { colspan: SPAN } }, group)));
       }
       append(tbody, ...rows(it, picked.has(it.r.run)));
     }
@@ -309,7 +323,7 @@ export class RunsView {
     const table = h(
       "table",
       "grid runs",
-      h("thead", null, h("tr", null, h("th", "pick", all), ...COLUMNS.slice(1).map((c) => h("th", null, c)))),
+      h("thead", null, h("tr", null, h("th", "pick", all), ...COLUMNS.map((c) => headerCell(c, this.sort, (key) => this.setSort(key))))),
       tbody,
     );
     const rowOf = (ev: Event): HTMLElement | null => {
@@ -337,71 +351,12 @@ export class RunsView {
   }
 }
 
-/** "ranks · tp" for a runner's multi-rank run, "ranks" for another torch.distributed one. */
-function parallelOf(m: Record<string, unknown> | null): string | null {
-  const parallel = metaString(m, "parallel");
-  const world = m?.["world_size"];
-  if (typeof world !== "number" || world < 2) return null;
-  return parallel && parallel !== "none" ? `ranks \u00b7 ${parallel}` : "ranks";
-}
-
-const RUNNING_TITLE = "In progress: the runner is still writing this run (its metadata says \u201crunning\u201d)";
-
-function rows(it: Item, isPicked: boolean): HTMLElement[] {
-  const r = it.r;
-  const m = r.metadata;
-  const group = r.group;
-  const name = group && r.run.startsWith(group + "/") ? r.run.slice(group.length + 1) : r.run;
-  const host = metaString(m, "host");
-  const who = it.user && host ? `${it.user}@${host}` : it.user || host;
-  const started = metaString(m, "started_at");
-  const runnerStatus = metaString(m, "status");
-  const box = h("input", { attrs: { type: "checkbox", "aria-label": `Pick ${r.run} for comparing` } });
-  box.checked = isPicked;
-  const row = h(
-    "tr",
-    {
-      class: r.status === "running" ? "run-row in-progress" : "run-row",
-      dataset: { run: r.run },
-      attrs: { tabindex: 0, role: "button", "aria-label": `Open run ${r.run}` },
-    },
-    h("td", "pick", box),
-    h(
-      "td",
-      { class: "run-name", title: r.run },
-      name,
-      // Several workers: the ranks of a torch.distributed job (their Ranks view is one click in).
-      r.workers.length > 1
-        ? h("span", { class: "badge ranks", title: "one trace per worker: open the run for its Ranks view" },
-            `${r.workers.length} ${parallelOf(m) ?? "workers"}`)
-        : null,
-    ),
-    h("td", null, it.model),
-    h("td", null, it.impl),
-    h("td", "num", metaConfig(m, "seq")),
-    h("td", null, metaString(m, "dtype") || metaConfig(m, "dtype")),
-    h("td", { title: metaString(m, "device_name") }, metaString(m, "device")),
-    h("td", null, who),
-    h("td", { title: started }, started ? fmtWhen(started) : ""),
-    h(
-      "td",
-      null,
-      h("span", { class: `badge status-${r.status}`, title: r.status === "running" ? RUNNING_TITLE : undefined }, r.status),
-      // The runner's own status, unless it says the same (a run in progress is "running" twice).
-      runnerStatus && runnerStatus !== "ok" && runnerStatus !== r.status
-        ? h("span", `badge runner-${runnerStatus}`, runnerStatus)
-        : null,
-    ),
-  );
-  const out: HTMLElement[] = [row];
-  const messages: string[] = [];
-  if (r.status === "error" && r.error) messages.push(r.error);
-  const runnerError = metaString(m, "error");
-  if (runnerError && runnerStatus !== "ok") messages.push(`runner: ${runnerError}`);
-  if (messages.length) {
-    out.push(h("tr", "run-error", h("td", { attrs: { colspan: COLUMNS.length } }, messages.join(" \u2014 "))));
-  }
-  return out;
+/** Whether the list shows the same for `b` as for `a`: a poll's "loading" with the old data in
+ * hand rebuilds nothing (the figures poll asks every second while runs are parsed). */
+function sameRuns(a: State["runs"] | null, b: State["runs"]): boolean {
+  if (a === b) return true;
+  if (!a || a.data !== b.data || a.error !== b.error || (a.status === "error") !== (b.status === "error")) return false;
+  return b.data !== null || a.status === b.status;
 }
 
 /**

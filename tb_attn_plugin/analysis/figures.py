@@ -1,0 +1,38 @@
+"""A run's headline figures for the runs list: attention time, its share and spread, peak, backend.
+
+The figures come from the run's median worker, the one ``compare`` describes a run by, so the
+runs list, Compare and the run overview of a one-worker run show the same numbers.
+"""
+
+from __future__ import annotations
+
+from tb_attn_plugin.analysis.configs import median_worker
+from tb_attn_plugin.responses import RunFigures
+from tb_attn_plugin.schema import RunSummary
+
+__all__ = ["NO_ATTENTION", "run_figures"]
+
+NO_ATTENTION = "no attention found in its traces"
+
+
+def run_figures(run: RunSummary) -> RunFigures | None:
+    """The figures of a summarized run; None when no trace of it was read or none has attention
+    (``NO_ATTENTION``; the unreadable traces' errors are in ``run.errors``)."""
+    if not any(w.layers for w in run.workers):
+        return None
+    w = median_worker(run)
+    device = w.attention_device_us > 0
+    per_step = [s.attention_device_us if device else s.attention_cpu_us for s in w.per_step]
+    return RunFigures(
+        clock="device" if device else "cpu",
+        attention_us=w.attention_device_us if device else w.attention_cpu_us,
+        attention_min_us=min(per_step) if per_step else None,
+        attention_max_us=max(per_step) if per_step else None,
+        attention_share=w.attention_share_device if device else w.attention_share_cpu,
+        peak_bytes=max((layer.peak_bytes for layer in w.layers), default=0),
+        backend=w.backend,
+        steps=w.step_count,
+        worker=w.worker,
+        workers=len(run.workers),
+        unreadable=len(run.errors),
+    )
