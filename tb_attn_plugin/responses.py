@@ -80,6 +80,7 @@ class RunFigures(msgspec.Struct, kw_only=True):
     worker: str  # the worker the figures come from
     workers: int  # trace files read: the median is taken over them
     unreadable: int  # trace files of the run that could not be read, left out of the figures
+    attention_spread: Spread | None = None  # the summary's spread of attention time on ``clock`` (its noisy mark)
 
 
 class RunEntry(msgspec.Struct, kw_only=True):

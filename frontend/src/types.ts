@@ -76,6 +76,23 @@ export interface RunFigures {
   workers: number;
   /** trace files of the run that could not be read, left out of the figures */
   unreadable: number;
+  /** the summary's spread of attention time on `clock` (its noisy mark) */
+  attention_spread: Spread | null;
+}
+
+/** How far one per-step figure's steps were apart (analysis/spread.py, docs/summary.md). */
+export interface Spread {
+  /** of the per-step values (the figure itself is their mean) */
+  median: number;
+  /** the smallest step ("range") or the 25th percentile ("iqr") */
+  lo: number;
+  /** the largest step ("range") or the 75th percentile ("iqr") */
+  hi: number;
+  /** "range" below 8 steps, else "iqr" */
+  kind: string;
+  steps: number;
+  /** hi - lo is over 20% of the median */
+  noisy: boolean;
 }
 
 export interface RunSummary {
@@ -191,21 +208,6 @@ export interface Backward {
   cpu_us: number;
   device_us: number;
   flops: number;
-}
-
-/** How far one per-step figure's steps were apart (analysis/spread.py, docs/summary.md). */
-export interface Spread {
-  /** of the per-step values (the figure itself is their mean) */
-  median: number;
-  /** the smallest step ("range") or the 25th percentile ("iqr") */
-  lo: number;
-  /** the largest step ("range") or the 75th percentile ("iqr") */
-  hi: number;
-  /** "range" below 8 steps, else "iqr" */
-  kind: string;
-  steps: number;
-  /** hi - lo is over 20% of the median */
-  noisy: boolean;
 }
 
 export interface HeadStats {

@@ -35,4 +35,5 @@ def run_figures(run: RunSummary) -> RunFigures | None:
         worker=w.worker,
         workers=len(run.workers),
         unreadable=len(run.errors),
+        attention_spread=w.spread.get("attention_device_us" if device else "attention_cpu_us"),
     )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from tb_attn_plugin.analysis.compare import run_facts
 from tb_attn_plugin.analysis.figures import run_figures
+from tb_attn_plugin.analysis.spread import spread
 from tb_attn_plugin.schema import Backward, FileError, LayerStats, RunSummary, StepStats, WorkerSummary
 
 
@@ -28,6 +29,8 @@ def _worker(name: str, *, cpu: list[float], device: list[float], step_cpu: float
         per_step=[StepStats(step=i, cpu_us=step_cpu, device_us=step_device, attention_cpu_us=c,
                             attention_device_us=d) for i, (c, d) in enumerate(zip(cpu, device, strict=True))],
         diagnostics={}, notes=[],
+        spread={k: v for k, v in (("attention_cpu_us", spread(cpu)), ("attention_device_us", spread(device)))
+                if v is not None},
     )
 
 
@@ -56,6 +59,9 @@ def test_device_clock_where_attention_launched_kernels() -> None:
     assert f.attention_us == 300.0 and (f.attention_min_us, f.attention_max_us) == (200.0, 400.0)
     assert f.attention_share == 0.3  # 300 of the 1000 µs device step, not of the CPU step
     assert f.backend == "flash"
+    # The noisy mark's spread is the device clock's: 200 and 400 µs about a median of 300.
+    assert f.attention_spread is not None and (f.attention_spread.lo, f.attention_spread.hi) == (200.0, 400.0)
+    assert f.attention_spread.noisy and f.attention_spread == w.spread["attention_device_us"]
 
 
 def test_several_workers_take_the_median_one_as_compare_does() -> None:

@@ -5,6 +5,7 @@
 
 import { h } from "../dom";
 import { fmtBytes, fmtCount, fmtMs, fmtShare, fmtUs } from "../format";
+import { noisyMark } from "../spread";
 import type { RunEntry, RunFigures } from "../types";
 
 export const PARSING = "\u2026";
@@ -89,6 +90,7 @@ export function figureCells(r: RunEntry): HTMLElement[] {
       h("span", "fig-value", fmtMs(f.attention_us)),
       h("span", "clock", f.clock === "device" ? "device" : "cpu"),
       spread ? h("span", { class: "spread", attrs: { "aria-label": `steps from ${spread} ms` } }, spread) : null,
+      noisyMark(f.attention_spread, fmtUs, true),
     ),
     h("td", { class: "num fig", dataset: { col: "share" } }, fmtShare(f.attention_share)),
     h("td", { class: "num fig", title: `${f.peak_bytes} bytes`, dataset: { col: "peak" } }, fmtBytes(f.peak_bytes)),
