@@ -376,7 +376,7 @@ class RanksResponse(msgspec.Struct, kw_only=True):
     metric_label: str  # that metric in words, clock included, as the CLI and the tab show it
     means_label: str  # the other columns and the layers (means per step), in words
     heads_label: str  # the layer x head map's figure, in words
-    median_label: str  # how the one median of the view is computed, in words
+    median_label: str  # how the one median of the view is computed, in words ("median " + it)
     margin: float  # a straggler is slower than the median over ranks by more than this fraction
     min_gap_us: float  # ... and by at least this much
     ranks: list[RankRow]

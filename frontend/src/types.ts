@@ -222,7 +222,7 @@ export interface RanksResponse {
   means_label: string;
   /** the layer x head map's figure, in words */
   heads_label: string;
-  /** how the one median of the view is computed, in words */
+  /** how the one median of the view is computed, in words ("median " + it) */
   median_label: string;
   /** a straggler is slower than the median over ranks by more than this fraction */
   margin: number;

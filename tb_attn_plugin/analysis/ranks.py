@@ -62,8 +62,8 @@ RANK_OUT_OF_RANGE = f"ranks or world sizes out of range (over {MAX_WORLD_SIZE}),
 #: Cells of the run's layer × head map: twice what a summary lists (``bounds.MAX_HEAD_ROWS``).
 MAX_MAP_HEADS = 1 << 14
 #: How the one median of the view is computed (``median_over_ranks``), in words.
-MEDIAN_LABEL = ("median over ranks, each rank itself included (with an even number of ranks, "
-                "the lower of the two middle values)")
+MEDIAN_LABEL = ("over every rank, the rank itself included; with an even number of ranks, "
+                "the lower of the two middle values")
 #: The table's columns over every rank, in order: the straggler metric first.
 COLUMNS = ("attention_best", "step", "attention", "collectives", "other")
 _RANK_RE = re.compile(r"(?:^|[^a-z0-9])rank[-_]?(\d+)(?:[^0-9]|$)", re.IGNORECASE)
