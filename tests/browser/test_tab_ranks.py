@@ -173,7 +173,8 @@ def test_ranks_view_of_a_tensor_parallel_run(ranks_url: str, page: Page, artifac
     expect(table.locator("thead th[data-col=attention_best]")).to_have_class(re.compile(r"\bjudged\b"))
     expect(foot.locator("tr[data-agg=median] td[data-col=attention_best]")).to_have_text(median)
     expect(frame.get_by_test_id("ranks-table-hint")).to_contain_text(
-        f"Straggler metric: {metric}. The other columns: {expected['means_label']}. \"median\": {expected['median_label']}.")
+        f"Straggler metric: {metric}. The other columns: {expected['means_label']}. "
+        f"\"median\": {expected['median_label']}.")
     # Exactly one median of the straggler metric appears in the view: the banner's is the table's.
     assert callout.inner_text().count(" vs median ") == len(expected["stragglers"])
     for s in expected["stragglers"]:
@@ -262,6 +263,12 @@ def test_replicas_gaps_single_rank_errors_and_stale_answers(ranks_url: str, page
     expect(heads.get_by_test_id("heads-gaps")).to_contain_text("missing L0: 0-1; L1: 0-1")
     expect(heads.get_by_test_id("heads-by-rank")).to_have_text("Global heads 2-3: rank 0 + rank 1 \u2192 2-3")
     expect(frame.get_by_test_id("stragglers")).to_contain_text("No straggler at a 20% margin")
+    # The all-clear names the metric and its median too, the table's "median" row.
+    (best,) = [c for c in expected["columns"] if c["column"] == "attention_best"]
+    expect(frame.get_by_test_id("ranks-metric")).to_contain_text(
+        f"judged on {expected['metric_label']}; median {fmt_us(best['median_us'])}")
+    median_cell = "[data-testid=ranks-table] tfoot tr[data-agg=median] td[data-col=attention_best]"
+    expect(frame.locator(median_cell)).to_have_text(fmt_us(best["median_us"]))
     shot(page, artifacts, "ranks-replicas")
     back_to_runs(frame)
 
