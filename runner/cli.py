@@ -31,9 +31,11 @@ PROG = "tb-attn-run"
 #: What the runner imports beyond the base install, which `pip install 'tb-attn[runner]'` adds.
 RUNNER_EXTRA = ("torch", "tqdm")
 
-#: The demo: a small CPU sweep of four implementations at two lengths, plus a Hugging Face model.
+#: The demo: a small CPU sweep of four implementations at two lengths, one run with each head in
+#: its own scope (measured heads for the Heads view), plus a Hugging Face model.
 DEMO_ARGS: tuple[list[str], ...] = (
     ["--model", "builtin", "--size", "small", "--impl", "naive,naive-inplace,sdpa-math,sdpa", "--seq", "256,512"],
+    ["--model", "builtin", "--size", "small", "--impl", "naive", "--seq", "256", "--per-head"],
     ["--model", "hf:gpt2", "--size", "small", "--impl", "naive,sdpa", "--seq", "256"],
 )
 

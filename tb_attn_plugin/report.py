@@ -94,24 +94,28 @@ def _text(lines: Sequence[str]) -> str:
 
 
 def ranks_table(view: RanksResponse) -> str:
+    """The ranks table, with the labels of its metric and median as the route and the tab give them."""
     layers = [a.layer for a in view.all_ranks]
-    header = ("rank", "worker", "step ms", "attn ms", "coll ms", "other ms", *(f"L{k} ms" for k in layers), "heads", "")
-    rows = [(str(r.rank if r.rank is not None else "-"), r.worker, _ms(r.step_us), _ms(r.attention_us),
-             _ms(r.collective_us), _ms(r.other_us),
+    header = ("rank", "worker", "fastest ms", "step ms", "attn ms", "coll ms", "other ms",
+              *(f"L{k} ms" for k in layers), "heads", "")
+    rows = [(str(r.rank if r.rank is not None else "-"), r.worker, _ms(r.attention_best_us), _ms(r.step_us),
+             _ms(r.attention_us), _ms(r.collective_us), _ms(r.other_us),
              *(_ms(next((x.time_us for x in r.layers if x.layer == k), 0.0)) for k in layers),
              _head_span(r.heads), "STRAGGLER" if r.straggler else "") for r in view.ranks]
-    rows.append(("all", "mean", "", _ms(view.attention_mean_us), _ms(view.collective_mean_us), "",
-                 *(_ms(a.mean_us) for a in view.all_ranks), "", ""))
-    rows.append(("all", "max", "", _ms(view.attention_max_us), "", "",
-                 *(_ms(a.max_us) for a in view.all_ranks), "", ""))
+    for agg in ("mean", "median", "max"):
+        rows.append(("all", agg, *(_ms(getattr(c, f"{agg}_us")) for c in view.columns),
+                     *(_ms(getattr(a, f"{agg}_us")) for a in view.all_ranks), "", ""))
     rows = _cells(rows)
     widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
     fmt = "  ".join(f"{{:<{w}}}" if i < 2 or i >= len(widths) - 2 else f"{{:>{w}}}" for i, w in enumerate(widths))
-    lines = [f"{view.run}: {len(view.ranks)} ranks, {view.clock} time per step (means)",
+    lines = [f"{view.run}: {len(view.ranks)} ranks",
+             f"fastest: {view.metric_label} (the straggler metric)",
+             f"other columns: {view.means_label}",
+             f"median: {view.median_label}",
              fmt.format(*header).rstrip(), *(fmt.format(*row).rstrip() for row in rows)]
     for s in view.stragglers:
-        lines.append(f"straggler: rank {s.rank if s.rank is not None else '-'} ({s.worker}): {s.metric} "
-                     f"{_ms(s.value_us)} ms against a median of {_ms(s.median_us)} ms ({s.ratio:.2f}x, "
+        lines.append(f"straggler: rank {s.rank if s.rank is not None else '-'} ({s.worker}): {s.label}: "
+                     f"{_ms(s.value_us)} ms against the median over ranks {_ms(s.median_us)} ms ({s.ratio:.2f}x, "
                      f"margin {view.margin:.0%})")
     names = sorted({c.name for r in view.ranks for c in r.collectives})
     if names:
@@ -122,7 +126,7 @@ def ranks_table(view: RanksResponse) -> str:
     if view.heads:
         kind = "sharded across ranks (tensor parallel)" if view.heads_sharded else "on every rank"
         gaps = "" if view.heads_complete else " (with gaps: some heads were not seen)"
-        lines.append(f"heads: {view.head_count} per layer, {kind}{gaps}")
+        lines.append(f"heads: {view.head_count} per layer, {kind}{gaps}; the map shows {view.heads_label}")
     return _text(lines)
 
 

@@ -32,7 +32,7 @@ __all__ = [
 ]
 
 RUNS_SCHEMA = "tb-attn.runs/1"
-RANKS_SCHEMA = "tb-attn.ranks/1"
+RANKS_SCHEMA = "tb-attn.ranks/2"
 COMPARE_SCHEMA = "tb-attn.compare/1"
 SCALING_SCHEMA = "tb-attn.scaling/1"
 
@@ -417,8 +417,8 @@ class RankRow(msgspec.Struct, kw_only=True):
     files: list[str]
     world_size: int | None
     step_us: float
-    attention_us: float  # forward + backward
-    attention_best_us: float  # in the rank's fastest step: what stragglers are judged by
+    attention_us: float  # forward + backward, mean per step
+    attention_best_us: float  # in the rank's fastest step: the straggler metric (metric_label)
     collective_us: float
     other_us: float  # step time neither attention nor collectives (can be 0 when they overlap)
     layers: list[RankLayer]
@@ -427,12 +427,23 @@ class RankRow(msgspec.Struct, kw_only=True):
     straggler: bool
 
 
+class RanksColumn(msgspec.Struct, kw_only=True):
+    """One column of the ranks table over every rank (its "All ranks" rows)."""
+
+    column: str  # "attention_best" (the straggler metric), "step", "attention", "collectives", "other"
+    mean_us: float
+    median_us: float  # the view's one median (median_label)
+    min_us: float
+    max_us: float
+    max_rank: int | None  # the rank with max_us
+
+
 class RanksLayer(msgspec.Struct, kw_only=True):
     """One layer across ranks (the "All ranks" aggregate)."""
 
     layer: int
     mean_us: float
-    median_us: float
+    median_us: float  # the view's one median (median_label)
     min_us: float
     max_us: float
     max_rank: int | None
@@ -442,9 +453,10 @@ class RanksLayer(msgspec.Struct, kw_only=True):
 class Straggler(msgspec.Struct, kw_only=True):
     rank: int | None
     worker: str
-    metric: str  # "attention" (in the rank's fastest step) or "layer L" (its mean)
+    metric: str  # "attention" (in the rank's fastest step) or "layer L" (its mean per step)
+    label: str  # the metric in words: "attention in the fastest step", "layer L, mean per step"
     value_us: float
-    median_us: float
+    median_us: float  # of the metric over ranks (median_label): the table's "median" row
     ratio: float  # value / median
 
 
@@ -453,7 +465,7 @@ class GlobalHead(msgspec.Struct, kw_only=True):
     head: int
     ranks: list[int]  # ranks that computed this head (several: replicas, e.g. data parallel)
     replicas: int  # workers that computed it (ranks, including workers without a known rank)
-    time_us: float  # mean over those workers, on the response's clock
+    time_us: float  # forward, core phases, mean per step over those workers (heads_label)
     flops: float
     derived: bool
 
@@ -462,13 +474,16 @@ class RanksResponse(msgspec.Struct, kw_only=True):
     schema: str = RANKS_SCHEMA
     run: str
     clock: Literal["cpu", "device"]  # "device" when the traces have kernels, else "cpu"
-    margin: float  # a straggler is slower than the other ranks' median by more than this fraction
+    metric: str  # the straggler metric: "attention_best" (RankRow.attention_best_us)
+    metric_label: str  # that metric in words, clock included, as the CLI and the tab show it
+    means_label: str  # the other columns and the layers (means per step), in words
+    heads_label: str  # the layer x head map's figure, in words
+    median_label: str  # how the one median of the view is computed, in words ("median " + it)
+    margin: float  # a straggler is slower than the median over ranks by more than this fraction
     min_gap_us: float  # ... and by at least this much
     ranks: list[RankRow]
+    columns: list[RanksColumn]  # the table's columns over every rank, the straggler metric first
     all_ranks: list[RanksLayer]
-    attention_mean_us: float
-    attention_max_us: float
-    collective_mean_us: float
     stragglers: list[Straggler]
     heads: list[GlobalHead]
     head_count: int  # the width of the layer x head map: the largest global head index + 1

@@ -65,7 +65,7 @@ export interface State {
   /** The ranks view (./ranks) of the open run, for `ranksMargin`. */
   ranks: Loadable<RanksResponse>;
   ranksMargin: number;
-  /** The ranks table's sort: "rank", "worker", "step", "attention", "collectives", "other", "L<n>", "heads". */
+  /** The ranks table's sort: "rank", "worker", a RanksResponse column ("attention_best", "step", ...), "L<n>", "heads". */
   ranksSort: { key: string; desc: boolean };
   /** Runs ticked in the runs list, in the order they were picked. */
   picked: string[];

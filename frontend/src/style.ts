@@ -166,6 +166,12 @@ table.compare-table td.findings-cell { white-space: normal; min-width: 200px; }
 .stragglers li { margin: 2px 0; }
 .badge.straggler { background: #ffebee; color: #b71c1c; border: 1px solid #ef9a9a; margin-left: 6px; font-weight: 600; }
 .stragglers li .badge.straggler { margin-left: 0; }
+.stragglers .metric-line { margin: 4px 0 2px; font-size: 12px; }
+.metric-caption { margin: 4px 0; font-size: 12px; color: #424242; }
+.derived-note { max-width: 900px; white-space: normal; }
+table.ranks-table tr.col-groups th { position: static; font-weight: 500; font-size: 11px; color: #757575; text-align: center; border-bottom: none; }
+table.ranks-table tr.col-groups th.group { border-left: 1px solid #e0e0e0; border-right: 1px solid #e0e0e0; }
+table.ranks-table thead th.judged { background: #fff3e0; }
 table.ranks-table th.sortable { cursor: pointer; user-select: none; }
 table.ranks-table th.sortable:hover, table.ranks-table th.sorted { color: #e65100; }
 table.ranks-table th.num { text-align: right; }

@@ -279,15 +279,24 @@ export interface RanksResponse {
   run: string;
   /** "device" when the traces have kernels, else "cpu" */
   clock: "cpu" | "device";
-  /** a straggler is slower than the other ranks' median by more than this fraction */
+  /** the straggler metric: "attention_best" (RankRow.attention_best_us) */
+  metric: string;
+  /** that metric in words, clock included, as the CLI and the tab show it */
+  metric_label: string;
+  /** the other columns and the layers (means per step), in words */
+  means_label: string;
+  /** the layer x head map's figure, in words */
+  heads_label: string;
+  /** how the one median of the view is computed, in words ("median " + it) */
+  median_label: string;
+  /** a straggler is slower than the median over ranks by more than this fraction */
   margin: number;
   /** ... and by at least this much */
   min_gap_us: number;
   ranks: RankRow[];
+  /** the table's columns over every rank, the straggler metric first */
+  columns: RanksColumn[];
   all_ranks: RanksLayer[];
-  attention_mean_us: number;
-  attention_max_us: number;
-  collective_mean_us: number;
   stragglers: Straggler[];
   heads: GlobalHead[];
   /** the width of the layer x head map: the largest global head index + 1 */
@@ -308,9 +317,9 @@ export interface RankRow {
   files: string[];
   world_size: number | null;
   step_us: number;
-  /** forward + backward */
+  /** forward + backward, mean per step */
   attention_us: number;
-  /** in the rank's fastest step: what stragglers are judged by */
+  /** in the rank's fastest step: the straggler metric (metric_label) */
   attention_best_us: number;
   collective_us: number;
   /** step time neither attention nor collectives (can be 0 when they overlap) */
@@ -330,10 +339,24 @@ export interface RankLayer {
   backward_us: number;
 }
 
+/** One column of the ranks table over every rank (its "All ranks" rows). */
+export interface RanksColumn {
+  /** "attention_best" (the straggler metric), "step", "attention", "collectives", "other" */
+  column: string;
+  mean_us: number;
+  /** the view's one median (median_label) */
+  median_us: number;
+  min_us: number;
+  max_us: number;
+  /** the rank with max_us */
+  max_rank: number | null;
+}
+
 /** One layer across ranks (the "All ranks" aggregate). */
 export interface RanksLayer {
   layer: number;
   mean_us: number;
+  /** the view's one median (median_label) */
   median_us: number;
   min_us: number;
   max_us: number;
@@ -345,9 +368,12 @@ export interface RanksLayer {
 export interface Straggler {
   rank: number | null;
   worker: string;
-  /** "attention" (in the rank's fastest step) or "layer L" (its mean) */
+  /** "attention" (in the rank's fastest step) or "layer L" (its mean per step) */
   metric: string;
+  /** the metric in words: "attention in the fastest step", "layer L, mean per step" */
+  label: string;
   value_us: number;
+  /** of the metric over ranks (median_label): the table's "median" row */
   median_us: number;
   /** value / median */
   ratio: number;
@@ -360,7 +386,7 @@ export interface GlobalHead {
   ranks: number[];
   /** workers that computed it (ranks, including workers without a known rank) */
   replicas: number;
-  /** mean over those workers, on the response's clock */
+  /** forward, core phases, mean per step over those workers (heads_label) */
   time_us: number;
   flops: number;
   derived: boolean;

@@ -3,11 +3,21 @@ stragglers, collectives and the global layer × head map (pure: from the run's s
 
 A run written under ``torchrun`` holds one trace per rank. Ranks should cost the same; one
 that spends more time in attention than the others holds them all up at the next collective.
-A straggler is a rank whose attention time exceeds the median of the other ranks by more than
-``margin`` and by at least ``MIN_GAP_US`` (against the others, not all ranks: with two ranks
-the median of all would be the mean, straggler included): attention as a whole in each rank's fastest step
-(interference from other processes only ever slows a step down, while a real straggler is slow
-in every step), or any one layer's mean. Under tensor parallelism each rank
+
+One metric and one median, which the route, the CLI and the tab all name with the labels built
+here (``metric_label`` and friends):
+
+- the straggler metric is attention time (forward + backward) in each rank's fastest step
+  (interference from other processes only ever slows a step down, while a real straggler is
+  slow in every step); the summaries keep no per-step figure per layer, so a layer is judged on
+  its mean per step, and the table's other columns are means per step too;
+- the median is ``median_over_ranks``: over every rank, the rank itself included, and with an
+  even number of ranks the lower of the two middle values. With two ranks that is the faster
+  one, not a mean that half includes the straggler; for any rank in the slower half of an even
+  count it equals the median of the other ranks.
+
+A straggler's figure exceeds that median by more than ``margin`` and by at least
+``MIN_GAP_US``. Under tensor parallelism each rank
 computes a slice of the heads and names them with global indices (``docs/scopes.md``), so
 putting every rank's heads together gives the whole layer × head map; under data parallelism
 every rank computes every head and the map shows their mean.
@@ -24,12 +34,23 @@ from __future__ import annotations
 import re
 import statistics
 from collections import defaultdict
-from typing import TypeGuard
+from typing import Literal, TypeGuard
 
-from tb_attn_plugin.responses import GlobalHead, RankLayer, RankRow, RanksLayer, RanksResponse, Straggler
+from tb_attn_plugin.responses import (
+    GlobalHead,
+    RankLayer,
+    RankRow,
+    RanksColumn,
+    RanksLayer,
+    RanksResponse,
+    Straggler,
+)
 from tb_attn_plugin.schema import CollectiveStats, RunSummary, WorkerSummary
 
-__all__ = ["DEFAULT_MARGIN", "MAX_MAP_HEADS", "MAX_WORLD_SIZE", "RANK_OUT_OF_RANGE", "rank_of", "ranks"]
+__all__ = [
+    "DEFAULT_MARGIN", "MAX_MAP_HEADS", "MAX_WORLD_SIZE", "MEDIAN_LABEL", "RANK_OUT_OF_RANGE", "heads_label",
+    "means_label", "median_over_ranks", "metric_label", "rank_of", "ranks",
+]
 
 DEFAULT_MARGIN = 0.2
 #: A rank ahead of the median by less than this is not called a straggler, whatever the ratio:
@@ -40,6 +61,11 @@ MAX_WORLD_SIZE = 1 << 20
 RANK_OUT_OF_RANGE = f"ranks or world sizes out of range (over {MAX_WORLD_SIZE}), ignored"
 #: Cells of the run's layer × head map: twice what a summary lists (``bounds.MAX_HEAD_ROWS``).
 MAX_MAP_HEADS = 1 << 14
+#: How the one median of the view is computed (``median_over_ranks``), in words.
+MEDIAN_LABEL = ("over every rank, the rank itself included; with an even number of ranks, "
+                "the lower of the two middle values")
+#: The table's columns over every rank, in order: the straggler metric first.
+COLUMNS = ("attention_best", "step", "attention", "collectives", "other")
 _RANK_RE = re.compile(r"(?:^|[^a-z0-9])rank[-_]?(\d+)(?:[^0-9]|$)", re.IGNORECASE)
 _RANK_DIGITS = len(str(MAX_WORLD_SIZE))
 
@@ -75,6 +101,32 @@ def _is_int(value: object) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
+def _clock_words(clock: str) -> str:
+    return "device clock" if clock == "device" else "CPU clock"
+
+
+def metric_label(clock: str) -> str:
+    """The straggler metric, in the words the CLI and the tab use."""
+    return f"attention time in each rank's fastest step (forward + backward, {_clock_words(clock)})"
+
+
+def means_label(clock: str) -> str:
+    """The table's other columns and the layers' figures."""
+    return f"means per profiled step ({_clock_words(clock)}; attention is forward + backward)"
+
+
+def heads_label(clock: str) -> str:
+    """The layer × head map's figure: what a head's time holds (``summary._heads``)."""
+    return (f"forward time per step by head (its own head scope when measured, else an even share of the "
+            f"layer's core phases: all but qkv_proj, out_proj and other), mean over the profiled steps and "
+            f"over replicas ({_clock_words(clock)})")
+
+
+def median_over_ranks(values: list[float]) -> float:
+    """The view's one median (``MEDIAN_LABEL``): the lower median of every rank's value; 0 for none."""
+    return statistics.median_low(values) if values else 0.0
+
+
 def ranks(run: RunSummary, *, margin: float = DEFAULT_MARGIN) -> RanksResponse:
     """The ranks view of ``run`` (every worker of it; one row per worker, spans averaged)."""
     if margin < 0:
@@ -104,13 +156,13 @@ def ranks(run: RunSummary, *, margin: float = DEFAULT_MARGIN) -> RanksResponse:
                 for r, ws in sorted(claimed.items()) if len(ws) > 1]
     if more:
         warnings.append(f"the layer × head map shows its first {MAX_MAP_HEADS} heads; {more} more are left out")
-    attention = [r.attention_us for r in rows]
+    clock: Literal["cpu", "device"] = "device" if device else "cpu"
     return RanksResponse(
-        run=run.run, clock="device" if device else "cpu", margin=margin, min_gap_us=MIN_GAP_US, ranks=rows,
+        run=run.run, clock=clock, metric="attention_best", metric_label=metric_label(clock),
+        means_label=means_label(clock), heads_label=heads_label(clock), median_label=MEDIAN_LABEL,
+        margin=margin, min_gap_us=MIN_GAP_US, ranks=rows,
+        columns=[_column(key, [(_column_value(r, key), r.rank) for r in rows]) for key in COLUMNS],
         all_ranks=_aggregate(rows, by_worker, device),
-        attention_mean_us=statistics.fmean(attention) if attention else 0.0,
-        attention_max_us=max(attention, default=0.0),
-        collective_mean_us=statistics.fmean(r.collective_us for r in rows) if rows else 0.0,
         stragglers=stragglers, heads=heads, head_count=head_count,
         heads_sharded=bool(owners) and len(rows) > 1 and all(n == 1 for n in owners.values()),
         heads_complete=bool(per_layer) and all(v == set(range(len(v))) for v in per_layer.values()),
@@ -163,27 +215,43 @@ def _merge_collectives(per_span: list[list[CollectiveStats]]) -> list[Collective
     return sorted(out, key=lambda c: (-(c.cpu_us + c.device_us), c.name))
 
 
+def _column_value(r: RankRow, key: str) -> float:
+    return {"attention_best": r.attention_best_us, "step": r.step_us, "attention": r.attention_us,
+            "collectives": r.collective_us, "other": r.other_us}[key]
+
+
+def _layer_time(r: RankRow, layer: int) -> float:
+    return next((x.time_us for x in r.layers if x.layer == layer), 0.0)
+
+
+def _column(key: str, values: list[tuple[float, int | None]]) -> RanksColumn:
+    v = [t for t, _ in values]
+    return RanksColumn(column=key, mean_us=_mean(v), median_us=median_over_ranks(v), min_us=min(v, default=0.0),
+                       max_us=max(v, default=0.0),
+                       max_rank=max(values, key=lambda tr: tr[0])[1] if values else None)
+
+
 def _stragglers(rows: list[RankRow], margin: float) -> list[Straggler]:
     if len(rows) < 2:
         return []
     out: list[Straggler] = []
     best = {r.worker: r.attention_best_us for r in rows}
-    out += _slower(rows, best, margin, "attention")
+    out += _slower(rows, best, margin, "attention", "attention in the fastest step")
     for k in sorted({layer.layer for r in rows for layer in r.layers}):
-        times = {r.worker: next((x.time_us for x in r.layers if x.layer == k), 0.0) for r in rows}
-        out += _slower(rows, times, margin, f"layer {k}")
+        times = {r.worker: _layer_time(r, k) for r in rows}
+        out += _slower(rows, times, margin, f"layer {k}", f"layer {k}, mean per step")
     return out
 
 
-def _slower(rows: list[RankRow], value: dict[str, float], margin: float, metric: str) -> list[Straggler]:
-    """The ranks whose ``value`` exceeds the median of the other ranks' by the margin and gap."""
+def _slower(rows: list[RankRow], value: dict[str, float], margin: float, metric: str, label: str) -> list[Straggler]:
+    """The ranks whose ``value`` exceeds the median over ranks by the margin and gap."""
+    median = median_over_ranks(list(value.values()))
     out = []
     for r in rows:
         t = value[r.worker]
-        median = statistics.median(v for w, v in value.items() if w != r.worker)
         if median > 0 and t > median * (1 + margin) and t - median >= MIN_GAP_US:
-            out.append(Straggler(rank=r.rank, worker=r.worker, metric=metric, value_us=t, median_us=median,
-                                 ratio=t / median))
+            out.append(Straggler(rank=r.rank, worker=r.worker, metric=metric, label=label, value_us=t,
+                                 median_us=median, ratio=t / median))
     return out
 
 
@@ -191,8 +259,8 @@ def _aggregate(rows: list[RankRow], by_worker: dict[str, list[WorkerSummary]], d
     layers = sorted({layer.layer for r in rows for layer in r.layers})
     out = []
     for k in layers:
-        times = [(next((x.time_us for x in r.layers if x.layer == k), 0.0), r.rank) for r in rows]
-        values = [t for t, _ in times]
+        times = [(_layer_time(r, k), r.rank) for r in rows]
+        column = _column(f"L{k}", times)
         phases: dict[str, list[float]] = defaultdict(list)
         for spans in by_worker.values():
             for w in spans:
@@ -202,9 +270,8 @@ def _aggregate(rows: list[RankRow], by_worker: dict[str, list[WorkerSummary]], d
                             phases[p.phase].append(_time(device, p.cpu_us, p.device_us))
         n = max(1, sum(1 for spans in by_worker.values() for w in spans if any(x.layer == k for x in w.layers)))
         out.append(RanksLayer(
-            layer=k, mean_us=_mean(values), median_us=statistics.median(values), min_us=min(values),
-            max_us=max(values), max_rank=max(times, key=lambda tr: tr[0])[1],
-            phases={p: sum(v) / n for p, v in phases.items()},
+            layer=k, mean_us=column.mean_us, median_us=column.median_us, min_us=column.min_us,
+            max_us=column.max_us, max_rank=column.max_rank, phases={p: sum(v) / n for p, v in phases.items()},
         ))
     return out
 

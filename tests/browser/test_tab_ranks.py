@@ -138,8 +138,8 @@ def test_ranks_view_of_a_tensor_parallel_run(ranks_url: str, page: Page, artifac
         tr = row(frame, r["worker"])
         expect(tr.locator("th")).to_have_text(f"{r['rank']}straggler" if r["straggler"] else str(r["rank"]))
         expect(tr.locator("td[data-col=worker]")).to_have_text(r["worker"])
-        for col, key in (("step", "step_us"), ("attention", "attention_us"), ("collectives", "collective_us"),
-                         ("other", "other_us")):
+        for col, key in (("attention_best", "attention_best_us"), ("step", "step_us"), ("attention", "attention_us"),
+                         ("collectives", "collective_us"), ("other", "other_us")):
             expect(tr.locator(f"td[data-col={col}]")).to_have_text(fmt_us(r[key]))
         for layer in r["layers"]:
             expect(tr.locator(f"td[data-col=L{layer['layer']}]")).to_have_text(fmt_us(layer["time_us"]))
@@ -153,18 +153,41 @@ def test_ranks_view_of_a_tensor_parallel_run(ranks_url: str, page: Page, artifac
         expect(foot.locator(f"tr[data-agg=mean] {col}")).to_have_text(fmt_us(agg["mean_us"]))
         expect(foot.locator(f"tr[data-agg=median] {col}")).to_have_text(fmt_us(agg["median_us"]))
         expect(foot.locator(f"tr[data-agg=max] {col}")).to_have_text(f"{fmt_us(agg['max_us'])} r{agg['max_rank']}")
-    expect(foot.locator("tr[data-agg=mean] td[data-col=attention]")).to_have_text(fmt_us(expected["attention_mean_us"]))
-    expect(foot.locator("tr[data-agg=max] td[data-col=attention]")).to_have_text(fmt_us(expected["attention_max_us"]))
+    for c in expected["columns"]:
+        col = f"td[data-col={c['column']}]"
+        expect(foot.locator(f"tr[data-agg=mean] {col}")).to_have_text(fmt_us(c["mean_us"]))
+        expect(foot.locator(f"tr[data-agg=median] {col}")).to_have_text(fmt_us(c["median_us"]))
+        expect(foot.locator(f"tr[data-agg=max] {col}")).to_have_text(f"{fmt_us(c['max_us'])} r{c['max_rank']}")
     expect(foot.locator("tr[data-agg=mean] td[data-col=heads]")).to_have_text(f"0-{HEADS - 1}")
 
-    # The straggler callout names rank 1, its metrics against the median, and the margin.
+    # One metric and one median: the banner, the table and its "median" row say the same.
+    metric = expected["metric_label"]
+    (best,) = [c for c in expected["columns"] if c["column"] == expected["metric"] == "attention_best"]
+    median = fmt_us(best["median_us"])
+    assert metric.startswith("attention time in each rank's fastest step") and "CPU clock" in metric
     callout = frame.get_by_test_id("stragglers")
+    expect(callout.get_by_test_id("ranks-metric")).to_contain_text(
+        f"judged on {metric}; median {median} ({expected['median_label']})")
+    table = frame.get_by_test_id("ranks-table")
+    expect(table.get_by_test_id("ranks-table-metric")).to_have_attribute("title", metric)
+    expect(table.locator("thead th[data-col=attention_best]")).to_have_class(re.compile(r"\bjudged\b"))
+    expect(foot.locator("tr[data-agg=median] td[data-col=attention_best]")).to_have_text(median)
+    expect(frame.get_by_test_id("ranks-table-hint")).to_contain_text(
+        f"Straggler metric: {metric}. The other columns: {expected['means_label']}. "
+        f"\"median\": {expected['median_label']}.")
+    # Exactly one median of the straggler metric appears in the view: the banner's is the table's.
+    assert callout.inner_text().count(" vs median ") == len(expected["stragglers"])
+    for s in expected["stragglers"]:
+        column = best if s["metric"] == "attention" else next(
+            a for a in expected["all_ranks"] if f"layer {a['layer']}" == s["metric"])
+        assert s["median_us"] == column["median_us"], (s, column)
+
+    # The straggler callout names rank 1, its metrics against the median, and the margin.
     expect(callout).to_contain_text("Straggler: rank 1")
     expect(callout).to_contain_text("20% margin")
     attention = next(s for s in expected["stragglers"] if s["metric"] == "attention")
     item = callout.locator('li[data-metric="attention"]')
-    expect(item).to_contain_text(f"in its fastest step: {fmt_us(attention['value_us'])} vs median "
-                                 f"{fmt_us(attention['median_us'])}")
+    expect(item).to_contain_text(f"attention in the fastest step: {fmt_us(attention['value_us'])} vs median {median}")
     expect(item).to_contain_text(f"{attention['ratio']:.2f}\u00d7")
 
     # Sorting by a layer's time, slowest first, puts rank 1 on top; the rank column restores the order.
@@ -185,6 +208,9 @@ def test_ranks_view_of_a_tensor_parallel_run(ranks_url: str, page: Page, artifac
 
     # The global head map: every head 0..H-1 of both layers, sharded over the two ranks.
     heads = frame.get_by_test_id("global-heads")
+    expect(heads.get_by_test_id("global-heads-metric")).to_have_text(f"shown: {expected['heads_label']}")
+    expect(heads.get_by_test_id("derived-note")).to_contain_text(
+        "an even share of the layer's core phases only, everything but qkv_proj, out_proj, other")
     expect(heads).to_contain_text("sharded across 2 ranks (tensor parallel)")
     expect(heads.get_by_test_id("heads-by-rank")).to_have_text(
         f"Global heads 0-{HEADS - 1}: rank 0 \u2192 0-1 \u00b7 rank 1 \u2192 2-3")
@@ -201,6 +227,7 @@ def test_ranks_view_of_a_tensor_parallel_run(ranks_url: str, page: Page, artifac
     tip = chart.locator("div", has_text="global head 3").last
     expect(tip).to_contain_text("Layer 1, global head 3")
     expect(tip).to_contain_text("computed by rank 1 \u00b7 1 replica")
+    expect(tip).to_contain_text("forward CPU time per step")
     shot(page, artifacts, "ranks")
 
     # A wider margin is asked of the server and shown as it answers, then back.
@@ -208,7 +235,7 @@ def test_ranks_view_of_a_tensor_parallel_run(ranks_url: str, page: Page, artifac
     margin.select_option(label="100%")
     wide = server_ranks(ranks_url, TP_RUN, 1.0)
     if wide["stragglers"]:  # rank 1 is 20 ms per block slower: usually far above 2x the other
-        expect(callout).to_contain_text("than the median of the other ranks by more than the 100% margin")
+        expect(callout).to_contain_text("than the median over ranks by more than the 100% margin")
         expect(frame.locator("[data-testid=ranks-table] tr.straggler-row")).to_have_count(1)
     else:
         expect(callout).to_contain_text("No straggler at a 100% margin")
@@ -236,6 +263,12 @@ def test_replicas_gaps_single_rank_errors_and_stale_answers(ranks_url: str, page
     expect(heads.get_by_test_id("heads-gaps")).to_contain_text("missing L0: 0-1; L1: 0-1")
     expect(heads.get_by_test_id("heads-by-rank")).to_have_text("Global heads 2-3: rank 0 + rank 1 \u2192 2-3")
     expect(frame.get_by_test_id("stragglers")).to_contain_text("No straggler at a 20% margin")
+    # The all-clear names the metric and its median too, the table's "median" row.
+    (best,) = [c for c in expected["columns"] if c["column"] == "attention_best"]
+    expect(frame.get_by_test_id("ranks-metric")).to_contain_text(
+        f"judged on {expected['metric_label']}; median {fmt_us(best['median_us'])}")
+    median_cell = "[data-testid=ranks-table] tfoot tr[data-agg=median] td[data-col=attention_best]"
+    expect(frame.locator(median_cell)).to_have_text(fmt_us(best["median_us"]))
     shot(page, artifacts, "ranks-replicas")
     back_to_runs(frame)
 

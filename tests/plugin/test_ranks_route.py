@@ -9,7 +9,10 @@ import pytest
 from tracetools import as_ranks
 from webtools import BASE, get, get_json, plugin_client
 
+from tb_attn_plugin.analysis import wording
+from tb_attn_plugin.analysis.ranks import ranks
 from tb_attn_plugin.cli import main
+from tb_attn_plugin.loader import Loader, resolve_runs
 
 
 @pytest.fixture
@@ -24,7 +27,8 @@ def logdir(tmp_path: Path, builtin_logdir: Path) -> Path:
 def test_ranks_route(logdir: Path) -> None:
     client = plugin_client(logdir)
     body = get_json(client, f"{BASE}/ranks?run=tp")
-    assert body["schema"] == "tb-attn.ranks/1" and body["clock"] == "cpu" and body["margin"] == 0.2
+    assert body["schema"] == "tb-attn.ranks/2" and body["clock"] == "cpu" and body["margin"] == 0.2
+    assert body["metric"] == "attention_best" and "fastest step" in body["metric_label"]
     assert [r["rank"] for r in body["ranks"]] == [0, 1] and [r["heads"] for r in body["ranks"]] == [[0, 1], [2, 3]]
     assert body["ranks"][1]["straggler"] and {s["rank"] for s in body["stragglers"]} == {1}
     assert body["heads_sharded"] and body["heads_complete"] and body["head_count"] == 4
@@ -43,9 +47,18 @@ def test_ranks_route(logdir: Path) -> None:
 def test_ranks_cli(logdir: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["ranks", str(logdir)]) == 0
     out = capsys.readouterr().out
-    assert out.startswith("tp: 2 ranks, cpu time per step (means)")
-    assert "STRAGGLER" in out and "straggler: rank 1 (host_rank1): attention" in out
-    assert "heads: 4 per layer, sharded across ranks (tensor parallel)" in out
+    view = ranks(Loader().summarize_run(next(r for r in resolve_runs(str(logdir)) if r.name == "tp")))
+    # The CLI names the metric, the other columns' figure and the median in the route's words.
+    assert out.startswith(f"tp: 2 ranks\nfastest: {view.metric_label} (the straggler metric)\n"
+                          f"other columns: {view.means_label}\nmedian: {view.median_label}\n")
+    (attention,) = [s for s in view.stragglers if s.metric == "attention"]
+    assert "STRAGGLER" in out and (f"straggler: rank 1 (host_rank1): attention in the fastest step: "
+                                   f"{wording.ms(attention.value_us)} ms against the median over ranks "
+                                   f"{wording.ms(attention.median_us)} ms") in out
+    # The table's "median" row in the fastest-step column is the straggler's median.
+    (median_row,) = [line for line in out.splitlines() if line.startswith("all") and " median " in line]
+    assert median_row.split()[2] == wording.ms(attention.median_us)
+    assert f"heads: 4 per layer, sharded across ranks (tensor parallel); the map shows {view.heads_label}" in out
     assert main(["ranks", str(logdir), "--fail-on-straggler"]) == 1
     capsys.readouterr()
     assert main(["ranks", str(logdir), "--run", "tp", "--format", "json", "--margin", "9.5"]) in (0, 1)

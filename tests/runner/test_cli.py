@@ -201,3 +201,20 @@ def test_default_schedule_profiles_five_active_steps() -> None:
     args = build_parser().parse_args(["--logdir", "x"])
     assert (args.wait, args.warmup, args.active, args.repeat) == (1, 1, 5, 1)
     assert ProfileConfig().active == 5 and ProfileConfig().steps == 7
+
+
+def test_the_demo_plans_one_per_head_run_beside_its_derived_twin(tmp_path: Path) -> None:
+    """``--demo`` (nothing profiled here): the sweep README lists, with one per-head run whose
+    heads the Heads view shows measured, configured as the plain naive run it sits beside."""
+    from runner.cli import DEMO_ARGS, build_parser, plan_sweep
+
+    parser = build_parser()
+    specs = {s.name: s for a in DEMO_ARGS for s in plan_sweep(parser.parse_args([*a, "--logdir", str(tmp_path)]))}
+    builtin = [f"builtin/{impl}/seq{seq}" for impl in ("naive", "naive-inplace", "sdpa-math", "sdpa")
+               for seq in (256, 512)]
+    assert sorted(specs) == sorted([*builtin, "builtin/naive-per-head/seq256", "hf-gpt2/naive/seq256",
+                                    "hf-gpt2/sdpa/seq256"])
+    per_head = [s for s in specs.values() if s.cfg.per_head]
+    assert [s.name for s in per_head] == ["builtin/naive-per-head/seq256"]
+    twin = specs["builtin/naive/seq256"].cfg
+    assert per_head[0].cfg == type(twin)(**{**vars(twin), "per_head": True})

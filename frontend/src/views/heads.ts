@@ -1,6 +1,7 @@
-// The layer x head heatmap for one metric. Per-head figures the trace did not measure (no head
-// scopes) are derived from the layer: those cells are dimmed and hatched, and the legend says so.
-// The chart's option (heatmapOption) is shared with the ranks view's global head map.
+// The layer x head heatmap for one metric, named above the chart. Per-head figures the trace did
+// not measure (no head scopes) are derived from the layer: those cells are dimmed and hatched, and
+// a note says in words what was split (summary.py `_heads`). The chart's option (heatmapOption)
+// and that note are shared with the ranks view's global head map.
 
 import type { EChartsCoreOption } from "echarts/core";
 import { createChart, esc, TOOLTIP_BASE, type EChart } from "../charts";
@@ -54,6 +55,28 @@ function luminance(color: string): number {
   }
   return (0.2126 * r + 0.7152 * g + 0.0722 * b) / 255;
 }
+
+/** The phases a derived head does not share in: summary.py `_heads` splits only the others. */
+export const UNSPLIT_PHASES = ["qkv_proj", "out_proj", "other"] as const;
+
+/** What derived (hatched) heads hold, in words: shown wherever derived heads are. */
+export function derivedNote(): HTMLElement {
+  return h(
+    "p",
+    { class: "hint derived-note", dataset: { testid: "derived-note" } },
+    h("b", null, "Derived heads"),
+    ` (hatched): the trace has no head scopes, so each head is an even share of the layer's core phases only, everything but ${UNSPLIT_PHASES.join(", ")}, which are not split by head. Its time is that even share, not a measurement; its FLOPs and bytes are exact per head (the heads have one shape).`,
+  );
+}
+
+/** The clock or source of a head metric, for the caption. */
+const HEAD_SOURCE: Record<HeadMetricKey, string> = {
+  cpu_us: "CPU clock",
+  device_us: "device clock: the kernels' time",
+  flops: "counted from the ops' input shapes",
+  alloc_bytes: "bytes allocated",
+  sxs_bytes: "(B, H, S, S) score tensors allocated",
+};
 
 export interface Heatmap {
   rows: string[];
@@ -154,6 +177,7 @@ export class HeadsView {
   private readonly body: HTMLElement;
   private readonly chartEl: HTMLElement;
   private readonly legend: HTMLElement;
+  private readonly caption: HTMLElement;
   private chart: EChart | null = null;
   private disposeChart: (() => void) | null = null;
   private last: { ws: WorkerSummary | null; metric: string } = { ws: null, metric: "" };
@@ -164,6 +188,7 @@ export class HeadsView {
     this.controls = h("div", "toolbar");
     this.chartEl = h("div", "chart");
     this.legend = h("div", "legend");
+    this.caption = h("p", { class: "metric-caption", dataset: { testid: "heads-metric" } });
     this.body = h("div");
     this.el = h("section", "heads", this.controls, this.body);
   }
@@ -207,7 +232,15 @@ export class HeadsView {
     const anyMeasured = cells.some((c) => c[3] === 0);
     const height = Math.min(900, Math.max(180, layers.length * 30 + 90));
     this.chartEl.style.height = `${height}px`;
-    replace(this.body, this.chartEl, this.legend);
+    const steps = ws.step_count === 1 ? "the profiled step" : `the ${ws.step_count} profiled steps`;
+    const where = anyMeasured ? (anyDerived ? "in head scopes, or derived" : "in each head's own scope") : "derived from the layer";
+    replace(
+      this.caption,
+      h("span", "stat-label", "shown: "),
+      h("b", null, `${m.title} per step`),
+      ` by layer and head (${HEAD_SOURCE[s.headMetric] ?? m.title}), forward only, ${where}; mean over ${steps}.`,
+    );
+    replace(this.body, this.caption, this.chartEl, this.legend, anyDerived ? derivedNote() : null);
     replace(
       this.legend,
       anyMeasured ? h("span", "legend-item", h("span", "sw measured"), "measured (head scopes)") : null,
@@ -216,7 +249,7 @@ export class HeadsView {
             "span",
             "legend-item",
             h("span", "sw derived"),
-            "derived: split evenly from the layer (FLOPs and bytes are exact per head; time is an even share)",
+            "derived: split evenly from the layer (see below)",
           )
         : null,
     );

@@ -1,7 +1,9 @@
-// The ranks view of a multi-worker run (./ranks): every rank's attention time per layer with the
-// "All ranks" aggregate, stragglers against the other ranks' median at a chosen margin, attention /
-// collectives / other per rank, the collectives by name, and the layer x global head map that
-// puts tensor-parallel shards back together.
+// The ranks view of a multi-worker run (./ranks): stragglers against the median over ranks at a
+// chosen margin, every rank's attention time (in its fastest step, and per layer) with the "All
+// ranks" aggregate (views/ranks_table.ts), attention / collectives / other per rank, the
+// collectives by name, and the layer x global head map that puts tensor-parallel shards back
+// together. The banner, the table and the map name their figures in the server's words
+// (metric_label, means_label, heads_label, median_label), so that they read as the CLI does.
 
 import { stackedMax, valueAxis } from "../axes";
 import { createChart, esc, swatch, TOOLTIP_BASE, type EChart } from "../charts";
@@ -10,7 +12,8 @@ import { fmtCount, fmtShare, fmtUs } from "../format";
 import { MARGINS, type Actions, type State } from "../state";
 import type { RankRow, RanksResponse, Straggler } from "../types";
 import { errorBox, loadingBox, note } from "./common";
-import { GlobalHeadsMap, ranges } from "./ranks_heads";
+import { GlobalHeadsMap } from "./ranks_heads";
+import { metricColumn, ranksTable } from "./ranks_table";
 
 const PARTS = [
   { key: "attention", label: "attention", color: "#fb8c00", value: (r: RankRow) => r.attention_us },
@@ -24,42 +27,6 @@ function pct(margin: number): string {
 
 function rankName(r: { rank: number | null; worker: string }): string {
   return r.rank === null ? r.worker : `rank ${r.rank}`;
-}
-
-function layerTime(r: RankRow, layer: number): number | null {
-  return r.layers.find((l) => l.layer === layer)?.time_us ?? null;
-}
-
-function median(values: number[]): number {
-  const v = [...values].sort((a, b) => a - b);
-  const m = Math.floor(v.length / 2);
-  return v.length === 0 ? 0 : v.length % 2 ? v[m]! : (v[m - 1]! + v[m]!) / 2;
-}
-
-function mean(values: number[]): number {
-  return values.length ? values.reduce((a, b) => a + b, 0) / values.length : 0;
-}
-
-/** The sort value of a row for a column key; rows without one sort last. */
-function sortValue(r: RankRow, key: string): number | string {
-  switch (key) {
-    case "rank":
-      return r.rank ?? Number.MAX_SAFE_INTEGER;
-    case "worker":
-      return r.worker;
-    case "step":
-      return r.step_us;
-    case "attention":
-      return r.attention_us;
-    case "collectives":
-      return r.collective_us;
-    case "other":
-      return r.other_us;
-    case "heads":
-      return r.heads[0] ?? Number.MAX_SAFE_INTEGER;
-    default:
-      return key.startsWith("L") ? (layerTime(r, Number(key.slice(1))) ?? -1) : 0;
-  }
 }
 
 export class RanksView {
@@ -133,7 +100,7 @@ export class RanksView {
       h("span", "spacer"),
       h(
         "label",
-        { title: "A rank is a straggler when its attention time (in all or in one layer) exceeds the median of the other ranks by more than this" },
+        { title: "A rank is a straggler when its attention time (in its fastest step, or one layer's mean) exceeds the median over ranks by more than this" },
         "Straggler margin ",
         select(
           margins.map((m) => ({ value: String(m), label: pct(m) })),
@@ -156,8 +123,12 @@ export class RanksView {
       ...d.errors.map((e) => errorBox(`Could not read ${e.file}:`, e.error)),
       d.ranks.length ? this.stragglers(d) : note("This run has no readable trace files."),
       this.tableEl,
-      h("p", "hint", `Means per profiled step on the ${d.clock} clock; attention is forward + backward. Click a worker for its own overview.`),
-      h("h3", null, "Step time per rank"),
+      h(
+        "p",
+        { class: "hint", dataset: { testid: "ranks-table-hint" } },
+        `Straggler metric: ${d.metric_label}. The other columns: ${d.means_label}. "median": ${d.median_label}. Click a worker for its own overview.`,
+      ),
+      h("h3", null, "Step time per rank ", h("span", "muted small", "(means per profiled step)")),
       this.chartEl,
       legend,
       this.collectives(d),
@@ -172,10 +143,23 @@ export class RanksView {
     const box = (cls: string, ...children: (HTMLElement | string | null)[]) =>
       h("div", { class: `stragglers ${cls}`, dataset: { testid: "stragglers" } }, ...children);
     const warnings = d.warnings.length ? h("ul", "warnings", ...d.warnings.map((w) => h("li", null, w))) : null;
+    const median = metricColumn(d)?.median_us ?? 0;
+    // The one line that names the metric and its median, in both the warning and the all-clear.
+    const metric = h(
+      "div",
+      { class: "metric-line", dataset: { testid: "ranks-metric" } },
+      h("span", "stat-label", "judged on"),
+      " ",
+      h("b", null, d.metric_label),
+      "; median ",
+      h("b", { dataset: { testid: "ranks-median" } }, fmtUs(median)),
+      h("span", "muted", ` (${d.median_label}); each layer on its mean per step.`),
+    );
     if (!d.stragglers.length) {
       return box(
         "note",
-        `No straggler at a ${pct(d.margin)} margin: no rank's attention time (in its fastest step, or in any layer) exceeds the median of the other ranks by more than ${pct(d.margin)} and ${fmtUs(d.min_gap_us)}.`,
+        `No straggler at a ${pct(d.margin)} margin: no rank exceeds the median over ranks by more than ${pct(d.margin)} and ${fmtUs(d.min_gap_us)}.`,
+        metric,
         warnings,
       );
     }
@@ -186,8 +170,7 @@ export class RanksView {
         { dataset: { worker: x.worker, metric: x.metric } },
         h("span", "badge straggler", rankName(x)),
         x.rank === null ? null : h("span", "muted", `${x.worker} `),
-        h("b", null, x.metric),
-        x.metric === "attention" ? h("span", "muted", " in its fastest step") : null,
+        h("b", null, x.label),
         `: ${fmtUs(x.value_us)} vs median ${fmtUs(x.median_us)} \u2014 `,
         h("b", null, `${x.ratio.toFixed(2)}\u00d7`),
         ` (+${pct(x.ratio - 1)})`,
@@ -195,131 +178,15 @@ export class RanksView {
     return box(
       "warn",
       h("b", null, `Straggler${workers.length > 1 ? "s" : ""}: ${workers.map((w) => rankName(d.ranks.find((r) => r.worker === w) ?? { rank: null, worker: w })).join(", ")}`),
-      ` \u2014 slower than the median of the other ranks by more than the ${pct(d.margin)} margin (and ${fmtUs(d.min_gap_us)}). The other ranks wait for it at the next collective.`,
+      ` \u2014 slower than the median over ranks by more than the ${pct(d.margin)} margin (and ${fmtUs(d.min_gap_us)}). The other ranks wait for it at the next collective.`,
+      metric,
       h("ul", null, ...d.stragglers.map(item)),
       warnings,
     );
   }
 
   private renderTable(s: State, d: RanksResponse): void {
-    const layers = [...new Set(d.ranks.flatMap((r) => r.layers.map((l) => l.layer)))].sort((a, b) => a - b);
-    const slow = new Set(d.stragglers.map((x) => `${x.worker}|${x.metric}`));
-    const sort = s.ranksSort;
-    const header = (key: string, label: string, title: string, num = true) => {
-      const active = sort.key === key;
-      return h(
-        "th",
-        {
-          class: `sortable${active ? " sorted" : ""}${num ? " num" : ""}`,
-          title: `${title} \u2014 click to sort`,
-          attrs: { "aria-sort": active ? (sort.desc ? "descending" : "ascending") : "none", tabindex: 0 },
-          dataset: { col: key },
-          on: {
-            click: () => this.actions.patch({ ranksSort: { key, desc: active ? !sort.desc : num } }),
-            keydown: (ev) => {
-              if (ev.key === "Enter") (ev.target as HTMLElement).click();
-            },
-          },
-        },
-        label,
-        active ? (sort.desc ? " \u25bc" : " \u25b2") : "",
-      );
-    };
-    const maxOf = (values: number[]) => Math.max(0, ...values);
-    const maxAttention = maxOf(d.ranks.map((r) => r.attention_us));
-    const maxLayer = maxOf(d.ranks.flatMap((r) => r.layers.map((l) => l.time_us)));
-    const bar = (v: number, max: number, color: string) => {
-      const p = max > 0 ? Math.max(0, Math.min(100, (v / max) * 100)).toFixed(1) : "0";
-      return { background: `linear-gradient(to right, ${color} ${p}%, transparent ${p}%)` };
-    };
-    const num = (v: number | null, col: string, extra: Partial<{ cls: string; title: string; style: Record<string, string> }> = {}) =>
-      h("td", { class: `num${extra.cls ?? ""}`, title: extra.title ?? (v === null ? "" : `${v} \u00b5s`), dataset: { col }, style: extra.style }, fmtUs(v));
-
-    const rows = [...d.ranks].sort((a, b) => {
-      const x = sortValue(a, sort.key);
-      const y = sortValue(b, sort.key);
-      const c = typeof x === "string" || typeof y === "string" ? String(x).localeCompare(String(y)) : x - y;
-      return (sort.desc ? -c : c) || (a.rank ?? 0) - (b.rank ?? 0) || a.worker.localeCompare(b.worker);
-    });
-    const body = h(
-      "tbody",
-      null,
-      ...rows.map((r) =>
-        h(
-          "tr",
-          { class: r.straggler ? "straggler-row" : "", dataset: { worker: r.worker, rank: r.rank === null ? "" : String(r.rank) } },
-          h(
-            "th",
-            { class: "row-head", dataset: { col: "rank" } },
-            r.rank === null ? "\u2014" : String(r.rank),
-            r.straggler ? h("span", { class: "badge straggler", title: "slower than the other ranks' median by more than the margin" }, "straggler") : null,
-          ),
-          h(
-            "td",
-            { dataset: { col: "worker" }, title: r.files.join("\n") },
-            h("button", { class: "link-button", attrs: { type: "button" }, on: { click: () => this.actions.openWorker(r.worker) } }, r.worker),
-          ),
-          num(r.step_us, "step"),
-          num(r.attention_us, "attention", {
-            cls: slow.has(`${r.worker}|attention`) ? " slow" : "",
-            title: `${fmtUs(r.attention_us)} per step on average; ${fmtUs(r.attention_best_us)} in the fastest step (stragglers are judged on it)`,
-            style: bar(r.attention_us, maxAttention, "rgba(251,140,0,.28)"),
-          }),
-          num(r.collective_us, "collectives", {
-            title: r.collectives.map((c) => `${c.name}: ${fmtCount(c.calls)} calls`).join("\n") || "no collectives",
-          }),
-          num(r.other_us, "other"),
-          ...layers.map((k) => {
-            const l = r.layers.find((x) => x.layer === k);
-            return num(l?.time_us ?? null, `L${k}`, {
-              cls: slow.has(`${r.worker}|layer ${k}`) ? " slow" : "",
-              title: l ? `L${k}: ${fmtUs(l.forward_us)} forward + ${fmtUs(l.backward_us)} backward` : "no such layer",
-              style: l ? bar(l.time_us, maxLayer, "rgba(251,140,0,.28)") : {},
-            });
-          }),
-          h("td", { class: "num", dataset: { col: "heads" } }, r.heads.length ? ranges(r.heads) : "\u2014"),
-        ),
-      ),
-    );
-
-    const agg = (label: string, title: string, pick: (v: number[]) => number, layer: (k: number) => HTMLElement) =>
-      h(
-        "tr",
-        { class: "all-ranks", dataset: { agg: label } },
-        h("th", { class: "row-head", attrs: { colspan: 2 }, title }, "All ranks ", h("span", "muted", label)),
-        num(pick(d.ranks.map((r) => r.step_us)), "step"),
-        num(pick(d.ranks.map((r) => r.attention_us)), "attention"),
-        num(pick(d.ranks.map((r) => r.collective_us)), "collectives"),
-        num(pick(d.ranks.map((r) => r.other_us)), "other"),
-        ...layers.map(layer),
-        h("td", { class: "num", dataset: { col: "heads" } }, label === "mean" ? ranges(d.ranks.flatMap((r) => r.heads)) || "\u2014" : ""),
-      );
-    const aggLayer = (k: number) => d.all_ranks.find((a) => a.layer === k);
-    const foot = h(
-      "tfoot",
-      null,
-      agg("mean", "mean over ranks", mean, (k) => num(aggLayer(k)?.mean_us ?? null, `L${k}`)),
-      agg("median", "median over ranks", median, (k) => num(aggLayer(k)?.median_us ?? null, `L${k}`)),
-      agg("max", "the slowest rank", (v) => Math.max(...v), (k) => {
-        const a = aggLayer(k);
-        const td = num(a?.max_us ?? null, `L${k}`, { title: a ? `slowest: ${a.max_rank === null ? "unknown rank" : `rank ${a.max_rank}`}` : "" });
-        if (a && a.max_rank !== null) td.append(h("span", "muted small max-rank", ` r${a.max_rank}`));
-        return td;
-      }),
-    );
-    const head = h(
-      "tr",
-      null,
-      header("rank", "rank", "rank", false),
-      header("worker", "worker", "worker (trace file name)", false),
-      header("step", "step", `step time (${d.clock})`),
-      header("attention", "attention", "attention time, forward + backward"),
-      header("collectives", "collectives", "time in collectives (all_reduce, all_gather, ...)"),
-      header("other", "other", "step time that is neither attention nor collectives"),
-      ...layers.map((k) => header(`L${k}`, `L${k}`, `layer ${k}: attention time, forward + backward`)),
-      header("heads", "heads", "global heads this rank computed", false),
-    );
-    replace(this.tableEl, h("table", "grid ranks-table", h("thead", null, head), body, foot));
+    replace(this.tableEl, ranksTable(d, s.ranksSort, this.actions));
   }
 
   private renderChart(d: RanksResponse): void {
@@ -354,7 +221,7 @@ export class RanksView {
             fontWeight: "bold",
           },
         },
-        yAxis: { type: "value", name: `${d.clock} time per step`, nameTextStyle: { align: "left" }, ...valueAxis(fmtUs, 0, stackedMax(PARTS.map((p) => ({ data: rows.map(p.value) })))) },
+        yAxis: { type: "value", name: `mean per step (${d.clock === "device" ? "device" : "CPU"} clock)`, nameTextStyle: { align: "left" }, ...valueAxis(fmtUs, 0, stackedMax(PARTS.map((p) => ({ data: rows.map(p.value) })))) },
         series: PARTS.map((p) => ({
           id: p.key,
           name: p.label,

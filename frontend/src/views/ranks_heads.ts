@@ -2,11 +2,11 @@
 // shards them, data parallelism replicates them), with what covers each head and the gaps.
 
 import { createChart, esc, type EChart } from "../charts";
-import { h, replace } from "../dom";
+import { append, h, replace } from "../dom";
 import { fmtFlops, fmtUs } from "../format";
 import type { GlobalHead, RanksResponse } from "../types";
 import { note } from "./common";
-import { heatmapOption, type HeatCell } from "./heads";
+import { derivedNote, heatmapOption, type HeatCell } from "./heads";
 
 /** "0-1, 4": integers as sorted ranges, duplicates dropped. */
 export function ranges(values: number[]): string {
@@ -46,6 +46,7 @@ export class GlobalHeadsMap {
     }
     const ranksWithHeads = new Set(d.heads.flatMap(ranksOf)).size;
     this.el.append(
+      h("p", { class: "metric-caption", dataset: { testid: "global-heads-metric" } }, h("span", "stat-label", "shown: "), d.heads_label),
       d.heads_sharded
         ? note(`Heads sharded across ${ranksWithHeads} ranks (tensor parallel): each head is computed by one rank.`)
         : note("Every rank computes every head (replicas): the mean over them is shown."),
@@ -76,7 +77,8 @@ export class GlobalHeadsMap {
       byRanks.set(key, [...(byRanks.get(key) ?? []), x.head]);
     }
     this.chartEl.style.height = `${Math.min(900, Math.max(200, layers.length * 30 + 110))}px`;
-    this.el.append(
+    append(
+      this.el,
       this.chartEl,
       h(
         "div",
@@ -84,6 +86,7 @@ export class GlobalHeadsMap {
         d.heads.some((x) => !x.derived) ? h("span", "legend-item", h("span", "sw measured"), "measured (head scopes)") : null,
         d.heads.some((x) => x.derived) ? h("span", "legend-item", h("span", "sw derived"), "derived: split evenly from the layer") : null,
       ),
+      d.heads.some((x) => x.derived) ? derivedNote() : null,
       h(
         "p",
         { class: "hint", dataset: { testid: "heads-by-rank" } },
@@ -121,7 +124,7 @@ export class GlobalHeadsMap {
           const who = rs.length ? `rank${rs.length > 1 ? "s" : ""} ${rs.join(", ")}` : "unknown rank";
           return [
             `<b>Layer ${esc(x.layer)}, global head ${esc(x.head)}</b>`,
-            `${esc(d.clock)} time: <b>${esc(fmtUs(x.time_us))}</b>${x.replicas > 1 ? ` (mean of ${esc(x.replicas)})` : ""}`,
+            `forward ${esc(d.clock === "device" ? "device" : "CPU")} time per step: <b>${esc(fmtUs(x.time_us))}</b>${x.replicas > 1 ? ` (mean of ${esc(x.replicas)})` : ""}`,
             `FLOPs: ${esc(fmtFlops(x.flops))}`,
             `computed by ${esc(who)} \u00b7 ${esc(x.replicas)} replica${x.replicas === 1 ? "" : "s"}`,
             x.derived ? "<i>derived: split evenly from the layer</i>" : "measured",

@@ -1,0 +1,111 @@
+"""The ranks view's one metric and one median (analysis/ranks.py), on hand-made rank summaries
+whose figures are worked out by hand below."""
+
+from __future__ import annotations
+
+import pytest
+
+from tb_attn_plugin.analysis.ranks import MEDIAN_LABEL, median_over_ranks, ranks
+from tb_attn_plugin.responses import RanksResponse
+from tb_attn_plugin.schema import Backward, LayerStats, RunSummary, StepStats, WorkerSummary
+
+
+def _layer(layer: int, forward_us: float, backward_us: float) -> LayerStats:
+    return LayerStats(
+        layer=layer, module=None, backend="naive", backend_evidence=[], inferred=False, calls=1.0,
+        cpu_us=forward_us, device_us=0.0, flops=0.0, flops_per_s=0.0, alloc_bytes=0.0, peak_bytes=0,
+        sxs_bytes=0.0, heads_count=None, phases=[], heads=[], backward=Backward(cpu_us=backward_us),
+    )
+
+
+def _rank(rank: int, steps_us: list[float], *, layer_us: float = 10_000.0) -> WorkerSummary:
+    """Rank ``rank`` whose attention took ``steps_us`` in its profiled steps (CPU clock); its
+    one layer takes ``layer_us`` per step, split 40/60 between forward and backward."""
+    return WorkerSummary(
+        file=f"host_rank{rank}.1.pt.trace.json", worker=f"host_rank{rank}", span=None, device="cpu",
+        inferred=False, backend="naive", steps=list(range(len(steps_us))), step_count=len(steps_us),
+        step_cpu_us=100_000.0, step_device_us=0.0,
+        attention_cpu_us=sum(steps_us) / len(steps_us), attention_device_us=0.0,
+        attention_share_cpu=None, attention_share_device=None,
+        layers=[_layer(0, 0.4 * layer_us, 0.6 * layer_us)],
+        per_step=[StepStats(step=i, cpu_us=100_000.0, device_us=0.0, attention_cpu_us=t, attention_device_us=0.0)
+                  for i, t in enumerate(steps_us)],
+        diagnostics={}, notes=[], rank=rank, world_size=4,
+    )
+
+
+def _view(workers: list[WorkerSummary], margin: float = 0.2) -> RanksResponse:
+    return ranks(RunSummary(run="r", metadata=None, workers=workers, errors=[]), margin=margin)
+
+
+def test_the_median_over_ranks_includes_each_rank_and_takes_the_lower_middle() -> None:
+    assert median_over_ranks([40.0, 10.0, 20.0]) == 20.0  # odd: the middle value
+    assert median_over_ranks([30.0, 20.0]) == 20.0  # even: the lower middle, not the mean 25
+    assert median_over_ranks([22.0, 30.0, 20.0, 21.0]) == 21.0  # 20 21 | 22 30
+    assert median_over_ranks([]) == 0.0
+    assert "itself included" in MEDIAN_LABEL and "lower of the two middle values" in MEDIAN_LABEL
+
+
+def test_stragglers_table_and_banner_share_one_metric_and_one_median() -> None:
+    # Fastest steps: 20, 21, 30, 22 ms; means: 23, 30.5, 30.5, 22 ms. Rank 1 has one slow step
+    # (40 ms) and is no straggler; rank 2 is slow in both. Rank 3's layer takes 16 ms, the
+    # others' 10 ms.
+    view = _view([
+        _rank(0, [20_000.0, 26_000.0]),
+        _rank(1, [21_000.0, 40_000.0]),
+        _rank(2, [30_000.0, 31_000.0]),
+        _rank(3, [22_000.0, 22_000.0], layer_us=16_000.0),
+    ])
+    assert view.metric == "attention_best"
+    assert view.metric_label == "attention time in each rank's fastest step (forward + backward, CPU clock)"
+    assert view.median_label == MEDIAN_LABEL and "CPU clock" in view.means_label and "CPU clock" in view.heads_label
+    assert [r.attention_best_us for r in view.ranks] == [20_000.0, 21_000.0, 30_000.0, 22_000.0]
+    assert [r.attention_us for r in view.ranks] == [23_000.0, 30_500.0, 30_500.0, 22_000.0]
+    cols = {c.column: c for c in view.columns}
+    assert [c.column for c in view.columns] == ["attention_best", "step", "attention", "collectives", "other"]
+    best = cols["attention_best"]
+    # 20 21 22 30: lower middle 21; mean (20 + 21 + 30 + 22) / 4 = 23.25; the slowest is rank 2.
+    assert (best.median_us, best.mean_us, best.min_us, best.max_us, best.max_rank) == (
+        21_000.0, 23_250.0, 20_000.0, 30_000.0, 2)
+    # The means column has a median of its own, computed the same way: 22 23 | 30.5 30.5.
+    assert cols["attention"].median_us == 23_000.0 and cols["attention"].max_rank == 1
+    assert cols["step"].median_us == 100_000.0
+    # other = step - attention - collectives: 77, 69.5, 69.5, 78 ms.
+    assert cols["other"].median_us == 69_500.0 and cols["other"].max_us == 78_000.0
+
+    flagged = {(s.rank, s.metric): s for s in view.stragglers}
+    assert set(flagged) == {(2, "attention"), (3, "layer 0")}
+    attention = flagged[(2, "attention")]
+    assert attention.label == "attention in the fastest step"
+    # The banner's median is the table's median of the same column: 21 ms; 30 / 21.
+    assert attention.median_us == best.median_us == 21_000.0
+    assert attention.value_us == 30_000.0 and attention.ratio == pytest.approx(30 / 21)
+    layer = flagged[(3, "layer 0")]
+    # Layer 0 per step (forward + backward): 10 10 10 16 ms; median 10, 16 / 10.
+    assert layer.label == "layer 0, mean per step"
+    (agg,) = view.all_ranks
+    assert layer.median_us == agg.median_us == 10_000.0 and layer.value_us == 16_000.0 and layer.ratio == 1.6
+    assert (agg.mean_us, agg.max_us, agg.max_rank) == (11_500.0, 16_000.0, 3)
+    assert [r.straggler for r in view.ranks] == [False, False, True, True]
+
+
+def test_two_ranks_compare_the_slower_with_the_faster() -> None:
+    # 20 and 30 ms: the median over both is 20 (the lower middle), so the ratio is 1.5, not 30 / 25.
+    workers = [_rank(0, [20_000.0]), _rank(1, [30_000.0])]
+    (s,) = [s for s in _view(workers).stragglers if s.metric == "attention"]
+    assert (s.rank, s.median_us, s.ratio) == (1, 20_000.0, 1.5)
+    assert not [s for s in _view(workers, margin=0.5).stragglers if s.metric == "attention"]  # 30 > 20 x 1.5: no
+    assert [s.rank for s in _view(workers, margin=0.49).stragglers if s.metric == "attention"] == [1]
+
+
+def test_a_gap_under_the_minimum_is_no_straggler() -> None:
+    # 1.0 and 1.4 ms: 40% over the median, but only 400 us (MIN_GAP_US is 500).
+    view = _view([_rank(0, [1_000.0]), _rank(1, [1_400.0])], margin=0.1)
+    assert not [s for s in view.stragglers if s.metric == "attention"]
+
+
+def test_a_device_run_names_the_device_clock() -> None:
+    w = _rank(0, [1.0])
+    w.device = "cuda"
+    view = _view([w, _rank(1, [1.0])])
+    assert view.clock == "device" and "device clock" in view.metric_label and "device clock" in view.heads_label
