@@ -56,7 +56,7 @@ export interface State {
   chartMetric: MetricKey | null;
   columns: MetricKey[] | null; // null: the trace's clock
   sort: { key: string; desc: boolean };
-  headMetric: HeadMetricKey;
+  headMetric: HeadMetricKey | null; // null: the trace's clock
   selection: Selection | null;
   summary: Loadable<RunSummary>;
   drill: Loadable<Drilldown>;
@@ -86,7 +86,7 @@ interface Persisted {
   tab?: Tab;
   chartMetric?: MetricKey | null;
   columns?: MetricKey[] | null;
-  headMetric?: HeadMetricKey;
+  headMetric?: HeadMetricKey | null;
   compare?: string[] | null;
   baseline?: string | null;
   groupBy?: GroupBy;
@@ -124,7 +124,7 @@ export function initialState(): State {
     chartMetric: p.chartMetric ?? null,
     columns: Array.isArray(p.columns) && p.columns.length ? p.columns : null,
     sort: { key: "layer", desc: false },
-    headMetric: p.headMetric ?? "cpu_us",
+    headMetric: p.headMetric ?? null,
     selection: null,
     summary: idle(),
     drill: idle(),

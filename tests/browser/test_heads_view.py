@@ -31,6 +31,15 @@ def test_heads_heatmap_marks_derived_heads(tensorboard: Any, page: Page, artifac
         where = "derived from the layer" if is_derived else "in each head's own scope"
         expect(caption).to_have_text(
             f"shown: CPU time per step by layer and head (CPU clock), forward only, {where}; mean over {steps}.")
+        # Measured heads whose steps spread over 20 % are counted in a "noisy" mark; derived
+        # heads, a share of their layer, carry no spread of their own.
+        noisy = sum(bool(h.spread.get("cpu_us") and h.spread["cpu_us"].noisy) for h in heads)
+        marks = frame.get_by_test_id("noisy-heads")
+        if noisy:
+            expect(marks).to_have_text(f"\u00b1 {noisy} noisy head{'' if noisy == 1 else 's'}")
+        else:
+            expect(marks).to_have_count(0)
+        assert not is_derived or noisy == 0
         note = frame.get_by_test_id("derived-note")
         if is_derived:
             expect(legend).to_contain_text(derived)

@@ -7,7 +7,8 @@ import type { EChartsCoreOption } from "echarts/core";
 import { createChart, esc, TOOLTIP_BASE, type EChart } from "../charts";
 import { h, replace, select } from "../dom";
 import { HEAD_METRICS, headValue, metric, type HeadMetricKey } from "../metrics";
-import type { Actions, State } from "../state";
+import { SPREAD_METRICS, spreadTitle } from "../spread";
+import { defaultTime, type Actions, type State } from "../state";
 import type { LayerStats, WorkerSummary } from "../types";
 import { note } from "./common";
 
@@ -194,8 +195,9 @@ export class HeadsView {
   }
 
   update(s: State, ws: WorkerSummary): void {
-    if (this.last.ws === ws && this.last.metric === s.headMetric) return;
-    this.last = { ws, metric: s.headMetric };
+    const key: HeadMetricKey = s.headMetric ?? defaultTime(ws.device !== "cpu");
+    if (this.last.ws === ws && this.last.metric === key) return;
+    this.last = { ws, metric: key };
     const options = HEAD_METRICS.filter((k) => ws.device !== "cpu" || k !== "device_us").map((k) => ({
       value: k,
       label: metric(k).title,
@@ -206,7 +208,7 @@ export class HeadsView {
         "label",
         null,
         "Metric ",
-        select(options, s.headMetric, (v) => this.actions.patch({ headMetric: v as HeadMetricKey }), "Heatmap metric"),
+        select(options, key, (v) => this.actions.patch({ headMetric: v as HeadMetricKey }), "Heatmap metric"),
       ),
     );
     const layers = ws.layers.filter((l) => l.heads.length > 0);
@@ -220,11 +222,11 @@ export class HeadsView {
       );
       return;
     }
-    const m = metric(s.headMetric);
+    const m = metric(key);
     const maxHeads = Math.max(...layers.map((l) => Math.max(...l.heads.map((x) => x.head)) + 1));
     const cells: HeatCell[] = [];
     layers.forEach((l, row) => {
-      for (const hd of l.heads) cells.push([hd.head, row, headValue(hd, s.headMetric), hd.derived ? 1 : 0]);
+      for (const hd of l.heads) cells.push([hd.head, row, headValue(hd, key), hd.derived ? 1 : 0]);
     });
     this.cells = cells;
     this.rows = layers;
@@ -233,14 +235,20 @@ export class HeadsView {
     const height = Math.min(900, Math.max(180, layers.length * 30 + 90));
     this.chartEl.style.height = `${height}px`;
     const steps = ws.step_count === 1 ? "the profiled step" : `the ${ws.step_count} profiled steps`;
+    // Measured heads carry their time's spread over steps (derived ones are a share of the layer's).
+    const headOf = (c: HeatCell) => layers[c[1]]?.heads.find((x) => x.head === c[0]);
+    const noisy = cells.filter((c) => headOf(c)?.spread[key]?.noisy).length;
     const where = anyMeasured ? (anyDerived ? "in head scopes, or derived" : "in each head's own scope") : "derived from the layer";
     replace(
       this.caption,
       h("span", "stat-label", "shown: "),
       h("b", null, `${m.title} per step`),
-      ` by layer and head (${HEAD_SOURCE[s.headMetric] ?? m.title}), forward only, ${where}; mean over ${steps}.`,
+      ` by layer and head (${HEAD_SOURCE[key] ?? m.title}), forward only, ${where}; mean over ${steps}.`,
     );
-    replace(this.body, this.caption, this.chartEl, this.legend, anyDerived ? derivedNote() : null);
+    const noisyEl = noisy
+      ? h("p", "hint", h("span", { class: "noisy", dataset: { testid: "noisy-heads" }, title: "Their steps spread over 20 % of their median: hover a head for its range." }, `\u00b1 ${noisy} noisy head${noisy === 1 ? "" : "s"}`))
+      : null;
+    replace(this.body, this.caption, noisyEl, this.chartEl, this.legend, anyDerived ? derivedNote() : null);
     replace(
       this.legend,
       anyMeasured ? h("span", "legend-item", h("span", "sw measured"), "measured (head scopes)") : null,
@@ -278,6 +286,7 @@ export class HeadsView {
             `<b>Layer ${esc(layer?.layer ?? "?")}, head ${esc(cell[0])}</b>`,
             `${esc(m.title)}: <b>${esc(m.format(cell[2]))}</b>`,
             cell[3] ? "<i>derived: split evenly from the layer</i>" : "measured",
+            ...(cell[3] || !SPREAD_METRICS.includes(key) ? [] : [esc(spreadTitle(headOf(cell)?.spread[key], m.format))]),
           ].join("<br>");
         },
       }),

@@ -10,6 +10,7 @@ import { createChart, esc, swatch, TOOLTIP_BASE, type EChart } from "../charts";
 import { append, h, replace, select } from "../dom";
 import { fmtCount, fmtShare, fmtUs } from "../format";
 import { MARGINS, type Actions, type State } from "../state";
+import { INK } from "../theme";
 import type { RankRow, RanksResponse, Straggler } from "../types";
 import { errorBox, loadingBox, note } from "./common";
 import { GlobalHeadsMap } from "./ranks_heads";
@@ -217,7 +218,7 @@ export class RanksView {
           type: "category",
           data: rows.map(rankName),
           axisLabel: {
-            color: (_v: unknown, i: number) => (stragglers.has(rows[i]?.worker ?? "") ? "#c62828" : "#424242"),
+            color: (_v: unknown, i: number) => (stragglers.has(rows[i]?.worker ?? "") ? "#c62828" : INK.muted),
             fontWeight: "bold",
           },
         },
