@@ -419,6 +419,7 @@ class RankRow(msgspec.Struct, kw_only=True):
     step_us: float
     attention_us: float  # forward + backward, mean per step
     attention_best_us: float  # in the rank's fastest step: the straggler metric (metric_label)
+    attention_spread: Spread | None = None  # attention time over the rank's steps (all its spans); null: one step
     collective_us: float
     other_us: float  # step time neither attention nor collectives (can be 0 when they overlap)
     layers: list[RankLayer]

@@ -321,6 +321,8 @@ export interface RankRow {
   attention_us: number;
   /** in the rank's fastest step: the straggler metric (metric_label) */
   attention_best_us: number;
+  /** attention time over the rank's steps (all its spans); null: one step */
+  attention_spread: Spread | null;
   collective_us: number;
   /** step time neither attention nor collectives (can be 0 when they overlap) */
   other_us: number;

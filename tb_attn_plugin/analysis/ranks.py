@@ -36,6 +36,7 @@ import statistics
 from collections import defaultdict
 from typing import Literal, TypeGuard
 
+from tb_attn_plugin.analysis.spread import spread
 from tb_attn_plugin.responses import (
     GlobalHead,
     RankLayer,
@@ -198,7 +199,7 @@ def _row(worker: str, spans: list[WorkerSummary], device: bool) -> RankRow:
         layers=[RankLayer(layer=k, forward_us=_mean([f for f, _ in v]), backward_us=_mean([b for _, b in v]),
                           time_us=_mean([f + b for f, b in v])) for k, v in sorted(layers.items())],
         heads=sorted({h.head for w in spans for layer in w.layers for h in layer.heads}),
-        collectives=collectives, straggler=False,
+        collectives=collectives, straggler=False, attention_spread=spread(per_step),
     )
 
 

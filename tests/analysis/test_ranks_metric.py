@@ -109,3 +109,12 @@ def test_a_device_run_names_the_device_clock() -> None:
     w.device = "cuda"
     view = _view([w, _rank(1, [1.0])])
     assert view.clock == "device" and "device clock" in view.metric_label and "device clock" in view.heads_label
+
+
+def test_each_rank_carries_its_steps_spread() -> None:
+    """The noisy mark of a rank: its attention time over its steps, 40 and 60 ms about a median
+    of 50 (40 % of it: noisy), 50 and 52 ms (4 %: quiet)."""
+    view = _view([_rank(0, [40_000.0, 60_000.0]), _rank(1, [50_000.0, 52_000.0])])
+    noisy, quiet = (r.attention_spread for r in view.ranks)
+    assert noisy is not None and (noisy.lo, noisy.median, noisy.hi, noisy.noisy) == (40_000, 50_000, 60_000, True)
+    assert quiet is not None and (quiet.lo, quiet.hi, quiet.noisy) == (50_000, 52_000, False)

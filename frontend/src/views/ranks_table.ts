@@ -4,6 +4,7 @@
 
 import { h } from "../dom";
 import { fmtCount, fmtUs } from "../format";
+import { noisyMark } from "../spread";
 import type { Actions } from "../state";
 import type { RankRow, RanksColumn, RanksResponse } from "../types";
 import { ranges } from "./ranks_heads";
@@ -122,6 +123,7 @@ export function ranksTable(d: RanksResponse, sort: { key: string; desc: boolean 
           { class: "row-head", dataset: { col: "rank" } },
           r.rank === null ? "\u2014" : String(r.rank),
           r.straggler ? h("span", { class: "badge straggler", title: "slower than the median over ranks by more than the margin" }, "straggler") : null,
+          noisyMark(r.attention_spread, fmtUs, true),
         ),
         h(
           "td",
