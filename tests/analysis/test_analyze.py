@@ -7,6 +7,7 @@ from pathlib import Path
 
 from tb_attn_plugin.analysis.analyze import analyze
 from tb_attn_plugin.analysis.findings import find
+from tb_attn_plugin.analysis.overview import headline
 from tb_attn_plugin.analysis.summary import summarize_analysis, summarize_trace
 from tb_attn_plugin.loader import Loader, resolve_runs
 from tb_attn_plugin.trace.decode import decode_bytes
@@ -20,6 +21,8 @@ def test_summarize_trace_is_the_summary_with_its_findings(trace_bytes: Callable[
     plain = summarize_analysis(analysis, file="f", worker="w", span="1")
     assert summary.findings and summary.findings == find(analysis, plain, metadata=META)
     plain.findings = summary.findings
+    assert summary.headline and summary.headline == headline(plain)  # the headline reads the findings
+    plain.headline = summary.headline
     assert summary == plain
 
 

@@ -31,25 +31,6 @@ def logdir(tmp_path: Path, builtin_logdir: Path) -> Path:
     return tmp_path
 
 
-@pytest.fixture
-def gated(monkeypatch: pytest.MonkeyPatch) -> tuple[threading.Event, Counter[str]]:
-    """Parsing a trace of the run named "naive" waits for the event; every parse is counted."""
-    gate = threading.Event()
-    calls: Counter[str] = Counter()
-    real = loader_module.load_events
-
-    def load_events(path: str, **kwargs: object) -> object:
-        run = Path(path).parent.name
-        calls[run] += 1
-        if run == "naive":
-            assert gate.wait(30), "the test never opened the gate"
-        return real(path, **kwargs)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(loader_module, "load_events", load_events)
-    yield gate, calls
-    gate.set()
-
-
 def test_a_slow_parse_answers_loading_and_blocks_no_other_request(
         logdir: Path, gated: tuple[threading.Event, Counter[str]]) -> None:
     gate, calls = gated

@@ -10,14 +10,12 @@ import shutil
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from tensorboard.plugins import base_plugin
 from webtools import BASE, get_json, plugin_client
 
-from tb_attn_plugin import loader as loader_module
 from tb_attn_plugin import plugin as plugin_module
 from tb_attn_plugin.analysis.figures import NO_ATTENTION
 from tb_attn_plugin.jobs import Jobs
@@ -38,25 +36,6 @@ def logdir(tmp_path: Path, builtin_logdir: Path) -> Path:
         for trace in (tmp_path / run).glob("*.pt.trace.json*"):
             os.utime(trace, (now - 60 * i, now - 60 * i))
     return tmp_path
-
-
-@pytest.fixture
-def gated(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[threading.Event, Counter[str]]]:
-    """Parsing a trace of the run named "naive" waits for the event; every parse is counted."""
-    gate = threading.Event()
-    calls: Counter[str] = Counter()
-    real = loader_module.load_events
-
-    def load_events(path: str, **kwargs: object) -> object:
-        run = Path(path).parent.name
-        calls[run] += 1
-        if run == "naive":
-            assert gate.wait(60), "the test never opened the gate"
-        return real(path, **kwargs)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(loader_module, "load_events", load_events)
-    yield gate, calls
-    gate.set()
 
 
 def _drain(service: Service) -> None:
