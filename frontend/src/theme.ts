@@ -137,4 +137,9 @@ html:has(.tb-attn.dark), body:has(.tb-attn.dark) { background: #202124; }
 .tb-attn.dark table.ranks-table tr.straggler-row { background: rgba(242,139,130,.08); }
 .tb-attn.dark table.ranks-table tfoot tr.all-ranks th, .tb-attn.dark table.ranks-table tfoot tr.all-ranks td { background: #292a2d; }
 .tb-attn.dark .drill tr.nested td { color: #a0a0a0; }
+.tb-attn.dark .metric-caption, .tb-attn.dark table.ranks-table tr.col-groups th, .tb-attn.dark table.drill-tree .tw,
+.tb-attn.dark table.drill-tree td.inputs, .tb-attn.dark table.runs td.fig .clock { color: #a0a0a0; }
+.tb-attn.dark table.runs td.fig .spread, .tb-attn.dark table.runs td.fig.absent, .tb-attn.dark table.drill-tree tr.more td { color: #8a8a8a; }
+.tb-attn.dark table.drill-tree tr.dev td.name { color: #d7aefb; }
+.tb-attn.dark table.layers-table .module { color: #8a8a8a; }
 `;
