@@ -93,6 +93,9 @@ def test_figures_fill_in_without_opening_runs_and_sort(tensorboard: Any, page: P
         assert len(per_step) == 2
         assert row.locator("td[data-col=attention] .spread").inner_text() == \
             f"{fmt_ms(min(per_step))}\u2013{fmt_ms(max(per_step))}"
+        # "±" exactly when the summary calls attention's steps noisy.
+        marks = row.locator("td[data-col=attention] [data-testid=noisy]").count()
+        assert marks == int(w["spread"]["attention_cpu_us"]["noisy"])
         assert col("share") == fmt_share(w["attention_share_cpu"])
         assert col("peak") == fmt_bytes(max(layer["peak_bytes"] for layer in w["layers"]))
         assert col("backend") == w["backend"] and col("steps") == str(w["step_count"])

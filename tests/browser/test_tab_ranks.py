@@ -136,7 +136,10 @@ def test_ranks_view_of_a_tensor_parallel_run(ranks_url: str, page: Page, artifac
     expect(body_rows).to_have_count(2)
     for r in ranks:
         tr = row(frame, r["worker"])
-        expect(tr.locator("th")).to_have_text(f"{r['rank']}straggler" if r["straggler"] else str(r["rank"]))
+        # The rank, its straggler badge, and a "±" when its steps spread over 20 % (the server's
+        # call: whatever this machine's load made of them).
+        noisy = "\u00b1" if r["attention_spread"] and r["attention_spread"]["noisy"] else ""
+        expect(tr.locator("th")).to_have_text(f"{r['rank']}{'straggler' if r['straggler'] else ''}{noisy}")
         expect(tr.locator("td[data-col=worker]")).to_have_text(r["worker"])
         for col, key in (("attention_best", "attention_best_us"), ("step", "step_us"), ("attention", "attention_us"),
                          ("collectives", "collective_us"), ("other", "other_us")):
