@@ -355,7 +355,13 @@ export class RunsView {
  * hand rebuilds nothing (the figures poll asks every second while runs are parsed). */
 function sameRuns(a: State["runs"] | null, b: State["runs"]): boolean {
   if (a === b) return true;
-  if (!a || a.data !== b.data || a.error !== b.error || (a.status === "error") !== (b.status === "error")) return false;
+  if (!a || a.error !== b.error || (a.status === "error") !== (b.status === "error")) return false;
+  // A poll while runs parse in the background answers every second, mostly with the same
+  // listing: the rows are only rebuilt when it says something new (a click on a row that was
+  // just replaced would be lost, and the rows would flicker).
+  if (a.data !== b.data && (a.data === null || b.data === null || JSON.stringify(a.data) !== JSON.stringify(b.data))) {
+    return false;
+  }
   return b.data !== null || a.status === b.status;
 }
 
