@@ -13,7 +13,32 @@ from typing import Literal
 
 import msgspec
 
-from tb_attn_plugin.schema import CollectiveStats, FileError, RunSummary, Spread
+from tb_attn_plugin.responses_runs import (  # noqa: F401 -- re-exported: every route body is importable from here
+    COMPARE_SCHEMA,
+    RANKS_SCHEMA,
+    SCALING_SCHEMA,
+    CompareError,
+    CompareLayer,
+    ComparePhase,
+    CompareRatio,
+    CompareResponse,
+    CompareRun,
+    FindingChip,
+    Fit,
+    GlobalHead,
+    Headline,
+    HeadlineVersus,
+    RankLayer,
+    RankRow,
+    RanksColumn,
+    RanksLayer,
+    RanksResponse,
+    ScalingPoint,
+    ScalingResponse,
+    ScalingSeries,
+    Straggler,
+)
+from tb_attn_plugin.schema import RunSummary, Spread
 
 __all__ = [
     "RANKS_SCHEMA",
@@ -32,9 +57,6 @@ __all__ = [
 ]
 
 RUNS_SCHEMA = "tb-attn.runs/1"
-RANKS_SCHEMA = "tb-attn.ranks/2"
-COMPARE_SCHEMA = "tb-attn.compare/1"
-SCALING_SCHEMA = "tb-attn.scaling/1"
 
 
 # -- 202 ------------------------------------------------------------------------------------
@@ -264,234 +286,6 @@ class TimelineResponse(msgspec.Struct, kw_only=True):
     names: list[str]
     phases: list[str]
     events: TimelineEvents
-
-
-# -- /compare and /scaling ------------------------------------------------------------------
-class ComparePhase(msgspec.Struct, kw_only=True):
-    cpu_us: float
-    device_us: float
-    alloc_bytes: float
-    flops: float
-    calls: float
-
-
-class CompareRatio(msgspec.Struct, kw_only=True):
-    """Candidate / baseline; null where the baseline's value is 0."""
-
-    attention_cpu_us: float | None
-    attention_device_us: float | None
-    alloc_bytes: float | None
-    peak_bytes: float | None
-    flops_per_s: float | None
-
-
-class CompareLayer(msgspec.Struct, kw_only=True):
-    layer: int
-    cpu_us: float  # forward + backward
-    device_us: float
-    alloc_bytes: float
-    peak_bytes: int
-
-
-class FindingChip(msgspec.Struct, kw_only=True):
-    """A finding as Compare lists it: enough for a chip and its tooltip."""
-
-    id: str
-    severity: str
-    title: str
-    time_us: float  # evidence.time_us: per step, the time it is about
-
-
-class CompareRun(msgspec.Struct, kw_only=True):
-    """One run's attention totals per step, from its median worker."""
-
-    run: str
-    impl: str | None
-    seq: int | None
-    dtype: str | None
-    model: str | None
-    backend: str
-    steps: int
-    attention_cpu_us: float
-    attention_device_us: float
-    step_cpu_us: float
-    attention_share_cpu: float | None
-    alloc_bytes: float
-    peak_bytes: int
-    sxs_bytes: float
-    flops: float
-    flops_per_s: float
-    ops_per_forward: float
-    kernels_per_forward: float
-    phases: dict[str, ComparePhase]  # summed over layers, per step
-    layers: list[CompareLayer]
-    findings: list[str]  # finding ids
-    finding_chips: list[FindingChip] = []  # the same findings, with severity, title and time
-    ratio: CompareRatio  # against ``baseline`` (``compare``); all null in ``run_facts`` alone
-    baseline: str | None = None  # the run the ratios are against: its group's baseline (docs/http_api.md)
-    group: str = ""  # the like-for-like group the ratios are taken in: "builtin, seq 512, float32, training"
-    attention_spread: Spread | None = None  # attention time over steps, on the headline's clock
-    why_slower: list[str] = []  # same model and configuration as its baseline, another impl, slower: why
-
-
-class CompareError(msgspec.Struct, kw_only=True):
-    run: str
-    error: str
-
-
-class HeadlineVersus(msgspec.Struct, kw_only=True):
-    """The best run of a group against one other: how many times more the other spends."""
-
-    run: str
-    impl: str | None
-    time: float | None  # the other's attention time over the best's (the clock of the headline)
-    alloc: float | None  # the other's memory allocated in attention over the best's
-    peak: float | None  # the other's largest per-layer peak rise over the best's
-    flops_per_s: float | None  # the best's FLOP/s over the other's
-
-
-class Headline(msgspec.Struct, kw_only=True):
-    """One group of runs that differ only in their implementation, in one sentence."""
-
-    group: str  # what the runs share: "builtin, seq 512, float32, training"
-    best: str  # the run with the least attention time
-    best_impl: str | None
-    clock: str  # "device" or "CPU": the time compared
-    versus: list[HeadlineVersus]
-    sentence: str
-
-
-class CompareResponse(msgspec.Struct, kw_only=True):
-    schema: str = COMPARE_SCHEMA
-    baseline: str | None  # null: no readable run
-    runs: list[CompareRun]
-    errors: list[CompareError]
-    headlines: list[Headline] = []  # per group of runs differing only in implementation
-
-
-class Fit(msgspec.Struct, kw_only=True):
-    """value ≈ a·seq^k, fitted by least squares on log-log axes."""
-
-    a: float
-    k: float
-    r2: float | None  # null with two points: a line through two points says nothing of its fit
-    points: int = 0  # the distinct sequence lengths fitted
-
-
-class ScalingPoint(msgspec.Struct, kw_only=True):
-    seq: int
-    run: str
-    time_us: float  # device time where there is some, else CPU time
-    alloc_bytes: float
-    peak_bytes: int
-
-
-class ScalingSeries(msgspec.Struct, kw_only=True):
-    label: str
-    impl: str  # as in the metadata, "None" where it lacks one
-    dtype: str
-    model: str
-    points: list[ScalingPoint]
-    time_fit: Fit | None  # null with fewer than two sequence lengths
-    memory_fit: Fit | None
-
-
-class ScalingResponse(msgspec.Struct, kw_only=True):
-    schema: str = SCALING_SCHEMA
-    series: list[ScalingSeries]
-
-
-# -- /ranks ---------------------------------------------------------------------------------
-class RankLayer(msgspec.Struct, kw_only=True):
-    layer: int
-    time_us: float  # forward + backward attention time per step, on the response's clock
-    forward_us: float
-    backward_us: float
-
-
-class RankRow(msgspec.Struct, kw_only=True):
-    """One worker (rank) of a run; means per step over its spans."""
-
-    rank: int | None
-    worker: str
-    files: list[str]
-    world_size: int | None
-    step_us: float
-    attention_us: float  # forward + backward, mean per step
-    attention_best_us: float  # in the rank's fastest step: the straggler metric (metric_label)
-    attention_spread: Spread | None = None  # attention time over the rank's steps (all its spans); null: one step
-    collective_us: float
-    other_us: float  # step time neither attention nor collectives (can be 0 when they overlap)
-    layers: list[RankLayer]
-    heads: list[int]  # the global heads this rank's layers cover
-    collectives: list[CollectiveStats]
-    straggler: bool
-
-
-class RanksColumn(msgspec.Struct, kw_only=True):
-    """One column of the ranks table over every rank (its "All ranks" rows)."""
-
-    column: str  # "attention_best" (the straggler metric), "step", "attention", "collectives", "other"
-    mean_us: float
-    median_us: float  # the view's one median (median_label)
-    min_us: float
-    max_us: float
-    max_rank: int | None  # the rank with max_us
-
-
-class RanksLayer(msgspec.Struct, kw_only=True):
-    """One layer across ranks (the "All ranks" aggregate)."""
-
-    layer: int
-    mean_us: float
-    median_us: float  # the view's one median (median_label)
-    min_us: float
-    max_us: float
-    max_rank: int | None
-    phases: dict[str, float]  # mean forward time per phase across ranks
-
-
-class Straggler(msgspec.Struct, kw_only=True):
-    rank: int | None
-    worker: str
-    metric: str  # "attention" (in the rank's fastest step) or "layer L" (its mean per step)
-    label: str  # the metric in words: "attention in the fastest step", "layer L, mean per step"
-    value_us: float
-    median_us: float  # of the metric over ranks (median_label): the table's "median" row
-    ratio: float  # value / median
-
-
-class GlobalHead(msgspec.Struct, kw_only=True):
-    layer: int
-    head: int
-    ranks: list[int]  # ranks that computed this head (several: replicas, e.g. data parallel)
-    replicas: int  # workers that computed it (ranks, including workers without a known rank)
-    time_us: float  # forward, core phases, mean per step over those workers (heads_label)
-    flops: float
-    derived: bool
-
-
-class RanksResponse(msgspec.Struct, kw_only=True):
-    schema: str = RANKS_SCHEMA
-    run: str
-    clock: Literal["cpu", "device"]  # "device" when the traces have kernels, else "cpu"
-    metric: str  # the straggler metric: "attention_best" (RankRow.attention_best_us)
-    metric_label: str  # that metric in words, clock included, as the CLI and the tab show it
-    means_label: str  # the other columns and the layers (means per step), in words
-    heads_label: str  # the layer x head map's figure, in words
-    median_label: str  # how the one median of the view is computed, in words ("median " + it)
-    margin: float  # a straggler is slower than the median over ranks by more than this fraction
-    min_gap_us: float  # ... and by at least this much
-    ranks: list[RankRow]
-    columns: list[RanksColumn]  # the table's columns over every rank, the straggler metric first
-    all_ranks: list[RanksLayer]
-    stragglers: list[Straggler]
-    heads: list[GlobalHead]
-    head_count: int  # the width of the layer x head map: the largest global head index + 1
-    heads_sharded: bool  # every head computed by exactly one rank (tensor parallelism)
-    heads_complete: bool  # each layer's heads are 0..head_count-1, with no gap
-    warnings: list[str]  # e.g. two workers claiming one rank
-    errors: list[FileError]
 
 
 #: Each JSON route's body (``/trace`` sends the file itself); any of them may answer 202 with a
