@@ -110,20 +110,22 @@ def compare(runs: list[RunSummary], *, baseline: str | None = None) -> CompareRe
     if baseline is not None and baseline not in names and facts:
         raise BaselineError(f"the baseline {baseline!r} is not among the readable runs")
     base_name = baseline if baseline is not None else min(names, default=None)
-    impl = next((config(r).get("impl") for r in usable if r.run == base_name), None)
+    cfgs = [config(r) for r in usable]
+    impl = next((c.get("impl") for r, c in zip(usable, cfgs, strict=True) if r.run == base_name), None)
     groups: dict[str, list[int]] = {}
-    for i, run in enumerate(usable):
-        groups.setdefault(config_key(config(run), but="impl"), []).append(i)
+    for i, cfg in enumerate(cfgs):
+        groups.setdefault(config_key(cfg, but="impl"), []).append(i)
     for members in groups.values():
         by_name = sorted(members, key=lambda i: usable[i].run)
         b = next((i for i in by_name if usable[i].run == base_name), None)
         if b is None:
-            b = next((i for i in by_name if config(usable[i]).get("impl") == impl), by_name[0])
+            b = next((i for i in by_name if cfgs[i].get("impl") == impl), by_name[0])
         base, base_run = facts[b], usable[b]
+        label = group_label(cfgs[b])
         for i in members:
             f, run = facts[i], usable[i]
             f.baseline = base.run
-            f.group = group_label(config(run))
+            f.group = label
             ratios: dict[str, float | None] = {}
             for k in _RATIO_KEYS:
                 denominator = getattr(base, k)
