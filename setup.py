@@ -1,4 +1,6 @@
-from setuptools import find_packages, setup
+import sys
+
+from setuptools import Extension, find_packages, setup
 
 # The base install is the tab and the `tb-attn` CLI: it reads traces and never imports torch, so
 # it installs beside whatever PyTorch a team already runs (a CUDA build, a nightly) without
@@ -10,6 +12,12 @@ PROFILER_TAB = ["torch-tb-profiler>=0.4.3"]
 # them when a newer boto3 conflicts with aiobotocore's botocore pin.
 S3 = ["s3fs>=2024.1"]
 
+# The Kineto event scanner, an accelerator of the decoder (tb_attn_plugin/trace/scanned.py). Optional:
+# where it cannot be compiled the install goes on and the decoder takes its pure path, with the
+# same results. Wheels carry it built (cibuildwheel, see docs/architecture.md).
+SCANNER = Extension("tb_attn_plugin.trace._scan", ["tb_attn_plugin/trace/_scan.c"], optional=True,
+                    extra_compile_args=["-O2"] if sys.platform != "win32" else [])
+
 setup(
     name="tb-attn",
     version="0.1.0",
@@ -18,6 +26,7 @@ setup(
     long_description_content_type="text/markdown",
     python_requires=">=3.11",
     packages=find_packages(include=["runner", "runner.*", "tb_attn_plugin", "tb_attn_plugin.*"]),
+    ext_modules=[SCANNER],
     package_data={"runner": ["py.typed"], "tb_attn_plugin": ["py.typed", "static/*", "static/**/*"]},
     install_requires=[
         "tensorboard>=2.21",

@@ -26,7 +26,7 @@ from tb_attn_plugin.analysis.summary import summarize_trace
 from tb_attn_plugin.cache import DiskCache, Key, LRUCache
 from tb_attn_plugin.names import parse_trace_name
 from tb_attn_plugin.schema import SUMMARY_SCHEMA, FileError, RunSummary, WorkerSummary
-from tb_attn_plugin.trace import io
+from tb_attn_plugin.trace import io, scanned
 from tb_attn_plugin.trace import parallel as parallel_decode
 from tb_attn_plugin.trace.decode import decode
 from tb_attn_plugin.trace.discover import Run, TraceFile, display_name, find_runs
@@ -43,14 +43,16 @@ def load_events(path: str, *, max_bytes: int | None = DEFAULT_MAX_TRACE_BYTES, p
                 timeout_s: float | None = None) -> Events:
     """Read and decode one trace file. Raises TraceError.
 
-    A large local uncompressed trace is decoded in several processes, one per core
-    (``trace.parallel``), when this process runs no other thread (the CLI; not inside
-    TensorBoard's server, where forking a threaded process is unsafe). The result is the same as
-    decoding it in one. ``timeout_s`` bounds the reading and decoding in one process (the
+    Batches of events are scanned in several threads at once where the compiled scanner is
+    built (``trace.scanned``), in the server too. On the pure path, a large local uncompressed
+    trace is decoded in several processes, one per core (``trace.parallel``), when this process
+    runs no other thread (the CLI; not inside TensorBoard's server, where forking a threaded
+    process is unsafe). Either way the result is the same as decoding it in one thread.
+    ``timeout_s`` bounds the reading and decoding in one process (the
     server's case): it is checked between chunks, each of which costs a bounded time.
     """
     with _gc_paused():
-        if parallel and parallel_decode.may_fork():
+        if parallel and not scanned.available() and parallel_decode.may_fork():
             size = _splittable_size(path, max_bytes)
             parts = parallel_decode.part_count(size)
             if parts > 1:

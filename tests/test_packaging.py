@@ -58,10 +58,11 @@ def base_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
     src = root / "src"
     for name in _SOURCES:
         if (ROOT / name).is_dir():
-            shutil.copytree(ROOT / name, src / name, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+            shutil.copytree(ROOT / name, src / name, ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "*.so"))
         else:
             src.mkdir(exist_ok=True)
             shutil.copy2(ROOT / name, src / name)
+    (root / "src-path").write_text(str(src))
     venv = root / "venv"
     made = _run([sys.executable, "-m", "venv", str(venv)], cwd=root)
     assert made.returncode == 0, made.stderr[-3000:]
@@ -84,6 +85,40 @@ def test_summarize_a_shared_trace_without_torch(base_venv: Path) -> None:
     assert cli.returncode == 0, cli.stderr
     workers = [w for run in json.loads(cli.stdout)["runs"] for w in run["workers"]]
     assert [w["backend"] for w in workers] == ["flash"]
+
+
+_SCANNER_PROBE = ("import json; from tb_attn_plugin.trace import scanned; "
+                  "print(json.dumps([scanned.available(), getattr(scanned._scan, '__file__', None)]))")
+
+
+def test_the_install_compiles_the_scanner(base_venv: Path) -> None:
+    """pip builds the Kineto event scanner (trace/_scan.c) into the installed package."""
+    probe = _run([str(base_venv / "bin" / "python"), "-c", _SCANNER_PROBE], cwd=base_venv)
+    assert probe.returncode == 0, probe.stderr
+    available, where = json.loads(probe.stdout)
+    assert available and Path(where).is_relative_to(base_venv)
+
+
+def test_without_a_compiler_the_install_takes_the_pure_path(base_venv: Path, tmp_path: Path) -> None:
+    """The scanner is an optional extension: where it cannot be compiled, pip installs the rest
+    and summaries come from the pure path, the same ones."""
+    src = tmp_path / "src"  # a clean copy: the base install's own build/ holds a compiled scanner
+    shutil.copytree(Path((base_venv.parent / "src-path").read_text()), src,
+                    ignore=shutil.ignore_patterns("build", "*.egg-info", "*.so"))
+    target = tmp_path / "site"
+    pip = _run([str(base_venv / "bin" / "python"), "-m", "pip", "install", "--quiet", "--no-deps",
+                "--target", str(target), str(src)], cwd=tmp_path, timeout=600, env={"CC": "false"})
+    assert pip.returncode == 0, pip.stderr[-3000:]
+    assert not list(target.rglob("_scan*.so"))
+    env = {"PYTHONPATH": str(target)}
+    probe = _run([str(base_venv / "bin" / "python"), "-c", _SCANNER_PROBE], cwd=tmp_path, env=env)
+    assert probe.returncode == 0, probe.stderr
+    assert json.loads(probe.stdout) == [False, None]
+    cli = [str(base_venv / "bin" / "python"), "-m", "tb_attn_plugin.cli", "summarize", str(TRACE), "--format", "json"]
+    pure = _run(cli, cwd=tmp_path, env=env)
+    fast = _run(cli, cwd=tmp_path)
+    assert pure.returncode == 0 and fast.returncode == 0, pure.stderr + fast.stderr
+    assert pure.stdout == fast.stdout
 
 
 @pytest.mark.parametrize("where", ["base venv", "test venv"])

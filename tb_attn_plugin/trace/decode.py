@@ -23,6 +23,8 @@ from tb_attn_plugin.trace.coerce import loads, nested_too_deeply
 from tb_attn_plugin.trace.columns import Builder, add_batch, add_loaded
 from tb_attn_plugin.trace.events import Events, TraceError
 from tb_attn_plugin.trace.filler import Filler, run_end
+from tb_attn_plugin.trace.scanned import Pipeline
+from tb_attn_plugin.trace.scanned import available as scanned_available
 
 __all__ = ["decode", "decode_bytes"]
 
@@ -178,6 +180,7 @@ def _batches(builder: Builder, it: Iterator[bytes], rest: bytearray, batch_bytes
     """Decode whole batches of events as the stream comes; return what is left at its end."""
     searched = 0  # rest[:searched] holds no event start but the one at 0, if any
     filler = Filler()
+    pipeline = Pipeline(builder, _unscanned) if scanned_available() else None
     for chunk in it:
         rest += chunk
         if len(rest) < batch_bytes:
@@ -189,11 +192,20 @@ def _batches(builder: Builder, it: Iterator[bytes], rest: bytearray, batch_bytes
             filler.squeeze(rest)
             searched = len(rest)
             continue
-        _add_batch_in_place(builder, rest, cut)
+        if pipeline is None:
+            _add_batch_in_place(builder, rest, cut)
+        else:
+            pipeline.submit(_batch_text(rest, cut))
         del rest[:cut]
         filler.dropped(cut)
         searched = 0
+    if pipeline is not None:
+        pipeline.finish()
     return rest
+
+
+def _unscanned(builder: Builder, text: bytes) -> None:
+    add_batch(builder, text, scan=False)
 
 
 def _closing(builder: Builder, rest: bytearray) -> dict[str, Any]:
@@ -272,6 +284,17 @@ def _add_batch_in_place(builder: Builder, rest: bytearray, cut: int) -> None:
     rest[last] = ord("]")
     with memoryview(rest) as view, view[: last + 1] as body:
         add_batch(builder, body)
+
+
+def _batch_text(rest: bytearray, cut: int) -> bytes:
+    """``rest[:cut]`` as a JSON array, copied once (it goes to another thread)."""
+    last = _last_non_space(rest, cut)
+    with memoryview(rest) as view:
+        if rest[0] not in _SPACE or rest[last] != ord(","):
+            return _as_array(view[:cut])
+        rest[0] = ord("[")
+        rest[last] = ord("]")
+        return bytes(view[: last + 1])
 
 
 def _last_non_space(buf: bytearray, end: int, *, window: int = 1 << 16) -> int:

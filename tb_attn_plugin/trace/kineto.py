@@ -26,7 +26,9 @@ __all__ = [
     "DEVICE_PROPERTY_KEYS",
     "MEMORY_EVENT_NAME",
     "MODULE_PREFIX",
+    "NO_ARGS",
     "STEP_PREFIX",
+    "UNSET",
     "Kind",
     "WireArgs",
     "WireEvent",
@@ -85,30 +87,37 @@ DEVICE_PROPERTY_KEYS: tuple[str, ...] = ("deviceProperties", "computeProperties"
 
 
 
-class WireArgs(msgspec.Struct, gc=False):
-    """The ``args`` fields read from an event, as Kineto spells them (both spellings of the
-    external id: traces before 2022 wrote it in lower case)."""
+#: What an integer field of ``WireArgs`` holds when the event does not have it. Not a value the
+#: lenient path produces (``int_or_none`` keeps integers within +-(2**63 - 1)), so a column
+#: builder tells it from any value read, in numpy, without a Python loop over events.
+UNSET = -(1 << 63)
 
-    ext: int | None = msgspec.field(name="External id", default=None)
-    ext_lc: int | None = msgspec.field(name="external id", default=None)
-    corr: int | None = msgspec.field(name="correlation", default=None)
-    seq: int | None = msgspec.field(name="Sequence number", default=None)
+
+class WireArgs(msgspec.Struct, gc=False, frozen=True):
+    """The ``args`` fields read from an event, as Kineto spells them (both spellings of the
+    external id: traces before 2022 wrote it in lower case). An absent field is ``UNSET``
+    (``EMPTY_RAW`` for the raw ones); ``None`` only where the trace wrote ``null``."""
+
+    ext: int | None = msgspec.field(name="External id", default=UNSET)
+    ext_lc: int | None = msgspec.field(name="external id", default=UNSET)
+    corr: int | None = msgspec.field(name="correlation", default=UNSET)
+    seq: int | None = msgspec.field(name="Sequence number", default=UNSET)
     dims: msgspec.Raw = msgspec.field(name="Input Dims", default=EMPTY_RAW)
     types: msgspec.Raw = msgspec.field(name="Input type", default=EMPTY_RAW)
     concrete: msgspec.Raw = msgspec.field(name="Concrete Inputs", default=EMPTY_RAW)
-    nbytes: int | None = msgspec.field(name="Bytes", default=None)
-    total: int | None = msgspec.field(name="Total Allocated", default=None)
-    dev_type: int | None = msgspec.field(name="Device Type", default=None)
-    dev_id: int | None = msgspec.field(name="Device Id", default=None)
+    nbytes: int | None = msgspec.field(name="Bytes", default=UNSET)
+    total: int | None = msgspec.field(name="Total Allocated", default=UNSET)
+    dev_type: int | None = msgspec.field(name="Device Type", default=UNSET)
+    dev_id: int | None = msgspec.field(name="Device Id", default=UNSET)
 
-    @property
-    def external_id(self) -> int:
-        """The op or runtime call's external id, whichever way it is spelled; -1: none."""
-        return self.ext if self.ext is not None else self.ext_lc if self.ext_lc is not None else -1
+
+#: The arguments of an event without ``args``: every field absent.
+NO_ARGS = WireArgs()
 
 
 class WireEvent(msgspec.Struct, gc=False):
-    """One trace event, keeping only the fields we read (msgspec skips the others unbuilt)."""
+    """One trace event, keeping only the fields we read (msgspec skips the others unbuilt).
+    ``args`` is ``None`` only where the trace wrote ``"args": null``."""
 
     ph: str = ""
     name: str = ""
@@ -117,7 +126,7 @@ class WireEvent(msgspec.Struct, gc=False):
     tid: int | str = 0
     ts: float = math.nan
     dur: float = 0.0
-    args: WireArgs | None = None
+    args: WireArgs | None = NO_ARGS
 
 
 _batch_decoder = msgspec.json.Decoder(list[WireEvent])
@@ -147,8 +156,8 @@ def lenient_event(obj: dict[str, Any]) -> WireEvent:
     """The event ``obj`` (as ``json.loads`` decoded it, values of any type) with each field read
     as ``decode_events`` would have, or coerced (``trace.coerce``) where it could not be."""
     a = obj.get("args")
-    args = WireArgs(**{attr: coerce(a.get(spelling)) for attr, spelling, coerce in _ARGS_FIELDS}) \
-        if isinstance(a, dict) else None
+    args = WireArgs(**{attr: value for attr, spelling, coerce in _ARGS_FIELDS
+                       if (value := coerce(a.get(spelling))) is not None}) if isinstance(a, dict) else NO_ARGS
     cat = obj.get("cat")
     return WireEvent(ph=str(obj.get("ph", "")), name=str(obj.get("name", "")),
                      cat=cat if isinstance(cat, str) else None,
