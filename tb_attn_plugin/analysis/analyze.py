@@ -86,7 +86,7 @@ def with_annotations(events: Events, rows: list[tuple[int, float, float, str]]) 
     ts = cat(events.ts, [r[1] for r in rows], np.float64)
     dur = cat(events.dur, [r[2] for r in rows], np.float64)
     minus = [-1] * k
-    order = np.lexsort((-dur, ts, track))
+    order = _merged_order(events, track[len(events):], ts[len(events):], dur[len(events):])
     return Events(
         names=tuple(names), tracks=events.tracks, shapes=events.shapes,
         name=name[order], kind=kind[order], track=track[order], ts=ts[order], dur=dur[order],
@@ -97,3 +97,31 @@ def with_annotations(events: Events, rows: list[tuple[int, float, float, str]]) 
         mem_device_type=events.mem_device_type, mem_device_id=events.mem_device_id,
         meta=events.meta, diagnostics=events.diagnostics,
     )
+
+
+def _merged_order(events: Events, track: np.ndarray, ts: np.ndarray, dur: np.ndarray) -> np.ndarray:
+    """The order that sorts ``events`` followed by the new rows (``track``, ``ts``, ``dur``)
+    by (track, start, longest first), ties in that order: what a stable
+    ``np.lexsort((-dur, ts, track))`` of the concatenation gives, without sorting the events,
+    which are sorted already. Each new row goes after the events whose key is not greater."""
+    n, k = len(events), track.size
+    new = np.lexsort((-dur, ts, track))
+    track, ts, dur = track[new], ts[new], dur[new]
+    at = np.empty(k, np.int64)  # how many events come before each new row
+    for t in np.unique(track).tolist():
+        rows = np.flatnonzero(track == t)
+        lo, hi = (int(x) for x in np.searchsorted(events.track, [t, t + 1]))
+        seg_ts = events.ts[lo:hi]
+        left = np.searchsorted(seg_ts, ts[rows], side="left")
+        right = np.searchsorted(seg_ts, ts[rows], side="right")
+        at[rows] = lo + left
+        for r in np.flatnonzero(right > left).tolist():  # equal starts: after the events at least as long
+            a, b = lo + int(left[r]), lo + int(right[r])
+            at[rows[r]] = a + int(np.searchsorted(-events.dur[a:b], -dur[rows[r]], side="right"))
+    order = np.empty(n + k, np.int64)
+    placed = at + np.arange(k)
+    rest = np.ones(n + k, np.bool_)
+    rest[placed] = False
+    order[rest] = np.arange(n)
+    order[placed] = n + new
+    return order

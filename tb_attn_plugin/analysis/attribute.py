@@ -305,15 +305,27 @@ def _attribute_backward(
     forward_ops = np.flatnonzero((seq >= 0) & ~backward & (layer >= 0))
     if forward_ops.size == 0:
         return
-    by_seq: dict[int, int] = {}
-    for i, s in zip(forward_ops.tolist(), seq[forward_ops].tolist(), strict=True):
-        by_seq.setdefault(s, i)  # the outermost op carrying the number comes first
-    engine = np.flatnonzero(is_bwd_name[events.name] & (seq >= 0))
-    for i, s in zip(engine.tolist(), seq[engine].tolist(), strict=True):
-        f = by_seq.get(s)
-        if f is None or layer[i] >= 0:
+    # The outermost op carrying each number comes first: its first occurrence.
+    numbers, first = np.unique(seq[forward_ops], return_index=True)
+    engine = np.flatnonzero(is_bwd_name[events.name] & (seq >= 0) & (layer < 0))
+    at = np.minimum(np.searchsorted(numbers, seq[engine]), numbers.size - 1)
+    found = numbers[at] == seq[engine]
+    engine, fwd = engine[found], forward_ops[first[at[found]]]
+    if engine.size == 0:
+        return
+    end = subtree_end[engine]
+    if (engine[1:] >= end[:-1]).all():
+        # Disjoint subtrees (no engine function nested in another's): every one is still
+        # unattributed when its turn comes, so all are assigned at once.
+        size = end - engine
+        rows = np.repeat(engine - np.cumsum(size) + size, size) + np.arange(size.sum())
+        src = np.repeat(fwd, size)
+        layer[rows], head[rows], phase[rows] = layer[src], head[src], phase[src]
+        backward[rows] = True
+        return
+    for i, f, j in zip(engine.tolist(), fwd.tolist(), end.tolist(), strict=True):
+        if layer[i] >= 0:  # inside the subtree of one assigned before it
             continue
-        j = int(subtree_end[i])
         layer[i:j] = layer[f]
         head[i:j] = head[f]
         phase[i:j] = phase[f]

@@ -15,6 +15,7 @@ What can stand alone already does: scores, spreads, roles, bounds, the headline.
 from __future__ import annotations
 
 from collections import Counter
+from functools import cached_property
 
 import numpy as np
 
@@ -115,29 +116,51 @@ class _Summarizer:
         return [clip(n) for n, _ in totals.most_common(top)]
 
     def _peak(self, scope_idx: np.ndarray) -> int:
-        """Largest rise of allocated memory over a scope's start, across the scope instances."""
+        """Largest rise of allocated memory over a scope's start, across the scope instances: for
+        each, the highest ``Total Allocated`` of the usable memory events within it, over the
+        total before its first one. All instances of a track at once (a summary asks for about a
+        hundred scopes of thousands of instances)."""
         ev = self.ev
         best = 0
-        for i in scope_idx.tolist():
-            lo, hi = self.mem_ranges.get(int(ev.track[i]), (0, 0))
+        tracks = ev.track[scope_idx]
+        for track in np.unique(tracks).tolist():
+            lo, hi = self.mem_ranges.get(int(track), (0, 0))
             if lo == hi:
                 continue
-            start = lo + int(np.searchsorted(ev.mem_ts[lo:hi], ev.ts[i], side="left"))
-            stop = lo + int(np.searchsorted(ev.mem_ts[lo:hi], ev.ts[i] + ev.dur[i], side="right"))
-            if stop <= start:
+            idx = scope_idx[tracks == track]
+            seg = ev.mem_ts[lo:hi]
+            start = lo + np.searchsorted(seg, ev.ts[idx], side="left")
+            stop = lo + np.searchsorted(seg, ev.ts[idx] + ev.dur[idx], side="right")
+            next_ok, top, negatives = self._mem_prefix
+            first = next_ok[np.minimum(start, len(next_ok) - 1)]
+            some = (stop > start) & (first < stop)
+            start, stop, first = start[some], stop[some], first[some]
+            if start.size == 0:
                 continue
-            ok = self.mem_ok[start:stop]
-            total = ev.mem_total[start:stop][ok]
-            nbytes = ev.mem_bytes[start:stop][ok]
-            if total.size == 0:
-                continue
-            if (total >= 0).all():
-                base = int(total[0] - nbytes[0])
-                rise = int(total.max()) - base
-            else:  # in float64: a sum of many sizes near the decoder's 2**53 bound overflows int64
-                rise = int(np.cumsum(nbytes, dtype=np.float64).max())
-            best = max(best, rise)
+            signed = (negatives[stop] - negatives[start]) > 0  # a negative total: the float path below
+            if (~signed).any():
+                s, e, f = start[~signed], stop[~signed], first[~signed]
+                highest = np.maximum.reduceat(top, np.stack([s, e], axis=1).ravel())[::2]
+                rise = highest - (ev.mem_total[f] - ev.mem_bytes[f])
+                best = max(best, int(rise.max()))
+            for a, b in zip(start[signed].tolist(), stop[signed].tolist(), strict=True):
+                # in float64: a sum of many sizes near the decoder's 2**53 bound overflows int64
+                nbytes = ev.mem_bytes[a:b][self.mem_ok[a:b]]
+                best = max(best, int(np.cumsum(nbytes, dtype=np.float64).max()))
         return best
+
+    @cached_property
+    def _mem_prefix(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Over the memory events: the first usable one at or after each position (n where
+        none), each usable one's total (the lowest int64 elsewhere, and one more at the end, so
+        that a range may end there), and the count of usable negative totals before each."""
+        ok, total = self.mem_ok, self.ev.mem_total
+        n = ok.size
+        at = np.where(ok, np.arange(n), n)
+        next_ok = np.append(np.minimum.accumulate(at[::-1])[::-1], n)
+        top = np.append(np.where(ok, total, np.iinfo(np.int64).min), np.iinfo(np.int64).min)
+        negatives = np.concatenate([[0], np.cumsum(ok & (total < 0))])
+        return next_ok, top, negatives
 
     # -- the summary ----------------------------------------------------------------------
     def build(self, *, file: str, worker: str, span: str | None, notes: list[str]) -> WorkerSummary:

@@ -31,6 +31,9 @@ __all__ = ["decode", "decode_bytes"]
 _HEADER_RE = re.compile(rb'"traceEvents"\s*:\s*\[')
 _EVENT_START = b"\n  {"
 _HEADER_LIMIT = 64 << 20  # a header larger than this is not Kineto's layout
+#: Events are decoded a batch of about this many bytes at a time (measured on a 103 MB trace:
+#: 2 MB 0.21 s, 4 MB 0.195 s, 8 MB 0.22 s, 16 MB 0.28 s with the scanner's threads on 2 cores).
+BATCH_BYTES = 4 << 20
 _top_decoder = msgspec.json.Decoder(dict[str, msgspec.Raw])
 
 
@@ -97,7 +100,7 @@ def _finish(builder: Builder, top: dict[str, Any]) -> Events:
     return builder.finish(top)
 
 
-def decode(chunks: Iterable[bytes], *, batch_bytes: int = 8 << 20) -> Events:
+def decode(chunks: Iterable[bytes], *, batch_bytes: int = BATCH_BYTES) -> Events:
     """Decode a trace from a stream of byte chunks (already decompressed)."""
     opened = _open(chunks, batch_bytes)
     if isinstance(opened, Events):
@@ -229,7 +232,7 @@ def _closing(builder: Builder, rest: bytearray) -> dict[str, Any]:
 # them in file order (``merge_parts``). The result equals ``decode`` of the whole file.
 
 
-def decode_first_part(chunks: Iterable[bytes], *, batch_bytes: int = 8 << 20) -> tuple[Builder, dict[str, Any]] | None:
+def decode_first_part(chunks: Iterable[bytes], *, batch_bytes: int = BATCH_BYTES) -> tuple[Builder, dict[str, Any]] | None:
     """Decode from the start of the file to the first cut (an event start). None: not Kineto's
     layout."""
     opened = _open(chunks, batch_bytes)
@@ -241,7 +244,7 @@ def decode_first_part(chunks: Iterable[bytes], *, batch_bytes: int = 8 << 20) ->
     return builder, header
 
 
-def decode_middle_part(chunks: Iterable[bytes], *, batch_bytes: int = 8 << 20) -> dict[str, Any]:
+def decode_middle_part(chunks: Iterable[bytes], *, batch_bytes: int = BATCH_BYTES) -> dict[str, Any]:
     """Decode the events between two cuts; the result pickles."""
     builder = Builder()
     rest = _batches(builder, iter(chunks), bytearray(), batch_bytes)
@@ -250,7 +253,7 @@ def decode_middle_part(chunks: Iterable[bytes], *, batch_bytes: int = 8 << 20) -
     return {"builder": builder.export(), "trailer": None}
 
 
-def decode_last_part(chunks: Iterable[bytes], *, batch_bytes: int = 8 << 20) -> dict[str, Any]:
+def decode_last_part(chunks: Iterable[bytes], *, batch_bytes: int = BATCH_BYTES) -> dict[str, Any]:
     """Decode from the last cut to the end of the file, the document's trailing keys included;
     the result pickles."""
     builder = Builder()

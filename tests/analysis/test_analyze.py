@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from pathlib import Path
 
-from tb_attn_plugin.analysis.analyze import analyze
+import numpy as np
+
+from tb_attn_plugin.analysis.analyze import _merged_order, analyze
 from tb_attn_plugin.analysis.findings import find
 from tb_attn_plugin.analysis.overview import headline
 from tb_attn_plugin.analysis.summary import summarize_analysis, summarize_trace
@@ -34,3 +37,20 @@ def test_the_loader_summarizes_a_file_with_summarize_trace(tmp_path: Path,
     loaded = Loader().summarize_file(trace, metadata=META)
     analysis = analyze(decode_bytes(trace_bytes("findings_cpu_mixed")))
     assert loaded == summarize_trace(analysis, file=trace.name, worker="w", span="1", metadata=META)
+
+
+def test_added_annotations_merge_in_the_order_a_full_sort_gives() -> None:
+    """``with_annotations`` merges new rows into the sorted events instead of sorting all of
+    them again: the result must be the stable lexsort of the concatenation, ties included."""
+    rng = np.random.default_rng(3)
+    for _ in range(200):
+        n, k = int(rng.integers(1, 60)), int(rng.integers(1, 20))
+        rows = [{"ph": "X", "name": "op", "cat": "cpu_op", "pid": 1, "tid": int(rng.integers(1, 4)),
+                 "ts": float(rng.integers(0, 10)), "dur": float(rng.integers(0, 4))} for _ in range(n)]
+        events = decode_bytes(json.dumps({"traceEvents": rows}).encode())
+        track = rng.integers(0, len(events.tracks) + 1, k).astype(np.int32)
+        ts = rng.integers(0, 10, k).astype(np.float64) + (events.ts.min() if len(events) else 0)
+        dur = rng.integers(0, 4, k).astype(np.float64)
+        want = np.lexsort((-np.concatenate([events.dur, dur]), np.concatenate([events.ts, ts]),
+                           np.concatenate([events.track, track])))
+        assert np.array_equal(_merged_order(events, track, ts, dur), want)
