@@ -16,13 +16,11 @@ import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from types import EllipsisType
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import msgspec
 
 from tb_attn_plugin import __version__
-from tb_attn_plugin.analysis.analyze import Analysis, analyze
-from tb_attn_plugin.analysis.summary import summarize_trace
 from tb_attn_plugin.cache import DiskCache, Key, LRUCache
 from tb_attn_plugin.names import parse_trace_name
 from tb_attn_plugin.schema import SUMMARY_SCHEMA, FileError, RunSummary, WorkerSummary
@@ -32,11 +30,30 @@ from tb_attn_plugin.trace.decode import decode
 from tb_attn_plugin.trace.discover import Run, TraceFile, display_name, find_runs
 from tb_attn_plugin.trace.events import Events, ReadError, TraceError
 
-__all__ = ["DEFAULT_MAX_TRACE_BYTES", "Loader", "Parsed", "load_events", "parse_metadata", "resolve_runs"]
+if TYPE_CHECKING:
+    from tb_attn_plugin.analysis.analyze import Analysis
+
+__all__ = ["DEFAULT_MAX_TRACE_BYTES", "Loader", "Parsed", "load_events", "parse_metadata", "prefetch_analysis",
+           "resolve_runs"]
 
 DEFAULT_MAX_TRACE_BYTES = 4 << 30  # uncompressed; larger traces are refused, not parsed
 
 _log = logging.getLogger(__name__)
+
+
+def prefetch_analysis() -> None:
+    """Import the analysis modules in a background thread, so that a short-lived process (the
+    CLI) imports them while its trace is read and scanned, rather than after: the scanner's
+    threads run without the GIL, which the imports take. Only with the scanner: the pure path's
+    several-process decode forks only where no other thread runs. Imports are thread-safe; a
+    caller that needs a module first waits for it."""
+    if not scanned.available():
+        return
+    import importlib
+    import threading
+
+    threading.Thread(target=importlib.import_module, args=("tb_attn_plugin.analysis.summary",),
+                     name="tb-attn-imports", daemon=True).start()
 
 
 def load_events(path: str, *, max_bytes: int | None = DEFAULT_MAX_TRACE_BYTES, parallel: bool = True,
@@ -230,6 +247,8 @@ class Loader:
         try:
             self._check_size(trace)
             with _as_trace_error(trace):
+                from tb_attn_plugin.analysis.analyze import analyze
+
                 analysis = analyze(load_events(trace.path, max_bytes=self.max_trace_bytes,
                                                timeout_s=self.parse_timeout_s))
         except TraceError as exc:
@@ -286,6 +305,8 @@ class Loader:
         key = _key(trace)
         try:
             with _as_trace_error(trace):
+                from tb_attn_plugin.analysis.summary import summarize_trace
+
                 summary = summarize_trace(analysis, file=trace.name, worker=trace.worker, span=trace.span,
                                           metadata=metadata)
         except TraceError as exc:

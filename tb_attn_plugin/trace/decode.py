@@ -232,7 +232,8 @@ def _closing(builder: Builder, rest: bytearray) -> dict[str, Any]:
 # them in file order (``merge_parts``). The result equals ``decode`` of the whole file.
 
 
-def decode_first_part(chunks: Iterable[bytes], *, batch_bytes: int = BATCH_BYTES) -> tuple[Builder, dict[str, Any]] | None:
+def decode_first_part(chunks: Iterable[bytes], *, batch_bytes: int = BATCH_BYTES
+                      ) -> tuple[Builder, dict[str, Any]] | None:
     """Decode from the start of the file to the first cut (an event start). None: not Kineto's
     layout."""
     opened = _open(chunks, batch_bytes)
