@@ -4,8 +4,11 @@ Each candidate reads one trace file and produces the same thing: the columns the
 for complete events (name, category, thread, start, duration, External id, correlation,
 sequence number) and memory events. Reported: wall time of the whole process and its peak RSS.
 
-- ``msgspec-typed``: the engine's decoder (chunked, typed structs, unknown fields skipped).
-- ``msgspec-typed-whole``: the same structs, whole document at once.
+- ``scanner``: the engine's decoder: the compiled scanner (``trace/_scan.c``) on 4 MiB batches in
+  worker threads, columns appended in file order.
+- ``msgspec-typed``: the engine's pure path (``TB_ATTN_PURE_DECODE=1``: chunked, typed structs,
+  unknown fields skipped, two processes for a large local file).
+- ``msgspec-typed-whole``: the same structs, whole document at once, one process.
 - ``orjson``: ``orjson.loads`` of the whole document, then a Python loop over dicts.
 - ``ijson``: streaming ``ijson.items(f, "traceEvents.item")`` with the yajl2_c backend.
 
@@ -22,7 +25,7 @@ import sys
 import time
 from pathlib import Path
 
-CANDIDATES = ("msgspec-typed", "msgspec-typed-whole", "orjson", "ijson")
+CANDIDATES = ("scanner", "msgspec-typed", "msgspec-typed-whole", "orjson", "ijson")
 
 _CHILD = r'''
 import gc, sys, time
@@ -49,11 +52,16 @@ def columns(events):
             mem.append(int((e.get("args") or {}).get("Bytes", 0)))
     return len(cols["name"]), len(mem)
 
-if which == "msgspec-typed":
+if which in ("scanner", "msgspec-typed"):
+    import os
+    if which == "msgspec-typed":
+        os.environ["TB_ATTN_PURE_DECODE"] = "1"
     from tb_attn_plugin.loader import load_events
     ev = load_events(path)
     n = (len(ev), len(ev.mem_ts))
 elif which == "msgspec-typed-whole":
+    import os
+    os.environ["TB_ATTN_PURE_DECODE"] = "1"
     from tb_attn_plugin.trace.decode import _whole
     ev = _whole(open(path, "rb").read())
     n = (len(ev), len(ev.mem_ts))
@@ -93,7 +101,7 @@ def main() -> int:
     for which in CANDIDATES:
         runs = [run_isolated(args.trace, which) for _ in range(args.repeat)]
         results[which] = {"wall_s": statistics.median(r[0] for r in runs), "peak_mib": max(r[1] for r in runs)}
-    base = results["msgspec-typed"]
+    base = results["scanner"]
     print(f"{args.trace.name}: {size_mib:.0f} MiB, median of {args.repeat} fresh processes")
     print(f"{'decoder':<22}{'wall s':>8}{'peak MiB':>10}{'time / ours':>13}{'peak / file':>13}")
     for which, r in results.items():

@@ -32,7 +32,7 @@ import numpy.typing as npt
 from tb_attn_plugin.analysis.flops import IMPLAUSIBLE, op_flops, plausible
 from tb_attn_plugin.scopes import PHASES, Scope, is_scope_name, read_scope
 from tb_attn_plugin.trace.events import Events
-from tb_attn_plugin.trace.kineto import BACKWARD_PREFIX, STEP_PREFIX, Kind
+from tb_attn_plugin.trace.kineto import BACKWARD_PREFIX, DEVICE_KINDS, STEP_PREFIX, Kind
 
 __all__ = [
     "DEVICE_KINDS", "MAX_STEP_NUMBER", "PHASE_CODE", "STEP_OUT_OF_RANGE", "Attribution", "attribute", "launchers",
@@ -40,7 +40,6 @@ __all__ = [
 ]
 
 EPS_US = 1e-3  # timestamps are rounded to the nanosecond when written
-DEVICE_KINDS = (int(Kind.KERNEL), int(Kind.MEMCPY), int(Kind.MEMSET), int(Kind.GPU_ANNOTATION))
 PHASE_CODE = {p: i for i, p in enumerate(PHASES)}
 #: ``ProfilerStep#N`` numbers are stored in int32 columns: a larger N is not a step.
 MAX_STEP_NUMBER = 2**31 - 1

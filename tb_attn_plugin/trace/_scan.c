@@ -60,10 +60,19 @@ typedef struct {
     int parts;       /* 1 for names and categories, 2 for tracks, 3 for shape triples */
 } Set;
 
+/* Python's randomized bytes hash (SipHash): public from 3.14, private before. */
+static inline Py_hash_t hash_bytes(const void *p, Py_ssize_t n) {
+#if PY_VERSION_HEX >= 0x030E0000
+    return Py_HashBuffer(p, n);
+#else
+    return _Py_HashBytes(p, n);
+#endif
+}
+
 static Py_hash_t key_hash(const Key *k, int parts) {
     Py_uhash_t h = 0x345678UL;
     for (int i = 0; i < parts; i++) {
-        Py_hash_t x = _Py_HashBytes(k->p[i], k->n[i]);
+        Py_hash_t x = hash_bytes(k->p[i], k->n[i]);
         h = (h ^ (Py_uhash_t)x) * 1000003UL;
     }
     return (Py_hash_t)h;

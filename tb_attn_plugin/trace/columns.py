@@ -1,5 +1,6 @@
 """The column builder: how decoded events become ``Events`` columns with interned names. A batch
-is decoded with msgspec into typed structs that keep only the fields we read (unknown fields are
+the compiled scanner takes is appended by ``scanned`` under the same rules; any other batch is
+decoded with msgspec into typed structs that keep only the fields we read (unknown fields are
 skipped without building Python objects), and their fields are appended to compact columns
 column by column, so memory stays near the size of the columns, not of the document. A batch
 that msgspec rejects (``NaN``, numbers out of range, strings where numbers belong) is rolled
@@ -33,6 +34,7 @@ from tb_attn_plugin.trace.coerce import (
 )
 from tb_attn_plugin.trace.events import Events, OpShapes, TraceError, TraceMeta, Track
 from tb_attn_plugin.trace.kineto import (
+    DEVICE_KINDS,
     DEVICE_PROPERTY_KEYS,
     MEMORY_EVENT_NAME,
     MODULE_PREFIX,
@@ -45,7 +47,7 @@ from tb_attn_plugin.trace.kineto import (
     kind_of,
     lenient_event,
 )
-from tb_attn_plugin.trace.scanned import add_scanned
+from tb_attn_plugin.trace.scanned import add_scanned, or_minus_one
 
 __all__ = ["Builder", "add_batch", "add_loaded"]
 
@@ -58,7 +60,6 @@ _EXT, _EXT_LC, _CORR, _SEQ, _BYTES, _TOTAL, _DEV_TYPE, _DEV_ID = (
 _DIMS, _TYPES, _CONCRETE = (attrgetter(f) for f in ("dims", "types", "concrete"))
 _IS_COMPLETE = "X".__eq__
 _IS_MEMORY = ("i", MEMORY_EVENT_NAME).__eq__
-_DEVICE_KINDS = np.array([Kind.KERNEL, Kind.MEMCPY, Kind.MEMSET, Kind.GPU_ANNOTATION], dtype=np.int8)
 
 
 class Builder:
@@ -235,7 +236,7 @@ class Builder:
             if track_key not in track_ids:
                 self.new_track(track_key)
         tracks = np.fromiter(map(track_ids.__getitem__, keys), np.int32, len(keys))
-        device = np.isin(kind, _DEVICE_KINDS)
+        device = np.isin(kind, DEVICE_KINDS)
         if device.any():
             self.device_tracks.update(np.unique(tracks[device]).tolist())
         args = _args(xs)
@@ -249,8 +250,8 @@ class Builder:
             shape[with_shapes] = self._shape_ids(_take(args, with_shapes))
         x = self.x
         for col, values in (("name", nids), ("kind", kind), ("track", tracks), ("ts", ts), ("dur", dur),
-                            ("ext", _or_minus_one(ext)), ("corr", _or_minus_one(_ints(args, _CORR))),
-                            ("seq", _or_minus_one(_ints(args, _SEQ))), ("shape", shape)):
+                            ("ext", or_minus_one(ext)), ("corr", or_minus_one(_ints(args, _CORR))),
+                            ("seq", or_minus_one(_ints(args, _SEQ))), ("shape", shape)):
             x[col].frombytes(values.astype(x[col].typecode, copy=False).tobytes())
 
     def shape_flags(self) -> list[bool]:
@@ -365,11 +366,6 @@ def _ints(args: list[WireArgs], field: attrgetter[Any]) -> np.ndarray:
     if None in values:
         values = [UNSET if v is None else v for v in values]
     return np.fromiter(values, np.int64, len(values))
-
-
-def _or_minus_one(values: np.ndarray) -> np.ndarray:
-    values[values == UNSET] = -1
-    return values
 
 
 def _lenient(objs: Any) -> list[WireEvent]:

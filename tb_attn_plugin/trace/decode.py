@@ -1,9 +1,10 @@
 """Framing: how trace bytes are cut into batches, and the document around them read. Kineto
 pretty-prints traces with every event starting on a line ``  {`` (two spaces), and JSON strings
 cannot hold raw newlines, so ``\\n  {`` marks event starts and nothing else. We cut the byte
-stream there into batches of a few MB, each appended to compact columns as it comes
-(``columns``), so memory stays near the size of the columns, not of the document; the keys
-before and after the events are read as the header and trailer. Other layouts (minified JSON,
+stream there into batches of a few MB, each appended to compact columns as it comes (by the
+compiled scanner in worker threads, ``scanned``, else by ``columns``), so memory stays near the
+size of the columns, not of the document; the keys before and after the events are read as the
+header and trailer. Other layouts (minified JSON,
 a bare event array) fall back to decoding the whole document at once. Input that is not a trace
 raises ``TraceError`` with a clear message, never anything else, hostile input included
 (nesting deeper than Python's recursion limit, integers of thousands of digits, invalid UTF-8),

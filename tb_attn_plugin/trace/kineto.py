@@ -77,6 +77,10 @@ def kind_of(category: str | None) -> Kind:
     return CATEGORY_KIND.get(category.lower(), Kind.OTHER)
 
 
+#: Kinds that run on the device timeline (launched from a host op), as plain ints for ``np.isin``.
+DEVICE_KINDS: tuple[int, ...] = (int(Kind.KERNEL), int(Kind.MEMCPY), int(Kind.MEMSET), int(Kind.GPU_ANNOTATION))
+
+
 MEMORY_EVENT_NAME = "[memory]"
 STEP_PREFIX = "ProfilerStep#"
 MODULE_PREFIX = "nn.Module: "
@@ -84,7 +88,6 @@ BACKWARD_PREFIX = "autograd::engine::evaluate_function: "
 
 #: Top-level keys that describe devices, by schema generation.
 DEVICE_PROPERTY_KEYS: tuple[str, ...] = ("deviceProperties", "computeProperties")
-
 
 
 #: What an integer field of ``WireArgs`` holds when the event does not have it. Not a value the

@@ -1,4 +1,6 @@
-"""Decoding one large local trace in several processes at once.
+"""Decoding one large local trace in several processes at once: the pure path's parallelism,
+used where the compiled scanner is not built (with it, batches are scanned in threads instead,
+``scanned``).
 
 The file is cut at event starts (``\\n  {``, see ``decode``) into one part per process. This
 process decodes the first part (the header and the first events) while a standard-library

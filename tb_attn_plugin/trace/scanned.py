@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from tb_attn_plugin.trace.coerce import MAX_SIZE, MAX_TIME_US, op_shapes
-from tb_attn_plugin.trace.kineto import MODULE_PREFIX, UNSET, Kind, kind_of
+from tb_attn_plugin.trace.kineto import DEVICE_KINDS, MODULE_PREFIX, UNSET, Kind, kind_of
 
 if TYPE_CHECKING:
     from tb_attn_plugin.trace.columns import Builder
@@ -34,7 +34,6 @@ except ImportError:  # not compiled: the pure path
 
 __all__ = ["add_scanned", "available"]
 
-_DEVICE_KINDS = np.array([Kind.KERNEL, Kind.MEMCPY, Kind.MEMSET, Kind.GPU_ANNOTATION], dtype=np.int8)
 _X = {"ts": np.float64, "dur": np.float64, "name": np.int32, "cat": np.int32, "track": np.int32, "ext": np.int64,
       "ext_lc": np.int64, "corr": np.int64, "seq": np.int64, "shape": np.int32}
 _M = {"ts": np.float64, "track": np.int32, "bytes": np.int64, "total": np.int64, "dtype": np.int64, "did": np.int64}
@@ -175,7 +174,7 @@ def _complete(builder: Builder, x: dict[str, np.ndarray], names: list[str], cats
         name_table[i] = builder.intern(name) if got is None else got
     nids = name_table[nid]
     tracks = _tracks(builder, x["track"], track_keys)
-    device = np.isin(kind, _DEVICE_KINDS)
+    device = np.isin(kind, DEVICE_KINDS)
     if device.any():
         builder.device_tracks.update(np.unique(tracks[device]).tolist())
     ext = np.where(x["ext"] != UNSET, x["ext"], x["ext_lc"])
@@ -193,8 +192,8 @@ def _complete(builder: Builder, x: dict[str, np.ndarray], names: list[str], cats
                 builder.shapes.append(op_shapes(key))
             table[t] = sid
         shape[wanted] = table[local]
-    _append(builder.x, name=nids, kind=kind, track=tracks, ts=ts, dur=dur, ext=_or_minus_one(ext),
-            corr=_or_minus_one(x["corr"]), seq=_or_minus_one(x["seq"]), shape=shape)
+    _append(builder.x, name=nids, kind=kind, track=tracks, ts=ts, dur=dur, ext=or_minus_one(ext),
+            corr=or_minus_one(x["corr"]), seq=or_minus_one(x["seq"]), shape=shape)
 
 
 def _memory(builder: Builder, m: dict[str, np.ndarray], track_keys: list[tuple[int | str, int | str]]) -> None:
@@ -215,10 +214,11 @@ def _memory(builder: Builder, m: dict[str, np.ndarray], track_keys: list[tuple[i
             did=np.where((dev_id >= 0) & (dev_id < 2**31), dev_id, -1))
 
 
-def _or_minus_one(values: np.ndarray) -> np.ndarray:
-    return np.where(values == UNSET, -1, values)
-
-
 def _append(cols: dict[str, Any], **values: np.ndarray) -> None:
     for k, v in values.items():
         cols[k].frombytes(v.astype(cols[k].typecode, copy=False).tobytes())
+
+
+def or_minus_one(values: np.ndarray) -> np.ndarray:
+    """``values`` with the fields an event did not have (``UNSET``) as -1, the columns' "none"."""
+    return np.where(values == UNSET, -1, values)
