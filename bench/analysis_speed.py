@@ -31,9 +31,9 @@ no more rounds once the bench would run past ``--budget-s``. The jobs:
 Before measuring, the bench compiles our package's bytecode, as pip does at install (the peers are
 installed so; an editable checkout under PYTHONDONTWRITEBYTECODE would compile ours from source in
 every job), and records whether the compiled scanner is built. An untimed run of ``ours`` checks
-its summary: one worker, as many layers as the
-model has, each with the expected backend, and the profiled step count. Unless ``--quick`` or
-``--no-wait``, the bench first waits until no ``runner_overhead.py`` benchmark runs on the machine.
+its summary: one worker, as many layers as the model has, each with the expected backend, and the
+profiled step count. Unless ``--quick`` or ``--no-wait``, the bench first waits until no
+``runner_overhead.py`` benchmark runs on the machine.
 
 Run from the repository root::
 
