@@ -175,6 +175,10 @@ def _hf_config(spec: str, cfg: ModelConfig, overrides: dict[str, Any]) -> Any:
         raise ConfigError(f"unknown {config_cls_name} key(s) in --hf-config: {', '.join(unknown)}")
     attn_impl = ("eager" if cfg.impl.startswith("naive") else "flex_attention" if cfg.impl.startswith("flex")
                  else "sdpa")
+    model_cls = getattr(transformers, _HF_FAMILIES[family][1])
+    if attn_impl == "flex_attention" and not getattr(model_cls, "_supports_flex_attn", False):
+        raise ConfigError(f"{spec} has no flex_attention path in transformers {transformers.__version__}; "
+                          "hf:llama, hf:bert and hf:gemma3 have one")
     return config_cls(**{**common, **kw, **overrides}, attn_implementation=attn_impl)
 
 
@@ -222,7 +226,10 @@ def build_workload(
         config = _hf_config(spec, cfg, hf_overrides)
         transformers = importlib.import_module("transformers")
         model = getattr(transformers, _HF_FAMILIES[family][1])(config)
-        cfg = cfg.replace(causal=_HF_FAMILIES[family][2], vocab=config.vocab_size)
+        causal = _HF_FAMILIES[family][2]
+        # The family decides causality (BERT is not causal): a default causal mask goes with it.
+        mask = cfg.mask if cfg.mask != "causal" else ("causal" if causal else None)
+        cfg = cfg.replace(causal=causal, vocab=config.vocab_size, mask=mask)
         needs_instrument = True
     else:
         if cfg.impl == "naive-inplace" or (spec == "torch:encoder" and cfg.impl == "naive"):
@@ -280,7 +287,9 @@ def _mask_metadata(spec: str, model: nn.Module, cfg: ModelConfig) -> dict[str, A
         return info.to_dict() if info is not None else None
     layer_types = getattr(getattr(model, "config", None), "layer_types", None)
     if spec != "hf:gemma3" or not layer_types:
-        return None
+        # Other Hugging Face families: their own causal mask, recorded for flex (whose kernel's
+        # work the analysis counts from it).
+        return _info(parse_mask(cfg.mask), cfg.seq).to_dict() if cfg.mask == "causal" else None
     window = int(getattr(model.config, "sliding_window", GEMMA_DEFAULT_WINDOW))
     infos = {kind: _info(parse_mask(text), cfg.seq)
              for kind, text in (("sliding_attention", f"sliding:{window}"), ("full_attention", "causal"))}

@@ -97,4 +97,6 @@ def sparse_logdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     for impl in ("flex", "sdpa"):
         result = profile_run(logdir, f"gemma3-{impl}", model="hf:gemma3", **{**SPARSE, "impl": impl, "mask": sliding})
         assert result.status == "ok", (impl, result.error)
+    result = profile_run(logdir, "llama-flex", model="hf:llama", **{**SPARSE, "impl": "flex"})
+    assert result.status == "ok", result.error
     return logdir

@@ -19,7 +19,8 @@ each layer with a mask, ``apply_masks`` adds a ``LayerMask`` to the summary:
   for dense work, and for sparse work what the same rate would have cost on every pair.
 
 Layers without metadata (a trace summarized alone, or not written by our runner) get no mask:
-nothing is guessed from a mask the trace does not describe.
+nothing is guessed from a mask the trace does not describe. A run that is not causal and has no
+mask (BERT's flex, say) gets compiled flex's dense work counted, and no ``LayerMask``.
 """
 
 from __future__ import annotations
@@ -91,10 +92,15 @@ def apply_masks(summary: WorkerSummary, metadata: Mapping[str, Any] | None) -> N
     masks = layer_masks(metadata, [layer.layer for layer in summary.layers])
     widest = max((float(m["kept"]) for m in masks.values()), default=0.0)
     mixed = len({str(m["spec"]) for m in masks.values()}) > 1
+    config = metadata.get("config")
+    unmasked = isinstance(config, Mapping) and config.get("causal") is False and not masks
     for layer in summary.layers:
         entry = masks.get(layer.layer)
-        shapes = _shapes(metadata, layer) if entry is not None else None
-        if entry is None or shapes is None:
+        shapes = _shapes(metadata, layer) if entry is not None or unmasked else None
+        if shapes is None:
+            continue
+        if entry is None:  # not causal, no mask: compiled flex did the whole dense work
+            _count_unmasked_flex(layer, shapes)
             continue
         b, h, s, d = shapes
         dense = 2.0 * b * h * s * s * (d + d)
@@ -113,6 +119,17 @@ def apply_masks(summary: WorkerSummary, metadata: Mapping[str, Any] | None) -> N
             dense_work=layer.backend in DENSE_WORK_BACKENDS and work >= DENSE_SHARE * dense,
             core_us=core_us, dense_equiv_us=core_us * dense / work if work > 0 else core_us,
             local=mixed and kept < widest)
+
+
+def _count_unmasked_flex(layer: LayerStats, shapes: tuple[int, int, int, int]) -> None:
+    """Compiled flex without a mask (not causal): the kernel's dense work, which no op shows."""
+    b, h, s, d = shapes
+    dense = 2.0 * b * h * s * s * (d + d)
+    core = [p for p in layer.phases if p.phase in CORE_PHASES]
+    calls = layer.calls if layer.calls > 0 else 1.0
+    work = sum(p.flops for p in core) / calls
+    if layer.backend == "flex" and work < DENSE_SHARE * dense:
+        _add_kernel_work(layer, core, (dense - work) * calls, BACKWARD_FACTOR * dense * calls)
 
 
 def _add_kernel_work(layer: LayerStats, core: list[PhaseStats], forward: float, backward: float) -> None:

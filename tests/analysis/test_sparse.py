@@ -154,3 +154,22 @@ def test_a_compile_inside_the_profiled_steps_is_a_finding(tmp_path: Path) -> Non
     s = summarize_trace(analyze(load_events(str(path))), file=path.name, worker="w", span=None, metadata={})
     (finding,) = [f for f in s.findings if f.id == "recompiles"]
     assert finding.evidence.details["compiles"] >= 2
+
+
+def test_hugging_face_flex_counts_its_causal_kernel(sparse_logdir: Path) -> None:
+    s = _summary(sparse_logdir, "llama-flex")
+    for layer in s.layers:
+        assert layer.backend == "flex" and layer.mask is not None and layer.mask.spec == "causal"
+        flex = next(p for p in layer.phases if p.phase == "flex")
+        assert flex.flops == pytest.approx(DENSE * (S + 1) / (2 * S), rel=1e-12)
+
+
+def test_flex_without_a_mask_counts_the_dense_kernel(sparse_logdir: Path) -> None:
+    (path,) = trace_files(sparse_logdir / "flex-causal")
+    meta = json.loads((sparse_logdir / "flex-causal" / "tb_attn_run.json").read_text())
+    meta.pop("mask")
+    meta["config"].update(causal=False, mask=None)  # as BERT's flex: not causal, no mask
+    s = summarize_trace(analyze(load_events(str(path))), file=path.name, worker="w", span=None, metadata=meta)
+    for layer in s.layers:
+        assert layer.mask is None
+        assert next(p for p in layer.phases if p.phase == "flex").flops == pytest.approx(DENSE, rel=1e-12)

@@ -121,6 +121,7 @@ def test_a_compile_failure_fails_the_run_with_the_first_line_and_the_sweep_goes_
     (["--compile", "--per-head"], "--per-head"),
     (["--model", "hf:gpt2", "--mask", "sliding:8"], "hf:gemma3"),
     (["--model", "hf:gpt2", "--impl", "flex-eager"], "always compiles"),
+    (["--model", "hf:gpt2", "--impl", "flex"], "no flex_attention path"),
 ])
 def test_bad_mask_and_compile_options_exit_2_with_one_line(
         tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str], message: str) -> None:
