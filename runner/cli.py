@@ -32,11 +32,18 @@ PROG = "tb-attn-run"
 RUNNER_EXTRA = ("torch", "tqdm")
 
 #: The demo: a small CPU sweep of four implementations at two lengths, one run with each head in
-#: its own scope (measured heads for the Heads view), plus a Hugging Face model.
+#: its own scope (measured heads for the Heads view), a Hugging Face model, flex_attention against
+#: naive attention on one sliding-window mask, and a compiled block.
 DEMO_ARGS: tuple[list[str], ...] = (
     ["--model", "builtin", "--size", "small", "--impl", "naive,naive-inplace,sdpa-math,sdpa", "--seq", "256,512"],
     ["--model", "builtin", "--size", "small", "--impl", "naive", "--seq", "256", "--per-head"],
     ["--model", "hf:gpt2", "--size", "small", "--impl", "naive,sdpa", "--seq", "256"],
+    # Sparse against dense on the same sliding-window mask, and a compiled block (inference:
+    # flex_attention has no backward on CPU). Each compiles once, in its warm-up step; inductor
+    # caches the code on disk, so a second demo reuses it.
+    ["--model", "builtin", "--size", "small", "--impl", "flex,naive", "--mask", "sliding:128", "--seq", "512",
+     "--mode", "inference"],
+    ["--model", "builtin", "--size", "small", "--impl", "naive", "--compile", "--seq", "256", "--mode", "inference"],
 )
 
 
@@ -80,6 +87,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--attn-mask", action="store_true",
                    help="builtin model, sdpa implementations: pass the causal mask as a boolean attn_mask tensor "
                         "instead of is_causal=True (as many models do)")
+    p.add_argument("--mask", type=_csv(str), default=None,
+                   help="attention mask(s), comma-separated: causal, sliding:W, document:N, prefix:P, block:DENSITY; "
+                        "the same mask for every implementation (flex: a BlockMask; naive, sdpa: a boolean tensor). "
+                        "Default: causal (or none with --no-causal)")
+    p.add_argument("--compile", action="store_true",
+                   help="torch.compile each attention block (its phases fuse into one 'compiled' phase; the "
+                        "compile runs in the warm-up step)")
     p.add_argument("--device", default="auto", help="cpu, cuda or auto (cuda when present)")
     p.add_argument("--mode", choices=MODES, default="training")
     p.add_argument("--per-head", action="store_true", help="compute each head in its own scope")
@@ -142,8 +156,15 @@ def default_parallel(mode: str, ranks: int) -> str:
     return "ddp" if ranks > 1 and mode == "training" else "none"
 
 
+def mask_label(mask: str | None) -> str:
+    """A mask in a run name: ``sliding:256`` -> ``sliding256`` (no ``:`` in paths); the plain
+    causal mask adds nothing."""
+    return "" if mask in (None, "causal") else "-" + str(mask).replace(":", "")
+
+
 def run_name(model: str, cfg: ModelConfig, prefix: str = "") -> str:
-    impl = (cfg.impl + ("-per-head" if cfg.per_head else "") + ("-tp" if cfg.parallel == "tp" else "")
+    impl = (cfg.impl + ("-compiled" if cfg.compile else "") + mask_label(cfg.mask)
+            + ("-per-head" if cfg.per_head else "") + ("-tp" if cfg.parallel == "tp" else "")
             + ("" if cfg.scopes else "-unscoped"))
     name = f"{_model_label(model)}/{impl}/seq{cfg.seq}"
     if cfg.dtype != "float32":
@@ -164,7 +185,8 @@ def plan_sweep(args: argparse.Namespace) -> list[RunSpec]:
     parallel = args.parallel or default_parallel(args.mode, ranks)
     specs: list[RunSpec] = []
     names: set[str] = set()
-    for impl, seq, dtype in itertools.product(args.impl, seqs, args.dtype):
+    masks = args.mask if args.mask is not None else [None]
+    for impl, mask, seq, dtype in itertools.product(args.impl, masks, seqs, args.dtype):
         cfg = ModelConfig(
             layers=args.layers if args.layers is not None else layers,
             heads=args.heads if args.heads is not None else heads,
@@ -174,7 +196,7 @@ def plan_sweep(args: argparse.Namespace) -> list[RunSpec]:
             dropout=args.dropout, attn_mask=args.attn_mask, device=device, mode=args.mode, impl=impl,
             per_head=args.per_head,
             scopes=args.scopes, parallel=parallel, slow_rank=args.slow_rank, slow_ms=args.slow_ms,
-            jitter_ms=args.jitter_ms,
+            jitter_ms=args.jitter_ms, mask=mask, mask_seed=args.seed, compile=args.compile,
         )
         check_model_spec(args.model, cfg, hf, world_size=ranks)
         name = run_name(args.model, cfg, args.name)

@@ -10,6 +10,8 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from tb_attn_plugin.masks import parse_mask
+
 __all__ = [
     "DTYPES",
     "IMPLS",
@@ -35,6 +37,8 @@ IMPLS: tuple[str, ...] = (
     "sdpa-flash",
     "sdpa-efficient",
     "sdpa-cudnn",
+    "flex",
+    "flex-eager",
 )
 DTYPES: tuple[str, ...] = ("float32", "bfloat16", "float16")
 MODES: tuple[str, ...] = ("training", "inference")
@@ -70,6 +74,9 @@ class ModelConfig:
     slow_rank: int | None = None  # this rank spends slow_ms extra in every attention block
     slow_ms: float = 0.0
     jitter_ms: float = 0.0  # every attention block spends this much more in every other call: noisy on purpose
+    mask: str | None = None  # --mask spec (tb_attn_plugin.masks); flex defaults to "causal" when causal
+    mask_seed: int = 0  # the block-sparse mask's draw
+    compile: bool = False  # torch.compile each attention block (its phases then fuse into one)
 
     def __post_init__(self) -> None:
         for name in ("layers", "heads", "d_model", "seq", "batch", "vocab"):
@@ -91,6 +98,19 @@ class ModelConfig:
             raise ConfigError(f"unknown mode {self.mode!r}; choose from {', '.join(MODES)}")
         if self.impl not in IMPLS:
             raise ConfigError(f"unknown implementation {self.impl!r}; choose from {', '.join(IMPLS)}")
+        if self.mask is not None:
+            try:
+                object.__setattr__(self, "mask", str(parse_mask(self.mask, causal=self.causal)))
+            except ValueError as exc:
+                raise ConfigError(f"--mask: {exc}") from None
+        elif self.impl.startswith("flex") and self.causal:
+            object.__setattr__(self, "mask", "causal")
+        if self.impl.startswith("flex") and self.dropout:
+            raise ConfigError("flex_attention has no attention dropout: use --dropout 0 with flex")
+        if self.compile and (self.per_head or self.parallel == "tp"):
+            raise ConfigError("--compile fuses a whole block: it does not go with --per-head or --parallel tp")
+        if self.mask is not None and self.attn_mask:
+            raise ConfigError("--attn-mask passes the causal mask as a tensor; --mask already passes its own")
         if not 0.0 <= self.dropout < 1.0:
             raise ConfigError(f"dropout must be in [0, 1), got {self.dropout}")
         if self.device not in ("cpu", "cuda") and not self.device.startswith("cuda:"):

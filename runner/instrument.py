@@ -40,7 +40,7 @@ from torch import nn
 from torch.autograd.profiler import record_function
 
 from runner.scoping import profiler_enabled
-from tb_attn_plugin.scopes import Phase, format_scope
+from tb_attn_plugin.scopes import MODEL_BLOCK_MASK, Phase, format_scope
 
 __all__ = ["Block", "Instrumentation", "NoAttentionFoundWarning", "instrument"]
 
@@ -101,9 +101,11 @@ class _Active:
             return Phase.SOFTMAX.value
         if kind == "dropout":
             return Phase.DROPOUT.value if self.stage == "probs" else None
-        if kind == "sdpa":
+        if kind in ("sdpa", "flex"):
             self.stage, self.core_seen = "done", True
-            return Phase.SDPA.value
+            return Phase.SDPA.value if kind == "sdpa" else Phase.FLEX.value
+        if kind == "block_mask":
+            return Phase.BLOCK_MASK.value
         return None
 
 
@@ -132,6 +134,7 @@ class Instrumentation:
         self._stack: list[_Active] = []
         self._originals: dict[tuple[int, str], Callable[..., Any]] = {}
         self._sdpa_original: Callable[..., Any] | None = None
+        self._hf_patched: list[tuple[ModuleType, str, Callable[..., Any]]] = []
         self._fast_path_warned = False
 
     # -- set-up ---------------------------------------------------------------------------
@@ -146,6 +149,7 @@ class Instrumentation:
                 self._watch_fast_path(module)
         self._sdpa_original = F.scaled_dot_product_attention
         F.scaled_dot_product_attention = self._wrap(self._sdpa_original, "sdpa")
+        self._patch_hf_flex()
         if not self.blocks:
             log.info(
                 "no attention module found by type or name in %s; modules that call "
@@ -163,6 +167,9 @@ class Instrumentation:
         if self._sdpa_original is not None:
             F.scaled_dot_product_attention = self._sdpa_original
             self._sdpa_original = None
+        while self._hf_patched:
+            namespace, attr, original = self._hf_patched.pop()
+            setattr(namespace, attr, original)
         if not self.blocks and exc[0] is None:
             warnings.warn(
                 f"no attention found in {type(self.model).__name__}: no nn.MultiheadAttention, "
@@ -284,6 +291,9 @@ class Instrumentation:
             if not self._stack:
                 if kind == "sdpa":
                     return self._discover_and_call(fn, args, kwargs)
+                if kind == "block_mask":
+                    with record_function(MODEL_BLOCK_MASK):
+                        return fn(*args, **kwargs)
                 return fn(*args, **kwargs)
             active = self._stack[-1]
             if active.phase_depth:
@@ -300,6 +310,21 @@ class Instrumentation:
 
         wrapper.__wrapped__ = fn  # type: ignore[attr-defined]
         return wrapper
+
+    def _patch_hf_flex(self) -> None:
+        """Hugging Face's flex path, where transformers is loaded: its flex_attention call (a
+        ``flex`` phase in the block) and its ``create_block_mask``, which it calls in every
+        forward before the layers (``MODEL_BLOCK_MASK``; the ``block_mask`` phase inside a
+        block)."""
+        flex_mod = sys.modules.get("transformers.integrations.flex_attention")
+        masking = sys.modules.get("transformers.masking_utils")
+        targets = [(flex_mod, "compile_friendly_flex_attention", "flex"), (masking, "create_block_mask", "block_mask")]
+        for namespace, attr, kind in targets:
+            original = getattr(namespace, attr, None) if namespace is not None else None
+            if original is None or namespace is None:
+                continue
+            self._hf_patched.append((namespace, attr, original))
+            setattr(namespace, attr, self._wrap(original, kind))
 
     def _patch(self) -> None:
         for namespace, attr, kind in _TRACED:

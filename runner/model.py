@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 import time
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,7 +25,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from runner.config import ModelConfig
+from runner.masks import MaskInfo, build_block_mask, dense_mask, mask_info, mask_mod
 from runner.scoping import scope
+from tb_attn_plugin.masks import parse_mask
 from tb_attn_plugin.scopes import Phase, format_scope
 
 __all__ = ["JITTER_SCOPE", "SLOW_RANK_SCOPE", "TORCH_DTYPES", "Attention", "TensorParallel", "Transformer",
@@ -107,6 +110,7 @@ class _PhaseNames:
     # Attributes set above, declared for type checkers.
     qkv_proj: str
     kv_expand: str
+    block_mask: str
     qk_matmul: str
     scale: str
     mask: str
@@ -114,6 +118,8 @@ class _PhaseNames:
     dropout: str
     av_matmul: str
     sdpa: str
+    flex: str
+    compiled: str
     out_proj: str
 
 
@@ -155,13 +161,26 @@ class Attention(nn.Module):
         self.register_buffer(
             "causal_mask", torch.ones(cfg.seq, cfg.seq, dtype=torch.bool).triu(1), persistent=False
         )
+        # --mask: the same mask for every implementation. Dense ones get it as a tensor (True:
+        # masked out for naive, True: attend for SDPA), built once; flex gets a BlockMask,
+        # shared by the layers through ``masks`` (building one costs about a second on CPU).
+        self.mask_spec = parse_mask(cfg.mask, causal=cfg.causal) if cfg.mask else None
+        # naive fills the positions masked out (True: blocked), SDPA takes those kept (True: attend).
+        self.blocked: torch.Tensor | None
+        self.attend: torch.Tensor | None
+        allowed = None
+        if self.mask_spec is not None and not cfg.impl.startswith("flex"):
+            allowed = dense_mask(mask_mod(self.mask_spec, cfg.seq, causal=cfg.causal, seed=cfg.mask_seed), cfg.seq)
+        self.register_buffer("blocked", None if allowed is None else ~allowed, persistent=False)
+        self.register_buffer("attend", allowed, persistent=False)
+        self.block_mask: Any = None  # set by Transformer for flex
+        self._compiled: Any = torch.compile(self._body, dynamic=False) if cfg.compile else None
         # Scopes carry global head indices: under tensor parallelism the phases this rank runs on
         # its heads together name them as a range.
         self.names = _PhaseNames(layer, heads if tp is not None else None)
         self.head_names = [_PhaseNames(layer, h) for h in heads] if cfg.per_head else []
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        B, T, _ = x.shape
         n = self.names
         on = self.scoped
         tp = self.tp
@@ -175,22 +194,35 @@ class Attention(nn.Module):
             if self.cfg.jitter_ms and self.calls % 2 == 0:
                 with scope(JITTER_SCOPE, on):
                     time.sleep(self.cfg.jitter_ms / 1000.0)
-            with scope(n.qkv_proj, on):
-                q, k, v = self.qkv(x).split([self.q_dim, self.kv_dim, self.kv_dim], dim=-1)
-                q = q.view(B, T, self.n_head, self.head_dim).transpose(1, 2)  # (B, H, T, D)
-                k = k.view(B, T, self.n_kv_head, self.head_dim).transpose(1, 2)  # (B, Hkv, T, D)
-                v = v.view(B, T, self.n_kv_head, self.head_dim).transpose(1, 2)  # (B, Hkv, T, D)
-            if self.cfg.per_head:
-                y = self._per_head(q, k, v)
+            if self._compiled is not None:
+                # torch.compile ignores record_function inside what it compiles: the block's
+                # work is one phase, its ops fused or called from the compiled code.
+                with scope(n.compiled, on):
+                    y = self._compiled(x, False)
             else:
-                y = self._core(q, k, v, n)  # (B, H, T, D)
-            with scope(n.out_proj, on):
-                y = y.transpose(1, 2).contiguous().view(B, T, self.q_dim)
-                y = self.out_proj(y) if tp is None else F.linear(y, self.out_proj.weight)
+                y = self._body(x, on)
         if tp is not None:
             # Outside every scope, so that traces show attention and the collective apart.
             y = _TPOutputSum.apply(y, tp.group) + self.out_proj.bias
         return y
+
+    def _body(self, x: torch.Tensor, on: bool) -> torch.Tensor:
+        """Projections, attention core and output projection, each phase in its scope when
+        ``on``."""
+        B, T, _ = x.shape
+        n = self.names
+        with scope(n.qkv_proj, on):
+            q, k, v = self.qkv(x).split([self.q_dim, self.kv_dim, self.kv_dim], dim=-1)
+            q = q.view(B, T, self.n_head, self.head_dim).transpose(1, 2)  # (B, H, T, D)
+            k = k.view(B, T, self.n_kv_head, self.head_dim).transpose(1, 2)  # (B, Hkv, T, D)
+            v = v.view(B, T, self.n_kv_head, self.head_dim).transpose(1, 2)  # (B, Hkv, T, D)
+        if self.cfg.per_head:
+            y = self._per_head(q, k, v)
+        else:
+            y = self._core(q, k, v, n, on)  # (B, H, T, D)
+        with scope(n.out_proj, on):
+            y = y.transpose(1, 2).contiguous().view(B, T, self.q_dim)
+            return self.out_proj(y) if self.tp is None else F.linear(y, self.out_proj.weight)
 
     def _per_head(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         group = self.n_head // self.n_kv_head
@@ -198,16 +230,22 @@ class Attention(nn.Module):
         for h, names in enumerate(self.head_names):  # h: this rank's head, names: its global one
             g = h // group
             with scope(names.block, self.scoped):
-                outs.append(self._core(q[:, h : h + 1], k[:, g : g + 1], v[:, g : g + 1], names))
+                outs.append(self._core(q[:, h : h + 1], k[:, g : g + 1], v[:, g : g + 1], names, self.scoped))
         return torch.cat(outs, dim=1)
 
-    def _core(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, n: _PhaseNames) -> torch.Tensor:
+    def _core(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, n: _PhaseNames, on: bool) -> torch.Tensor:
         impl = self.cfg.impl
-        on = self.scoped
         dropout_p = self.cfg.dropout if self.training else 0.0
+        if impl.startswith("flex"):
+            with scope(n.flex, on):
+                return flex_call(impl)(q, k, v, block_mask=self.block_mask, scale=self.scale,
+                                       enable_gqa=q.size(1) != k.size(1))
         if impl.startswith("sdpa"):
-            # --attn-mask: the mask as a tensor (True: attend), built outside the scope, as models do.
-            mask = ~self.causal_mask[: q.size(-2), : k.size(-2)] if self.cfg.attn_mask else None
+            # --attn-mask or --mask: the mask as a tensor (True: attend), built outside the scope,
+            # as models do.
+            T, S = q.size(-2), k.size(-2)
+            mask = (self.attend[:T, :S] if self.attend is not None
+                    else ~self.causal_mask[:T, :S] if self.cfg.attn_mask else None)
             with scope(n.sdpa, on):
                 return F.scaled_dot_product_attention(
                     q,
@@ -228,9 +266,9 @@ class Attention(nn.Module):
             att = q @ k.transpose(-2, -1)  # (B, H, T, T): the materialized scores
         with scope(n.scale, on):
             att = att * self.scale
-        if self.cfg.causal:
+        if self.cfg.causal or self.blocked is not None:
             with scope(n.mask, on):
-                mask = self.causal_mask[:T, :T]
+                mask = self.blocked[:T, :T] if self.blocked is not None else self.causal_mask[:T, :T]
                 if impl == "naive-inplace":
                     att.masked_fill_(mask, float("-inf"))
                 else:
@@ -242,6 +280,32 @@ class Attention(nn.Module):
                 att = F.dropout(att, p=dropout_p, training=True)
         with scope(n.av_matmul, on):
             return att @ v  # (B, H, T, D)
+
+
+_FLEX_COMPILED: Any = None
+
+
+def reset_compiled() -> None:
+    """Forget every compiled function (ours and dynamo's caches), so that a run compiles its own."""
+    global _FLEX_COMPILED
+    _FLEX_COMPILED = None
+    torch._dynamo.reset()
+
+
+def flex_call(impl: str) -> Any:
+    """``flex_attention`` as ``impl`` runs it: compiled once per process (``flex``; the first
+    call compiles, in the warm-up step), or eager (``flex-eager``: PyTorch's unfused reference,
+    which materializes the scores)."""
+    global _FLEX_COMPILED
+    from torch.nn.attention.flex_attention import flex_attention
+
+    if impl == "flex-eager":
+        # Its warning says to compile; running uncompiled is the point of this implementation.
+        warnings.filterwarnings("ignore", message=r"flex_attention called without torch\.compile", category=UserWarning)
+        return flex_attention
+    if _FLEX_COMPILED is None:
+        _FLEX_COMPILED = torch.compile(flex_attention, dynamic=False)
+    return _FLEX_COMPILED
 
 
 class _MLP(nn.Module):
@@ -286,9 +350,24 @@ class Transformer(nn.Module):
         self.blocks = nn.ModuleList(_Block(cfg, i, scoped, tp, delay_ms) for i in range(cfg.layers))
         self.ln_f = nn.LayerNorm(cfg.d_model)
         self.lm_head = nn.Linear(cfg.d_model, cfg.vocab, bias=False)
+        spec = parse_mask(cfg.mask, causal=cfg.causal) if cfg.mask else None
+        self._mask_spec = spec
+        self._mask_mod = mask_mod(spec, cfg.seq, causal=cfg.causal, seed=cfg.mask_seed) if spec else None
+        #: The mask's kept shares, for the run metadata (None: no --mask).
+        self.mask_info: MaskInfo | None = (mask_info(spec, dense_mask(self._mask_mod, cfg.seq))
+                                           if spec and self._mask_mod else None)
+        self._block_mask: Any = None
 
     def forward(self, idx: torch.Tensor) -> torch.Tensor:
         T = idx.size(1)  # token ids (B, T) -> logits (B, T, vocab)
+        if self._mask_spec is not None and self.cfg.impl.startswith("flex") and self._block_mask is None:
+            # Built once, on the first call's device (a BlockMask does not follow .to()): the
+            # warm-up step, outside the profiled steps. The layers share it.
+            mod = mask_mod(self._mask_spec, T, causal=self.cfg.causal, device=idx.device, seed=self.cfg.mask_seed)
+            self._block_mask = build_block_mask(mod, T, idx.device)
+            for module in self.modules():
+                if isinstance(module, Attention):
+                    module.block_mask = self._block_mask
         pos = torch.arange(T, device=idx.device)
         x = self.drop(self.wte(idx) + self.wpe(pos))
         for block in self.blocks:

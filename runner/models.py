@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import ast
 import importlib
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -32,7 +33,9 @@ from torch.nn.parallel import DistributedDataParallel
 
 from runner.config import ConfigError, ModelConfig, check_world
 from runner.distributed import DistContext
+from runner.masks import MaskInfo, dense_mask, mask_info, mask_mod
 from runner.model import TORCH_DTYPES, TensorParallel, Transformer, shard_state_dict
+from tb_attn_plugin.masks import MaskSpec, parse_mask
 
 __all__ = [
     "MODEL_SPECS",
@@ -56,7 +59,13 @@ _HF_FAMILIES: dict[str, tuple[str, str, bool]] = {
     "bert": ("BertConfig", "BertForMaskedLM", False),
     "gpt2": ("GPT2Config", "GPT2LMHeadModel", True),
     "llama": ("LlamaConfig", "LlamaForCausalLM", True),
+    # Gemma 3's architecture (q/k norms, GQA), its local (sliding-window) and global layers
+    # alternating one to one as in Gemma 2 (Gemma 3 itself has five local per global: set
+    # --hf-config layer_types=[...] for that). Gemma 2's own classes have no SDPA path.
+    "gemma3": ("Gemma3TextConfig", "Gemma3ForCausalLM", True),
 }
+#: The window of hf:gemma3's local layers when --mask gives none (Gemma 2 uses 4096).
+GEMMA_DEFAULT_WINDOW = 4096
 MODEL_SPECS: tuple[str, ...] = ("builtin", *(f"hf:{f}" for f in _HF_FAMILIES), "torch:encoder", "torch:mha")
 
 
@@ -75,6 +84,7 @@ class Workload:
     needs_instrument: bool  # True when scopes come from runner.instrument()
     optimizer: torch.optim.Optimizer | None = None
     runnable: nn.Module | None = None  # what the step calls: the model, or its DDP wrapper
+    mask: dict[str, Any] | None = None  # the run metadata's "mask" (runner.masks.MaskInfo), per layer where they differ
 
 
 def check_model_spec(spec: str, cfg: ModelConfig, hf_overrides: dict[str, Any], *, world_size: int = 1) -> None:
@@ -92,8 +102,21 @@ def check_model_spec(spec: str, cfg: ModelConfig, hf_overrides: dict[str, Any], 
     if spec != "builtin" and cfg.jitter_ms:
         raise ConfigError(f"--jitter-ms needs the builtin model, not {spec}")
     check_world(cfg, world_size)
-    if cfg.kv_heads not in (None, cfg.heads) and spec not in ("builtin", "hf:llama"):
-        raise ConfigError(f"kv_heads (grouped-query attention) is supported by builtin and hf:llama, not {spec}")
+    if cfg.kv_heads not in (None, cfg.heads) and spec not in ("builtin", "hf:llama", "hf:gemma3"):
+        raise ConfigError(f"kv_heads (grouped-query attention) is supported by builtin, hf:llama and hf:gemma3, "
+                          f"not {spec}")
+    if cfg.compile and spec != "builtin":
+        raise ConfigError(f"--compile compiles the builtin model's blocks; {spec} is not supported")
+    if spec == "torch:encoder" or spec == "torch:mha":
+        if cfg.impl.startswith("flex") or cfg.mask not in (None, "causal"):
+            raise ConfigError(f"{spec} runs nn.MultiheadAttention: no flex_attention and no --mask")
+    if spec.startswith("hf:"):
+        if cfg.impl == "flex-eager":
+            raise ConfigError("Hugging Face's flex_attention path always compiles: use --impl flex")
+        family = spec.split(":", 1)[1]
+        if cfg.mask not in (None, "causal") and not (family == "gemma3" and str(cfg.mask).startswith("sliding:")):
+            raise ConfigError(f"--mask {cfg.mask}: Hugging Face models take their masks from their config; "
+                              "hf:gemma3 takes sliding:W (the window of its local layers)")
     if hf_overrides and not spec.startswith("hf:"):
         raise ConfigError("--hf-config applies to hf:* models only")
     if spec.startswith("hf:"):
@@ -125,6 +148,7 @@ def _hf_config(spec: str, cfg: ModelConfig, overrides: dict[str, Any]) -> Any:
     config_cls = getattr(transformers, config_cls_name)
     d, L, H, p = cfg.d_model, cfg.layers, cfg.heads, cfg.dropout
     common: dict[str, Any] = {"vocab_size": cfg.vocab}
+    kw: dict[str, Any]
     if family == "bert":
         kw = dict(hidden_size=d, num_hidden_layers=L, num_attention_heads=H, intermediate_size=4 * d,
                   max_position_embeddings=max(512, cfg.seq), attention_probs_dropout_prob=p,
@@ -132,6 +156,15 @@ def _hf_config(spec: str, cfg: ModelConfig, overrides: dict[str, Any]) -> Any:
     elif family == "gpt2":
         kw = dict(n_embd=d, n_layer=L, n_head=H, n_positions=max(1024, cfg.seq), attn_pdrop=p,
                   resid_pdrop=p, embd_pdrop=p, bos_token_id=cfg.vocab - 1, eos_token_id=cfg.vocab - 1)
+    elif family == "gemma3":
+        window = int(str(cfg.mask).split(":", 1)[1]) if str(cfg.mask).startswith("sliding:") else GEMMA_DEFAULT_WINDOW
+        # No logit soft-capping and the standard 1/sqrt(head_dim) scale, so that eager, SDPA and
+        # flex compute the same attention (SDPA has no soft-capping).
+        kw = dict(hidden_size=d, num_hidden_layers=L, num_attention_heads=H, num_key_value_heads=cfg.n_kv_heads,
+                  head_dim=d // H, intermediate_size=4 * d, max_position_embeddings=max(8192, cfg.seq),
+                  attention_dropout=p, sliding_window=window, attn_logit_softcapping=None,
+                  final_logit_softcapping=None, query_pre_attn_scalar=d // H,
+                  layer_types=["sliding_attention" if i % 2 == 0 else "full_attention" for i in range(L)])
     else:
         kw = dict(hidden_size=d, num_hidden_layers=L, num_attention_heads=H,
                   num_key_value_heads=cfg.n_kv_heads, intermediate_size=4 * d,
@@ -140,7 +173,12 @@ def _hf_config(spec: str, cfg: ModelConfig, overrides: dict[str, Any]) -> Any:
     unknown = sorted(k for k in overrides if k not in known and not hasattr(config_cls(), k))
     if unknown:
         raise ConfigError(f"unknown {config_cls_name} key(s) in --hf-config: {', '.join(unknown)}")
-    attn_impl = "eager" if cfg.impl.startswith("naive") else "sdpa"
+    attn_impl = ("eager" if cfg.impl.startswith("naive") else "flex_attention" if cfg.impl.startswith("flex")
+                 else "sdpa")
+    model_cls = getattr(transformers, _HF_FAMILIES[family][1])
+    if attn_impl == "flex_attention" and not getattr(model_cls, "_supports_flex_attn", False):
+        raise ConfigError(f"{spec} has no flex_attention path in transformers {transformers.__version__}; "
+                          "hf:llama, hf:bert and hf:gemma3 have one")
     return config_cls(**{**common, **kw, **overrides}, attn_implementation=attn_impl)
 
 
@@ -163,6 +201,8 @@ def build_workload(
     world_size, rank = (dist.world_size, dist.rank) if dist is not None else (1, 0)
     check_model_spec(spec, cfg, hf_overrides, world_size=world_size)
     device = torch.device(cfg.device)
+    if cfg.impl.startswith("flex") and cfg.mode == "training":
+        _check_flex_backward(device)
     dtype = TORCH_DTYPES[cfg.dtype]
     seed = torch.initial_seed()
     # Data-parallel ranks train on different batches; tensor-parallel ranks share theirs.
@@ -186,7 +226,10 @@ def build_workload(
         config = _hf_config(spec, cfg, hf_overrides)
         transformers = importlib.import_module("transformers")
         model = getattr(transformers, _HF_FAMILIES[family][1])(config)
-        cfg = cfg.replace(causal=_HF_FAMILIES[family][2], vocab=config.vocab_size)
+        causal = _HF_FAMILIES[family][2]
+        # The family decides causality (BERT is not causal): a default causal mask goes with it.
+        mask = cfg.mask if cfg.mask != "causal" else ("causal" if causal else None)
+        cfg = cfg.replace(causal=causal, vocab=config.vocab_size, mask=mask)
         needs_instrument = True
     else:
         if cfg.impl == "naive-inplace" or (spec == "torch:encoder" and cfg.impl == "naive"):
@@ -233,7 +276,45 @@ def build_workload(
                 logits()
 
     return Workload(spec=spec, model=model, cfg=cfg, step=step, needs_instrument=needs_instrument and cfg.scopes,
-                    optimizer=optimizer, runnable=runnable)
+                    optimizer=optimizer, runnable=runnable, mask=_mask_metadata(spec, model, cfg))
+
+
+def _mask_metadata(spec: str, model: nn.Module, cfg: ModelConfig) -> dict[str, Any] | None:
+    """What the metadata says of the run's masks: the --mask's kept shares, and for models whose
+    layers differ (hf:gemma3's global layers) each such layer's own."""
+    if spec == "builtin":
+        info = getattr(model, "mask_info", None)
+        return info.to_dict() if info is not None else None
+    layer_types = getattr(getattr(model, "config", None), "layer_types", None)
+    if spec != "hf:gemma3" or not layer_types:
+        # Other Hugging Face families: their own causal mask, recorded for flex (whose kernel's
+        # work the analysis counts from it).
+        return _info(parse_mask(cfg.mask), cfg.seq).to_dict() if cfg.mask == "causal" else None
+    window = int(getattr(model.config, "sliding_window", GEMMA_DEFAULT_WINDOW))
+    infos = {kind: _info(parse_mask(text), cfg.seq)
+             for kind, text in (("sliding_attention", f"sliding:{window}"), ("full_attention", "causal"))}
+    out = infos["sliding_attention"].to_dict()
+    out["layers"] = {str(i): infos[t].to_dict() for i, t in enumerate(layer_types) if t != "sliding_attention"}
+    return out
+
+
+def _info(mask: MaskSpec, seq: int) -> MaskInfo:
+    return mask_info(mask, dense_mask(mask_mod(mask, seq, causal=True), seq))
+
+
+def _check_flex_backward(device: torch.device) -> None:
+    """Raise ``Unsupported`` with PyTorch's reason where flex_attention cannot train (its CPU path
+    has no backward in PyTorch 2.13): a call on tiny tensors that need gradients, checked before
+    anything compiles."""
+    from torch.nn.attention.flex_attention import flex_attention
+
+    q = torch.zeros(1, 1, 16, 16, device=device, requires_grad=True)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # "called without torch.compile": this is a probe
+            flex_attention(q, q, q)
+    except NotImplementedError as exc:
+        raise Unsupported(f"flex on {device.type} in training: {str(exc).strip().splitlines()[0]}") from None
 
 
 def _cuda_index(device: torch.device) -> int:

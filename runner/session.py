@@ -30,6 +30,7 @@ from runner.config import ModelConfig, ProfileConfig
 from runner.distributed import DistContext, barrier, rank_metadata
 from runner.instrument import instrument
 from runner.metadata import METADATA_FILE, environment, now_iso, write_metadata
+from runner.model import reset_compiled
 from runner.models import Unsupported, build_workload
 from runner.traces import TRACE_FILE_RE, WriteError, default_worker_name, trace_handler
 
@@ -74,7 +75,10 @@ class RunResult:
 
 
 def _is_unsupported(exc: BaseException) -> bool:
-    return isinstance(exc, RuntimeError) and any(m in str(exc) for m in _UNSUPPORTED_MARKERS)
+    # NotImplementedError: PyTorch has no such path on this device (flex_attention's backward
+    # on CPU, for one).
+    return isinstance(exc, NotImplementedError) or (
+        isinstance(exc, RuntimeError) and any(m in str(exc) for m in _UNSUPPORTED_MARKERS))
 
 
 def _describe(exc: BaseException) -> str:
@@ -176,8 +180,15 @@ def _profile(
     result: RunResult,
 ) -> None:
     torch.manual_seed(seed)
+    if spec.cfg.impl.startswith("flex") or spec.cfg.compile:
+        # Each run compiles afresh: dynamo keeps at most a few compiled versions per function
+        # (its recompile limit, 8) and runs the rest eagerly, so a sweep's later runs, with masks
+        # of their own, would silently measure flex_attention's eager path.
+        reset_compiled()
     work = build_workload(spec.model, spec.cfg, hf_overrides=spec.hf_overrides, dist=dist)
     meta["config"] = work.cfg.to_dict()
+    if work.mask is not None:
+        meta["mask"] = work.mask
     cuda = torch.device(work.cfg.device).type == "cuda"
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
     worker = default_worker_name(dist.rank if dist else None)

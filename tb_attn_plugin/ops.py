@@ -15,13 +15,17 @@ __all__ = [
     "ARITHMETIC_OPS",
     "CAT_OP",
     "COMPARE_OPS",
+    "COMPILED_GRAPH_PREFIX",
     "COMPILED_REGION_OPS",
+    "COMPILED_REGION_PREFIX",
+    "COMPILE_BOOKKEEPING_PREFIXES",
     "COPY_OPS",
     "DROPOUT_OPS",
     "DTYPE_CONVERT_OPS",
     "EFFICIENT_FORWARD_OP",
     "FILL_OPS",
     "FLASH_FORWARD_OP",
+    "FLEX_EAGER_OP",
     "FUSED_BLOCK_OPS",
     "GEMM_OPS",
     "INPLACE_COPY_OP",
@@ -107,7 +111,17 @@ KERNEL_BACKWARD_OPS = frozenset({"aten::_flash_attention_backward", "aten::_effi
 SDPA_OPS = frozenset({SDPA_OP, SDPA_MATH_OP, *SDPA_FORWARD})
 
 #: What ``torch.compile`` leaves of attention in a trace: no ATen attention op, only the region.
+#: The region's event is ``Torch-Compiled Region: <frame>/<recompile>`` in recent PyTorch.
 COMPILED_REGION_OPS = frozenset({"CompiledFunction", "Torch-Compiled Region"})
+COMPILED_REGION_PREFIX = "Torch-Compiled Region"
+#: Inductor's annotation around a compiled graph's call: ``## Call CompiledFxGraph <hash> ##``.
+COMPILED_GRAPH_PREFIX = "## Call CompiledFxGraph"
+#: Dynamo's and AOTAutograd's own events around a compiled region's call: bookkeeping, not the
+#: model's ops.
+COMPILE_BOOKKEEPING_PREFIXES = ("TorchDynamo Cache Lookup", "Pregraph bytecode", "AOTDispatcher",
+                                COMPILED_GRAPH_PREFIX, "CompiledFunction")
+#: ``flex_attention``'s autograd function, seen only on its eager (unfused reference) path.
+FLEX_EAGER_OP = "FlexAttentionAutogradOp"
 
 # -- hand-written attention, phase by phase -----------------------------------------------------
 

@@ -23,7 +23,7 @@ from tb_attn_plugin.analysis import wording
 
 if TYPE_CHECKING:
     from tb_attn_plugin.responses import CompareResponse, Fit, RanksResponse, ScalingResponse
-    from tb_attn_plugin.schema import Finding, RunSummary, Spread
+    from tb_attn_plugin.schema import Finding, LayerStats, RunSummary, Spread, WorkerSummary
 
 __all__ = [
     "CSV_FIELDS",
@@ -184,7 +184,30 @@ def compare_table(result: CompareResponse, scale: ScalingResponse) -> str:
                          if tf else f"  {label:<32} seq {seqs:<16} time -")
             if mf:
                 lines[-1] += f"  memory k={mf.k:.2f} ({_quality(mf)})"
+            if s.expect:
+                lines.append(f"  {'':<32} expected: {printable(s.expect)}")
     return _text(lines)
+
+
+def _mask_lines(worker: WorkerSummary) -> list[str]:
+    """One line per mask of the run's layers: what it keeps, the work asked and done, and what
+    the sparsity saved (``analysis.sparsity``)."""
+    groups: dict[str, list[LayerStats]] = {}
+    for layer in worker.layers:
+        if layer.mask is not None:
+            groups.setdefault(layer.mask.spec, []).append(layer)
+    lines = []
+    for spec, layers in groups.items():
+        m = layers[0].mask
+        assert m is not None
+        blocks = f", {m.blocks:.1%} of 128x128 blocks" if m.blocks is not None else ""
+        saved = sum(x.mask.dense_equiv_us - x.mask.core_us for x in layers if x.mask is not None)
+        tail = ("dense work (every score computed, then masked): nothing saved" if m.dense_work
+                else f"sparsity saved {wording.ms(saved)} ms per step (the dense work at the layers' own FLOP rate)")
+        lines.append(f"  mask {printable(spec)} in {wording.layer_list([x.layer for x in layers])}: keeps "
+                     f"{m.kept:.1%} of scores{blocks}; core FLOPs per call {_si(m.mask_flops)} asked, "
+                     f"{_si(m.work_flops)} done, {_si(m.dense_flops)} dense; {tail}")
+    return lines
 
 
 def _quality(fit: Fit) -> str:
@@ -332,6 +355,7 @@ def summary_table(summaries: Sequence[RunSummary]) -> str:
                              + (" (noisy: over 20% of the median)" if spread.noisy else ""))
             for note in worker.notes:
                 lines.append(f"  note: {note}")
+            lines.extend(_mask_lines(worker))
             if not worker.layers:
                 lines.append("")
                 continue

@@ -143,6 +143,8 @@ class ScalingSeries(msgspec.Struct, kw_only=True):
     dtype: str
     model: str
     points: list[ScalingPoint]
+    mask: str | None = None  # the run's --mask, where it has one
+    expect: str | None = None  # what the exponent should be for this mask and implementation
     time_fit: Fit | None  # null with fewer than two sequence lengths
     memory_fit: Fit | None
 

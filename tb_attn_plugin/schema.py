@@ -20,6 +20,7 @@ __all__ = [
     "FileError",
     "Finding",
     "HeadStats",
+    "LayerMask",
     "LayerStats",
     "PhaseStats",
     "RunSummary",
@@ -123,6 +124,22 @@ class HeadStats(msgspec.Struct, kw_only=True):
     spread: dict[str, Spread] = {}  # cpu_us and device_us over steps, measured heads only
 
 
+class LayerMask(msgspec.Struct, kw_only=True):
+    """A layer's attention mask and what it saved (analysis/sparsity.py): FLOPs per forward
+    call of the block, times per profiled step, the core's phases only."""
+
+    spec: str  # the mask (tb_attn_plugin.masks grammar), e.g. "sliding:256"
+    kept: float  # share of (query, key) pairs kept
+    blocks: float | None  # share of 128x128 blocks holding any kept pair (what flex_attention computes)
+    dense_flops: float  # the core with every pair kept
+    mask_flops: float  # the work the mask asks for: dense_flops * kept
+    work_flops: float  # the work that ran: counted ops, or the mask's for compiled flex
+    dense_work: bool  # every score computed and masked afterwards (naive, SDPA, eager flex): no saving
+    core_us: float  # the core's time (device where there is some, else CPU)
+    dense_equiv_us: float  # the core's time for the dense work at its own FLOP rate
+    local: bool = False  # a local (windowed) layer of a model that mixes local and global layers
+
+
 class LayerStats(msgspec.Struct, kw_only=True):
     layer: int
     module: str | None
@@ -145,6 +162,7 @@ class LayerStats(msgspec.Struct, kw_only=True):
     heads: list[HeadStats]
     backward: Backward
     spread: dict[str, Spread] = {}  # per time figure (SPREAD_KEYS), with two or more steps
+    mask: LayerMask | None = None  # with a mask in the run metadata (analysis/sparsity.py)
 
 
 class StepStats(msgspec.Struct, kw_only=True):

@@ -19,6 +19,11 @@ Examples: ``tbattn.v1/L3`` (the whole attention block of layer 3),
 ``tbattn.v1/L3/softmax``, ``tbattn.v1/L3/H5/qk_matmul``,
 ``tbattn.v1/L0 encoder.layer.0.attention``.
 
+Phases added since the first readers (``rope``, ``kv_cache``, then ``block_mask``, ``flex`` and
+``compiled``) keep the version: a reader that predates a phase reads its scope as no scope, so
+its work stays in the block, which is not a misreading. ``MODEL_BLOCK_MASK`` (no layer) is not a
+layer scope at all.
+
 Head indices are global: under tensor parallelism, where each rank computes a slice of the
 heads, the rank with heads 4..7 of 16 writes ``tbattn.v1/L3/H4-7/softmax`` for work done on
 that slice together, and ``tbattn.v1/L3/H5/softmax`` for head 5 measured on its own. A head
@@ -41,6 +46,7 @@ __all__ = [
     "GRAMMAR_VERSION",
     "MAX_HEADS",
     "MAX_LAYERS",
+    "MODEL_BLOCK_MASK",
     "OUT_OF_RANGE",
     "PHASES",
     "PREFIX",
@@ -69,6 +75,7 @@ class Phase(StrEnum):
     ROPE = "rope"  # rotary position embeddings applied to q and k
     KV_CACHE = "kv_cache"  # appending this call's k and v to a KV cache
     KV_EXPAND = "kv_expand"  # repeating k/v heads for grouped-query attention (naive only)
+    BLOCK_MASK = "block_mask"  # building a flex_attention BlockMask (create_block_mask)
     QK_MATMUL = "qk_matmul"  # q @ k^T -> (B, H, Sq, Sk) scores
     SCALE = "scale"  # scores * 1/sqrt(head_dim)
     MASK = "mask"  # causal or padding mask applied to the scores
@@ -76,10 +83,16 @@ class Phase(StrEnum):
     DROPOUT = "dropout"  # attention-probability dropout (training with p > 0)
     AV_MATMUL = "av_matmul"  # probs @ v
     SDPA = "sdpa"  # a fused F.scaled_dot_product_attention call (all of the above)
+    FLEX = "flex"  # a flex_attention call, compiled (fused) or eager (the unfused reference)
+    COMPILED = "compiled"  # a torch.compile'd region of the block: its phases fused, no scopes inside
     OUT_PROJ = "out_proj"  # merging heads and the output projection
 
 
 PHASES: tuple[str, ...] = tuple(p.value for p in Phase)
+#: Building a ``flex_attention`` BlockMask outside any block: a model that builds the mask its
+#: layers share once per forward (Hugging Face's flex path does). Not a layer's scope (no
+#: ``/L``): the findings read it by name.
+MODEL_BLOCK_MASK = f"{PREFIX}/{Phase.BLOCK_MASK.value}"
 
 _SCOPE_RE = re.compile(
     r"^tbattn\.v(?P<version>\d+)/L(?P<layer>\d+)"

@@ -12,7 +12,7 @@ sys.path.insert(1, str(Path(__file__).resolve().parent.parent))  # the repositor
 
 from collections.abc import Callable
 
-from helpers import HAND_TRACES, profile_run, torchrun
+from helpers import HAND_TRACES, SPARSE, WINDOW, profile_run, torchrun
 
 from tb_attn_plugin import plugin as plugin_module
 from tb_attn_plugin.trace.decode import decode_bytes
@@ -68,4 +68,35 @@ def torchrun_logdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
                  ["--parallel", "ddp", "--impl", "sdpa"]):
         torchrun("-m", "runner", "--logdir", str(logdir), "--layers", "2", "--heads", "4", "--d-model", "32",
                  "--seq", "16", "--active", "2", "--no-progress", *args)
+    return logdir
+
+
+
+@pytest.fixture(scope="session")
+def sparse_logdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Runs of one mask through every implementation, compiled ones included; flex_attention
+    compiles once for the session (same shapes), the compiled block once more."""
+    logdir = tmp_path_factory.mktemp("sparse")
+    sliding = f"sliding:{WINDOW}"
+    for name, changes in {
+        "flex-sliding": dict(impl="flex", mask=sliding),
+        "flex-causal": dict(impl="flex"),
+        "flex-document": dict(impl="flex", mask="document:4"),
+        "flex-prefix": dict(impl="flex", mask="prefix:100"),
+        "flex-block": dict(impl="flex", mask="block:0.5"),
+        "flex-eager-sliding": dict(impl="flex-eager", mask=sliding),
+        "naive-sliding": dict(impl="naive", mask=sliding),
+        "sdpa-sliding": dict(impl="sdpa", mask=sliding),
+        "sdpa-causal": dict(impl="sdpa"),
+        "naive-compiled": dict(impl="naive", compile=True),
+        "naive-compiled-unscoped": dict(impl="naive", compile=True, scopes=False),
+        "flex-training": dict(impl="flex", mode="training"),
+    }.items():
+        result = profile_run(logdir, name, **{**SPARSE, **changes})
+        assert result.status == ("unsupported" if name == "flex-training" else "ok"), (name, result.error)
+    for impl in ("flex", "sdpa"):
+        result = profile_run(logdir, f"gemma3-{impl}", model="hf:gemma3", **{**SPARSE, "impl": impl, "mask": sliding})
+        assert result.status == "ok", (impl, result.error)
+    result = profile_run(logdir, "llama-flex", model="hf:llama", **{**SPARSE, "impl": "flex"})
+    assert result.status == "ok", result.error
     return logdir

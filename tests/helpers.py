@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 from devtools.tbserver import free_port
 from runner.config import ModelConfig, ProfileConfig
@@ -20,6 +21,10 @@ TINY = ModelConfig(layers=2, heads=4, d_model=32, seq=16, batch=2, vocab=64)
 #: Two active steps, no gzip: what the tests count against.
 PROFILE = ProfileConfig(wait=0, warmup=1, active=2)
 ACTIVE_STEPS = PROFILE.active
+#: Sparse and compiled attention (``sparse_logdir``): long enough for flex_attention's 128-token
+#: blocks to matter (2 x 2 blocks), in inference (flex_attention has no backward on CPU).
+SPARSE: dict[str, Any] = dict(layers=2, heads=2, d_model=32, seq=256, batch=1, mode="inference")
+WINDOW = 64
 
 
 def profile_run(logdir: Path, name: str, model: str = "builtin", **changes: object) -> RunResult:

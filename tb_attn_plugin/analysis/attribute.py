@@ -7,7 +7,8 @@ Rules (``docs/analysis.md`` has the long form):
   of its innermost enclosing scope, and the step of its enclosing ``ProfilerStep#N``.
 - Backward work runs outside the forward scopes. An ``autograd::engine::evaluate_function``
   event takes the layer and phase of the forward op with the same autograd sequence number,
-  and everything nested in it follows.
+  and everything nested in it follows; also its step, where its thread has no ProfilerStep (the
+  autograd engine's device thread on CUDA).
 - Device events (kernels, memcpy, memset) take the attribution of the runtime call that
   launched them (``correlation``), or of the op with the same ``External id``.
 - A memory event belongs to the innermost event on its thread that contains its time.
@@ -131,7 +132,7 @@ def attribute(events: Events) -> Attribution:
     parent, layer, head, phase, step, backward, flops, subtree_end = _sweep(
         events, is_scope, is_step, on_device, sc_layer, sc_head, sc_phase, step_no, is_bwd_name, flops_raw
     )
-    _attribute_backward(events, subtree_end, layer, head, phase, backward, is_bwd_name)
+    _attribute_backward(events, subtree_end, layer, head, phase, step, backward, is_bwd_name)
     _attribute_device(events, on_device, layer, head, phase, step, backward)
     mem = _attribute_memory(events, parent, layer, head, phase, step, backward)
     return Attribution(parent=parent, layer=layer, head=head, phase=phase, step=step, backward=backward,
@@ -298,8 +299,11 @@ def _subtree_sizes(par: I32) -> I32:
 
 
 def _attribute_backward(
-    events: Events, subtree_end: I32, layer: I32, head: I32, phase: I32, backward: B, is_bwd_name: B
+    events: Events, subtree_end: I32, layer: I32, head: I32, phase: I32, step: I32, backward: B, is_bwd_name: B
 ) -> None:
+    """Backward work takes its forward op's layer, head and phase, and its step where its own
+    thread has none: on CUDA the autograd engine runs backward on a device thread of its own,
+    outside the ProfilerStep annotations of the thread that ran the step."""
     seq = events.seq
     forward_ops = np.flatnonzero((seq >= 0) & ~backward & (layer >= 0))
     if forward_ops.size == 0:
@@ -320,6 +324,7 @@ def _attribute_backward(
         rows = np.repeat(engine - np.cumsum(size) + size, size) + np.arange(size.sum())
         src = np.repeat(fwd, size)
         layer[rows], head[rows], phase[rows] = layer[src], head[src], phase[src]
+        step[rows] = np.where(step[rows] >= 0, step[rows], step[src])
         backward[rows] = True
         return
     for i, f, j in zip(engine.tolist(), fwd.tolist(), end.tolist(), strict=True):
@@ -328,6 +333,7 @@ def _attribute_backward(
         layer[i:j] = layer[f]
         head[i:j] = head[f]
         phase[i:j] = phase[f]
+        step[i:j] = np.where(step[i:j] >= 0, step[i:j], step[f])
         backward[i:j] = True
 
 

@@ -10,7 +10,15 @@ Kernel names decide first, then op names (the first rule that matches wins):
 - ``flash``: kernels ``*flash_fwd*``, ``*flash::*``; ops ``aten::_scaled_dot_product_flash_attention``,
   ``aten::_flash_attention_forward``.
 - ``cpu-flash``: op ``aten::_scaled_dot_product_flash_attention_for_cpu``.
-- ``compiled``: kernels ``triton_*``; ops ``CompiledFunction``, ``Torch-Compiled Region``.
+- ``flex``: compiled ``flex_attention``: kernels whose names carry ``flex``, or a ``flex`` phase
+  scope with no eager sign (on CPU the generated kernel is not in the trace, only the compiled
+  region).
+- ``flex-eager``: op ``FlexAttentionAutogradOp``, the autograd function of ``flex_attention``'s
+  unfused reference path (which materializes the scores, and runs inside a region compiled with
+  the eager backend, so it is checked before ``compiled``); or, in a ``flex`` phase, softmax and
+  matmul ops (the reference path without gradients: inference runs no autograd function).
+- ``compiled``: kernels ``triton_*``; ops ``CompiledFunction``, ``Torch-Compiled Region``; a
+  ``compiled`` phase scope (``--compile``): torch.compile'd dense attention.
 - ``sdpa-math``: op ``aten::_scaled_dot_product_attention_math`` (with ``aten::_safe_softmax``).
 - ``naive``: softmax and matmul/bmm ops without SDPA.
 - ``unknown``: none of the above.
@@ -22,8 +30,10 @@ from collections.abc import Iterable
 
 from tb_attn_plugin.ops import (
     COMPILED_REGION_OPS,
+    COMPILED_REGION_PREFIX,
     EFFICIENT_FORWARD_OP,
     FLASH_FORWARD_OP,
+    FLEX_EAGER_OP,
     MATMUL_OPS,
     SDPA_CPU_FLASH_OP,
     SDPA_CUDNN_OP,
@@ -35,13 +45,15 @@ from tb_attn_plugin.ops import (
 
 __all__ = ["BACKENDS", "detect_backend"]
 
-BACKENDS = ("cudnn", "efficient", "rocm-flash", "flash", "cpu-flash", "compiled", "sdpa-math", "naive", "unknown")
+BACKENDS = ("cudnn", "efficient", "rocm-flash", "flash", "cpu-flash", "flex", "flex-eager", "compiled", "sdpa-math",
+            "naive", "unknown")
 
 _KERNEL_RULES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("cudnn", ("cudnn_generated", "cudnn", "fmha_fprop", "fmha_bprop")),
     ("efficient", ("fmha_cutlass", "mem_efficient", "efficient_attention", "attention_kernel_batched")),
     ("rocm-flash", ("attn_fwd",)),
     ("flash", ("flash_fwd", "flash::", "flash_bwd", "flash_attn")),
+    ("flex", ("flex_attention", "flex_decoding", "triton_tem_fused_flex")),
     ("compiled", ("triton_",)),
 )
 _OP_RULES: tuple[tuple[str, frozenset[str]], ...] = (
@@ -49,23 +61,36 @@ _OP_RULES: tuple[tuple[str, frozenset[str]], ...] = (
     ("efficient", frozenset({SDPA_EFFICIENT_OP, EFFICIENT_FORWARD_OP})),
     ("flash", frozenset({SDPA_FLASH_OP, FLASH_FORWARD_OP})),
     ("cpu-flash", frozenset({SDPA_CPU_FLASH_OP})),
+    ("flex-eager", frozenset({FLEX_EAGER_OP})),
     ("compiled", COMPILED_REGION_OPS),
     ("sdpa-math", frozenset({SDPA_MATH_OP})),
 )
 
 
-def detect_backend(ops: Iterable[str], kernels: Iterable[str]) -> tuple[str, list[str]]:
-    """The backend of one layer's forward attention and the names that show it."""
-    op_set = set(ops)
+def detect_backend(ops: Iterable[str], kernels: Iterable[str], phases: Iterable[str] = ()) -> tuple[str, list[str]]:
+    """The backend of one layer's forward attention and the names that show it (``phases``: the
+    layer's phase scopes, which name a flex_attention call or a compiled block)."""
+    # "Torch-Compiled Region: 0/1" (frame 0, its second compile) -> "Torch-Compiled Region".
+    op_set = {COMPILED_REGION_PREFIX if o.startswith(COMPILED_REGION_PREFIX) else o for o in ops}
+    phase_set = set(phases)
     kernel_list = list(dict.fromkeys(kernels))
     for backend, needles in _KERNEL_RULES:
         hits = [k for k in kernel_list if any(n in k for n in needles) and not _is_gemm_noise(k, backend)]
         if hits:
             return backend, sorted(hits)[:3]
+    if "flex" in phase_set:
+        # The eager path computes the scores op by op (its autograd function shows only when
+        # gradients are recorded); the compiled kernel shows no softmax or matmul of its own.
+        eager = (op_set & {FLEX_EAGER_OP}) or ((op_set & SOFTMAX_OPS) and (op_set & MATMUL_OPS))
+        if eager:
+            return "flex-eager", sorted(op_set & ({FLEX_EAGER_OP} | SOFTMAX_OPS | MATMUL_OPS))[:3]
+        return "flex", ["flex phase", *sorted(op_set & COMPILED_REGION_OPS)][:3]
     for backend, names in _OP_RULES:
         hits = sorted(op_set & names)
         if hits:
             return backend, hits
+    if "compiled" in phase_set:
+        return "compiled", ["compiled phase"]
     if op_set & SOFTMAX_OPS and op_set & MATMUL_OPS:
         return "naive", sorted((op_set & SOFTMAX_OPS) | (op_set & MATMUL_OPS))
     return "unknown", []

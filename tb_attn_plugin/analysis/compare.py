@@ -39,7 +39,7 @@ __all__ = ["BaselineError", "compare", "fit_power", "run_facts", "scaling"]
 
 _RATIO_KEYS = ("attention_cpu_us", "attention_device_us", "alloc_bytes", "peak_bytes", "flops_per_s")
 # The label of a scaling series; the series itself is every config field but seq, with the world size.
-_SERIES_KEYS = ("model", "impl", "dtype")
+_SERIES_KEYS = ("model", "impl", "mask", "compile", "dtype")
 
 
 class BaselineError(ValueError):
@@ -223,6 +223,16 @@ def fit_power(xs: list[float], ys: list[float]) -> Fit | None:
                points=distinct)
 
 
+def expected_exponent(impl: str, mask: str | None) -> str | None:
+    """What a sliding-window series should show: time and memory linear in the length where the
+    kernel skips what the window drops (compiled flex), quadratic where it computes every score."""
+    if not mask or not mask.startswith("sliding:"):
+        return None
+    if impl == "flex":
+        return "k ≈ 1: a sliding window of fixed width costs linear time and memory when the kernel skips the rest"
+    return "k ≈ 2: this implementation computes every score, so the window does not cut the work"
+
+
 def scaling(runs: list[RunSummary]) -> ScalingResponse:
     """Series of runs that differ only in sequence length, with power-law fits."""
     groups: dict[str, list[ScalingPoint]] = {}
@@ -247,9 +257,13 @@ def scaling(runs: list[RunSummary]) -> ScalingResponse:
         cfg = {k: str(full.get(k)) for k in _SERIES_KEYS}
         seqs = [float(p.seq) for p in points]
         configs.append(full)
+        mask = full.get("mask") if isinstance(full.get("mask"), str) else None
+        impl = cfg["impl"] + (" compiled" if full.get("compile") is True else "")
         series.append(ScalingSeries(
-            label=" ".join(v for v in (cfg["model"], cfg["impl"], cfg["dtype"]) if v != "None"),
-            impl=cfg["impl"], dtype=cfg["dtype"], model=cfg["model"],
+            label=" ".join(v for v in (cfg["model"], impl, mask if mask != "causal" else None, cfg["dtype"])
+                           if v not in (None, "None")),
+            impl=cfg["impl"], dtype=cfg["dtype"], model=cfg["model"], mask=mask,
+            expect=expected_exponent(cfg["impl"], mask),
             points=points,
             time_fit=fit_power(seqs, [p.time_us for p in points]),
             memory_fit=fit_power(seqs, [p.alloc_bytes for p in points]),

@@ -22,9 +22,11 @@ import numpy as np
 from tb_attn_plugin.analysis.analyze import Analysis
 from tb_attn_plugin.analysis.op_findings import OP_RULES
 from tb_attn_plugin.analysis.query import MAX_NAMES, RuleQuery, new_finding
+from tb_attn_plugin.analysis.sparse_findings import SPARSE_RULES
 from tb_attn_plugin.analysis.wording import count, duration, layer_list, number, pct, size
 from tb_attn_plugin.ops import FUSED_BLOCK_OPS
 from tb_attn_plugin.schema import Evidence, Finding, WorkerSummary
+from tb_attn_plugin.scopes import PREFIX
 from tb_attn_plugin.trace.kineto import Kind
 
 __all__ = ["IMPL_BACKENDS", "SEVERITIES", "Evidence", "Finding", "find"]
@@ -39,6 +41,8 @@ IMPL_BACKENDS: dict[str, tuple[str, ...]] = {
     "sdpa-math": ("sdpa-math",),
     "naive": ("naive",),
     "naive-inplace": ("naive",),
+    "flex": ("flex",),
+    "flex-eager": ("flex-eager",),
 }
 DISPATCH_RATIO = 2.0  # GPU: forward CPU time per call at least this many times its device time...
 DEVICE_BUSY_MAX = 0.8  # ...while the device is busy for less than this share of the step
@@ -54,7 +58,8 @@ def find(analysis: Analysis, summary: WorkerSummary, *, metadata: dict[str, obje
         return []
     t = RuleQuery(analysis.events, analysis.attr, summary, metadata or {})
     out: list[Finding] = []
-    for rule in (*OP_RULES, _sxs_materialized, _dispatch_bound, _backend_mismatch, _unplaced, _share_of_step):
+    for rule in (*OP_RULES, *SPARSE_RULES, _sxs_materialized, _dispatch_bound, _backend_mismatch, _unplaced,
+                 _share_of_step):
         out.extend(rule(t))
     return sorted(out, key=lambda f: (SEVERITIES.index(f.severity), f.id, f.evidence.layers))
 
@@ -189,6 +194,9 @@ def _backend_mismatch(t: RuleQuery) -> list[Finding]:
     out = []
     impl = t.meta.get("impl")
     expected = IMPL_BACKENDS.get(impl) if isinstance(impl, str) else None
+    config = t.meta.get("config")
+    if expected and isinstance(config, dict) and config.get("compile"):
+        expected = (*expected, "compiled")  # --compile: the fused block shows no kernel of its own on CPU
     wrong = sorted(layer.layer for layer in known if expected and layer.backend not in expected)
     if wrong:
         ran = ", ".join(f"{b} in {layer_list(ls)}" for b, ls in sorted(by_backend.items()) if b not in (expected or ()))
@@ -247,7 +255,7 @@ def _unplaced(t: RuleQuery) -> list[Finding]:
             + (f" ({', '.join(ops)})" if ops else "") + ".")
     return [new_finding(
         "unplaced-time", "info", "Much of the attention block is in no phase", text,
-        "Scope the work with record_function (tbattn.v1/L<n>/<phase>, docs/scopes.md), or read the block in the "
+        f"Scope the work with record_function ({PREFIX}/L<n>/<phase>, docs/scopes.md), or read the block in the "
         "Timeline: ops there that belong to attention, under a name tb-attn does not know, are worth a report.",
         layers=[r[0] for r in rows], ops=ops, kernels=[], time_us=sum(r[2] for r in rows),
         details={"other_share": share})]

@@ -36,6 +36,7 @@ from tb_attn_plugin.ops import LINEAR_OP, MATMUL_ARGS, SDPA_BACKWARD, SDPA_FORWA
 from tb_attn_plugin.trace.events import OpShapes
 
 __all__ = [
+    "BACKWARD_FACTOR",
     "IMPLAUSIBLE",
     "MAX_TENSOR_BYTES",
     "causal_fraction",
@@ -51,7 +52,8 @@ MAX_TENSOR_BYTES = 1 << 50
 #: The diagnostics label for ops whose shapes are not believed.
 IMPLAUSIBLE = "ops whose shapes claim a tensor over 1 PiB or a negative size (shapes ignored)"
 
-_BACKWARD_FACTOR = 2.5
+#: A fused attention backward's FLOPs over its forward's (``flex_attention``'s too).
+BACKWARD_FACTOR = 2.5
 
 
 def _prod(values: Iterable[int]) -> int:
@@ -163,7 +165,7 @@ def _op_flops(name: str, s: OpShapes) -> float:
         q, k, v = _dims(s, qi), _dims(s, qi + 1), _dims(s, qi + 2)
         if not q or not k:
             return 0.0
-        return _BACKWARD_FACTOR * _attention(q, k, v, is_causal(s, ci))
+        return BACKWARD_FACTOR * _attention(q, k, v, is_causal(s, ci))
     return 0.0
 
 

@@ -7,6 +7,12 @@ Three sources, best first:
    order of first appearance.
 2. Otherwise, every top-level SDPA call is a block.
 3. Otherwise, ``matmul -> softmax -> matmul`` on one thread is a block.
+4. Otherwise, compiled attention: the calls of the compiled frame (``Torch-Compiled Region:
+   <frame>/<n>``) that runs most often per step, when it runs at least twice per step. A model
+   that compiles its attention (``torch.compile(flex_attention)``, or each block) calls that one
+   compiled frame once per layer; a model compiled whole shows one region per step, which says
+   nothing about attention, and is left alone. Each call is a block with one ``compiled`` phase:
+   the region fuses its phases, and its kernels are the region's.
 
 Blocks found by 2 and 3 are numbered by their order within their step (or the trace, when it
 has no ``ProfilerStep``). Inside a block, phases come from each op's role in the block
@@ -29,6 +35,7 @@ from tb_attn_plugin.analysis.attribute import nearest_marked_ancestor
 from tb_attn_plugin.analysis.query import ancestors
 from tb_attn_plugin.analysis.roles import SyntheticScope, assign_roles, phase_spans, span_scope
 from tb_attn_plugin.ops import (
+    COMPILED_REGION_PREFIX,
     MATMUL_ARGS,
     MATMUL_OPS,
     SDPA_OPS,
@@ -75,7 +82,7 @@ def infer_scopes(events: Events, parent: np.ndarray, backward: np.ndarray, step:
         order = {inst: k for k, inst in enumerate(dict.fromkeys(inst for _, inst in outer))}
         blocks = [(i, i, order[inst], inst) for i, inst in outer]
     else:
-        spans = _blocks_from_ops(events, parent, forward)
+        spans = _blocks_from_ops(events, parent, forward) or _compiled_blocks(events, parent, forward, step)
         counters: dict[tuple[int, int], int] = {}
         for first, last in spans:
             key = (int(step[first]), int(events.track[first]))
@@ -88,8 +95,12 @@ def infer_scopes(events: Events, parent: np.ndarray, backward: np.ndarray, step:
     out: list[SyntheticScope] = []
     cpu_op = kind == Kind.CPU_OP
     cpu_above = nearest_marked_ancestor(parent, cpu_op) if kept else parent
+    compiled = _region_mask(events)
     for first, last, layer, module in kept:
         out.append(_scope(events, first, format_scope(layer, module=module or None), pad=2 * _PAD, end=last))
+        if first == last and compiled[events.name[first]] and not module:
+            out.append(_scope(events, first, format_scope(layer, phase="compiled")))
+            continue
         lo = first + 1 if first == last else first
         out.extend(_phases(events, _top_ops(cpu_op, cpu_above, lo, _extent(events, last)), layer, parent))
     return out
@@ -163,6 +174,37 @@ def _blocks_from_ops(events: Events, parent: np.ndarray, forward: np.ndarray) ->
         out.append((before, after))
         used = after
     return out
+
+
+def _region_mask(events: Events) -> np.ndarray:
+    """Per name id: whether it is a compiled region's event."""
+    return np.array([n.startswith(COMPILED_REGION_PREFIX) for n in events.names] or [False], np.bool_)
+
+
+def _compiled_blocks(events: Events, parent: np.ndarray, forward: np.ndarray,
+                     step: np.ndarray) -> list[tuple[int, int]]:
+    """The calls of the compiled frame that runs most often per step (at least twice), outermost
+    only."""
+    names = events.names
+    frames: dict[int, str] = {}
+    for i, n in enumerate(names):
+        if n.startswith(COMPILED_REGION_PREFIX):
+            frames[i] = n[len(COMPILED_REGION_PREFIX):].lstrip(": ").split("/", 1)[0]
+    if not frames:
+        return []
+    cpu = (events.kind == Kind.CPU_OP) & forward
+    calls = [i for i in np.flatnonzero(cpu & np.isin(events.name, list(frames))).tolist()
+             if not any(events.name[p] in frames for p in ancestors(parent, i))]
+    by_frame: dict[str, list[int]] = {}
+    for i in calls:
+        by_frame.setdefault(frames[int(events.name[i])], []).append(i)
+    if not by_frame:
+        return []
+    steps = max(len({int(step[i]) for i in calls}), 1)
+    chosen = max(by_frame.items(), key=lambda kv: (len(kv[1]), kv[0]))[1]
+    if len(chosen) < 2 * steps:
+        return []
+    return [(i, i) for i in chosen]
 
 
 _MAX_GAP_EVENTS = 64  # q·kᵀ, softmax and attn·v sit close together; this bounds the search

@@ -38,6 +38,8 @@ from tb_attn_plugin.schema import Finding
 from tb_attn_plugin.scopes import PHASES
 from tb_attn_plugin.trace.kineto import Kind
 
+_FLEX_PHASE = PHASES.index("flex")
+
 __all__ = ["MIN_COPY_ELEMS", "OP_RULES"]
 
 MIN_COPY_ELEMS = 256  # smaller copies in the mask phase are scalars or small masks, not scores
@@ -81,8 +83,14 @@ def _hidden_copy(t: RuleQuery) -> list[Finding]:
                  "copy_bytes_per_step": nbytes})]
 
 
+def _not_flex(t: RuleQuery, idx: np.ndarray) -> np.ndarray:
+    """Ops outside ``flex`` phases: eager flex_attention's own ops (its mask_mod evaluated, its
+    safe softmax) are its reference path, which the flex-eager finding names."""
+    return idx[t.a.phase[idx] != _FLEX_PHASE]
+
+
 def _mask_rebuilt(t: RuleQuery) -> list[Finding]:
-    tri, rng, cmp, fill = t.ops(TRIANGLE_OPS), t.ops({ARANGE_OP}), t.ops(COMPARE_OPS), t.ops(FILL_OPS)
+    tri, rng, cmp, fill = (_not_flex(t, t.ops(names)) for names in (TRIANGLE_OPS, {ARANGE_OP}, COMPARE_OPS, FILL_OPS))
     layers = []
     for layer in t.layers:
         n = t.instances([layer])
@@ -258,7 +266,7 @@ def _fp32_upcast(t: RuleQuery) -> list[Finding]:
 
 
 def _safe_softmax(t: RuleQuery) -> list[Finding]:
-    calls = t.outermost(t.ops({SAFE_SOFTMAX_OP}))
+    calls = t.outermost(_not_flex(t, t.ops({SAFE_SOFTMAX_OP})))
     if calls.size == 0:
         return []
     layers = t.layers_of(calls)

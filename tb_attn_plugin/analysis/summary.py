@@ -29,6 +29,7 @@ from tb_attn_plugin.analysis.overview import headline
 from tb_attn_plugin.analysis.query import TraceQuery, ancestors
 from tb_attn_plugin.analysis.ranks import rank_of
 from tb_attn_plugin.analysis.scores import OTHER, SCORE_PHASES, ScoreSizes, score_allocs, sxs_sizes
+from tb_attn_plugin.analysis.sparsity import apply_masks
 from tb_attn_plugin.analysis.spread import per_step_sums, spread
 from tb_attn_plugin.ops import SDPA_OPS, SOFTMAX_OPS
 from tb_attn_plugin.schema import Backward, HeadStats, LayerStats, PhaseStats, Spread, StepStats, WorkerSummary
@@ -58,6 +59,7 @@ def summarize_trace(analysis: Analysis, *, file: str, worker: str, span: str | N
     """The summary of an analyzed trace with its findings (``metadata``: the run's
     ``tb_attn_run.json``, which two rules read): what a trace file's summary is, everywhere."""
     summary = summarize_analysis(analysis, file=file, worker=worker, span=span)
+    apply_masks(summary, metadata)
     summary.findings = find(analysis, summary, metadata=metadata)
     summary.headline = headline(summary)
     return summary
@@ -250,7 +252,7 @@ class _Summarizer:
             phases.append(other)
         ops = [ev.names[n] for n in set(ev.name[fwd[ev.kind[fwd] == Kind.CPU_OP]].tolist())]
         kernels = [ev.names[n] for n in set(ev.name[fwd[self.on_device[fwd]]].tolist())]
-        backend, evidence = detect_backend(ops, kernels)
+        backend, evidence = detect_backend(ops, kernels, [p.phase for p in phases])
         cpu_us = self._per_step(ev.dur[block_scopes].sum())
         device_us = sum(p.device_us for p in phases)
         flops = sum(p.flops for p in phases)

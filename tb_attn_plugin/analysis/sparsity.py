@@ -1,0 +1,155 @@
+"""What a run's attention mask asks for, what ran, and what the sparsity saved, per layer.
+
+A mask comes from the run metadata (``"mask"``, written by the runner: the ``--mask`` spec, the
+share of (query, key) pairs it keeps and the share of ``BLOCK_SIZE`` blocks that hold any, and
+per layer where layers differ, as in Gemma-style models whose global layers are causal). For
+each layer with a mask, ``apply_masks`` adds a ``LayerMask`` to the summary:
+
+- ``dense_flops``: the forward attention core (q·kᵀ and probs·v) with every pair kept,
+  2·B·H·Sq·Sk·(D + Dv), from the run's shapes (batch, heads, sequence, head size);
+- ``mask_flops``: the work the mask asks for, ``dense_flops`` × the kept share;
+- ``work_flops``: the work that ran. Naive and SDPA with an explicit mask, and eager
+  ``flex_attention``, compute every score and mask afterwards: their counted ops are dense work
+  with a sparse meaning (``dense_work``). Compiled ``flex_attention`` skips the blocks the mask
+  empties, and no op of the trace shows its work (a generated kernel), so its FLOPs are the
+  mask's, added to the ``flex`` phase (``compiled`` where inferred) and the layer, and in training
+  2.5 times that to the phase's backward, as for fused SDPA;
+- ``dense_equiv_us``: the core's time scaled to the dense work at the layer's own FLOP rate,
+  core time × dense / work. The "sparsity saved" column is ``dense_equiv_us - core_us``: zero
+  for dense work, and for sparse work what the same rate would have cost on every pair.
+
+Layers without metadata (a trace summarized alone, or not written by our runner) get no mask:
+nothing is guessed from a mask the trace does not describe. A run that is not causal and has no
+mask (BERT's flex, say) gets compiled flex's dense work counted, and no ``LayerMask``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from tb_attn_plugin.analysis.flops import BACKWARD_FACTOR
+from tb_attn_plugin.masks import parse_mask
+from tb_attn_plugin.schema import LayerMask, LayerStats, PhaseStats, WorkerSummary
+
+__all__ = ["CORE_PHASES", "DENSE_WORK_BACKENDS", "apply_masks", "layer_masks"]
+
+#: Phases that hold the attention core (what a mask changes): scores to probs·v, fused or not.
+CORE_PHASES = frozenset({"qk_matmul", "scale", "mask", "softmax", "dropout", "av_matmul", "sdpa", "flex",
+                         "compiled"})
+#: Backends that compute every score whatever the mask (it is applied to the scores afterwards).
+DENSE_WORK_BACKENDS = frozenset({"naive", "sdpa-math", "flex-eager", "cpu-flash", "flash", "efficient", "cudnn",
+                                 "rocm-flash"})
+#: A layer counts as dense work when its counted core ops reach this share of the dense work.
+DENSE_SHARE = 0.8
+
+
+def layer_masks(metadata: Mapping[str, Any] | None, layers: list[int]) -> dict[int, dict[str, Any]]:
+    """Each layer's mask entry (spec, kept, blocks) from the run metadata; {} without one."""
+    mask = (metadata or {}).get("mask")
+    if not isinstance(mask, Mapping) or not _valid(mask):
+        return {}
+    overrides = mask.get("layers") if isinstance(mask.get("layers"), Mapping) else {}
+    out: dict[int, dict[str, Any]] = {}
+    for layer in layers:
+        entry = overrides.get(str(layer)) if isinstance(overrides, Mapping) else None
+        out[layer] = dict(entry) if isinstance(entry, Mapping) and _valid(entry) else dict(mask)
+    return out
+
+
+def _valid(entry: Mapping[str, Any]) -> bool:
+    try:
+        parse_mask(str(entry.get("spec")))
+    except ValueError:
+        return False
+    kept, blocks = entry.get("kept"), entry.get("blocks")
+    return (isinstance(kept, (int, float)) and 0.0 < kept <= 1.0
+            and (blocks is None or (isinstance(blocks, (int, float)) and 0.0 < blocks <= 1.0)))
+
+
+def _shapes(metadata: Mapping[str, Any], layer: LayerStats) -> tuple[int, int, int, int] | None:
+    """(batch, heads, seq, head size) of the run: the layer's own score shape where its ops show
+    one, else the run's configuration."""
+    config = metadata.get("config")
+    if not isinstance(config, Mapping):
+        return None
+    try:
+        batch, heads, seq, d_model = (int(config[k]) for k in ("batch", "heads", "seq", "d_model"))
+    except (KeyError, TypeError, ValueError):
+        return None
+    if min(batch, heads, seq, d_model) <= 0 or d_model % heads:
+        return None
+    if len(layer.score_shape) == 4:
+        batch, heads = layer.score_shape[0], layer.score_shape[1]
+    return batch, heads, seq, d_model // heads
+
+
+def apply_masks(summary: WorkerSummary, metadata: Mapping[str, Any] | None) -> None:
+    """Add each masked layer's ``LayerMask``; compiled flex layers get the mask's FLOPs. FLOPs
+    in a ``LayerMask`` are per forward call of the block, times per profiled step."""
+    if not metadata:
+        return
+    masks = layer_masks(metadata, [layer.layer for layer in summary.layers])
+    widest = max((float(m["kept"]) for m in masks.values()), default=0.0)
+    mixed = len({str(m["spec"]) for m in masks.values()}) > 1
+    config = metadata.get("config")
+    unmasked = isinstance(config, Mapping) and config.get("causal") is False and not masks
+    for layer in summary.layers:
+        entry = masks.get(layer.layer)
+        shapes = _shapes(metadata, layer) if entry is not None or unmasked else None
+        if shapes is None:
+            continue
+        if entry is None:  # not causal, no mask: compiled flex did the whole dense work
+            _count_unmasked_flex(layer, shapes)
+            continue
+        b, h, s, d = shapes
+        dense = 2.0 * b * h * s * s * (d + d)
+        kept = float(entry["kept"])
+        wanted = dense * kept
+        calls = layer.calls if layer.calls > 0 else 1.0
+        core = [p for p in layer.phases if p.phase in CORE_PHASES]
+        work = sum(p.flops for p in core) / calls
+        if layer.backend == "flex" and work < DENSE_SHARE * wanted:
+            _add_kernel_work(layer, core, (wanted - work) * calls, BACKWARD_FACTOR * wanted * calls)
+            work = wanted
+        core_us = sum((p.device_us or p.cpu_us) for p in core)
+        layer.mask = LayerMask(
+            spec=str(entry["spec"]), kept=kept, blocks=_float(entry.get("blocks")), dense_flops=dense,
+            mask_flops=wanted, work_flops=work,
+            dense_work=layer.backend in DENSE_WORK_BACKENDS and work >= DENSE_SHARE * dense,
+            core_us=core_us, dense_equiv_us=core_us * dense / work if work > 0 else core_us,
+            local=mixed and kept < widest)
+
+
+def _count_unmasked_flex(layer: LayerStats, shapes: tuple[int, int, int, int]) -> None:
+    """Compiled flex without a mask (not causal): the kernel's dense work, which no op shows."""
+    b, h, s, d = shapes
+    dense = 2.0 * b * h * s * s * (d + d)
+    core = [p for p in layer.phases if p.phase in CORE_PHASES]
+    calls = layer.calls if layer.calls > 0 else 1.0
+    work = sum(p.flops for p in core) / calls
+    if layer.backend == "flex" and work < DENSE_SHARE * dense:
+        _add_kernel_work(layer, core, (dense - work) * calls, BACKWARD_FACTOR * dense * calls)
+
+
+def _add_kernel_work(layer: LayerStats, core: list[PhaseStats], forward: float, backward: float) -> None:
+    """Give compiled flex's generated kernel its FLOPs per step, which no op of the trace shows:
+    to its ``flex`` phase (or, inferred without scopes, its ``compiled`` one) and the layer; the
+    backward's (``BACKWARD_FACTOR`` times the forward, as for fused SDPA) where the phase ran one."""
+    phase = next((p for p in core if p.phase == "flex"), None) or next((p for p in core if p.phase == "compiled"), None)
+    if phase is not None:
+        phase.flops += forward
+        phase.flops_per_s = _rate(phase.flops, phase.device_us or phase.cpu_us)
+        if phase.backward.calls > 0:
+            phase.backward.flops += backward
+            layer.backward.flops += backward
+    layer.flops += forward
+    layer.flops_per_s = _rate(layer.flops, layer.device_us or layer.cpu_us)
+
+
+def _rate(flops: float, us: float) -> float:
+    return flops / (us * 1e-6) if us > 0 else 0.0
+
+
+def _float(value: Any) -> float | None:
+    return float(value) if isinstance(value, (int, float)) else None
