@@ -136,7 +136,7 @@ class LayerMask(msgspec.Struct, kw_only=True):
     work_flops: float  # the work that ran: counted ops, or the mask's for compiled flex
     dense_work: bool  # every score computed and masked afterwards (naive, SDPA, eager flex): no saving
     core_us: float  # the core's time (device where there is some, else CPU)
-    dense_equiv_us: float  # the core's time for the dense work at its own FLOP rate
+    dense_equiv_us: float  # the core's time for the dense work at its own rate (compiled flex: core time / blocks)
     local: bool = False  # a local (windowed) layer of a model that mixes local and global layers
 
 

@@ -22,8 +22,9 @@ TINY = ModelConfig(layers=2, heads=4, d_model=32, seq=16, batch=2, vocab=64)
 PROFILE = ProfileConfig(wait=0, warmup=1, active=2)
 ACTIVE_STEPS = PROFILE.active
 #: Sparse and compiled attention (``sparse_logdir``): long enough for flex_attention's 128-token
-#: blocks to matter (2 x 2 blocks), in inference (flex_attention has no backward on CPU).
-SPARSE: dict[str, Any] = dict(layers=2, heads=2, d_model=32, seq=256, batch=1, mode="inference")
+#: blocks to matter (4 x 4 blocks, of which a window of 64 keeps 7), in inference
+#: (flex_attention has no backward on CPU).
+SPARSE: dict[str, Any] = dict(layers=2, heads=2, d_model=32, seq=512, batch=1, mode="inference")
 WINDOW = 64
 
 

@@ -59,6 +59,10 @@ table.runs td.fig .spread { display: block; font-size: 10px; line-height: 12px; 
 table.runs td.fig.absent { color: #9e9e9e; }
 .badge.ranks { background: #e3f2fd; color: #0d47a1; margin-left: 6px; }
 .badge.inferred { background: #fff3e0; color: #e65100; border: 1px dashed #fb8c00; }
+.badge.layer-local { background: #e0f2f1; color: #00695c; margin-left: 4px; }
+.badge.layer-global { background: #ede7f6; color: #4527a0; margin-left: 4px; }
+td.dense-work { color: #9e9e9e; font-style: italic; }
+td.saved { color: #2e7d32; }
 .empty { max-width: 720px; border: 1px solid #e0e0e0; border-radius: 6px; padding: 14px 18px; background: #fafafa; }
 .empty li { margin: 4px 0; }
 

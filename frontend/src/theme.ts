@@ -123,6 +123,9 @@ html:has(.tb-attn.dark), body:has(.tb-attn.dark) { background: #202124; }
 .tb-attn.dark .badge { background: #3c4043; color: #e0e0e0; }
 .tb-attn.dark .badge.sev-high, .tb-attn.dark .status-error, .tb-attn.dark .badge.straggler { background: rgba(242,139,130,.18); color: #f28b82; }
 .tb-attn.dark .badge.sev-medium, .tb-attn.dark .badge.baseline, .tb-attn.dark .badge.inferred { background: rgba(251,140,0,.18); color: #ffb74d; }
+.tb-attn.dark .badge.layer-local { background: rgba(77,182,172,.18); color: #80cbc4; }
+.tb-attn.dark .badge.layer-global { background: rgba(149,117,205,.2); color: #b39ddb; }
+.tb-attn.dark td.saved { color: #81c784; }
 .tb-attn.dark .badge.sev-low, .tb-attn.dark .noisy { background: rgba(253,214,99,.14); color: #fdd663; }
 .tb-attn.dark .status-ready { background: rgba(129,201,149,.16); color: #81c995; }
 .tb-attn.dark .status-loading, .tb-attn.dark .badge.ranks { background: rgba(138,180,248,.16); color: #8ab4f8; }

@@ -163,6 +163,8 @@ export interface LayerStats {
   backward: Backward;
   /** per time figure (SPREAD_KEYS), with two or more steps */
   spread: Record<string, Spread>;
+  /** with a mask in the run metadata (analysis/sparsity.py) */
+  mask: LayerMask | null;
 }
 
 export interface PhaseStats {
@@ -221,6 +223,33 @@ export interface HeadStats {
   sxs_bytes: number;
   /** cpu_us and device_us over steps, measured heads only */
   spread: Record<string, Spread>;
+}
+
+/**
+ * A layer's attention mask and what it saved (analysis/sparsity.py): FLOPs per forward
+ * call of the block, times per profiled step, the core's phases only.
+ */
+export interface LayerMask {
+  /** the mask (tb_attn_plugin.masks grammar), e.g. "sliding:256" */
+  spec: string;
+  /** share of (query, key) pairs kept */
+  kept: number;
+  /** share of 128x128 blocks holding any kept pair (what flex_attention computes) */
+  blocks: number | null;
+  /** the core with every pair kept */
+  dense_flops: number;
+  /** the work the mask asks for: dense_flops * kept */
+  mask_flops: number;
+  /** the work that ran: counted ops, or the mask's for compiled flex */
+  work_flops: number;
+  /** every score computed and masked afterwards (naive, SDPA, eager flex): no saving */
+  dense_work: boolean;
+  /** the core's time (device where there is some, else CPU) */
+  core_us: number;
+  /** the core's time for the dense work at its own rate (compiled flex: core time / blocks) */
+  dense_equiv_us: number;
+  /** a local (windowed) layer of a model that mixes local and global layers */
+  local: boolean;
 }
 
 export interface StepStats {
@@ -705,6 +734,10 @@ export interface ScalingSeries {
   dtype: string;
   model: string;
   points: ScalingPoint[];
+  /** the run's --mask, where it has one */
+  mask: string | null;
+  /** what the exponent should be for this mask and implementation */
+  expect: string | null;
   /** null with fewer than two sequence lengths */
   time_fit: Fit | null;
   memory_fit: Fit | null;

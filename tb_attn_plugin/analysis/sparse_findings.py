@@ -22,6 +22,9 @@ SPARSE_KEPT = 0.5
 #: ...and its sparsity went unused when the layer's core takes at least this share of the time of
 #: the same work done densely (measured on the run's dense layers, or the ops' own dense work).
 UNUSED_SHARE = 0.8
+#: Compiled flex computes whole blocks: a mask whose blocks keep at least half the block grid and
+#: this many times its pairs' share saves little of the work, whatever it drops.
+COARSE_BLOCKS = 2.0
 #: Compile work in the profiled steps is named so by dynamo's timers (``dynamo_timed``).
 COMPILE_MARK = "(dynamo_timed)"
 _WHY_DENSE = {"flex-eager": "flex_attention ran eagerly (its reference path computes every score)",
@@ -43,6 +46,9 @@ def _sparsity_unused(t: RuleQuery) -> list[Finding]:
         assert m is not None
         if m.dense_work:
             rows.append((x.layer, 1.0, "its ops computed every score"))
+        elif x.backend == "flex" and m.blocks is not None and m.blocks >= max(SPARSE_KEPT, COARSE_BLOCKS * m.kept):
+            rows.append((x.layer, m.blocks, f"it keeps {pct(m.blocks)} of the 128×128 blocks flex_attention "
+                                            "computes whole: the block size is too coarse for the mask"))
         elif rate > 0 and m.core_us > 0:
             dense_us = rate * m.dense_flops  # the layer's dense work at the dense layers' rate
             share = m.core_us / dense_us
@@ -55,7 +61,7 @@ def _sparsity_unused(t: RuleQuery) -> list[Finding]:
     first = t.layers[layers[0]].mask
     assert first is not None
     backend = t.layers[layers[0]].backend
-    why = _WHY_DENSE.get(backend, "the kernel computed every block")
+    why = _WHY_DENSE.get(backend, "the kernel computed the blocks that hold any kept pair")
     return [new_finding(
         "sparsity-unused", "high", "The mask drops most scores but the time did not drop",
         f"The mask {first.spec} keeps {pct(first.kept)} of the (query, key) pairs in {layer_list(layers)}, but "

@@ -14,8 +14,9 @@ each layer with a mask, ``apply_masks`` adds a ``LayerMask`` to the summary:
   empties, and no op of the trace shows its work (a generated kernel), so its FLOPs are the
   mask's, added to the ``flex`` phase (``compiled`` where inferred) and the layer, and in training
   2.5 times that to the phase's backward, as for fused SDPA;
-- ``dense_equiv_us``: the core's time scaled to the dense work at the layer's own FLOP rate,
-  core time × dense / work. The "sparsity saved" column is ``dense_equiv_us - core_us``: zero
+- ``dense_equiv_us``: the core's time scaled to the dense work at the layer's own rate: core
+  time × dense / work, and for compiled flex, which computes whole 128×128 blocks, core time /
+  the share of blocks it computes. The "sparsity saved" column is ``dense_equiv_us - core_us``: zero
   for dense work, and for sparse work what the same rate would have cost on every pair.
 
 Layers without metadata (a trace summarized alone, or not written by our runner) get no mask:
@@ -117,8 +118,16 @@ def apply_masks(summary: WorkerSummary, metadata: Mapping[str, Any] | None) -> N
             spec=str(entry["spec"]), kept=kept, blocks=_float(entry.get("blocks")), dense_flops=dense,
             mask_flops=wanted, work_flops=work,
             dense_work=layer.backend in DENSE_WORK_BACKENDS and work >= DENSE_SHARE * dense,
-            core_us=core_us, dense_equiv_us=core_us * dense / work if work > 0 else core_us,
+            core_us=core_us, dense_equiv_us=_dense_equiv(core_us, dense, work, layer.backend, entry.get("blocks")),
             local=mixed and kept < widest)
+
+
+def _dense_equiv(core_us: float, dense: float, work: float, backend: str, blocks: Any) -> float:
+    """The core's time for the dense work at its own rate. Compiled flex computes whole blocks:
+    its time goes with the share of blocks it computes, not with the pairs kept."""
+    if backend == "flex" and isinstance(blocks, (int, float)) and blocks > 0:
+        return core_us / float(blocks)
+    return core_us * dense / work if work > 0 else core_us
 
 
 def _count_unmasked_flex(layer: LayerStats, shapes: tuple[int, int, int, int]) -> None:

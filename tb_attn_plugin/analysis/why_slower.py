@@ -13,6 +13,8 @@ __all__ = ["SLOWER_BY", "same_but_impl", "why_slower"]
 
 #: The attention core: what one SDPA call does, phase by phase in a hand-written block.
 _CORE = ("kv_expand", "qk_matmul", "scale", "mask", "softmax", "dropout", "av_matmul")
+#: Phases that hold the whole core in one call: SDPA, flex_attention, a compiled block.
+_FUSED = {"sdpa": "the SDPA call", "flex": "the flex_attention call", "compiled": "the compiled block"}
 SLOWER_BY = 1.02  # a run this much slower than the baseline is explained (below: noise)
 #: Parts an attention implementation does not change: what differs there between two runs is noise.
 _SAME_OPS_PARTS = ("qkv_proj", "rope", "kv_cache", "out_proj")
@@ -28,11 +30,11 @@ def _parts(w: WorkerSummary, device: bool) -> dict[str, float]:
     """Forward plus backward time per step by part: the core (one ``sdpa`` phase, or the
     hand-written phases it replaces) and each phase around it."""
     out: dict[str, float] = {}
-    fused = any(p.phase == "sdpa" for layer in w.layers for p in layer.phases)
+    fused = _fused(w) is not None
     for layer in w.layers:
         for p in layer.phases:
             t = (p.device_us + p.backward.device_us) if device else (p.cpu_us + p.backward.cpu_us)
-            part = "core" if p.phase == "sdpa" or (p.phase in _CORE and not fused) else p.phase
+            part = "core" if p.phase in _FUSED or (p.phase in _CORE and not fused) else p.phase
             out[part] = out.get(part, 0.0) + t
     return out
 
@@ -85,12 +87,17 @@ def why_slower(run: RunSummary, base: RunSummary) -> list[str]:
 
 
 def _label(part: str, w: WorkerSummary) -> str:
+    fused = _fused(w)
     if part == "core":
-        fused = any(p.phase == "sdpa" for layer in w.layers for p in layer.phases)
-        return "the SDPA call" if fused else "the attention core (q·kᵀ to attn·V)"
-    if part == "mask" and any(p.phase == "sdpa" for layer in w.layers for p in layer.phases):
+        return _FUSED[fused] if fused else "the attention core (q·kᵀ to attn·V)"
+    if part == "mask" and fused == "sdpa":
         return "the mask built for SDPA"
     return part
+
+
+def _fused(w: WorkerSummary) -> str | None:
+    """The fused phase that holds the run's attention core, if one does."""
+    return next((p.phase for layer in w.layers for p in layer.phases if p.phase in _FUSED), None)
 
 
 def _delta(now: float, before: float) -> str:

@@ -61,7 +61,7 @@ def test_compiled_flex_counts_the_work_the_mask_asks_for(sparse_logdir: Path) ->
             assert m.work_flops == pytest.approx(DENSE * kept, rel=1e-12) and not m.dense_work
             flex = next(p for p in layer.phases if p.phase == "flex")
             assert flex.flops == pytest.approx(DENSE * kept * layer.calls, rel=1e-12)
-            assert m.dense_equiv_us == pytest.approx(m.core_us / kept, rel=1e-9)
+            assert m.blocks is not None and m.dense_equiv_us == pytest.approx(m.core_us / m.blocks, rel=1e-9)
 
 
 @pytest.mark.parametrize("run", ["naive-sliding", "sdpa-sliding", "flex-eager-sliding"])
@@ -173,3 +173,14 @@ def test_flex_without_a_mask_counts_the_dense_kernel(sparse_logdir: Path) -> Non
     for layer in s.layers:
         assert layer.mask is None
         assert next(p for p in layer.phases if p.phase == "flex").flops == pytest.approx(DENSE, rel=1e-12)
+
+
+def test_a_mask_too_fine_for_the_blocks_saves_little(sparse_logdir: Path) -> None:
+    """The same window at 256 tokens: it keeps 22% of the pairs but 3 of the 4 blocks, which
+    flex computes whole."""
+    (path,) = trace_files(sparse_logdir / "flex-sliding")
+    meta = json.loads((sparse_logdir / "flex-sliding" / "tb_attn_run.json").read_text())
+    meta["mask"].update(kept=kept_pairs(parse_mask(f"sliding:{WINDOW}"), 256, 256, causal=True) / 256**2, blocks=0.75)
+    s = summarize_trace(analyze(load_events(str(path))), file=path.name, worker="w", span=None, metadata=meta)
+    (finding,) = [f for f in s.findings if f.id == "sparsity-unused"]
+    assert "too coarse" in finding.explanation and finding.evidence.details["dense_share"] == 0.75

@@ -79,13 +79,14 @@ def test_block_masks_are_seeded_and_keep_the_diagonal() -> None:
 
 
 def test_metadata_records_the_mask(sparse_logdir: Path) -> None:
+    n = SPARSE["seq"]  # 4 x 4 blocks: the window of 64 touches the diagonal and the one below it
     meta = json.loads((sparse_logdir / "flex-sliding" / "tb_attn_run.json").read_text())
-    kept = kept_pairs(parse_mask(f"sliding:{WINDOW}"), S, S, causal=True)
-    assert meta["mask"] == {"spec": f"sliding:{WINDOW}", "kept": kept / S**2, "blocks": 0.75, "block_size": 128}
+    kept = kept_pairs(parse_mask(f"sliding:{WINDOW}"), n, n, causal=True)
+    assert meta["mask"] == {"spec": f"sliding:{WINDOW}", "kept": kept / n**2, "blocks": 7 / 16, "block_size": 128}
     assert meta["config"]["mask"] == f"sliding:{WINDOW}" and meta["impl"] == "flex"
     gemma = json.loads((sparse_logdir / "gemma3-flex" / "tb_attn_run.json").read_text())
     assert gemma["mask"]["spec"] == f"sliding:{WINDOW}"
-    assert gemma["mask"]["layers"] == {"1": {"spec": "causal", "kept": (S + 1) / (2 * S), "blocks": 0.75,
+    assert gemma["mask"]["layers"] == {"1": {"spec": "causal", "kept": (n + 1) / (2 * n), "blocks": 10 / 16,
                                              "block_size": 128}}
 
 

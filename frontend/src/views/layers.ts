@@ -5,6 +5,7 @@ import { stackedMax, valueAxis } from "../axes";
 import { createChart, esc, swatch, TOOLTIP_BASE, type EChart } from "../charts";
 import { h, replace, select } from "../dom";
 import { CHART_METRICS, METRICS, metric, phaseColor, phaseLabel, phasesOf, type MetricKey } from "../metrics";
+import { hasMasks, kindBadge, layerCategory, savedCell, savedHeader } from "./sparsity";
 import { defaultTime, type Actions, type Selection, type State } from "../state";
 import { noisyMark, SPREAD_METRICS, spreadTitle } from "../spread";
 import type { LayerStats, PhaseStats, Spread, WorkerSummary } from "../types";
@@ -150,7 +151,7 @@ export class LayersView {
     }
     const m = metric(chosen(s, ws).chart);
     const phases = phasesOf(ws.layers);
-    const categories = ws.layers.map((l) => `L${l.layer}`);
+    const categories = ws.layers.map((l) => layerCategory(l, ws.layers));
     const series = phases.map((phase) => ({
       id: phase,
       name: phaseLabel(phase),
@@ -264,6 +265,7 @@ export class LayersView {
     );
     const shownCols = cols.length ? cols : [METRICS[0]!];
     const groups = [BLOCK, ...phasesOf(ws.layers)];
+    const masked = hasMasks(ws);
     const max = new Map<string, number>();
     for (const g of groups)
       for (const m of shownCols)
@@ -294,6 +296,7 @@ export class LayersView {
       null,
       sortHeader("layer", "Layer", "layer"),
       h("th", { attrs: { rowspan: 2 } }, "backend"),
+      masked ? savedHeader() : null,
       ...groups.map((g) =>
         h(
           "th",
@@ -341,6 +344,7 @@ export class LayersView {
             "th",
             { class: "row-head", title: l.module ?? "" },
             `L${l.layer}`,
+            kindBadge(l, ws.layers),
             l.module ? h("span", "module", ` ${l.module}`) : null,
           ),
           h(
@@ -349,6 +353,7 @@ export class LayersView {
             l.backend,
             l.inferred ? h("span", { class: "badge inferred", title: "found without tb-attn scopes (inferred)" }, "inferred") : null,
           ),
+          masked ? savedCell(l) : null,
           ...groups.flatMap((g) =>
             shownCols.map((m) => {
               const v = cellValue(l, g, m.key);

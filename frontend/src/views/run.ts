@@ -11,6 +11,7 @@ import { errorBox, kernelLabel, loadingBox, metaConfig, metaString, note } from 
 import { DrillView } from "./drilldown";
 import { HeadsView } from "./heads";
 import { LayersView } from "./layers";
+import { maskStat } from "./sparsity";
 import { MemoryView } from "./memory";
 import { RanksView } from "./ranks";
 import { TimelineView } from "./timeline";
@@ -234,6 +235,7 @@ export class RunView {
           ? null
           : share("device", ws.attention_share_device, ws.attention_device_us, ws.step_device_us, ws.spread["attention_device_us"]),
         h("span", "stat", h("span", "stat-label", "layers"), h("b", null, String(ws.layers.length))),
+        maskStat(ws),
         ws.layers.length
           ? h(
               "span",

@@ -81,6 +81,7 @@ export function scalingChart(
             `${esc(it.data.run)}`,
             `seq ${esc(it.data.value[0])}: <b>${esc(format(it.data.value[1]))}</b>`,
             esc(fmtFit(x[fit])),
+            ...(x.expect ? [`expected ${esc(x.expect)}`] : []),
           ].join("<br>");
         },
       },
@@ -118,6 +119,8 @@ export function scalingLegend(el: HTMLElement, series: ScalingSeries[], fit: "ti
         h("span", { class: "sw", style: { background: paint.series(x, i) } }),
         x.label,
         h("span", x[fit] ? "fit" : "muted", ` ${fmtFit(x[fit])}`),
+        // A sliding-window series: what its exponent should be, beside what it is.
+        x.expect ? h("span", { class: "muted small expect", dataset: { testid: "expect" } }, ` (expected ${x.expect})`) : null,
       ),
     ),
   );
