@@ -47,7 +47,7 @@ from tb_attn_plugin.trace.kineto import (
     kind_of,
     lenient_event,
 )
-from tb_attn_plugin.trace.scanned import add_scanned, or_minus_one
+from tb_attn_plugin.trace.scanned import add_scanned, or_minus_one, usable_memory
 
 __all__ = ["Builder", "add_batch", "add_loaded"]
 
@@ -273,14 +273,8 @@ class Builder:
         ts = np.fromiter(map(_TS, events), np.float64, len(events))
         args = _args(events)
         nbytes = _ints(args, _BYTES)
-        without = nbytes == UNSET
-        ok = ~without & (np.abs(ts) <= MAX_TIME_US) & (np.abs(nbytes) <= MAX_SIZE)
-        if not ok.all():
-            if without.any():
-                self.count("memory events without Bytes", int(without.sum()))
-            dropped = int((~ok & ~without).sum())
-            if dropped:
-                self.count("memory events dropped (time not finite or Bytes out of range)", dropped)
+        ok = usable_memory(self.count, ts, nbytes)
+        if ok is not None:
             events, args, ts, nbytes = _take(events, ok), _take(args, ok), ts[ok], nbytes[ok]
         track_ids = self.track_ids
         keys = list(map(_TRACK, events))

@@ -197,15 +197,8 @@ def _complete(builder: Builder, x: dict[str, np.ndarray], names: list[str], cats
 
 
 def _memory(builder: Builder, m: dict[str, np.ndarray], track_keys: list[tuple[int | str, int | str]]) -> None:
-    ts, nbytes = m["ts"], m["bytes"]
-    without = nbytes == UNSET
-    ok = ~without & (np.abs(ts) <= MAX_TIME_US) & (np.abs(nbytes) <= MAX_SIZE)
-    if not ok.all():
-        if without.any():
-            builder.count("memory events without Bytes", int(without.sum()))
-        dropped = int((~ok & ~without).sum())
-        if dropped:
-            builder.count("memory events dropped (time not finite or Bytes out of range)", dropped)
+    ok = usable_memory(builder.count, m["ts"], m["bytes"])
+    if ok is not None:
         m = {k: v[ok] for k, v in m.items()}
     total, dev_type, dev_id = m["total"], m["dtype"], m["did"]
     _append(builder.m, ts=m["ts"], track=_tracks(builder, m["track"], track_keys), bytes=m["bytes"],
@@ -222,3 +215,18 @@ def _append(cols: dict[str, Any], **values: np.ndarray) -> None:
 def or_minus_one(values: np.ndarray) -> np.ndarray:
     """``values`` with the fields an event did not have (``UNSET``) as -1, the columns' "none"."""
     return np.where(values == UNSET, -1, values)
+
+
+def usable_memory(count: Callable[[str, int], None], ts: np.ndarray, nbytes: np.ndarray) -> np.ndarray | None:
+    """Which memory events to keep (with Bytes, a finite time, sizes in range), the others counted
+    in the diagnostics; None when every one is kept. Both decoding paths filter with it."""
+    without = nbytes == UNSET
+    ok = ~without & (np.abs(ts) <= MAX_TIME_US) & (np.abs(nbytes) <= MAX_SIZE)
+    if ok.all():
+        return None
+    if without.any():
+        count("memory events without Bytes", int(without.sum()))
+    dropped = int((~ok & ~without).sum())
+    if dropped:
+        count("memory events dropped (time not finite or Bytes out of range)", dropped)
+    return ok
