@@ -82,8 +82,6 @@ def sparse_logdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
         "flex-sliding": dict(impl="flex", mask=sliding),
         "flex-causal": dict(impl="flex"),
         "flex-document": dict(impl="flex", mask="document:4"),
-        "flex-prefix": dict(impl="flex", mask="prefix:100"),
-        "flex-block": dict(impl="flex", mask="block:0.5"),
         "flex-eager-sliding": dict(impl="flex-eager", mask=sliding),
         "naive-sliding": dict(impl="naive", mask=sliding),
         "sdpa-sliding": dict(impl="sdpa", mask=sliding),

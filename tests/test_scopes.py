@@ -97,3 +97,18 @@ def test_read_scope_is_parse_scope_for_everything_else() -> None:
 def test_format_refuses_numbers_a_reader_would_ignore(kwargs: dict[str, object]) -> None:
     with pytest.raises(ValueError, match="must be <"):
         format_scope(**kwargs)  # type: ignore[arg-type]
+
+
+def test_the_tab_orders_phases_as_the_grammar_does() -> None:
+    """``frontend/src/metrics.ts`` keeps its own list (the tab imports no Python): it must be
+    ``PHASES`` in order, then "other", and name and colour every phase."""
+    import re
+    from pathlib import Path
+
+    source = (Path(__file__).resolve().parents[1] / "frontend" / "src" / "metrics.ts").read_text()
+    block = re.search(r"export const PHASE_ORDER = \[(.*?)\];", source, re.S)
+    assert block is not None
+    assert re.findall(r'"([a-z_]+)"', block.group(1)) == [*PHASES, "other"]
+    for table in ("PHASE_LABELS", "PHASE_COLORS"):
+        body = re.search(rf"const {table}: Record<string, string> = \{{(.*?)\}};", source, re.S)
+        assert body is not None and set(re.findall(r"^\s*([a-z_]+):", body.group(1), re.M)) == {*PHASES, "other"}
