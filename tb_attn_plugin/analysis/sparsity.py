@@ -41,6 +41,8 @@ CORE_PHASES = frozenset({"qk_matmul", "scale", "mask", "softmax", "dropout", "av
 #: Backends that compute every score whatever the mask (it is applied to the scores afterwards).
 DENSE_WORK_BACKENDS = frozenset({"naive", "sdpa-math", "flex-eager", "cpu-flash", "flash", "efficient", "cudnn",
                                  "rocm-flash"})
+#: The largest batch, head count, length or width believed from the metadata.
+_MAX_DIM = 1 << 31
 #: A layer counts as dense work when its counted core ops reach this share of the dense work.
 DENSE_SHARE = 0.8
 
@@ -74,11 +76,12 @@ def _shapes(metadata: Mapping[str, Any], layer: LayerStats) -> tuple[int, int, i
     config = metadata.get("config")
     if not isinstance(config, Mapping):
         return None
-    try:
-        batch, heads, seq, d_model = (int(config[k]) for k in ("batch", "heads", "seq", "d_model"))
-    except (KeyError, TypeError, ValueError):
+    values = [config.get(k) for k in ("batch", "heads", "seq", "d_model")]
+    # Metadata is anyone's JSON: whole numbers in range only (no bool, float, Infinity or 10**400).
+    if not all(type(v) is int and 0 < v <= _MAX_DIM for v in values):
         return None
-    if min(batch, heads, seq, d_model) <= 0 or d_model % heads:
+    batch, heads, seq, d_model = (int(v) for v in values)  # type: ignore[arg-type]
+    if d_model % heads:
         return None
     if len(layer.score_shape) == 4:
         batch, heads = layer.score_shape[0], layer.score_shape[1]

@@ -197,3 +197,16 @@ def test_a_mask_too_fine_for_the_blocks_saves_little(sparse_logdir: Path) -> Non
     s = summarize_trace(analyze(load_events(str(path))), file=path.name, worker="w", span=None, metadata=meta)
     (finding,) = [f for f in s.findings if f.id == "sparsity-unused"]
     assert "too coarse" in finding.explanation and finding.evidence.details["dense_share"] == 0.75
+
+
+@pytest.mark.parametrize("bad", [float("inf"), 10**400, True, "512", -1, 2.5, None])
+def test_hostile_metadata_gives_no_mask_figures_and_no_error(sparse_logdir: Path, bad: object) -> None:
+    (path,) = trace_files(sparse_logdir / "flex-sliding")
+    meta = json.loads((sparse_logdir / "flex-sliding" / "tb_attn_run.json").read_text())
+    meta["config"]["batch"] = bad
+    s = summarize_trace(analyze(load_events(str(path))), file=path.name, worker="w", span=None, metadata=meta)
+    assert all(x.mask is None for x in s.layers)
+    meta = json.loads((sparse_logdir / "flex-sliding" / "tb_attn_run.json").read_text())
+    meta["mask"] = {"spec": "<b>sliding:64</b>", "kept": float("nan"), "blocks": 2, "layers": {"0": 7}}
+    s = summarize_trace(analyze(load_events(str(path))), file=path.name, worker="w", span=None, metadata=meta)
+    assert all(x.mask is None for x in s.layers)
