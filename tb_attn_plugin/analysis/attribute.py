@@ -31,16 +31,13 @@ import numpy as np
 import numpy.typing as npt
 
 from tb_attn_plugin.analysis.flops import IMPLAUSIBLE, op_flops, plausible
+from tb_attn_plugin.analysis.nesting import EPS_US, nearest_marked_ancestor, or_self, parents, subtree_sizes
 from tb_attn_plugin.scopes import PHASES, Scope, is_scope_name, read_scope
 from tb_attn_plugin.trace.events import Events
 from tb_attn_plugin.trace.kineto import BACKWARD_PREFIX, DEVICE_KINDS, STEP_PREFIX, Kind
 
-__all__ = [
-    "DEVICE_KINDS", "MAX_STEP_NUMBER", "PHASE_CODE", "STEP_OUT_OF_RANGE", "Attribution", "attribute", "launchers",
-    "nearest_marked_ancestor",
-]
+__all__ = ["MAX_STEP_NUMBER", "PHASE_CODE", "STEP_OUT_OF_RANGE", "Attribution", "attribute", "launchers"]
 
-EPS_US = 1e-3  # timestamps are rounded to the nanosecond when written
 PHASE_CODE = {p: i for i, p in enumerate(PHASES)}
 #: ``ProfilerStep#N`` numbers are stored in int32 columns: a larger N is not a step.
 MAX_STEP_NUMBER = 2**31 - 1
@@ -211,22 +208,22 @@ def _sweep(
     if host.size == 0:
         return parent, layer, head, phase, step, backward, counted, subtree_end
     track = events.track[host]
-    par = _parents(track, (events.ts + events.dur)[host])
+    par = parents(track, (events.ts + events.dur)[host])
     nid = events.name[host]
     scope = is_scope[host]
     step_mark = is_step[host] & ~scope  # a scope's name is never a step's: the marks never meet
     bwd_mark = is_bwd_name[nid] & ~scope & ~step_mark
     fl = flops_raw[host]
     # Layer, head and phase: the innermost scope's, the event's own if it is one.
-    at = _or_self(nearest_marked_ancestor(par, scope), scope)
+    at = or_self(nearest_marked_ancestor(par, scope), scope)
     has = at >= 0
     src = nid[at[has]]
     rows = host[has]
     layer[rows], head[rows], phase[rows] = sc_layer[src], sc_head[src], sc_phase[src]
-    at = _or_self(nearest_marked_ancestor(par, step_mark), step_mark)
+    at = or_self(nearest_marked_ancestor(par, step_mark), step_mark)
     has = at >= 0
     step[host[has]] = step_no[nid[at[has]]]
-    backward[host] = (_or_self(nearest_marked_ancestor(par, bwd_mark), bwd_mark) >= 0)
+    backward[host] = (or_self(nearest_marked_ancestor(par, bwd_mark), bwd_mark) >= 0)
     # FLOPs count at the outermost op of a nest that has a formula.
     with_flops = fl > 0.0
     outermost = with_flops & (nearest_marked_ancestor(par, with_flops) < 0)
@@ -234,68 +231,10 @@ def _sweep(
     parent[host] = np.where(par >= 0, host[np.maximum(par, 0)], -1)
     # An event's descendants follow it (in host order): its subtree ends at the next host event
     # after them, or at the end of the trace.
-    size = _subtree_sizes(par)
+    size = subtree_sizes(par)
     after = np.arange(host.size, dtype=np.int32) + size
     subtree_end[host] = np.where(after < host.size, host[np.minimum(after, host.size - 1)], n)
     return parent, layer, head, phase, step, backward, counted, subtree_end
-
-
-def _parents(track: I32, end: F64) -> I32:
-    """The parent (a position in these arrays, -1: none) of each event of one kind, given in
-    (track, start, longest first) order. Invariant: every event strictly between an event and
-    its candidate is one it ends after; so when the candidate is one it ends after too, the
-    candidate's own candidate is the next to try."""
-    k = track.size
-    cand = np.arange(-1, k - 1, dtype=np.int32)
-    if k:
-        cand[1:][track[1:] != track[:-1]] = -1
-    todo = np.flatnonzero(cand >= 0)
-    while todo.size:
-        todo = todo[end[todo] > end[cand[todo]] + EPS_US]  # still ends after its candidate
-        cand[todo] = cand[cand[todo]]
-        todo = todo[cand[todo] >= 0]
-    return cand
-
-
-def nearest_marked_ancestor(par: npt.NDArray[Any], marked: B) -> npt.NDArray[Any]:
-    """Each event's nearest strict ancestor that is marked, -1: none (``par``: each event's
-    parent, -1: none). Invariant: no event strictly between an event and its pointer is marked."""
-    near = par.copy()
-    todo = np.flatnonzero(near >= 0)
-    todo = todo[~marked[near[todo]]]
-    while todo.size:
-        near[todo] = near[near[todo]]
-        todo = todo[near[todo] >= 0]
-        todo = todo[~marked[near[todo]]]
-    return near
-
-
-def _or_self(near: npt.NDArray[Any], marked: B) -> npt.NDArray[Any]:
-    return np.where(marked, np.arange(marked.size, dtype=near.dtype), near)
-
-
-def _subtree_sizes(par: I32) -> I32:
-    """Each event and its descendants, counted: added up level by level, deepest first."""
-    k = par.size
-    # Depth by pointer jumping: ``hops`` is the distance to ``up``, or to the root once ``up``
-    # is -1 (a root's is 0), so a jump adds the pointer's own.
-    up = par.copy()
-    hops = (up >= 0).astype(np.int32)
-    todo = np.flatnonzero(up >= 0)
-    while todo.size:
-        nxt = up[todo]
-        hops[todo] += hops[nxt]
-        up[todo] = up[nxt]
-        todo = todo[up[todo] >= 0]
-    depth = hops
-    size = np.ones(k, np.int32)
-    order = np.argsort(-depth, kind="stable")
-    levels = np.flatnonzero(np.diff(depth[order])) + 1
-    for idx in np.split(order, levels):
-        if depth[idx[0]] == 0:
-            break
-        np.add.at(size, par[idx], size[idx])
-    return size
 
 
 def _attribute_backward(

@@ -26,7 +26,8 @@ import numpy as np
 import numpy.typing as npt
 
 from tb_attn_plugin.analysis.analyze import Analysis
-from tb_attn_plugin.analysis.attribute import launchers, nearest_marked_ancestor
+from tb_attn_plugin.analysis.attribute import launchers
+from tb_attn_plugin.analysis.nesting import nearest_marked_ancestor
 from tb_attn_plugin.analysis.query import TraceQuery
 from tb_attn_plugin.analysis.views import ViewError
 from tb_attn_plugin.responses import Drilldown, DrillKernel, DrillNode, DrillNodeKind, DrillOp

@@ -18,7 +18,7 @@ CPU flash kernel, so we compute FLOPs ourselves (one multiply-add = 2 FLOPs):
 
 The math backend and naive attention are not fused: their matmuls are counted one by one, at
 full S×S even when causal, because that is the work they do. Only the outermost counted op of
-a nest counts (``linear`` and not the ``addmm`` inside it): see ``analysis.nesting``.
+a nest counts (``linear`` and not the ``addmm`` inside it): see ``analysis.attribute``.
 
 Shapes are believed only when every input is a tensor of at most ``MAX_TENSOR_BYTES`` (1 PiB,
 beyond any device's memory) with no negative size (``plausible``). Other shapes count 0 FLOPs,
@@ -41,6 +41,7 @@ __all__ = [
     "MAX_TENSOR_BYTES",
     "causal_fraction",
     "elem_bytes",
+    "flop_rate",
     "is_causal",
     "op_flops",
     "plausible",
@@ -182,3 +183,7 @@ def elem_bytes(dtype: str) -> int:
         return 1
     return 4
 
+
+def flop_rate(flops: float, us: float) -> float:
+    """FLOP/s of ``flops`` done in ``us`` microseconds; 0 without time."""
+    return flops / (us * 1e-6) if us > 0 else 0.0

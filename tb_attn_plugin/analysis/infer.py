@@ -31,7 +31,7 @@ import re
 
 import numpy as np
 
-from tb_attn_plugin.analysis.attribute import nearest_marked_ancestor
+from tb_attn_plugin.analysis.nesting import nearest_marked_ancestor
 from tb_attn_plugin.analysis.query import ancestors
 from tb_attn_plugin.analysis.roles import SyntheticScope, assign_roles, phase_spans, span_scope
 from tb_attn_plugin.ops import (

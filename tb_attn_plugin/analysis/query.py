@@ -18,15 +18,16 @@ import numpy as np
 import numpy.typing as npt
 
 from tb_attn_plugin.analysis import wording
-from tb_attn_plugin.analysis.attribute import DEVICE_KINDS, EPS_US, Attribution
+from tb_attn_plugin.analysis.attribute import Attribution
 from tb_attn_plugin.analysis.bounds import clip
 from tb_attn_plugin.analysis.flops import elem_bytes
+from tb_attn_plugin.analysis.nesting import EPS_US
 from tb_attn_plugin.analysis.scores import score_allocs, sxs_sizes
 from tb_attn_plugin.ops import FUSED_BLOCK_OPS, LINEAR_OP, SDPA_OPS
 from tb_attn_plugin.schema import Evidence, Finding, WorkerSummary
 from tb_attn_plugin.scopes import PHASES
 from tb_attn_plugin.trace.events import Events
-from tb_attn_plugin.trace.kineto import STEP_PREFIX, Kind
+from tb_attn_plugin.trace.kineto import DEVICE_KINDS, STEP_PREFIX, Kind
 
 __all__ = ["HALF_DTYPES", "MAX_NAMES", "RuleQuery", "TraceQuery", "ancestors", "dtype_name", "new_finding"]
 

@@ -29,7 +29,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from tb_attn_plugin.analysis.flops import BACKWARD_FACTOR
+from tb_attn_plugin.analysis.flops import BACKWARD_FACTOR, flop_rate
 from tb_attn_plugin.masks import parse_mask
 from tb_attn_plugin.schema import LayerMask, LayerStats, PhaseStats, WorkerSummary
 
@@ -106,8 +106,7 @@ def apply_masks(summary: WorkerSummary, metadata: Mapping[str, Any] | None) -> N
         if entry is None:  # not causal, no mask: compiled flex did the whole dense work
             _count_unmasked_flex(layer, shapes)
             continue
-        b, h, s, d = shapes
-        dense = 2.0 * b * h * s * s * (d + d)
+        dense = _dense_flops(shapes)
         kept = float(entry["kept"])
         wanted = dense * kept
         calls = layer.calls if layer.calls > 0 else 1.0
@@ -125,6 +124,12 @@ def apply_masks(summary: WorkerSummary, metadata: Mapping[str, Any] | None) -> N
             local=mixed and kept < widest)
 
 
+def _dense_flops(shapes: tuple[int, int, int, int]) -> float:
+    """The forward core with every pair kept: 2·B·H·S²·(D + Dv), Dv = D."""
+    b, h, s, d = shapes
+    return 2.0 * b * h * s * s * (d + d)
+
+
 def _dense_equiv(core_us: float, dense: float, work: float, backend: str, blocks: Any) -> float:
     """The core's time for the dense work at its own rate. Compiled flex computes whole blocks:
     its time goes with the share of blocks it computes, not with the pairs kept."""
@@ -135,8 +140,7 @@ def _dense_equiv(core_us: float, dense: float, work: float, backend: str, blocks
 
 def _count_unmasked_flex(layer: LayerStats, shapes: tuple[int, int, int, int]) -> None:
     """Compiled flex without a mask (not causal): the kernel's dense work, which no op shows."""
-    b, h, s, d = shapes
-    dense = 2.0 * b * h * s * s * (d + d)
+    dense = _dense_flops(shapes)
     core = [p for p in layer.phases if p.phase in CORE_PHASES]
     calls = layer.calls if layer.calls > 0 else 1.0
     work = sum(p.flops for p in core) / calls
@@ -151,16 +155,12 @@ def _add_kernel_work(layer: LayerStats, core: list[PhaseStats], forward: float, 
     phase = next((p for p in core if p.phase == "flex"), None) or next((p for p in core if p.phase == "compiled"), None)
     if phase is not None:
         phase.flops += forward
-        phase.flops_per_s = _rate(phase.flops, phase.device_us or phase.cpu_us)
+        phase.flops_per_s = flop_rate(phase.flops, phase.device_us or phase.cpu_us)
         if phase.backward.calls > 0:
             phase.backward.flops += backward
             layer.backward.flops += backward
     layer.flops += forward
-    layer.flops_per_s = _rate(layer.flops, layer.device_us or layer.cpu_us)
-
-
-def _rate(flops: float, us: float) -> float:
-    return flops / (us * 1e-6) if us > 0 else 0.0
+    layer.flops_per_s = flop_rate(layer.flops, layer.device_us or layer.cpu_us)
 
 
 def _float(value: Any) -> float | None:

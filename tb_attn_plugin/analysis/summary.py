@@ -25,6 +25,7 @@ from tb_attn_plugin.analysis.backend import detect_backend
 from tb_attn_plugin.analysis.bounds import BAD_HEAD_COUNT, HeadRowBudget, check_steps, clip, fold_diagnostics, tally
 from tb_attn_plugin.analysis.collectives import collectives
 from tb_attn_plugin.analysis.findings import find
+from tb_attn_plugin.analysis.flops import flop_rate
 from tb_attn_plugin.analysis.overview import headline
 from tb_attn_plugin.analysis.query import TraceQuery, ancestors
 from tb_attn_plugin.analysis.ranks import rank_of
@@ -66,6 +67,9 @@ def summarize_trace(analysis: Analysis, *, file: str, worker: str, span: str | N
 
 
 class _Summarizer:
+    # One class of about 370 lines on purpose: every figure of a summary is read from the same
+    # per-trace arrays built once here (step codes, device work, self times, memory prefix sums,
+    # index groups per layer); split in two, each part would rebuild them or pass a dozen arrays.
     def __init__(self, events: Events, attr: Attribution, inferred: bool, diagnostics: dict[str, int]) -> None:
         self.ev, self.a, self.inferred = events, attr, inferred
         self.diag = dict(diagnostics)
@@ -274,7 +278,7 @@ class _Summarizer:
             layer=layer, module=clip(a.modules[layer]) if layer in a.modules else None, backend=backend,
             backend_evidence=[clip(n) for n in evidence],
             inferred=self.inferred, calls=self._per_step(block_scopes.size), cpu_us=cpu_us, device_us=device_us,
-            flops=flops, flops_per_s=_rate(flops, device_us or cpu_us), alloc_bytes=alloc,
+            flops=flops, flops_per_s=flop_rate(flops, device_us or cpu_us), alloc_bytes=alloc,
             peak_bytes=self._peak(block_scopes), sxs_bytes=sxs, sxs_mask_bytes=sum(p.sxs_mask_bytes for p in phases),
             score_tensor_bytes=sizes.tensor_bytes, score_shape=list(sizes.shape),
             heads_count=self._heads_count(fwd), phases=phases,
@@ -355,7 +359,7 @@ class _Summarizer:
             ops=self._names(ops),
             op_count=self._per_step(ops.size),
             flops=flops,
-            flops_per_s=_rate(flops, device_us or cpu_us),
+            flops_per_s=flop_rate(flops, device_us or cpu_us),
             alloc_bytes=self._per_step(nbytes[nbytes > 0].sum()),
             freed_bytes=self._per_step(-nbytes[nbytes < 0].sum()),
             peak_bytes=self._peak(scopes),
@@ -440,8 +444,3 @@ def _groups(keys: np.ndarray, mask: np.ndarray) -> dict[int, np.ndarray]:
     values, starts = np.unique(keys[idx], return_index=True)
     ends = np.append(starts[1:], idx.size)
     return {int(v): idx[a:b] for v, a, b in zip(values, starts, ends, strict=True)}
-
-
-def _rate(flops: float, us: float) -> float:
-    return flops / (us * 1e-6) if us > 0 else 0.0
-

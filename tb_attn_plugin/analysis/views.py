@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from tb_attn_plugin.analysis.analyze import Analysis
-from tb_attn_plugin.analysis.attribute import DEVICE_KINDS, EPS_US
+from tb_attn_plugin.analysis.nesting import EPS_US
 from tb_attn_plugin.analysis.query import TraceQuery
 from tb_attn_plugin.responses import (
     BackwardBlock,
@@ -23,7 +23,7 @@ from tb_attn_plugin.responses import (
     TimelineTrack,
 )
 from tb_attn_plugin.scopes import PHASES
-from tb_attn_plugin.trace.kineto import Kind
+from tb_attn_plugin.trace.kineto import DEVICE_KINDS, Kind
 
 __all__ = ["KIND_NAMES", "memory_curve", "step_window", "steps_of", "timeline"]
 

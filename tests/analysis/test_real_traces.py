@@ -75,9 +75,8 @@ def test_device_time_per_layer_is_the_sum_of_its_kernels(name: str) -> None:
     import numpy as np
 
     from tb_attn_plugin.analysis.analyze import analyze
-    from tb_attn_plugin.analysis.attribute import DEVICE_KINDS
     from tb_attn_plugin.analysis.summary import summarize_analysis
-    from tb_attn_plugin.trace.kineto import Kind
+    from tb_attn_plugin.trace.kineto import DEVICE_KINDS, Kind
 
     analysis = analyze(load_events(str(SHARED_TRACES / "gpu" / name)))
     summary = summarize_analysis(analysis)

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from tracetools import trace_files
 
 from tb_attn_plugin.analysis import attribute as attribute_module
-from tb_attn_plugin.analysis.attribute import EPS_US
+from tb_attn_plugin.analysis.nesting import EPS_US
 from tb_attn_plugin.loader import load_events
 from tb_attn_plugin.trace.decode import decode_bytes
 from tb_attn_plugin.trace.events import Events

@@ -21,8 +21,8 @@ from pages import cell, drill_title, engine_drilldown, expect_ink, fmt_us, open_
 from playwright.sync_api import Frame, Locator, Page, expect
 
 from devtools.tbserver import TensorBoard
-from tb_attn_plugin.analysis.attribute import DEVICE_KINDS
 from tb_attn_plugin.loader import load_events, resolve_runs
+from tb_attn_plugin.trace.kineto import DEVICE_KINDS
 
 H100 = SHARED_TRACES / "gpu" / "tracelens_h100_bert-small_sdpa-flash.json.gz"
 FLASH = "void pytorch_flash::flash_fwd_kernel<pytorch_flash::Flash_fwd_kernel_traits<64, 128, 128, 4, false, false, " \
