@@ -62,14 +62,17 @@ def _sparsity_unused(t: RuleQuery) -> list[Finding]:
     assert first is not None
     backend = t.layers[layers[0]].backend
     why = _WHY_DENSE.get(backend, "the kernel computed the blocks that hold any kept pair")
+    core_us = sum(m.core_us for x in layers if (m := t.layers[x].mask) is not None)
     return [new_finding(
         "sparsity-unused", "high", "The mask drops most scores but the time did not drop",
         f"The mask {first.spec} keeps {pct(first.kept)} of the (query, key) pairs in {layer_list(layers)}, but "
-        f"{rows[0][2]}: {why}. The sparsity is in the meaning, not in the work.",
+        f"{rows[0][2]}: {why}. The sparsity is in the meaning, not in the work: the attention core takes "
+        f"{duration(core_us)} per step, where a kernel that skipped what the mask drops would do "
+        f"{pct(first.kept)} of the arithmetic.",
         "Run the mask through compiled flex_attention (torch.compile(flex_attention) with a BlockMask built once), "
         "check that the block size is fine enough for the mask (BlockMask.sparsity()), and do not rebuild the "
         "BlockMask in every forward.",
-        layers=layers, ops=t.backend_evidence(layers), kernels=[], time_us=t.layers_time(layers),
+        layers=layers, ops=t.backend_evidence(layers), kernels=[], time_us=core_us,
         details={"mask": first.spec, "kept": first.kept, "backend": backend, "dense_share": rows[0][1]})]
 
 
