@@ -22,8 +22,10 @@ is documented in ``docs/runner.md`` ("Masks")::
 
 Positions are aligned at the top left, as PyTorch's ``is_causal`` does when the query and key
 lengths differ. Every mask but ``block`` keeps one contiguous run of keys per query (``key_ranges``), so
-counts are exact integers summed over queries (``kept_pairs``), checked against ``allows`` pair
-by pair in ``tests/test_masks.py``.
+counts are exact integers summed over queries (``kept_pairs``), checked pair by pair against the
+definitions above in ``tests/test_masks.py``. The analysis takes a mask's kept share from the run
+metadata, where the runner measured it on the mask itself, and from ``kept_pairs`` where the
+metadata names a mask without one.
 """
 
 from __future__ import annotations
@@ -54,27 +56,6 @@ class MaskSpec:
         if self.value is None:
             return self.kind
         return f"{self.kind}:{self.value:g}" if isinstance(self.value, float) else f"{self.kind}:{self.value}"
-
-    @property
-    def sparse(self) -> bool:
-        """Whether the mask drops pairs beyond what causal attention drops (its work is not the
-        dense causal work)."""
-        return self.kind != "causal"
-
-    def allows(self, q: int, k: int, *, causal: bool, sq: int, sk: int) -> bool:
-        """Whether query ``q`` sees key ``k`` (the reference predicate; not for ``block``)."""
-        if self.kind == "causal":
-            return k <= q
-        if self.kind == "sliding":
-            w = int(self.value)  # type: ignore[arg-type]
-            return 0 <= q - k < w if causal else abs(q - k) < w
-        if self.kind == "document":
-            n = int(self.value)  # type: ignore[arg-type]
-            same = q * n // sq == k * n // sk
-            return same and (k <= q or not causal)
-        if self.kind == "prefix":
-            return k < int(self.value) or k <= q  # type: ignore[arg-type]
-        raise ValueError("a block mask is a random draw: it has no predicate of its own")
 
 
 def parse_mask(text: str, *, causal: bool = True) -> MaskSpec:

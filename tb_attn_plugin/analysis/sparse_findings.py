@@ -104,7 +104,8 @@ def _block_mask_rebuilt(t: RuleQuery) -> list[Finding]:
         return []
     per_step = builds.size / t.step_count
     spent = t.per_step(builds)
-    layers = sorted({int(x) for x in a.layer[builds].tolist() if x >= 0}) or [t.s.layers[0].layer]
+    # A mask built outside the layers serves them all.
+    layers = sorted({int(x) for x in a.layer[builds].tolist() if x >= 0}) or [x.layer for x in t.s.layers]
     return [new_finding(
         "block-mask-rebuilt", "medium", "The BlockMask is built in every forward",
         f"create_block_mask ran {per_step:g} times per step, {duration(spent)} per step: the mask is rebuilt in "

@@ -30,7 +30,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from tb_attn_plugin.analysis.flops import BACKWARD_FACTOR, flop_rate
-from tb_attn_plugin.masks import parse_mask
+from tb_attn_plugin.masks import kept_pairs, parse_mask
 from tb_attn_plugin.schema import LayerMask, LayerStats, PhaseStats, WorkerSummary
 
 __all__ = ["CORE_PHASES", "DENSE_WORK_BACKENDS", "apply_masks", "layer_masks"]
@@ -49,25 +49,40 @@ DENSE_SHARE = 0.8
 
 def layer_masks(metadata: Mapping[str, Any] | None, layers: list[int]) -> dict[int, dict[str, Any]]:
     """Each layer's mask entry (spec, kept, blocks) from the run metadata; {} without one."""
-    mask = (metadata or {}).get("mask")
-    if not isinstance(mask, Mapping) or not _valid(mask):
+    meta = metadata or {}
+    mask = meta.get("mask")
+    config = meta.get("config")
+    seq = config.get("seq") if isinstance(config, Mapping) else None
+    causal = not (isinstance(config, Mapping) and config.get("causal") is False)
+    base = _entry(mask, seq, causal)
+    if base is None or not isinstance(mask, Mapping):
         return {}
     overrides = mask.get("layers") if isinstance(mask.get("layers"), Mapping) else {}
     out: dict[int, dict[str, Any]] = {}
     for layer in layers:
-        entry = overrides.get(str(layer)) if isinstance(overrides, Mapping) else None
-        out[layer] = dict(entry) if isinstance(entry, Mapping) and _valid(entry) else dict(mask)
+        own = _entry(overrides.get(str(layer)), seq, causal) if isinstance(overrides, Mapping) else None
+        out[layer] = own if own is not None else base
     return out
 
 
-def _valid(entry: Mapping[str, Any]) -> bool:
+def _entry(entry: Any, seq: Any, causal: bool) -> dict[str, Any] | None:
+    """A valid mask entry, its kept share counted from the spec (``masks.kept_pairs``) where the
+    metadata gives none; None where it names no mask, or claims shares outside (0, 1]."""
+    if not isinstance(entry, Mapping):
+        return None
     try:
-        parse_mask(str(entry.get("spec")))
+        spec = parse_mask(str(entry.get("spec")))
     except ValueError:
-        return False
+        return None
     kept, blocks = entry.get("kept"), entry.get("blocks")
-    return (isinstance(kept, (int, float)) and 0.0 < kept <= 1.0
-            and (blocks is None or (isinstance(blocks, (int, float)) and 0.0 < blocks <= 1.0)))
+    if kept is None and type(seq) is int and 0 < seq <= _MAX_DIM:
+        pairs = kept_pairs(spec, seq, seq, causal=causal)
+        kept = pairs / seq**2 if pairs is not None else None
+    if not (isinstance(kept, (int, float)) and 0.0 < kept <= 1.0):
+        return None
+    if blocks is not None and not (isinstance(blocks, (int, float)) and 0.0 < blocks <= 1.0):
+        return None
+    return {"spec": str(spec), "kept": float(kept), "blocks": blocks}
 
 
 def _shapes(metadata: Mapping[str, Any], layer: LayerStats) -> tuple[int, int, int, int] | None:

@@ -210,3 +210,14 @@ def test_hostile_metadata_gives_no_mask_figures_and_no_error(sparse_logdir: Path
     meta["mask"] = {"spec": "<b>sliding:64</b>", "kept": float("nan"), "blocks": 2, "layers": {"0": 7}}
     s = summarize_trace(analyze(load_events(str(path))), file=path.name, worker="w", span=None, metadata=meta)
     assert all(x.mask is None for x in s.layers)
+
+
+def test_a_mask_named_without_its_share_is_counted_from_its_spec(sparse_logdir: Path) -> None:
+    (path,) = trace_files(sparse_logdir / "flex-sliding")
+    meta = json.loads((sparse_logdir / "flex-sliding" / "tb_attn_run.json").read_text())
+    meta["mask"] = {"spec": "prefix:100"}  # written by hand: no kept share, no blocks
+    s = summarize_trace(analyze(load_events(str(path))), file=path.name, worker="w", span=None, metadata=meta)
+    kept = kept_pairs(parse_mask("prefix:100"), S, S, causal=True) / S**2
+    for layer in s.layers:
+        assert layer.mask is not None and layer.mask.kept == kept and layer.mask.blocks is None
+        assert layer.mask.mask_flops == pytest.approx(DENSE * kept, rel=1e-12)
