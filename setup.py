@@ -11,6 +11,8 @@ PROFILER_TAB = ["torch-tb-profiler>=0.4.3"]
 # Older s3fs releases have no aiobotocore and break on fsspec's current API; pip falls back to
 # them when a newer boto3 conflicts with aiobotocore's botocore pin.
 S3 = ["s3fs>=2024.1"]
+# --quant: the attention projections quantized by torchao (int8 weights and activations).
+QUANT = ["torchao>=0.10"]
 
 # The Kineto event scanner, an accelerator of the decoder (tb_attn_plugin/trace/scanned.py). Optional:
 # where it cannot be compiled the install goes on and the decoder takes its pure path, with the
@@ -41,11 +43,12 @@ setup(
         "runner": RUNNER,
         "profiler-tab": PROFILER_TAB,
         "s3": S3,
+        "quant": QUANT,
         "gcs": ["gcsfs>=2024.1"],
         "azure": ["adlfs>=2024.1"],
         # The suite profiles real models and runs beside torch-tb-profiler, so it needs both.
-        "test": [*RUNNER, *PROFILER_TAB, *S3, "pytest", "hypothesis", "ruff", "mypy", "playwright", "moto[server]>=5",
-                 "boto3"],
+        "test": [*RUNNER, *PROFILER_TAB, *S3, *QUANT, "pytest", "hypothesis", "ruff", "mypy", "playwright",
+                 "moto[server]>=5", "boto3"],
     },
     entry_points={
         "console_scripts": [

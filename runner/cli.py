@@ -94,6 +94,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--compile", action="store_true",
                    help="torch.compile each attention block (its phases fuse into one 'compiled' phase; the "
                         "compile runs in the warm-up step)")
+    p.add_argument("--features", type=int, default=256, metavar="M",
+                   help="performer: random features per head (default 256)")
+    p.add_argument("--quant", default=None, metavar="SCHEME",
+                   help="quantize the q/k/v and output projections with torchao: int8 (dynamic activations, "
+                        "int8 weights; inference)")
     p.add_argument("--device", default="auto", help="cpu, cuda or auto (cuda when present)")
     p.add_argument("--mode", choices=MODES, default="training")
     p.add_argument("--per-head", action="store_true", help="compute each head in its own scope")
@@ -163,7 +168,8 @@ def mask_label(mask: str | None) -> str:
 
 
 def run_name(model: str, cfg: ModelConfig, prefix: str = "") -> str:
-    impl = (cfg.impl + ("-compiled" if cfg.compile else "") + mask_label(cfg.mask)
+    impl = (cfg.impl + (f"-m{cfg.features}" if cfg.impl == "performer" and cfg.features != 256 else "")
+            + (f"-{cfg.quant}" if cfg.quant else "") + ("-compiled" if cfg.compile else "") + mask_label(cfg.mask)
             + ("-per-head" if cfg.per_head else "") + ("-tp" if cfg.parallel == "tp" else "")
             + ("" if cfg.scopes else "-unscoped"))
     name = f"{_model_label(model)}/{impl}/seq{cfg.seq}"
@@ -197,6 +203,7 @@ def plan_sweep(args: argparse.Namespace) -> list[RunSpec]:
             per_head=args.per_head,
             scopes=args.scopes, parallel=parallel, slow_rank=args.slow_rank, slow_ms=args.slow_ms,
             jitter_ms=args.jitter_ms, mask=mask, mask_seed=args.seed, compile=args.compile,
+            features=args.features, quant=args.quant,
         )
         check_model_spec(args.model, cfg, hf, world_size=ranks)
         name = run_name(args.model, cfg, args.name)

@@ -13,10 +13,13 @@ from typing import Any, Literal
 from tb_attn_plugin.masks import parse_mask
 
 __all__ = [
+    "APPROXIMATE_IMPLS",
     "DTYPES",
     "IMPLS",
+    "LINEAR_IMPLS",
     "MODES",
     "PARALLEL",
+    "QUANT_SCHEMES",
     "ConfigError",
     "ModelConfig",
     "ProfileConfig",
@@ -39,7 +42,17 @@ IMPLS: tuple[str, ...] = (
     "sdpa-cudnn",
     "flex",
     "flex-eager",
+    "linear-elu",
+    "performer",
+    "int8-qk",
 )
+#: Implementations that approximate softmax attention (runner/variants.py): their accuracy is
+#: the point of measuring them.
+APPROXIMATE_IMPLS: tuple[str, ...] = ("linear-elu", "performer", "int8-qk")
+#: Linear attention: no (Sq, Sk) scores outside a chunk, so only a causal mask or none.
+LINEAR_IMPLS: tuple[str, ...] = ("linear-elu", "performer")
+#: ``--quant``: the q/k/v and output projections' weight and activation quantization (torchao).
+QUANT_SCHEMES: tuple[str, ...] = ("int8",)
 DTYPES: tuple[str, ...] = ("float32", "bfloat16", "float16")
 MODES: tuple[str, ...] = ("training", "inference")
 #: Multi-rank modes under torchrun: none (each rank runs the whole model on its own), ddp (data
@@ -77,6 +90,8 @@ class ModelConfig:
     mask: str | None = None  # --mask spec (tb_attn_plugin.masks); flex defaults to "causal" when causal
     mask_seed: int = 0  # the block-sparse mask's draw
     compile: bool = False  # torch.compile each attention block (its phases then fuse into one)
+    features: int = 256  # performer: random features M per head
+    quant: str | None = None  # --quant: the projections quantized (QUANT_SCHEMES), None: not
 
     def __post_init__(self) -> None:
         for name in ("layers", "heads", "d_model", "seq", "batch", "vocab"):
@@ -105,6 +120,19 @@ class ModelConfig:
                 raise ConfigError(f"--mask: {exc}") from None
         elif self.impl.startswith("flex") and self.causal:
             object.__setattr__(self, "mask", "causal")
+        if isinstance(self.features, bool) or not isinstance(self.features, int) or self.features <= 0:
+            raise ConfigError(f"--features must be a positive integer, got {self.features!r}")
+        if self.quant is not None and self.quant not in QUANT_SCHEMES:
+            raise ConfigError(f"unknown --quant scheme {self.quant!r}; choose from {', '.join(QUANT_SCHEMES)}")
+        if self.impl in LINEAR_IMPLS:
+            if self.mask not in (None, "causal"):
+                raise ConfigError(f"{self.impl} is linear attention: it takes a causal mask or none, not --mask "
+                                  f"{self.mask}")
+            if self.dropout:
+                raise ConfigError(f"{self.impl} has no attention probabilities to drop: use --dropout 0")
+        if self.mode == "training" and (self.impl == "int8-qk" or self.quant):
+            what = "int8-qk's integer Q·Kᵀ" if self.impl == "int8-qk" else "--quant's int8 weights"
+            raise ConfigError(f"{what} has no gradient: it is for inference, use --mode inference")
         if self.impl.startswith("flex") and self.dropout:
             raise ConfigError("flex_attention has no attention dropout: use --dropout 0 with flex")
         if self.compile and (self.per_head or self.parallel == "tp"):

@@ -5,10 +5,7 @@ block runs inside a scope from ``tb_attn_plugin.scopes``, so traces show where a
 time and memory. Shapes in comments: B batch, T sequence, C d_model, H heads, Hkv kv heads,
 D head dim; under tensor parallelism H and Hkv are this rank's heads (heads / world size).
 
-Tensor parallelism (``TensorParallel``) follows Megatron-LM: each rank holds the q/k/v rows of
-its own heads (column-parallel) and the matching input columns of the output projection
-(row-parallel); the block's partial outputs are summed over ranks right after the block scope
-closes, and the output projection's bias is added once, after that sum.
+Tensor parallelism: see ``runner.tensor_parallel``.
 """
 
 from __future__ import annotations
@@ -16,22 +13,21 @@ from __future__ import annotations
 import math
 import time
 import warnings
-from dataclasses import dataclass
 from typing import Any
 
 import torch
-import torch.distributed as torch_dist
 import torch.nn.functional as F
 from torch import nn
 
 from runner.config import ModelConfig
 from runner.masks import MaskInfo, build_block_mask, dense_mask, mask_info, mask_mod
 from runner.scoping import scope
+from runner.tensor_parallel import TensorParallel, TPInput, TPOutputSum
+from runner.variants import feature_map, int8_qk_attention, linear_attention, orthogonal_features
 from tb_attn_plugin.masks import parse_mask
 from tb_attn_plugin.scopes import Phase, format_scope
 
-__all__ = ["JITTER_SCOPE", "SLOW_RANK_SCOPE", "TORCH_DTYPES", "Attention", "TensorParallel", "Transformer",
-           "shard_state_dict"]
+__all__ = ["JITTER_SCOPE", "SLOW_RANK_SCOPE", "TORCH_DTYPES", "Attention", "Transformer"]
 
 #: The ``record_function`` around the straggler knob's delay (``ModelConfig.slow_rank``): inside
 #: the block scope, outside every phase scope, and not a tbattn scope itself.
@@ -44,58 +40,6 @@ TORCH_DTYPES: dict[str, torch.dtype] = {
     "bfloat16": torch.bfloat16,
     "float16": torch.float16,
 }
-
-
-@dataclass(frozen=True)
-class TensorParallel:
-    """This rank's place in a tensor-parallel group: it computes heads/size of the heads."""
-
-    rank: int
-    size: int
-    group: Any = None  # the process group; None is the default (world) group
-
-    def heads(self, n: int) -> range:
-        """The global indices of this rank's share of ``n`` heads."""
-        per = n // self.size
-        return range(self.rank * per, (self.rank + 1) * per)
-
-
-class _TPInput(torch.autograd.Function):
-    """Megatron's "f": identity forward; backward sums the input gradient over the ranks, since
-    each rank's heads contribute only their part of it."""
-
-    @staticmethod
-    def forward(ctx: Any, x: torch.Tensor, group: Any) -> torch.Tensor:
-        ctx.group = group
-        return x
-
-    @staticmethod
-    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
-        grad = grad.contiguous().clone()
-        torch_dist.all_reduce(grad, group=ctx.group)
-        return grad, None
-
-
-class _TPOutputSum(torch.autograd.Function):
-    """Megatron's "g": forward sums the partial outputs over the ranks; backward is the identity
-    (every rank already holds the whole output gradient). Unlike
-    ``torch.distributed.nn.functional.all_reduce`` (deprecated), whose backward sums the
-    gradient again and so scales it by the world size."""
-
-    @staticmethod
-    def forward(ctx: Any, y: torch.Tensor, group: Any) -> torch.Tensor:
-        # In place, as Megatron does (no copy of the block output): the linear that made ``y``
-        # does not keep it for its backward.
-        if y.is_contiguous():
-            ctx.mark_dirty(y)
-        else:
-            y = y.contiguous()
-        torch_dist.all_reduce(y, group=group)
-        return y
-
-    @staticmethod
-    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
-        return grad, None
 
 
 class _PhaseNames:
@@ -111,12 +55,17 @@ class _PhaseNames:
     qkv_proj: str
     kv_expand: str
     block_mask: str
+    feature_map: str
+    quantize: str
     qk_matmul: str
+    dequantize: str
     scale: str
     mask: str
     softmax: str
     dropout: str
     av_matmul: str
+    kv_state: str
+    normalize: str
     sdpa: str
     flex: str
     compiled: str
@@ -174,6 +123,11 @@ class Attention(nn.Module):
         self.register_buffer("blocked", None if allowed is None else ~allowed, persistent=False)
         self.register_buffer("attend", allowed, persistent=False)
         self.block_mask: Any = None  # set by Transformer for flex
+        # performer: the random projection, drawn once per layer from a fixed seed.
+        self.omega: torch.Tensor | None
+        self.register_buffer("omega", orthogonal_features(
+            cfg.features, self.head_dim, torch.Generator().manual_seed(layer)) if cfg.impl == "performer" else None,
+            persistent=False)
         self._compiled: Any = torch.compile(self._body, dynamic=False) if cfg.compile else None
         # Scopes carry global head indices: under tensor parallelism the phases this rank runs on
         # its heads together name them as a range.
@@ -185,7 +139,7 @@ class Attention(nn.Module):
         on = self.scoped
         tp = self.tp
         if tp is not None:
-            x = _TPInput.apply(x, tp.group)
+            x = TPInput.apply(x, tp.group)
         with scope(n.block, on):
             if self.delay_s:
                 with scope(SLOW_RANK_SCOPE, on):
@@ -203,7 +157,7 @@ class Attention(nn.Module):
                 y = self._body(x, on)
         if tp is not None:
             # Outside every scope, so that traces show attention and the collective apart.
-            y = _TPOutputSum.apply(y, tp.group) + self.out_proj.bias
+            y = TPOutputSum.apply(y, tp.group) + self.out_proj.bias
         return y
 
     def _body(self, x: torch.Tensor, on: bool) -> torch.Tensor:
@@ -262,6 +216,14 @@ class Attention(nn.Module):
                 rep = q.size(1) // k.size(1)
                 k = k.repeat_interleave(rep, dim=1)  # (B, H, T, D)
                 v = v.repeat_interleave(rep, dim=1)
+        if impl in ("linear-elu", "performer"):
+            with scope(n.feature_map, on):
+                fq, fk = feature_map(q, k, self.omega)
+            return linear_attention(fq, fk, v, self.cfg.causal, n, on)
+        if impl == "int8-qk":
+            blocked = (self.blocked[:T, :T] if self.blocked is not None
+                       else self.causal_mask[:T, :T] if self.cfg.causal else None)
+            return int8_qk_attention(q, k, v, scale=self.scale, blocked=blocked, dropout_p=dropout_p, n=n, on=on)
         with scope(n.qk_matmul, on):
             att = q @ k.transpose(-2, -1)  # (B, H, T, T): the materialized scores
         with scope(n.scale, on):
@@ -373,23 +335,3 @@ class Transformer(nn.Module):
         for block in self.blocks:
             x = block(x)
         return self.lm_head(self.ln_f(x))
-
-
-def shard_state_dict(full: dict[str, torch.Tensor], cfg: ModelConfig, tp: TensorParallel) -> dict[str, torch.Tensor]:
-    """Slice a single-process ``Transformer``'s state dict into rank ``tp.rank``'s share: the q,
-    k and v rows of its heads, and the output projection's columns for them."""
-    D = cfg.head_dim
-    q_rows = tp.heads(cfg.heads)
-    kv_rows = tp.heads(cfg.n_kv_heads)
-    q = slice(q_rows.start * D, q_rows.stop * D)
-    k = slice(cfg.d_model + kv_rows.start * D, cfg.d_model + kv_rows.stop * D)
-    kv_dim = cfg.n_kv_heads * D
-    v = slice(k.start + kv_dim, k.stop + kv_dim)
-    out: dict[str, torch.Tensor] = {}
-    for name, value in full.items():
-        if name.endswith("attn.qkv.weight") or name.endswith("attn.qkv.bias"):
-            value = torch.cat([value[q], value[k], value[v]])
-        elif name.endswith("attn.out_proj.weight"):
-            value = value[:, q]
-        out[name] = value.clone()
-    return out

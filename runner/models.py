@@ -20,6 +20,7 @@ over the ranks, which then share their batches and their initial weights.
 from __future__ import annotations
 
 import ast
+import functools
 import importlib
 import warnings
 from collections.abc import Callable
@@ -31,10 +32,12 @@ import torch.nn.functional as F
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
-from runner.config import ConfigError, ModelConfig, check_world
+from runner.accuracy import measure_accuracy, reference_model
+from runner.config import APPROXIMATE_IMPLS, ConfigError, ModelConfig, check_world
 from runner.distributed import DistContext
 from runner.masks import MaskInfo, dense_mask, mask_info, mask_mod
-from runner.model import TORCH_DTYPES, TensorParallel, Transformer, shard_state_dict
+from runner.model import TORCH_DTYPES, Transformer
+from runner.tensor_parallel import TensorParallel, shard_state_dict
 from tb_attn_plugin.masks import MaskSpec, parse_mask
 
 __all__ = [
@@ -85,12 +88,17 @@ class Workload:
     optimizer: torch.optim.Optimizer | None = None
     runnable: nn.Module | None = None  # what the step calls: the model, or its DDP wrapper
     mask: dict[str, Any] | None = None  # the run metadata's "mask" (runner.masks.MaskInfo), per layer where they differ
+    #: The run metadata's "accuracy" (runner.accuracy), measured when called; None: not measured
+    #: (models other than builtin, tensor-parallel ranks).
+    accuracy: Callable[[], dict[str, Any]] | None = None
 
 
 def check_model_spec(spec: str, cfg: ModelConfig, hf_overrides: dict[str, Any], *, world_size: int = 1) -> None:
     """Reject combinations that can never run, before anything is written."""
     if spec not in MODEL_SPECS:
         raise ConfigError(f"unknown model {spec!r}; choose from {', '.join(MODEL_SPECS)}")
+    if spec != "builtin" and cfg.impl in APPROXIMATE_IMPLS:
+        raise ConfigError(f"{cfg.impl} is the builtin model's attention (runner/variants.py): use --model builtin")
     if spec != "builtin" and cfg.per_head:
         raise ConfigError("--per-head needs the builtin model (other models compute heads batched)")
     if spec != "builtin" and cfg.parallel == "tp":
@@ -242,6 +250,12 @@ def build_workload(
         model = _TorchEncoder(cfg) if spec == "torch:encoder" else _MHAStack(cfg)
         needs_instrument = True
     model.to(device=device, dtype=dtype)
+    accuracy = None
+    if isinstance(model, Transformer) and cfg.parallel != "tp":
+        ref = reference_model(model)  # before any quantization: the exact weights
+        accuracy = functools.partial(measure_accuracy, model, ref, cfg)
+    if cfg.quant:
+        quantize_projections(model, cfg.quant, device)
     runnable = model
     if cfg.parallel == "ddp":
         # No buffer broadcast before every forward: these models' buffers are constants (masks,
@@ -276,7 +290,7 @@ def build_workload(
                 logits()
 
     return Workload(spec=spec, model=model, cfg=cfg, step=step, needs_instrument=needs_instrument and cfg.scopes,
-                    optimizer=optimizer, runnable=runnable, mask=_mask_metadata(spec, model, cfg))
+                    optimizer=optimizer, runnable=runnable, mask=_mask_metadata(spec, model, cfg), accuracy=accuracy)
 
 
 def _mask_metadata(spec: str, model: nn.Module, cfg: ModelConfig) -> dict[str, Any] | None:
@@ -300,6 +314,36 @@ def _mask_metadata(spec: str, model: nn.Module, cfg: ModelConfig) -> dict[str, A
 
 def _info(mask: MaskSpec, seq: int) -> MaskInfo:
     return mask_info(mask, dense_mask(mask_mod(mask, seq, causal=True), seq))
+
+
+#: Where each model family keeps its attention projections (module paths end so): --quant's targets.
+_PROJECTIONS = (".attn.qkv", ".attn.out_proj", ".attn.c_attn", ".attn.c_proj", ".q_proj", ".k_proj", ".v_proj",
+                ".o_proj", ".self.query", ".self.key", ".self.value", ".output.dense")
+
+
+def quantize_projections(model: nn.Module, scheme: str, device: torch.device) -> None:
+    """--quant: the attention's q/k/v and output projections quantized by torchao (int8: int8
+    weights, activations quantized per token at run time). Raises ``Unsupported`` with the
+    reason where torchao is missing or cannot run here."""
+    try:
+        from torchao.quantization import Int8DynamicActivationInt8WeightConfig, quantize_
+    except ImportError as exc:
+        raise Unsupported(f"--quant {scheme} needs torchao (pip install torchao): {exc}") from None
+
+    def target(module: nn.Module, fqn: str) -> bool:
+        return isinstance(module, nn.Linear) and ("." + fqn).endswith(_PROJECTIONS)
+
+    if not any(target(m, name) for name, m in model.named_modules()):
+        raise Unsupported(f"--quant {scheme}: no nn.Linear attention projection in {type(model).__name__}")
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # torchao's deprecation notices
+            quantize_(model, Int8DynamicActivationInt8WeightConfig(), filter_fn=target)
+            probe = next(m for name, m in model.named_modules() if target(m, name))
+            probe(torch.zeros(1, 16, probe.in_features, device=device, dtype=probe.weight.dtype))
+    except (RuntimeError, NotImplementedError, TypeError, AssertionError) as exc:
+        reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise Unsupported(f"--quant {scheme} on {device.type}: {reason}") from None
 
 
 def _check_flex_backward(device: torch.device) -> None:

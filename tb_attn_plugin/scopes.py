@@ -20,7 +20,8 @@ Examples: ``tbattn.v1/L3`` (the whole attention block of layer 3),
 ``tbattn.v1/L0 encoder.layer.0.attention``.
 
 Phases added since the first readers (``rope``, ``kv_cache``, then ``block_mask``, ``flex`` and
-``compiled``) keep the version: a reader that predates a phase reads its scope as no scope, so
+``compiled``, then ``feature_map``, ``quantize``, ``dequantize``, ``kv_state`` and ``normalize``)
+keep the version: a reader that predates a phase reads its scope as no scope, so
 its work stays in the block, which is not a misreading. ``MODEL_BLOCK_MASK`` (no layer) is not a
 layer scope at all.
 
@@ -76,12 +77,17 @@ class Phase(StrEnum):
     KV_CACHE = "kv_cache"  # appending this call's k and v to a KV cache
     KV_EXPAND = "kv_expand"  # repeating k/v heads for grouped-query attention (naive only)
     BLOCK_MASK = "block_mask"  # building a flex_attention BlockMask (create_block_mask)
-    QK_MATMUL = "qk_matmul"  # q @ k^T -> (B, H, Sq, Sk) scores
+    FEATURE_MAP = "feature_map"  # linear attention: q and k mapped to features φ(q), φ(k)
+    QUANTIZE = "quantize"  # q and k smoothed and quantized (int8 attention)
+    QK_MATMUL = "qk_matmul"  # q @ k^T -> (B, H, Sq, Sk) scores (linear attention: within a chunk)
+    DEQUANTIZE = "dequantize"  # integer scores back to floating point (int8 attention)
     SCALE = "scale"  # scores * 1/sqrt(head_dim)
     MASK = "mask"  # causal or padding mask applied to the scores
     SOFTMAX = "softmax"
     DROPOUT = "dropout"  # attention-probability dropout (training with p > 0)
     AV_MATMUL = "av_matmul"  # probs @ v
+    KV_STATE = "kv_state"  # linear attention: the keys' state φ(K)ᵀV (per chunk, prefix-summed) and φ(q) times it
+    NORMALIZE = "normalize"  # linear attention: the output divided by φ(q)·Σφ(k)
     SDPA = "sdpa"  # a fused F.scaled_dot_product_attention call (all of the above)
     FLEX = "flex"  # a flex_attention call, compiled (fused) or eager (the unfused reference)
     COMPILED = "compiled"  # a torch.compile'd region of the block: its phases fused, no scopes inside

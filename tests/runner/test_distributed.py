@@ -20,7 +20,8 @@ from tracetools import Op, load_trace, ops_with_scopes, trace_files
 from runner.cli import build_parser, main, plan_sweep
 from runner.config import ModelConfig
 from runner.metadata import METADATA_FILE
-from runner.model import SLOW_RANK_SCOPE, Attention, TensorParallel
+from runner.model import SLOW_RANK_SCOPE, Attention
+from runner.tensor_parallel import TensorParallel
 from tb_attn_plugin.scopes import parse_scope
 
 LAYERS, HEADS, SEQ = 2, 4, 16
@@ -143,7 +144,8 @@ import torch
 import torch.distributed as dist
 from torch.nn.attention import sdpa_kernel
 from runner.config import ModelConfig
-from runner.model import TensorParallel, Transformer, shard_state_dict
+from runner.model import Transformer
+from runner.tensor_parallel import TensorParallel, shard_state_dict
 from runner.session import SDPA_BACKENDS
 
 dist.init_process_group("gloo")
