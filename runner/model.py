@@ -219,7 +219,7 @@ class Attention(nn.Module):
         if impl in ("linear-elu", "performer"):
             with scope(n.feature_map, on):
                 fq, fk = feature_map(q, k, self.omega)
-            return linear_attention(fq, fk, v, self.cfg.causal, n, on)
+            return linear_attention(fq, fk, v, self.cfg.causal, n, on, above=self.causal_mask)
         if impl == "int8-qk":
             blocked = (self.blocked[:T, :T] if self.blocked is not None
                        else self.causal_mask[:T, :T] if self.cfg.causal else None)

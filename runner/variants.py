@@ -67,12 +67,13 @@ def performer_features(x: torch.Tensor, omega: torch.Tensor, *, query: bool) -> 
     """FAVOR+'s positive features of q or k (…, T, D) -> (…, T, M), with
     E[φ(q)·φ(k)] = exp(q·k/√D). The stabilizer subtracted before exp cancels in the
     normalization: per query row for queries, one constant per head for keys."""
-    d = x.size(-1)
+    d, m = x.size(-1), omega.size(0)
     x = x * d**-0.25  # so that the kernel's exp(x·y) is exp(q·k/√D)
     proj = x @ omega.T.to(x.dtype)  # (…, T, M)
     sq_norm = (x * x).sum(-1, keepdim=True) / 2
     stab = proj.amax(-1, keepdim=True) if query else proj.amax((-2, -1), keepdim=True)
-    return (torch.exp(proj - sq_norm - stab.detach()) + FEATURE_EPS) / math.sqrt(omega.size(0))
+    # (exp(proj - |x|²/2 - stab) + eps) / √M, in three passes over the (…, T, M) features.
+    return torch.exp(proj - (sq_norm + stab.detach() + 0.5 * math.log(m))).add_(FEATURE_EPS / math.sqrt(m))
 
 
 def feature_map(q: torch.Tensor, k: torch.Tensor, omega: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -83,9 +84,10 @@ def feature_map(q: torch.Tensor, k: torch.Tensor, omega: torch.Tensor | None) ->
 
 
 def linear_attention(fq: torch.Tensor, fk: torch.Tensor, v: torch.Tensor, causal: bool, n: Any, on: bool,
-                     chunk: int = CHUNK) -> torch.Tensor:
+                     chunk: int = CHUNK, above: torch.Tensor | None = None) -> torch.Tensor:
     """Σⱼ φ(qᵢ)·φ(kⱼ) vⱼ / Σⱼ φ(qᵢ)·φ(kⱼ) over the keys j each query i sees, from the features
-    fq (B, H, T, F), fk (B, H, T, F) and v (B, H, T, Dv)."""
+    fq (B, H, T, F), fk (B, H, T, F) and v (B, H, T, Dv). ``above``: a boolean (chunk, chunk) or
+    larger matrix, True above the diagonal, built once by the caller (else here, per call)."""
     if not causal:
         with scope(n.kv_state, on):
             kv = fk.transpose(-2, -1) @ v  # (B, H, F, Dv): the whole sequence's state
@@ -110,7 +112,9 @@ def linear_attention(fq: torch.Tensor, fk: torch.Tensor, v: torch.Tensor, causal
     with scope(n.qk_matmul, on):
         a = fq @ fk.transpose(-2, -1)  # (B, H, N, C, C): the pairs within each chunk
     with scope(n.mask, on):
-        a = a.masked_fill(torch.ones(c, c, dtype=torch.bool, device=a.device).triu(1), 0.0)
+        if above is None:
+            above = torch.ones(c, c, dtype=torch.bool, device=a.device).triu(1)
+        a.masked_fill_(above[:c, :c], 0.0)  # a is ours: in place
     with scope(n.av_matmul, on):
         num = num + a @ v
     with scope(n.normalize, on):

@@ -23,12 +23,16 @@ __all__ = [
     "DROPOUT_OPS",
     "DTYPE_CONVERT_OPS",
     "EFFICIENT_FORWARD_OP",
+    "ELU_OPS",
+    "EXP_OPS",
     "FILL_OPS",
     "FLASH_FORWARD_OP",
     "FLEX_EAGER_OP",
     "FUSED_BLOCK_OPS",
     "GEMM_OPS",
     "INPLACE_COPY_OP",
+    "INT_MATMUL_ARGS",
+    "INT_MM_OP",
     "KERNEL_BACKWARD_OPS",
     "KV_CACHE_OPS",
     "KV_EXPAND_OPS",
@@ -145,6 +149,14 @@ MATMUL_OPS = MATMUL_WRAPPER_OPS | (GEMM_OPS - {"aten::addmm"})
 MATMUL_ARGS: dict[str, tuple[int, int]] = {
     "aten::mm": (0, 1), "aten::bmm": (0, 1), "aten::matmul": (0, 1), "aten::addmm": (1, 2), "aten::baddbmm": (1, 2),
 }
+#: Integer GEMMs (int8 in, int32 out): counted as integer ops (IOPs), apart from FLOPs; the
+#: operands' positions as in ``MATMUL_ARGS``.
+INT_MATMUL_ARGS: dict[str, tuple[int, int]] = {"aten::_int_mm": (0, 1)}
+INT_MM_OP = "aten::_int_mm"
+#: Linear attention's feature maps: ``elu(x) + 1`` (linear-elu), and Performer's ``exp`` of a
+#: random projection.
+ELU_OPS = frozenset({"aten::elu", "aten::elu_"})
+EXP_OPS = frozenset({"aten::exp", "aten::exp_"})
 #: ``nn.Linear``: (x, weight[, bias]).
 LINEAR_OP = "aten::linear"
 #: The q/k/v and output projections (``mm`` only around the core: see ``MM_OP``).
@@ -237,5 +249,5 @@ MATMUL_INPUT_COPY_OPS = COPY_OPS | {"aten::contiguous", "aten::reshape", "aten::
 #: sizes, dtypes, copies). The decoder skips the shapes of every other op to save memory: keeping
 #: them for ``aten::add`` or ``aten::where`` too would cost far more on a large trace.
 SHAPE_OPS: frozenset[str] = frozenset(
-    {*MATMUL_ARGS, LINEAR_OP, *SOFTMAX_OPS, *MASKED_FILL_OPS, *SDPA_OPS, FLASH_FORWARD_OP, EFFICIENT_FORWARD_OP,
-     *SDPA_BACKWARD, *KERNEL_BACKWARD_OPS, *COPY_OPS, *DTYPE_CONVERT_OPS, *FUSED_BLOCK_OPS})
+    {*MATMUL_ARGS, *INT_MATMUL_ARGS, LINEAR_OP, *SOFTMAX_OPS, *MASKED_FILL_OPS, *SDPA_OPS, FLASH_FORWARD_OP,
+     EFFICIENT_FORWARD_OP, *SDPA_BACKWARD, *KERNEL_BACKWARD_OPS, *COPY_OPS, *DTYPE_CONVERT_OPS, *FUSED_BLOCK_OPS})

@@ -137,6 +137,7 @@ class AttentionPlugin(base_plugin.TBPlugin):
             "/trace": self._serve_trace,
             "/compare": self._serve_compare,
             "/scaling": self._serve_scaling,
+            "/strategies": self._serve_strategies,
         }
         apps = {route: wrappers.Request.application(handler) for route, handler in static.items()}
         apps.update({route: wrappers.Request.application(self._answer_loading(handler))
@@ -205,6 +206,11 @@ class AttentionPlugin(base_plugin.TBPlugin):
 
     def _serve_scaling(self, request: wrappers.Request) -> wrappers.Response:
         return http_util.Respond(request, _to_json(self.service.scaling(_run_list(request))), _JSON)
+
+    def _serve_strategies(self, request: wrappers.Request) -> wrappers.Response:
+        body = self.service.strategies(_run_list(request), request.args.get("baseline") or None,
+                                       _float(request, "rel_tol"), _float(request, "loss_tol"))
+        return http_util.Respond(request, _to_json(body), _JSON)
 
     def _serve_trace(self, request: wrappers.Request) -> wrappers.Response:
         trace, chunks = self.service.open_trace(_required(request, "run"), _required(request, "file"))

@@ -38,6 +38,15 @@ from tb_attn_plugin.responses_runs import (  # noqa: F401 -- re-exported: every 
     ScalingSeries,
     Straggler,
 )
+from tb_attn_plugin.responses_strategies import (  # noqa: F401 -- re-exported, as above
+    STRATEGIES_SCHEMA,
+    Accuracy,
+    Crossover,
+    StrategiesResponse,
+    StrategyGroup,
+    StrategyRow,
+    StrategySeries,
+)
 from tb_attn_plugin.schema import RunSummary, Spread
 
 __all__ = [
@@ -299,5 +308,6 @@ ROUTES: dict[str, type[msgspec.Struct]] = {
     "/timeline": TimelineResponse,
     "/compare": CompareResponse,
     "/scaling": ScalingResponse,
+    "/strategies": StrategiesResponse,
     "202": LoadingResponse,
 }

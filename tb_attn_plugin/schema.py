@@ -102,6 +102,7 @@ class PhaseStats(msgspec.Struct, kw_only=True):
     op_count: float = 0.0  # top-level ops per step (dispatcher calls the phase makes)
     flops: float
     flops_per_s: float  # over device time where there is some, else CPU time
+    iops: float = 0.0  # integer operations (int8 GEMMs: 2·M·K·N), apart from FLOPs
     alloc_bytes: float
     freed_bytes: float
     peak_bytes: int  # largest rise of allocated memory over the phase's start, across its calls
@@ -151,9 +152,10 @@ class LayerStats(msgspec.Struct, kw_only=True):
     device_us: float
     flops: float
     flops_per_s: float
+    iops: float = 0.0  # integer operations (int8 GEMMs), apart from FLOPs
     alloc_bytes: float
     peak_bytes: int
-    sxs_bytes: float
+    sxs_bytes: float  # 0 for linear attention: it never forms (Sq, Sk) scores (its chunks are C×C)
     sxs_mask_bytes: float = 0.0
     score_tensor_bytes: int = 0  # one (B, H, Sq, Sk) score tensor: its shape times its element size
     score_shape: list[int] = []  # (B, H, Sq, Sk) of that tensor, from the ops' shapes

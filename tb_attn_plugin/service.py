@@ -37,6 +37,7 @@ from tb_attn_plugin.responses import (
     RunStatus,
     ScalingResponse,
     SpanEntry,
+    StrategiesResponse,
     WorkerEntry,
 )
 from tb_attn_plugin.schema import RunSummary, WorkerSummary, to_json
@@ -342,6 +343,18 @@ class Service:
         from tb_attn_plugin.analysis.compare import scaling
 
         return scaling(self._runs_named(names))
+
+    @http_errors()
+    def strategies(self, names: list[str], baseline: str | None, rel_tol: float | None,
+                   loss_tol: float | None) -> StrategiesResponse:
+        from tb_attn_plugin.analysis.strategies import LOSS_TOL, REL_TOL, check_tolerance, strategies
+
+        try:
+            rel = check_tolerance("rel_tol", REL_TOL if rel_tol is None else rel_tol)
+            loss = check_tolerance("loss_tol", LOSS_TOL if loss_tol is None else loss_tol)
+        except ValueError as exc:
+            raise errors.InvalidArgumentError(str(exc)) from None
+        return strategies(self._runs_named(names), baseline=baseline, rel_tol=rel, loss_tol=loss)
 
     def open_trace(self, run_name: str, file: str) -> tuple[TraceFile, io.FileChunks]:
         """One of the run's trace files, opened for download (so that a storage error is a 404,

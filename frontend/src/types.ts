@@ -149,8 +149,11 @@ export interface LayerStats {
   device_us: number;
   flops: number;
   flops_per_s: number;
+  /** integer operations (int8 GEMMs), apart from FLOPs */
+  iops: number;
   alloc_bytes: number;
   peak_bytes: number;
+  /** 0 for linear attention: it never forms (Sq, Sk) scores (its chunks are C×C) */
   sxs_bytes: number;
   sxs_mask_bytes: number;
   /** one (B, H, Sq, Sk) score tensor: its shape times its element size */
@@ -189,6 +192,8 @@ export interface PhaseStats {
   flops: number;
   /** over device time where there is some, else CPU time */
   flops_per_s: number;
+  /** integer operations (int8 GEMMs: 2·M·K·N), apart from FLOPs */
+  iops: number;
   alloc_bytes: number;
   freed_bytes: number;
   /** largest rise of allocated memory over the phase's start, across its calls */
@@ -762,6 +767,94 @@ export interface Fit {
   points: number;
 }
 
+export interface StrategiesResponse {
+  schema: string;
+  /** accuracy-cost: a relative error over this... */
+  rel_tol: number;
+  /** ...or a loss moved by more than this */
+  loss_tol: number;
+  groups: StrategyGroup[];
+}
+
+/** Runs that differ only in implementation (and its options) and sequence length. */
+export interface StrategyGroup {
+  /** the rest of their configuration, in words */
+  label: string;
+  /** "device" where every run has kernels, else "cpu" */
+  clock: string;
+  /** the strategy speed-ups and crossovers are against */
+  baseline: string | null;
+  strategies: string[];
+  /** by strategy, then length */
+  rows: StrategyRow[];
+  series: StrategySeries[];
+  /** below-crossover and accuracy-cost (docs/findings.md) */
+  findings: Finding[];
+}
+
+/** One run: an implementation at one sequence length. */
+export interface StrategyRow {
+  run: string;
+  /** the implementation, with its options: "performer M=64", "sdpa int8 proj" */
+  strategy: string;
+  /** what the trace shows ran (analysis/backend.py) */
+  backend: string;
+  /** computes softmax attention exactly (not linear, random-feature or quantized) */
+  exact: boolean;
+  seq: number;
+  /** attention per step, forward and backward, on the group's clock */
+  time_us: number;
+  /** the largest rise of allocated memory over a block's start */
+  peak_bytes: number;
+  alloc_bytes: number;
+  /** (B, H, Sq, Sk) score tensors allocated per step; 0 for linear attention */
+  sxs_bytes: number;
+  /** forward, per step */
+  flops: number;
+  /** integer operations (int8 GEMMs), per step */
+  iops: number;
+  /** quantize + dequantize phases over the block's time; null: not quantized */
+  quant_share: number | null;
+  /** null: not measured (older runs, foreign traces, models other than builtin) */
+  accuracy: Accuracy | null;
+  /** the baseline's time at this length over this one's; null: no baseline run there */
+  speedup: number | null;
+  /** on the Pareto front of speed-up against error at this length */
+  pareto: boolean;
+}
+
+/** The run's error against exact fp32 attention (runner/accuracy.py), worst layer. */
+export interface Accuracy {
+  /** Σ|y − y_ref| / Σ|y_ref|: the mean relative error */
+  rel_l1: number;
+  max_abs: number;
+  cosine: number;
+  /** the model's loss minus the exact fp32 model's, on the same batch */
+  loss_diff: number | null;
+}
+
+export interface StrategySeries {
+  strategy: string;
+  exact: boolean;
+  seqs: number[];
+  time_us: number[];
+  /** time ≈ a·seqᵏ; null with fewer than two lengths */
+  fit: Fit | null;
+  /** against the baseline; null for the baseline and without both fits */
+  crossover: Crossover | null;
+}
+
+/** Where a strategy's fitted time curve meets the baseline's: a·Lᵏ = a_b·L^k_b. */
+export interface Crossover {
+  /** the length where the two fits are equal; null when the exponents are about equal */
+  seq: number | null;
+  /** "above" or "below" that length, "always" or "never" (parallel fits) */
+  faster: string;
+  /** the length lies outside the lengths both were measured at */
+  extrapolated: boolean;
+  text: string;
+}
+
 /** The 202 answer of a route whose traces are still being parsed: ask again later. */
 export interface LoadingResponse {
   status: "loading";
@@ -783,5 +876,6 @@ export interface Routes {
   "/timeline": TimelineResponse;
   "/compare": CompareResponse;
   "/scaling": ScalingResponse;
+  "/strategies": StrategiesResponse;
   "202": LoadingResponse;
 }

@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from tb_attn_plugin.analysis.flops import IMPLAUSIBLE, op_flops, plausible
+from tb_attn_plugin.analysis.flops import IMPLAUSIBLE, is_integer_op, op_flops, plausible
 from tb_attn_plugin.analysis.nesting import EPS_US, nearest_marked_ancestor, or_self, parents, subtree_sizes
 from tb_attn_plugin.scopes import PHASES, Scope, is_scope_name, read_scope
 from tb_attn_plugin.trace.events import Events
@@ -69,6 +69,7 @@ class Attribution:
     modules: dict[int, str]  # layer -> module path, where scopes name one
     shape_ok: B = field(default_factory=lambda: np.zeros(0, np.bool_))  # per shape id: plausible sizes
     diagnostics: dict[str, int] = field(default_factory=dict)  # numbers out of bounds, ignored
+    iops: F64 = field(default_factory=lambda: np.zeros(0))  # integer ops (int8 GEMMs), like flops; empty: none
 
     def shape(self, events: Events, i: int) -> int:
         """Event ``i``'s shape id, or -1 where it has none or none believable."""
@@ -129,13 +130,26 @@ def attribute(events: Events) -> Attribution:
     parent, layer, head, phase, step, backward, flops, subtree_end = _sweep(
         events, is_scope, is_step, on_device, sc_layer, sc_head, sc_phase, step_no, is_bwd_name, flops_raw
     )
+    iops = _split_integer_ops(events, flops)
     _attribute_backward(events, subtree_end, layer, head, phase, step, backward, is_bwd_name)
     _attribute_device(events, on_device, layer, head, phase, step, backward)
     mem = _attribute_memory(events, parent, layer, head, phase, step, backward)
     return Attribution(parent=parent, layer=layer, head=head, phase=phase, step=step, backward=backward,
                        is_scope=is_scope, flops=flops, mem_layer=mem[0], mem_head=mem[1], mem_phase=mem[2],
                        mem_step=mem[3], mem_backward=mem[4], mem_event=mem[5],
-                       modules=modules, shape_ok=shape_ok, diagnostics=diagnostics)
+                       modules=modules, shape_ok=shape_ok, diagnostics=diagnostics, iops=iops)
+
+
+def _split_integer_ops(events: Events, counted: F64) -> F64:
+    """The integer ops' counts moved out of ``counted`` (in place) into an array of their own;
+    an empty one where the trace has none (most traces)."""
+    ids = [i for i, name in enumerate(events.names) if is_integer_op(name)]
+    if not ids:
+        return np.zeros(0)
+    integer = np.isin(events.name, ids)
+    iops = np.where(integer, counted, 0.0)
+    counted[integer] = 0.0
+    return iops
 
 
 _STEP_DIGITS = len(str(MAX_STEP_NUMBER))

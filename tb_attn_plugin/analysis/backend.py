@@ -19,6 +19,12 @@ Kernel names decide first, then op names (the first rule that matches wins):
   matmul ops (the reference path without gradients: inference runs no autograd function).
 - ``compiled``: kernels ``triton_*``; ops ``CompiledFunction``, ``Torch-Compiled Region``; a
   ``compiled`` phase scope (``--compile``): torch.compile'd dense attention.
+- ``int8-qk``: op ``aten::_int_mm`` (an int8 GEMM) with a softmax: the scores computed in
+  integers, as SageAttention does (the runner's ``int8-qk``, and anyone's with these ops).
+- ``performer``, ``linear``: a ``feature_map`` phase scope (linear attention: the runner's
+  ``performer`` and ``linear-elu``), told apart by the feature map's ops: ``exp`` of a random
+  projection, or ``elu``. Without scopes linear attention has no op that is its own (matmuls,
+  elementwise ops, no softmax), so it is not recognized.
 - ``sdpa-math``: op ``aten::_scaled_dot_product_attention_math`` (with ``aten::_safe_softmax``).
 - ``naive``: softmax and matmul/bmm ops without SDPA.
 - ``unknown``: none of the above.
@@ -32,8 +38,11 @@ from tb_attn_plugin.ops import (
     COMPILED_REGION_OPS,
     COMPILED_REGION_PREFIX,
     EFFICIENT_FORWARD_OP,
+    ELU_OPS,
+    EXP_OPS,
     FLASH_FORWARD_OP,
     FLEX_EAGER_OP,
+    INT_MM_OP,
     MATMUL_OPS,
     SDPA_CPU_FLASH_OP,
     SDPA_CUDNN_OP,
@@ -45,8 +54,8 @@ from tb_attn_plugin.ops import (
 
 __all__ = ["BACKENDS", "detect_backend"]
 
-BACKENDS = ("cudnn", "efficient", "rocm-flash", "flash", "cpu-flash", "flex", "flex-eager", "compiled", "sdpa-math",
-            "naive", "unknown")
+BACKENDS = ("cudnn", "efficient", "rocm-flash", "flash", "cpu-flash", "flex", "flex-eager", "compiled", "int8-qk",
+            "performer", "linear", "sdpa-math", "naive", "unknown")
 
 _KERNEL_RULES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("cudnn", ("cudnn_generated", "cudnn", "fmha_fprop", "fmha_bprop")),
@@ -89,6 +98,12 @@ def detect_backend(ops: Iterable[str], kernels: Iterable[str], phases: Iterable[
         hits = sorted(op_set & names)
         if hits:
             return backend, hits
+    if INT_MM_OP in op_set and op_set & SOFTMAX_OPS:
+        return "int8-qk", sorted({INT_MM_OP} | (op_set & SOFTMAX_OPS))
+    if "feature_map" in phase_set:
+        if op_set & EXP_OPS:
+            return "performer", ["feature_map phase", *sorted(op_set & EXP_OPS)]
+        return "linear", ["feature_map phase", *sorted(op_set & ELU_OPS)]
     if "compiled" in phase_set:
         return "compiled", ["compiled phase"]
     if op_set & SOFTMAX_OPS and op_set & MATMUL_OPS:

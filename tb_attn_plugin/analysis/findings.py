@@ -21,6 +21,7 @@ import numpy as np
 
 from tb_attn_plugin.analysis.analyze import Analysis
 from tb_attn_plugin.analysis.op_findings import OP_RULES
+from tb_attn_plugin.analysis.quant_findings import QUANT_RULES
 from tb_attn_plugin.analysis.query import MAX_NAMES, RuleQuery, new_finding
 from tb_attn_plugin.analysis.sparse_findings import SPARSE_RULES
 from tb_attn_plugin.analysis.wording import count, duration, layer_list, number, pct, size
@@ -43,6 +44,9 @@ IMPL_BACKENDS: dict[str, tuple[str, ...]] = {
     "naive-inplace": ("naive",),
     "flex": ("flex",),
     "flex-eager": ("flex-eager",),
+    "linear-elu": ("linear",),
+    "performer": ("performer",),
+    "int8-qk": ("int8-qk",),
 }
 DISPATCH_RATIO = 2.0  # GPU: forward CPU time per call at least this many times its device time...
 DEVICE_BUSY_MAX = 0.8  # ...while the device is busy for less than this share of the step
@@ -58,8 +62,8 @@ def find(analysis: Analysis, summary: WorkerSummary, *, metadata: dict[str, obje
         return []
     t = RuleQuery(analysis.events, analysis.attr, summary, metadata or {})
     out: list[Finding] = []
-    for rule in (*OP_RULES, *SPARSE_RULES, _sxs_materialized, _dispatch_bound, _backend_mismatch, _unplaced,
-                 _share_of_step):
+    for rule in (*OP_RULES, *SPARSE_RULES, *QUANT_RULES, _sxs_materialized, _dispatch_bound, _backend_mismatch,
+                 _unplaced, _share_of_step):
         out.extend(rule(t))
     return sorted(out, key=lambda f: (SEVERITIES.index(f.severity), f.id, f.evidence.layers))
 

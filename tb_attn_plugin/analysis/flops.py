@@ -7,6 +7,9 @@ CPU flash kernel, so we compute FLOPs ourselves (one multiply-add = 2 FLOPs):
 - ``bmm(A[b,M,K], B[b,K,N])`` and ``baddbmm(C, A, B)``: 2·b·M·K·N.
 - ``matmul(A[...,M,K], B[...,K,N])``: 2·prod(broadcast batch)·M·K·N (1-D operands as in numpy).
 - ``linear(X[...,K], W[N,K])``: 2·prod(X[:-1])·K·N.
+- ``_int_mm(A[M,K], B[K,N])`` (int8 in, int32 out): 2·M·K·N integer ops (IOPs), which
+  ``op_flops`` counts like a matmul's and the attribution then reports apart from FLOPs
+  (``is_integer_op``).
 - Fused attention forward, ``q[B,H,Sq,D]``, ``k[B,Hkv,Sk,D]``, ``v[B,Hkv,Sk,Dv]``:
   2·B·H·Sq·Sk·(D + Dv), times the causal fraction. Grouped-query attention costs the same as
   full attention (every query head attends), so H comes from q. The causal fraction is the
@@ -32,7 +35,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 
-from tb_attn_plugin.ops import LINEAR_OP, MATMUL_ARGS, SDPA_BACKWARD, SDPA_FORWARD
+from tb_attn_plugin.ops import INT_MATMUL_ARGS, LINEAR_OP, MATMUL_ARGS, SDPA_BACKWARD, SDPA_FORWARD
 from tb_attn_plugin.trace.events import OpShapes
 
 __all__ = [
@@ -43,6 +46,7 @@ __all__ = [
     "elem_bytes",
     "flop_rate",
     "is_causal",
+    "is_integer_op",
     "op_flops",
     "plausible",
     "tensor_bytes",
@@ -146,9 +150,14 @@ def op_flops(name: str, shapes: OpShapes | None) -> float:
         return 0.0
 
 
+def is_integer_op(name: str) -> bool:
+    """Whether ``op_flops`` of this op counts integer operations (IOPs), not floating point."""
+    return name in INT_MATMUL_ARGS
+
+
 def _op_flops(name: str, s: OpShapes) -> float:
-    if name in MATMUL_ARGS:
-        ia, ib = MATMUL_ARGS[name]
+    if name in MATMUL_ARGS or name in INT_MATMUL_ARGS:
+        ia, ib = MATMUL_ARGS.get(name) or INT_MATMUL_ARGS[name]
         a, b = _dims(s, ia), _dims(s, ib)
         return _matmul(a, b) if a and b else 0.0
     if name == LINEAR_OP:

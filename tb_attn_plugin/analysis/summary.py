@@ -41,6 +41,7 @@ from tb_attn_plugin.trace.kineto import BACKWARD_PREFIX, Kind
 __all__ = ["summarize", "summarize_analysis", "summarize_trace"]
 
 _EMPTY = np.empty(0, np.int64)
+_KV_STATE = PHASES.index("kv_state")
 
 
 def summarize(events: Events, *, file: str = "", worker: str = "", span: str | None = None) -> WorkerSummary:
@@ -237,8 +238,9 @@ class _Summarizer:
         fwd = idx[~a.backward[idx]]
         block_scopes = fwd[a.is_scope[fwd] & (a.phase[fwd] < 0) & (a.head[fwd] < 0)]
         mem = self.mem_layer_idx.get(layer, _EMPTY)
-        sizes = sxs_sizes(ev, a, fwd)
         phase_of = a.phase[idx]
+        # Linear attention's C×C chunk products are not (Sq, Sk) scores.
+        sizes = ScoreSizes() if (phase_of == _KV_STATE).any() else sxs_sizes(ev, a, fwd)
         mem_phase = a.mem_phase[mem]
         phases = []
         runs = self._phase_runs(fwd)
@@ -278,9 +280,10 @@ class _Summarizer:
             layer=layer, module=clip(a.modules[layer]) if layer in a.modules else None, backend=backend,
             backend_evidence=[clip(n) for n in evidence],
             inferred=self.inferred, calls=self._per_step(block_scopes.size), cpu_us=cpu_us, device_us=device_us,
-            flops=flops, flops_per_s=flop_rate(flops, device_us or cpu_us), alloc_bytes=alloc,
-            peak_bytes=self._peak(block_scopes), sxs_bytes=sxs, sxs_mask_bytes=sum(p.sxs_mask_bytes for p in phases),
-            score_tensor_bytes=sizes.tensor_bytes, score_shape=list(sizes.shape),
+            flops=flops, flops_per_s=flop_rate(flops, device_us or cpu_us), iops=sum(p.iops for p in phases),
+            alloc_bytes=alloc, peak_bytes=self._peak(block_scopes), sxs_bytes=sxs,
+            sxs_mask_bytes=sum(p.sxs_mask_bytes for p in phases), score_tensor_bytes=sizes.tensor_bytes,
+            score_shape=list(sizes.shape),
             heads_count=self._heads_count(fwd), phases=phases,
             heads=[], backward=back, spread=spreads,
         )
@@ -360,6 +363,7 @@ class _Summarizer:
             op_count=self._per_step(ops.size),
             flops=flops,
             flops_per_s=flop_rate(flops, device_us or cpu_us),
+            iops=self._per_step(a.iops[fwd].sum()) if a.iops.size else 0.0,
             alloc_bytes=self._per_step(nbytes[nbytes > 0].sum()),
             freed_bytes=self._per_step(-nbytes[nbytes < 0].sum()),
             peak_bytes=self._peak(scopes),
