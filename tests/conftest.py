@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -12,7 +13,7 @@ sys.path.insert(1, str(Path(__file__).resolve().parent.parent))  # the repositor
 
 from collections.abc import Callable
 
-from helpers import HAND_TRACES, SPARSE, WINDOW, profile_run, torchrun
+from helpers import HAND_TRACES, SPARSE, STRATEGIES, STRATEGY_IMPLS, STRATEGY_SEQS, WINDOW, profile_run, torchrun
 
 from tb_attn_plugin import plugin as plugin_module
 from tb_attn_plugin.trace.decode import decode_bytes
@@ -97,4 +98,22 @@ def sparse_logdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
         assert result.status == "ok", (impl, result.error)
     result = profile_run(logdir, "llama-flex", model="hf:llama", **{**SPARSE, "impl": "flex"})
     assert result.status == "ok", result.error
+    return logdir
+
+
+@pytest.fixture(scope="session")
+def strategies_logdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Exact and approximate attention at three lengths, in inference, as the runner names them
+    (``builtin/<impl>/seq<S>``): the strategies view's input. Plus one run without an accuracy
+    record (as an older runner wrote): ``builtin/sdpa-math/seq256``."""
+    logdir = tmp_path_factory.mktemp("strategies")
+    for impl in STRATEGY_IMPLS:
+        for seq in STRATEGY_SEQS:
+            result = profile_run(logdir, f"builtin/{impl}/seq{seq}", **{**STRATEGIES, "impl": impl, "seq": seq})
+            assert result.status == "ok", (impl, seq, result.error)
+    profile_run(logdir, "builtin/sdpa-math/seq256", **{**STRATEGIES, "impl": "sdpa-math", "seq": 256})
+    meta = logdir / "builtin/sdpa-math/seq256" / "tb_attn_run.json"
+    data = json.loads(meta.read_text())
+    del data["accuracy"]
+    meta.write_text(json.dumps(data))
     return logdir

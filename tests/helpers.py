@@ -26,6 +26,10 @@ ACTIVE_STEPS = PROFILE.active
 #: (flex_attention has no backward on CPU).
 SPARSE: dict[str, Any] = dict(layers=2, heads=2, d_model=32, seq=512, batch=1, mode="inference")
 WINDOW = 64
+#: Strategies (``strategies_logdir``): exact and approximate attention at three lengths, inference.
+STRATEGIES: dict[str, Any] = dict(layers=2, heads=2, d_model=32, batch=1, mode="inference")
+STRATEGY_IMPLS = ("naive", "sdpa", "linear-elu", "performer", "int8-qk")
+STRATEGY_SEQS = (64, 128, 256)
 
 
 def profile_run(logdir: Path, name: str, model: str = "builtin", **changes: object) -> RunResult:
