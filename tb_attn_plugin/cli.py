@@ -68,6 +68,17 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--runs", help="comma-separated run names (default: every run)")
     c.add_argument("--baseline", help="the run the ratios are against (default: the first)")
     c.add_argument("--format", choices=("table", "json"), default="table")
+    t = sub.add_parser("strategies", help="attention strategies side by side: time, memory, error and speed-up "
+                       "per implementation and length, with fitted crossovers")
+    t.add_argument("path", help="a logdir (local path or fsspec URL)")
+    t.add_argument("--runs", help="comma-separated run names (default: every run)")
+    t.add_argument("--baseline", help="the strategy speed-ups and crossovers are against, e.g. naive or sdpa "
+                   "(default: naive where present, else the first exact one)")
+    t.add_argument("--rel-tol", type=float, default=None,
+                   help="accuracy-cost: relative error over this (a fraction; default 0.01)")
+    t.add_argument("--loss-tol", type=float, default=None, help="accuracy-cost: loss moved by more than this "
+                   "(default 0.01)")
+    t.add_argument("--format", choices=("table", "json", "csv"), default="table")
     r = sub.add_parser("ranks", help="multi-rank runs: attention per rank and layer, stragglers, collectives")
     r.add_argument("path", help="a logdir or a run directory (local path or fsspec URL)")
     r.add_argument("--run", help="only this run (default: every run with two or more workers)")
@@ -102,6 +113,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _compare(args)
     if args.command == "ranks":
         return _ranks(args)
+    if args.command == "strategies":
+        return _strategies(args)
     from tb_attn_plugin.loader import Loader, prefetch_analysis
 
     prefetch_analysis()
@@ -161,6 +174,42 @@ def _compare(args: argparse.Namespace) -> int:
     for err in result.errors:
         _stderr(f"{err.run}: {err.error}")
     return 1 if result.errors else 0
+
+
+def _strategies(args: argparse.Namespace) -> int:
+    from tb_attn_plugin.analysis.strategies import LOSS_TOL, REL_TOL, check_tolerance, strategies
+    from tb_attn_plugin.loader import Loader, resolve_runs
+    from tb_attn_plugin.report_strategies import strategies_csv, strategies_table
+    from tb_attn_plugin.trace.events import TraceError
+
+    try:
+        rel = check_tolerance("--rel-tol", REL_TOL if args.rel_tol is None else args.rel_tol)
+        loss = check_tolerance("--loss-tol", LOSS_TOL if args.loss_tol is None else args.loss_tol)
+        runs = resolve_runs(args.path)
+    except (ValueError, TraceError) as exc:
+        return _fail(str(exc))
+    if args.runs:
+        wanted = [n.strip("/") for n in args.runs.split(",") if n.strip()]
+        by_name = {r.name: r for r in runs}
+        missing = [n for n in wanted if n not in by_name]
+        if missing:
+            return _fail(f"no run named {missing[0]!r} under {args.path}")
+        runs = [by_name[n] for n in wanted]
+    if not runs:
+        return _fail(f"no traces under {args.path}")
+    gc.disable()
+    loader = Loader()
+    summaries = [loader.summarize_run(r) for r in runs]
+    result = strategies(summaries, baseline=args.baseline, rel_tol=rel, loss_tol=loss)
+    if args.baseline is not None and not any(args.baseline in g.strategies for g in result.groups):
+        names = sorted({s for g in result.groups for s in g.strategies})
+        return _fail(f"no strategy named {args.baseline!r}; the runs have: {', '.join(names) or 'none'}")
+    render = {"table": strategies_table, "json": report.json_text, "csv": strategies_csv}[args.format]
+    sys.stdout.write(render(result))
+    failed = [(s.run, e) for s in summaries for e in s.errors]
+    for run, err in failed:
+        _stderr(f"{run}/{err.file}: {err.error}")
+    return 1 if failed else 0
 
 
 def _ranks(args: argparse.Namespace) -> int:

@@ -1,0 +1,75 @@
+"""``tb-attn strategies`` as text and CSV (``analysis.strategies``; JSON is ``report.json_text``)."""
+
+from __future__ import annotations
+
+import csv
+import io as stdio
+from typing import TYPE_CHECKING
+
+from tb_attn_plugin.report import _cells, _findings_lines, _mib, _ms, _si, _text, printable
+
+if TYPE_CHECKING:
+    from tb_attn_plugin.responses_strategies import StrategiesResponse, StrategyRow
+
+__all__ = ["STRATEGY_CSV_FIELDS", "strategies_csv", "strategies_table"]
+
+#: The CSV's columns: one row per run (implementation × sequence length); empty cells are "not
+#: measured" (accuracy) or "no baseline run at this length" (speed-up).
+STRATEGY_CSV_FIELDS = ("group", "strategy", "seq", "run", "backend", "exact", "clock", "time_us", "peak_bytes",
+                       "alloc_bytes", "sxs_bytes", "flops", "iops", "quant_share", "rel_l1", "max_abs", "cosine",
+                       "loss_diff", "baseline", "speedup", "pareto")
+
+
+def _error(row: StrategyRow) -> str:
+    return f"{row.accuracy.rel_l1:.2%}" if row.accuracy is not None else "not measured"
+
+
+def _loss(row: StrategyRow) -> str:
+    a = row.accuracy
+    return "not measured" if a is None else "-" if a.loss_diff is None else f"{a.loss_diff:+.4f}"
+
+
+def strategies_table(result: StrategiesResponse) -> str:
+    header = ("strategy", "seq", "backend", "attn ms", "speed-up", "error", "loss diff", "peak MiB", "SxS MiB",
+              "FLOPs", "IOPs", "quant", "pareto")
+    lines = [f"error: relative L1 of the attention output against exact fp32 attention (worst layer); "
+             f"accuracy-cost over {result.rel_tol:.1%} or a loss moved by more than {result.loss_tol:g}"]
+    if not result.groups:
+        lines.append("no runs with attention and a sequence length in their metadata")
+    for g in result.groups:
+        rows = [(x.strategy + (" *" if x.strategy == g.baseline else ""), str(x.seq), x.backend, _ms(x.time_us),
+                 f"{x.speedup:.2f}x" if x.speedup is not None else "-", _error(x), _loss(x), _mib(x.peak_bytes),
+                 _mib(x.sxs_bytes), _si(x.flops), _si(x.iops),
+                 f"{x.quant_share:.0%}" if x.quant_share is not None else "-", "yes" if x.pareto else "")
+                for x in g.rows]
+        cells = _cells(rows)
+        widths = [max(len(r[i]) for r in [header, *cells]) for i in range(len(header))]
+        fmt = "  ".join(f"{{:<{w}}}" if i in (0, 2) else f"{{:>{w}}}" for i, w in enumerate(widths))
+        lines += ["", f"{printable(g.label)}: attention {g.clock} time per step; speed-up against "
+                      f"{printable(g.baseline or '-')} (*) at the same length",
+                  fmt.format(*header), *(fmt.format(*r) for r in cells)]
+        fitted = [s for s in g.series if s.fit is not None]
+        if fitted:
+            lines += ["", "  time ~ a * S^k, and where each crosses the baseline:"]
+            for s in fitted:
+                assert s.fit is not None
+                cross = f"  {printable(s.crossover.text)}" if s.crossover else ""
+                lines.append(f"  {printable(s.strategy):<24} k={s.fit.k:.2f}{cross}")
+        lines += _findings_lines(g.findings)
+    return _text(lines)
+
+
+def strategies_csv(result: StrategiesResponse) -> str:
+    out = stdio.StringIO()
+    w = csv.writer(out, lineterminator="\n")
+    w.writerow(STRATEGY_CSV_FIELDS)
+    for g in result.groups:
+        for x in g.rows:
+            a = x.accuracy
+            w.writerow([printable(g.label), printable(x.strategy), x.seq, printable(x.run), x.backend, x.exact,
+                        g.clock, x.time_us, x.peak_bytes, x.alloc_bytes, x.sxs_bytes, x.flops, x.iops,
+                        "" if x.quant_share is None else x.quant_share,
+                        *(("", "", "", "") if a is None else
+                          (a.rel_l1, a.max_abs, a.cosine, "" if a.loss_diff is None else a.loss_diff)),
+                        printable(g.baseline or ""), "" if x.speedup is None else x.speedup, x.pareto])
+    return out.getvalue()
