@@ -29,6 +29,7 @@ def test_no_other_module_spells_an_op_name() -> None:
 
 def test_the_decoder_keeps_the_shapes_the_analysis_reads() -> None:
     read = (ops.SDPA_OPS | set(ops.SDPA_FORWARD) | set(ops.SDPA_BACKWARD) | set(ops.MATMUL_ARGS) | {ops.LINEAR_OP}
+            | set(ops.INT_MATMUL_ARGS)
             | ops.COPY_OPS | ops.DTYPE_CONVERT_OPS | {ops.FLASH_FORWARD_OP, ops.EFFICIENT_FORWARD_OP}
             | ops.SOFTMAX_OPS | ops.MASKED_FILL_OPS | ops.KERNEL_BACKWARD_OPS | ops.FUSED_BLOCK_OPS)
     assert read == ops.SHAPE_OPS

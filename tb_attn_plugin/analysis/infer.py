@@ -6,7 +6,9 @@ Three sources, best first:
    ``Attention`` (the outermost one of a nest): one block per module instance, numbered in
    order of first appearance.
 2. Otherwise, every top-level SDPA call is a block.
-3. Otherwise, ``matmul -> softmax -> matmul`` on one thread is a block.
+3. Otherwise, ``matmul -> softmax -> matmul`` on one thread is a block. The first matmul may be
+   integer (``_int_mm``: int8 attention's q·kᵀ, one call per head), and then the block starts
+   at the first of the integer GEMMs just before the softmax.
 4. Otherwise, compiled attention: the calls of the compiled frame (``Torch-Compiled Region:
    <frame>/<n>``) that runs most often per step, when it runs at least twice per step. A model
    that compiles its attention (``torch.compile(flex_attention)``, or each block) calls that one
@@ -36,6 +38,7 @@ from tb_attn_plugin.analysis.query import ancestors
 from tb_attn_plugin.analysis.roles import SyntheticScope, assign_roles, phase_spans, span_scope
 from tb_attn_plugin.ops import (
     COMPILED_REGION_PREFIX,
+    INT_MM_OP,
     MATMUL_ARGS,
     MATMUL_OPS,
     SDPA_OPS,
@@ -150,7 +153,8 @@ def _blocks_from_ops(events: Events, parent: np.ndarray, forward: np.ndarray) ->
         return [(i, i) for i in np.flatnonzero(cpu & np.isin(name, sdpa_ids)).tolist()
                 if not _has_ancestor(events, parent, i, SDPA_OPS)]
     soft_ids = [i for i, n in enumerate(names) if n in SOFTMAX_OPS]
-    mm_ids = [i for i, n in enumerate(names) if n in MATMUL_OPS]
+    mm_ids = [i for i, n in enumerate(names) if n in MATMUL_OPS or n == INT_MM_OP]
+    int_id = names.index(INT_MM_OP) if INT_MM_OP in names else -1
     if not soft_ids or not mm_ids:
         return []
     softmaxes = [s for s in np.flatnonzero(cpu & np.isin(name, soft_ids)).tolist()
@@ -171,7 +175,12 @@ def _blocks_from_ops(events: Events, parent: np.ndarray, forward: np.ndarray) ->
             continue
         if not _looks_like_attention(events, before, s, after):
             continue
-        out.append((before, after))
+        first, j = before, k - 1
+        while (j > 0 and name[mms[j - 1]] == int_id and name[first] == int_id and mms[j - 1] > used
+               and events.track[mms[j - 1]] == events.track[s] and before - mms[j - 1] <= _MAX_GAP_EVENTS):
+            j -= 1
+            first = mms[j]
+        out.append((first, after))
         used = after
     return out
 

@@ -50,6 +50,7 @@ from tb_attn_plugin.ops import (
     LAYOUT_OPS,
     MASK_MAKING_OPS,
     MASK_OPS,
+    INT_MM_OP,
     MATMUL_OPS,
     MM_OP,
     NEG_OP,
@@ -103,6 +104,8 @@ def _role(op: str, stage: int, previous: str | None, last_phase: str | None, rop
         return Phase.SOFTMAX if stage < _DONE else None
     if op == QKV_TRANSFORM_OP:
         return Phase.QKV_PROJ
+    if op == INT_MM_OP:  # int8 attention's integer q·kᵀ
+        return Phase.QK_MATMUL if stage < _PROBS else None
     if op in MATMUL_OPS and not (op == MM_OP and stage == _PRE):
         return (Phase.AV_MATMUL if stage == _PROBS else Phase.OUT_PROJ if stage == _DONE else Phase.QK_MATMUL)
     if op in PROJECTION_OPS:

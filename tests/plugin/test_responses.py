@@ -133,7 +133,10 @@ def test_every_route_answers_its_struct(logdir: Path) -> None:
     statuses = {r["run"]: r["status"] for r in _conforms(get(client, f"{BASE}/runs").get_data(),
                                                         responses.RunsResponse)["runs"]}
     assert statuses["naive/seq16"] == "ready" and statuses["broken"] in ("error", "loading")
-    checked |= {"/compare", "/scaling"}
+    strat = _conforms(get(client, f"{BASE}/strategies?runs={everything}&baseline=sdpa").get_data(),
+                      responses.StrategiesResponse)
+    assert strat["groups"] and strat["groups"][0]["baseline"] == "sdpa"
+    checked |= {"/compare", "/scaling", "/strategies"}
 
     loading = plugin_client(logdir, wait_s=0.0).get(f"{BASE}/summary?run=naive/seq32")
     assert loading.status_code == 202
