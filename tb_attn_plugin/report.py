@@ -330,6 +330,8 @@ def _findings_lines(findings: Sequence[Finding]) -> list[str]:
 
 
 def summary_table(summaries: Sequence[RunSummary]) -> str:
+    from tb_attn_plugin.report_strategies import approx_lines
+
     lines: list[str] = []
     header = ("layer", "phase", "calls", "cpu ms", "dev ms", "FLOPs", "FLOP/s", "alloc MiB", "peak MiB", "SxS MiB",
               "bwd cpu ms", "bwd dev ms")
@@ -356,6 +358,7 @@ def summary_table(summaries: Sequence[RunSummary]) -> str:
             for note in worker.notes:
                 lines.append(f"  note: {note}")
             lines.extend(_mask_lines(worker))
+            lines.extend(approx_lines(run, worker))
             if not worker.layers:
                 lines.append("")
                 continue

@@ -6,12 +6,14 @@ import csv
 import io as stdio
 from typing import TYPE_CHECKING
 
+from tb_attn_plugin.analysis.strategies import APPROXIMATE_BACKENDS, accuracy_of
 from tb_attn_plugin.report import _cells, _findings_lines, _mib, _ms, _si, _text, printable
 
 if TYPE_CHECKING:
     from tb_attn_plugin.responses_strategies import StrategiesResponse, StrategyRow
+    from tb_attn_plugin.schema import RunSummary, WorkerSummary
 
-__all__ = ["STRATEGY_CSV_FIELDS", "strategies_csv", "strategies_table"]
+__all__ = ["STRATEGY_CSV_FIELDS", "approx_lines", "strategies_csv", "strategies_table"]
 
 #: The CSV's columns: one row per run (implementation × sequence length); empty cells are "not
 #: measured" (accuracy) or "no baseline run at this length" (speed-up).
@@ -27,6 +29,23 @@ def _error(row: StrategyRow) -> str:
 def _loss(row: StrategyRow) -> str:
     a = row.accuracy
     return "not measured" if a is None else "-" if a.loss_diff is None else f"{a.loss_diff:+.4f}"
+
+
+def approx_lines(run: RunSummary, worker: WorkerSummary) -> list[str]:
+    """The summary's lines on approximate attention: integer ops, and the error the runner
+    measured (``not measured`` for a run without the record)."""
+    lines = []
+    iops = sum(x.iops for x in worker.layers)
+    if iops:
+        lines.append(f"  integer ops: {_si(iops)} per step (int8 GEMMs), apart from the FLOPs")
+    acc = accuracy_of(run.metadata)
+    if acc is not None:
+        loss = f", loss {acc.loss_diff:+.4f}" if acc.loss_diff is not None else ""
+        lines.append(f"  error against exact fp32 attention (worst layer): relative {acc.rel_l1:.3%}, max "
+                     f"{acc.max_abs:.3g}, cosine {acc.cosine:.5f}{loss}")
+    elif worker.backend in APPROXIMATE_BACKENDS:
+        lines.append("  error against exact attention: not measured (no accuracy record in the run's metadata)")
+    return lines
 
 
 def strategies_table(result: StrategiesResponse) -> str:

@@ -7,7 +7,6 @@ from __future__ import annotations
 import csv
 import io
 import json
-import math
 from pathlib import Path
 
 import msgspec
@@ -225,8 +224,8 @@ def test_below_crossover_quotes_the_fitted_crossover(summaries: dict[str, RunSum
     assert f.evidence.details["exact"] == "sdpa" and f.evidence.details["seq"] == 2048
     assert "above about 8,000 tokens" in f.explanation
     # Once faster than the fastest exact implementation, no finding.
-    runs += [_synthetic(summaries, "performer", 16384, 8.0 * 16384, 0.05), _synthetic(summaries, "sdpa", 16384, 1e-3 * 16384**2,
-                                                                                  0.0)]
+    runs += [_synthetic(summaries, "performer", 16384, 8.0 * 16384, 0.05),
+             _synthetic(summaries, "sdpa", 16384, 1e-3 * 16384**2, 0.0)]
     (group,) = strategies(runs).groups
     (f,) = [f for f in group.findings if f.id == "below-crossover"]
     assert f.evidence.details["seq"] == 2048
