@@ -33,7 +33,8 @@ RUNNER_EXTRA = ("torch", "tqdm")
 
 #: The demo: a small CPU sweep of four implementations at two lengths, one run with each head in
 #: its own scope (measured heads for the Heads view), a Hugging Face model, flex_attention against
-#: naive attention on one sliding-window mask, and a compiled block.
+#: naive attention on one sliding-window mask, a compiled block, and the strategies (exact,
+#: linear and int8 attention side by side, under strategies/).
 DEMO_ARGS: tuple[list[str], ...] = (
     ["--model", "builtin", "--size", "small", "--impl", "naive,naive-inplace,sdpa-math,sdpa", "--seq", "256,512"],
     ["--model", "builtin", "--size", "small", "--impl", "naive", "--seq", "256", "--per-head"],
@@ -44,6 +45,10 @@ DEMO_ARGS: tuple[list[str], ...] = (
     ["--model", "builtin", "--size", "small", "--impl", "flex,naive", "--mask", "sliding:128", "--seq", "512",
      "--mode", "inference"],
     ["--model", "builtin", "--size", "small", "--impl", "naive", "--compile", "--seq", "256", "--mode", "inference"],
+    # The strategies: exact, linear, random-feature and int8 attention at two lengths, each with
+    # its error against exact fp32 attention (inference: int8-qk has no gradient).
+    ["--model", "builtin", "--size", "small", "--impl", "naive,sdpa,linear-elu,performer,int8-qk", "--seq", "256,512",
+     "--mode", "inference", "--name", "strategies"],
 )
 
 

@@ -214,7 +214,10 @@ def test_the_demo_plans_one_per_head_run_beside_its_derived_twin(tmp_path: Path)
                for seq in (256, 512)]
     assert sorted(specs) == sorted([*builtin, "builtin/naive-per-head/seq256", "hf-gpt2/naive/seq256",
                                     "hf-gpt2/sdpa/seq256", "builtin/flex-sliding128/seq512",
-                                    "builtin/naive-sliding128/seq512", "builtin/naive-compiled/seq256"])
+                                    "builtin/naive-sliding128/seq512", "builtin/naive-compiled/seq256",
+                                    *(f"strategies/builtin/{impl}/seq{seq}" for seq in (256, 512)
+                                      for impl in ("naive", "sdpa", "linear-elu", "performer", "int8-qk"))])
+    assert {s.cfg.mode for s in specs.values() if s.name.startswith("strategies/")} == {"inference"}
     per_head = [s for s in specs.values() if s.cfg.per_head]
     assert [s.name for s in per_head] == ["builtin/naive-per-head/seq256"]
     twin = specs["builtin/naive/seq256"].cfg
