@@ -11,6 +11,7 @@ import type {
   RunsResponse,
   RunSummary,
   ScalingResponse,
+  StrategiesResponse,
   TimelineResponse,
 } from "./types";
 
@@ -145,6 +146,9 @@ export const api = {
     getJsonAt<CompareResponse>("compare", runsUrl("compare", runs, { baseline }), signal),
   scaling: (runs: string[], signal?: AbortSignal) =>
     getJsonAt<ScalingResponse>("scaling", runsUrl("scaling", runs), signal),
+  /** `baseline` is a strategy ("sdpa", "performer M=64"); null: the server's rule (naive, else the first exact one). */
+  strategies: (runs: string[], baseline: string | null, signal?: AbortSignal) =>
+    getJsonAt<StrategiesResponse>("strategies", runsUrl("strategies", runs, { baseline }), signal),
   ranks: (run: string, margin: number | null, signal?: AbortSignal) =>
     getJson<RanksResponse>("ranks", { run, margin }, signal),
 };

@@ -8,6 +8,7 @@ import type { RunEntry } from "./types";
 import { CompareView } from "./views/compare";
 import { currentWorker, RunView } from "./views/run";
 import { RunsView } from "./views/runs";
+import { StrategiesView } from "./views/strategies";
 
 export class App implements Actions {
   readonly store = new Store(initialState());
@@ -19,9 +20,11 @@ export class App implements Actions {
   private readonly compareReq = new Latest();
   private readonly scalingReq = new Latest();
   private readonly ranksReq = new Latest();
+  private readonly strategiesReq = new Latest();
   private readonly runsView: RunsView;
   private readonly runView: RunView;
   private readonly compareView: CompareView;
+  private readonly strategiesView: StrategiesView;
   private pollTimer = 0;
   private refreshTimer = 0;
   private refreshRetries = 0;
@@ -30,7 +33,8 @@ export class App implements Actions {
     this.runsView = new RunsView(this);
     this.runView = new RunView(this);
     this.compareView = new CompareView(this);
-    root.appendChild(h("div", "page", this.runsView.el, this.compareView.el, this.runView.el));
+    this.strategiesView = new StrategiesView(this);
+    root.appendChild(h("div", "page", this.runsView.el, this.compareView.el, this.strategiesView.el, this.runView.el));
     this.store.subscribe((s) => this.render(s));
     this.render(this.store.get());
   }
@@ -38,6 +42,7 @@ export class App implements Actions {
   start(): void {
     void this.loadRuns(false);
     this.loadCompare(false);
+    this.loadStrategies(false);
   }
 
   /** TensorBoard's reload button: re-scan the logdir, then refresh what is shown. */
@@ -45,7 +50,10 @@ export class App implements Actions {
     await this.loadRuns(true);
     const s = this.store.get();
     if (s.run) this.loadViewData(true);
-    else this.loadCompare(true);
+    else {
+      this.loadCompare(true);
+      this.loadStrategies(true);
+    }
   }
 
   // ---- actions -------------------------------------------------------------------------
@@ -67,7 +75,8 @@ export class App implements Actions {
     if (run === null) {
       this.runView.dispose();
       void this.loadRuns(false);
-      this.loadCompare(false); // back to the compare view when it is open
+      this.loadCompare(false); // back to the compare or strategies view when it is open
+      this.loadStrategies(false);
       return;
     }
     this.resolveTarget();
@@ -124,12 +133,30 @@ export class App implements Actions {
     this.compareReq.cancel();
     this.scalingReq.cancel();
     this.store.set({ compare: runs && runs.length ? [...runs] : null, compareData: idle(), scaling: idle() });
+    if (runs && this.store.get().strategies) this.openStrategies(null);
     if (!runs) {
       this.compareView.dispose();
       void this.loadRuns(false); // back to the list: its figures as they are now
       return;
     }
     this.loadCompare(false);
+  }
+
+  openStrategies(runs: string[] | null): void {
+    this.strategiesReq.cancel();
+    this.store.set({ strategies: runs && runs.length ? [...runs] : null, strategyBaseline: null, strategiesData: idle() });
+    if (!runs) {
+      this.strategiesView.dispose();
+      void this.loadRuns(false);
+      return;
+    }
+    if (this.store.get().compare) this.openCompare(null); // one view of picked runs at a time
+    this.loadStrategies(false);
+  }
+
+  setStrategyBaseline(strategy: string | null): void {
+    this.store.set({ strategyBaseline: strategy });
+    this.loadStrategies(false);
   }
 
   select(sel: Selection | null): void {
@@ -194,7 +221,7 @@ export class App implements Actions {
     const s = this.store.get();
     const data = s.runs.data;
     const runs = data?.runs ?? [];
-    if (data?.poll_after_ms && s.run === null && s.compare === null) {
+    if (data?.poll_after_ms && s.run === null && s.compare === null && s.strategies === null) {
       this.pollTimer = window.setTimeout(() => void this.loadRuns(false), Math.max(data.poll_after_ms, 250));
     } else if (runs.some((r) => r.status === "loading" || r.status === "running")) {
       this.pollTimer = window.setTimeout(() => void this.loadRuns(false), 10000);
@@ -303,6 +330,23 @@ export class App implements Actions {
     }
   }
 
+  /** The strategies view's groups, for its runs and baseline. */
+  private loadStrategies(force: boolean): void {
+    const s = this.store.get();
+    const runs = s.strategies;
+    if (!runs || s.run !== null) return;
+    const key = JSON.stringify([runs, s.strategyBaseline]);
+    if (!force && s.strategiesData.key === key && s.strategiesData.status !== "error") return;
+    // Its data is of these runs (openStrategies drops it): kept on screen until the new arrives.
+    this.store.set({ strategiesData: { ...s.strategiesData, status: "loading", error: null, key } });
+    this.strategiesReq
+      .run((signal) => api.strategies(runs, s.strategyBaseline, signal))
+      .then((r) => {
+        if (!r.stale) this.store.set({ strategiesData: { status: "ok", data: r.value, error: null, key } });
+      })
+      .catch((err) => this.store.set({ strategiesData: { status: "error", data: null, error: errorText(err), key } }));
+  }
+
   /** The ranks view of the open run at the chosen margin; the shown data stays until the new arrives. */
   private loadRanks(force: boolean): void {
     const s = this.store.get();
@@ -342,6 +386,7 @@ export class App implements Actions {
   retheme(): void {
     this.runView.dispose();
     this.compareView.dispose();
+    this.strategiesView.dispose();
     this.render(this.store.get());
   }
 
@@ -350,11 +395,14 @@ export class App implements Actions {
   private render(s: State): void {
     const onRun = s.run !== null;
     const onCompare = !onRun && s.compare !== null;
-    this.runsView.el.hidden = onRun || onCompare;
+    const onStrategies = !onRun && !onCompare && s.strategies !== null;
+    this.runsView.el.hidden = onRun || onCompare || onStrategies;
     this.compareView.el.hidden = !onCompare;
+    this.strategiesView.el.hidden = !onStrategies;
     this.runView.el.hidden = !onRun;
     if (onRun) this.runView.update(s, this.entry(s));
     else if (onCompare) this.compareView.update(s);
+    else if (onStrategies) this.strategiesView.update(s);
     else this.runsView.update(s);
   }
 }

@@ -11,6 +11,7 @@ import {
   VisualMapContinuousComponent,
 } from "echarts/components";
 import * as echarts from "echarts/core";
+import { LabelLayout } from "echarts/features";
 import { CanvasRenderer } from "echarts/renderers";
 import { ECHARTS_DARK, theme } from "./theme";
 
@@ -25,6 +26,7 @@ echarts.use([
   MarkAreaComponent,
   MarkPointComponent,
   VisualMapContinuousComponent,
+  LabelLayout, // labels of nearby points moved apart (the strategies view's speed-up chart)
   CanvasRenderer,
 ]);
 

@@ -55,6 +55,34 @@ export function fmtRate(flopsPerS: number | null | undefined): string {
   return flopsPerS === 0 ? "0" : si(flopsPerS, "FLOP/s");
 }
 
+/** Integer operations (int8 GEMMs): "8.39 MIOP". */
+export function fmtIops(iops: number | null | undefined): string {
+  if (iops === null || iops === undefined || !Number.isFinite(iops)) return "\u2014";
+  return iops === 0 ? "0" : si(iops, "IOP");
+}
+
+/** A ratio: "1.82×", "12.3×", "140×". */
+export function fmtRatio(r: number | null | undefined): string {
+  if (r === null || r === undefined || !Number.isFinite(r)) return "\u2014";
+  return r >= 100 ? `${r.toFixed(0)}\u00d7` : r >= 10 ? `${r.toFixed(1)}\u00d7` : `${r.toFixed(2)}\u00d7`;
+}
+
+/** A relative error as a percentage, three significant digits: "20.6 %", "0.218 %", "< 0.001 %". */
+export function fmtError(rel: number | null | undefined): string {
+  if (rel === null || rel === undefined || !Number.isFinite(rel)) return "\u2014";
+  if (rel === 0) return "0 %";
+  const pct = rel * 100;
+  if (pct < 0.001) return "< 0.001 %";
+  return `${pct >= 100 ? pct.toFixed(0) : pct.toPrecision(3)} %`;
+}
+
+/** A change of the loss, signed: "+0.0030", "-0.0005", "+4.8e-6", "0". */
+export function fmtLossDiff(d: number | null | undefined): string {
+  if (d === null || d === undefined || !Number.isFinite(d)) return "\u2014";
+  if (d === 0) return "0";
+  return `${d > 0 ? "+" : ""}${Math.abs(d) < 1e-4 ? d.toExponential(1) : d.toFixed(4)}`;
+}
+
 export function fmtShare(share: number | null | undefined): string {
   if (share === null || share === undefined || !Number.isFinite(share)) return "\u2014";
   return `${(share * 100).toFixed(1)} %`;

@@ -1,6 +1,7 @@
 // The tab's state: one plain object, replaced by patches; views re-render from it. The only
 // thing persisted (sessionStorage, so it survives TensorBoard re-creating the iframe) is the
-// open run, the sub-view, the chosen metrics, the straggler margin and the compared runs.
+// open run, the sub-view, the chosen metrics, the straggler margin, the compared runs and the
+// strategies view's runs and baseline.
 
 import type { HeadMetricKey, MetricKey } from "./metrics";
 import type {
@@ -11,6 +12,7 @@ import type {
   RunsResponse,
   RunSummary,
   ScalingResponse,
+  StrategiesResponse,
   TimelineResponse,
 } from "./types";
 
@@ -77,6 +79,11 @@ export interface State {
   phaseMetric: PhaseMetric | null; // null: device time when every run has some, else CPU
   compareData: Loadable<CompareResponse>;
   scaling: Loadable<ScalingResponse>;
+  /** The runs the strategies view shows; null: it is closed. */
+  strategies: string[] | null;
+  /** The strategy speed-ups and crossovers are against; null: the server's rule (naive, else the first exact one). */
+  strategyBaseline: string | null;
+  strategiesData: Loadable<StrategiesResponse>;
 }
 
 const STORAGE_KEY = "tb-attn.view";
@@ -92,6 +99,8 @@ interface Persisted {
   groupBy?: GroupBy;
   phaseMetric?: PhaseMetric | null;
   ranksMargin?: number;
+  strategies?: string[] | null;
+  strategyBaseline?: string | null;
 }
 
 function loadPersisted(): Persisted {
@@ -113,6 +122,10 @@ export function initialState(): State {
   const p = loadPersisted();
   const compare =
     Array.isArray(p.compare) && p.compare.length && p.compare.every((r) => typeof r === "string") ? p.compare : null;
+  const strategies =
+    !compare && Array.isArray(p.strategies) && p.strategies.length && p.strategies.every((r) => typeof r === "string")
+      ? p.strategies
+      : null;
   return {
     runs: idle(),
     filter: "",
@@ -136,13 +149,16 @@ export function initialState(): State {
         ? p.ranksMargin
         : DEFAULT_MARGIN,
     ranksSort: { key: "rank", desc: false },
-    picked: compare ? [...compare] : [],
+    picked: compare ? [...compare] : strategies ? [...strategies] : [],
     baseline: compare && typeof p.baseline === "string" && compare.includes(p.baseline) ? p.baseline : null,
     compare,
     groupBy: p.groupBy && GROUP_BY.includes(p.groupBy) ? p.groupBy : "none",
     phaseMetric: p.phaseMetric && PHASE_METRICS.includes(p.phaseMetric) ? p.phaseMetric : null,
     compareData: idle(),
     scaling: idle(),
+    strategies,
+    strategyBaseline: strategies && typeof p.strategyBaseline === "string" ? p.strategyBaseline : null,
+    strategiesData: idle(),
   };
 }
 
@@ -195,6 +211,8 @@ export class Store {
       groupBy: s.groupBy,
       phaseMetric: s.phaseMetric,
       ranksMargin: s.ranksMargin,
+      strategies: s.strategies,
+      strategyBaseline: s.strategyBaseline,
     };
     try {
       window.sessionStorage.setItem(STORAGE_KEY, JSON.stringify(p));
@@ -223,4 +241,8 @@ export interface Actions {
   setBaseline(run: string | null): void;
   /** Opens the compare view for the picked runs; null closes it. */
   openCompare(runs: string[] | null): void;
+  /** Opens the strategies view for the picked runs; null closes it. */
+  openStrategies(runs: string[] | null): void;
+  /** The strategy the strategies view measures speed-ups against (null: the server's rule): refetches. */
+  setStrategyBaseline(strategy: string | null): void;
 }

@@ -143,6 +143,9 @@ table.drill-tree tr.more td { color: #9e9e9e; font-style: italic; }
 .compare-bar { min-height: 26px; }
 .primary { border: 1px solid #ef6c00; background: #fb8c00; color: #fff !important; border-radius: 3px; padding: 2px 12px; font-weight: 600; }
 .primary:disabled { background: #eee; border-color: #ccc; color: #9e9e9e !important; cursor: default; }
+.secondary { border: 1px solid #ef6c00; background: #fff; color: #e65100; border-radius: 3px; padding: 2px 12px; font-weight: 600; }
+.secondary:hover:not(:disabled) { background: #fff3e0; }
+.secondary:disabled { background: #eee; border-color: #ccc; color: #9e9e9e; cursor: default; }
 .link-button { border: none; background: none; color: #1565c0; padding: 0; }
 table.runs td.pick, table.runs th.pick { width: 24px; padding-right: 0; }
 table.compare-table tr.group th { background: #f5f5f5; color: #424242; font-weight: 600; padding-top: 8px; }
@@ -165,6 +168,20 @@ table.compare-table td.findings-cell { white-space: normal; min-width: 200px; }
 .chart-title { font-weight: 600; color: #424242; margin: 4px 0 0; }
 .legend .fit { color: #424242; font-variant-numeric: tabular-nums; }
 @media (max-width: 900px) { .scaling-charts { grid-template-columns: minmax(0, 1fr); } }
+.strategy-group { margin: 10px 0 22px; padding-top: 8px; border-top: 1px solid #e0e0e0; }
+.strategy-group h3 { overflow-wrap: anywhere; }
+table.strategies-table tr.base-row { background: #fffaf2; }
+table.strategies-table td.strategy a { color: #1565c0; text-decoration: none; font-weight: 600; }
+table.strategies-table td.strategy a:hover { text-decoration: underline; }
+table.strategies-table td.strategy .badge { margin-left: 6px; }
+table.strategies-table td.not-measured { color: #9e9e9e; font-style: italic; }
+table.strategies-table td.speedup.better { color: #2e7d32; font-weight: 600; }
+table.strategies-table td.speedup.worse { color: #c62828; }
+.badge.approx { background: #f3e5f5; color: #6a1b9a; }
+.badge.pareto { background: #e3f2fd; color: #0d47a1; }
+.chart-tools { margin: 4px 0 0; }
+ul.crossovers { margin: 2px 0 6px; padding-left: 0; list-style: none; font-size: 12px; color: #424242; }
+ul.crossovers li { margin: 2px 0; }
 .ranks h3 { margin: 16px 0 4px; }
 .stragglers ul { margin: 4px 0 2px; padding-left: 18px; }
 .stragglers li { margin: 2px 0; }

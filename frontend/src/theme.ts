@@ -102,6 +102,8 @@ html:has(.tb-attn.dark), body:has(.tb-attn.dark) { background: #202124; }
 .tb-attn.dark select, .tb-attn.dark input, .tb-attn.dark .back, .tb-attn.dark .chip, .tb-attn.dark .more-runs button {
   background: #303134; border-color: #5f6368; color: #e0e0e0; }
 .tb-attn.dark .back:hover, .tb-attn.dark .more-runs button:hover { background: #3c4043; }
+.tb-attn.dark .secondary { background: #303134; border-color: #fb8c00; color: #ffb74d; }
+.tb-attn.dark .secondary:disabled { background: #303134; border-color: #5f6368; color: #757575; }
 .tb-attn.dark .chip.on { background: rgba(251,140,0,.18); border-color: #fb8c00; color: #ffb74d; }
 .tb-attn.dark .card, .tb-attn.dark .drill, .tb-attn.dark .empty, .tb-attn.dark .note { background: #292a2d; border-color: #3c4043; color: #e0e0e0; }
 .tb-attn.dark .warn { background: rgba(255,224,130,.10); border-color: #7a6a2a; color: #ffe082; }
@@ -136,6 +138,15 @@ html:has(.tb-attn.dark), body:has(.tb-attn.dark) { background: #202124; }
 .tb-attn.dark .ratio { color: #a0a0a0; }
 .tb-attn.dark .ratio.worse { color: #f28b82; }
 .tb-attn.dark .ratio.better { color: #81c995; }
+.tb-attn.dark .strategy-group { border-top-color: #3c4043; }
+.tb-attn.dark table.strategies-table tr.base-row { background: rgba(242,142,43,.08); }
+.tb-attn.dark table.strategies-table td.strategy a { color: #8ab4f8; }
+.tb-attn.dark table.strategies-table td.not-measured { color: #8a8a8a; }
+.tb-attn.dark table.strategies-table td.speedup.better { color: #81c995; }
+.tb-attn.dark table.strategies-table td.speedup.worse { color: #f28b82; }
+.tb-attn.dark .badge.approx { background: rgba(206,147,216,.18); color: #ce93d8; }
+.tb-attn.dark .badge.pareto { background: rgba(138,180,248,.16); color: #8ab4f8; }
+.tb-attn.dark ul.crossovers { color: #e0e0e0; }
 .tb-attn.dark table.layers-table td.zero { color: #5f6368; }
 .tb-attn.dark table.ranks-table tr.straggler-row { background: rgba(242,139,130,.08); }
 .tb-attn.dark table.ranks-table tfoot tr.all-ranks th, .tb-attn.dark table.ranks-table tfoot tr.all-ranks td { background: #292a2d; }

@@ -109,6 +109,10 @@ def crossover(fit: Fit, base: Fit, seqs: list[int], name: str, base_name: str) -
                               f"{name} is {'faster' if faster else 'slower'} at every length")
     seq = (base.a / fit.a) ** (1.0 / (fit.k - base.k))
     faster = "above" if fit.k < base.k else "below"
+    if seq < 1.0:  # the curves meet below one token: one is the faster at every real length
+        return Crossover(seq=None, faster="always" if faster == "above" else "never", extrapolated=True,
+                         text=f"{name} is {'faster' if faster == 'above' else 'slower'} than {base_name} at every "
+                              f"length: the fits meet below one token (k {fit.k:.2f} against {base.k:.2f})")
     extrapolated = not lo <= seq <= hi
     where = f"outside the measured {lo}–{hi}" if extrapolated else f"within the measured {lo}–{hi}"
     return Crossover(seq=seq, faster=faster, extrapolated=extrapolated,

@@ -171,6 +171,11 @@ def test_crossover_directions_and_parallel_fits() -> None:
     assert c.faster == "above" and c.extrapolated and "outside the measured 10–50" in c.text
     c = crossover(Fit(a=1.0, k=1.0, r2=None, points=2), Fit(a=2.0, k=1.01, r2=None, points=2), [10, 100], "p", "q")
     assert c.seq is None and c.faster == "always"
+    # Fits that meet below one token: slower (or faster) at every length, not "below 0 tokens".
+    c = crossover(Fit(a=10.0, k=1.0, r2=None, points=2), Fit(a=1.0, k=0.5, r2=None, points=2), [64, 256], "p", "q")
+    assert c.seq is None and c.faster == "never" and "slower than q at every length" in c.text
+    c = crossover(Fit(a=1.0, k=0.5, r2=None, points=2), Fit(a=10.0, k=1.0, r2=None, points=2), [64, 256], "p", "q")
+    assert c.seq is None and c.faster == "always"
 
 
 def test_fit_of_a_power_law_is_exact() -> None:

@@ -1,8 +1,9 @@
-// Small pieces shared by the views: error, loading and empty boxes.
+// Small pieces shared by the views: error, loading and empty boxes, and findings.
 
 import { h } from "../dom";
 import { shortKernelName } from "../format";
 import type { Loadable } from "../state";
+import type { Finding } from "../types";
 
 export function errorBox(title: string, message: string): HTMLElement {
   return h("div", { class: "error", attrs: { role: "alert" } }, h("strong", null, title), " ", message);
@@ -48,4 +49,35 @@ export function metaConfig(meta: Record<string, unknown> | null | undefined, key
   const cfg = meta?.["config"];
   if (!cfg || typeof cfg !== "object") return "";
   return metaString(cfg as Record<string, unknown>, key);
+}
+
+/** Op and kernel names, comma-separated: kernels by their short name, the full one on hover. */
+export function nameList(list: string[]): (HTMLElement | string)[] {
+  return list.flatMap((n, i) => [...(i ? [", "] : []), kernelLabel(n)]);
+}
+
+/** Findings as the run overview shows them: high and medium ones open, the others folded. */
+export function findingsBox(findings: Finding[]): HTMLElement | null {
+  if (!findings.length) return null;
+  return h(
+    "div",
+    { class: "findings", dataset: { testid: "findings" } },
+    h("div", "findings-title", `Findings (${findings.length})`),
+    ...findings.map((f) => {
+      const ev = f.evidence;
+      const where = ev.layers.length ? `layers ${ev.layers.join(", ")}` : "";
+      const listed = nameList([...ev.ops.slice(0, 4), ...ev.kernels.slice(0, 2)]);
+      const item = h(
+        "details",
+        { class: `finding sev-${f.severity}`, dataset: { finding: f.id } },
+        h("summary", null, h("span", `badge sev-${f.severity}`, f.severity), " ", h("b", null, f.title),
+          h("span", "muted small", `  ${f.id}`)),
+        h("p", null, f.explanation),
+        h("p", "suggestion", "\u2192 ", f.suggestion),
+        where || listed.length ? h("p", "muted small", where, where && listed.length ? " \u00b7 " : "", ...listed) : null,
+      );
+      if (f.severity === "high" || f.severity === "medium") item.open = true;
+      return item;
+    }),
+  );
 }

@@ -4,7 +4,7 @@
 import { valueAxis } from "../axes";
 import { createChart, esc, swatch, TOOLTIP_BASE, type EChart } from "../charts";
 import { h, replace, select, type Child } from "../dom";
-import { fmtBytes, fmtCount, fmtFlops, fmtRate, fmtUs } from "../format";
+import { fmtBytes, fmtCount, fmtFlops, fmtRate, fmtRatio, fmtUs } from "../format";
 import { orderPhases, phaseLabel } from "../metrics";
 import { noisyMark, spreadTitle } from "../spread";
 import { GROUP_BY, PHASE_METRICS, type Actions, type GroupBy, type PhaseMetric, type State } from "../state";
@@ -28,7 +28,7 @@ function ratioEl(r: number | null, baseline: string | null, higherIsBetter = fal
   if (r === null || !Number.isFinite(r)) return h("span", { class: "ratio", title: `${baseline ?? "the baseline"}'s value is 0` }, "\u2014");
   const worse = higherIsBetter ? r < 0.9 : r > 1.1;
   const better = higherIsBetter ? r > 1.1 : r < 0.9;
-  const text = r >= 100 ? `${r.toFixed(0)}\u00d7` : r >= 10 ? `${r.toFixed(1)}\u00d7` : `${r.toFixed(2)}\u00d7`;
+  const text = fmtRatio(r);
   return h("span", { class: `ratio${worse ? " worse" : better ? " better" : ""}`, title: `this run / ${baseline ?? "its baseline"} (same configuration)` }, text);
 }
 

@@ -7,7 +7,7 @@ import { spanOptions } from "../spans";
 import { TABS, type Actions, type State, type Tab } from "../state";
 import { noisyMark, spreadTitle } from "../spread";
 import type { RunEntry, Spread, WorkerSummary } from "../types";
-import { errorBox, kernelLabel, loadingBox, metaConfig, metaString, note } from "./common";
+import { errorBox, findingsBox, loadingBox, metaConfig, metaString, nameList, note } from "./common";
 import { DrillView } from "./drilldown";
 import { HeadsView } from "./heads";
 import { LayersView } from "./layers";
@@ -207,7 +207,7 @@ export class RunView {
       h("span", "stat-label", "backend"),
       h("span", { class: `backend-chip`, title: evidence.length ? `evidence: ${evidence.join(", ")}` : "" }, ws.backend),
       ws.backend === "mixed" ? h("span", "muted", ` (${ws.layers.map((l) => `L${l.layer} ${l.backend}`).join(", ")})`) : null,
-      backends.length === 1 && evidence.length ? h("span", "muted small", " from ", ...names(evidence.slice(0, 3))) : null,
+      backends.length === 1 && evidence.length ? h("span", "muted small", " from ", ...nameList(evidence.slice(0, 3))) : null,
     );
     const share = (label: string, v: number | null, att: number, step: number, spread: Spread | undefined) =>
       h(
@@ -259,32 +259,8 @@ export class RunView {
       );
     }
     if (ws.notes.length) out.push(h("ul", "notes", ...ws.notes.map((n) => h("li", null, n))));
-    const findings = ws.findings ?? [];
-    if (findings.length) {
-      out.push(
-        h(
-          "div",
-          { class: "findings", dataset: { testid: "findings" } },
-          h("div", "findings-title", `Findings (${findings.length})`),
-          ...findings.map((f) => {
-            const ev = f.evidence;
-            const where = ev.layers.length ? `layers ${ev.layers.join(", ")}` : "";
-            const listed = names([...ev.ops.slice(0, 4), ...ev.kernels.slice(0, 2)]);
-            const item = h(
-              "details",
-              { class: `finding sev-${f.severity}`, dataset: { finding: f.id } },
-              h("summary", null, h("span", `badge sev-${f.severity}`, f.severity), " ", h("b", null, f.title),
-                h("span", "muted small", `  ${f.id}`)),
-              h("p", null, f.explanation),
-              h("p", "suggestion", "\u2192 ", f.suggestion),
-              where || listed.length ? h("p", "muted small", where, where && listed.length ? " \u00b7 " : "", ...listed) : null,
-            );
-            if (f.severity === "high" || f.severity === "medium") item.open = true;
-            return item;
-          }),
-        ),
-      );
-    }
+    const findings = findingsBox(ws.findings ?? []);
+    if (findings) out.push(findings);
     const diag = Object.entries(ws.diagnostics).filter(([, v]) => v);
     if (diag.length) {
       out.push(
@@ -347,7 +323,3 @@ export class RunView {
   }
 }
 
-/** Op and kernel names, comma-separated: kernels by their short name, the full one on hover. */
-function names(list: string[]): (HTMLElement | string)[] {
-  return list.flatMap((n, i) => [...(i ? [", "] : []), kernelLabel(n)]);
-}

@@ -259,7 +259,7 @@ export class RunsView {
     );
   }
 
-  /** Picked runs, the baseline and the Compare button. */
+  /** Picked runs, the baseline, and the Compare and Strategies buttons. */
   private renderCompareBar(s: State): void {
     const picked = s.picked;
     const baseline = s.baseline ?? picked[0] ?? "";
@@ -273,9 +273,23 @@ export class RunsView {
       },
       picked.length >= 2 ? `Compare ${picked.length} runs` : "Compare",
     );
+    const strategies = h(
+      "button",
+      {
+        class: "secondary",
+        attrs: { type: "button", disabled: picked.length < 2, "data-testid": "strategies-button" },
+        title:
+          picked.length < 2
+            ? "Tick two or more runs to set their attention strategies side by side"
+            : "Attention strategies side by side: time against error of each implementation at each sequence length",
+        on: { click: () => this.actions.openStrategies(picked) },
+      },
+      "Strategies",
+    );
     replace(
       this.compareBar,
       button,
+      strategies,
       picked.length
         ? h(
             "label",
