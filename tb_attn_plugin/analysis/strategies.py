@@ -266,7 +266,7 @@ def _accuracy_cost(rows: list[StrategyRow], by_seq: dict[int, dict[str, Strategy
                        or (x.accuracy.loss_diff is not None and abs(x.accuracy.loss_diff) > loss_tol))]
         if not costly:
             continue
-        x = max(costly, key=lambda r: r.accuracy.rel_l1 if r.accuracy else 0.0)
+        x = max(costly, key=lambda r: r.seq)  # the longest length: where an approximation is meant to pay
         acc = x.accuracy
         assert acc is not None
         best = _fastest_exact(by_seq[x.seq])
