@@ -141,22 +141,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _compare(args: argparse.Namespace) -> int:
     from tb_attn_plugin.analysis.compare import compare, scaling
-    from tb_attn_plugin.loader import Loader, resolve_runs
+    from tb_attn_plugin.loader import Loader
     from tb_attn_plugin.trace.events import TraceError
 
     try:
-        runs = resolve_runs(args.path)
-    except TraceError as exc:
+        runs = _picked_runs(args.path, args.runs)
+    except (_Usage, TraceError) as exc:
         return _fail(str(exc))
-    if args.runs:
-        wanted = [n.strip("/") for n in args.runs.split(",") if n.strip()]
-        by_name = {r.name: r for r in runs}
-        missing = [n for n in wanted if n not in by_name]
-        if missing:
-            return _fail(f"no run named {missing[0]!r} under {args.path}")
-        runs = [by_name[n] for n in wanted]
-    if not runs:
-        return _fail(f"no traces under {args.path}")
     if args.baseline is not None and args.baseline.strip("/") not in {r.name for r in runs}:
         return _fail(f"the baseline {args.baseline!r} is not one of the runs")
     gc.disable()
@@ -176,27 +167,36 @@ def _compare(args: argparse.Namespace) -> int:
     return 1 if result.errors else 0
 
 
+def _picked_runs(path: str, names: str | None) -> list[Run]:
+    """The runs under ``path``, or those of the comma-separated ``names`` in their order. Raises
+    ``_Usage`` for a name that is not a run, or no runs at all."""
+    from tb_attn_plugin.loader import resolve_runs
+
+    runs = resolve_runs(path)
+    if names:
+        wanted = [n.strip("/") for n in names.split(",") if n.strip()]
+        by_name = {r.name: r for r in runs}
+        missing = [n for n in wanted if n not in by_name]
+        if missing:
+            raise _Usage(f"no run named {missing[0]!r} under {path}")
+        runs = [by_name[n] for n in wanted]
+    if not runs:
+        raise _Usage(f"no traces under {path}")
+    return runs
+
+
 def _strategies(args: argparse.Namespace) -> int:
     from tb_attn_plugin.analysis.strategies import LOSS_TOL, REL_TOL, check_tolerance, strategies
-    from tb_attn_plugin.loader import Loader, resolve_runs
+    from tb_attn_plugin.loader import Loader
     from tb_attn_plugin.report_strategies import strategies_csv, strategies_table
     from tb_attn_plugin.trace.events import TraceError
 
     try:
         rel = check_tolerance("--rel-tol", REL_TOL if args.rel_tol is None else args.rel_tol)
         loss = check_tolerance("--loss-tol", LOSS_TOL if args.loss_tol is None else args.loss_tol)
-        runs = resolve_runs(args.path)
-    except (ValueError, TraceError) as exc:
+        runs = _picked_runs(args.path, args.runs)
+    except (ValueError, _Usage, TraceError) as exc:
         return _fail(str(exc))
-    if args.runs:
-        wanted = [n.strip("/") for n in args.runs.split(",") if n.strip()]
-        by_name = {r.name: r for r in runs}
-        missing = [n for n in wanted if n not in by_name]
-        if missing:
-            return _fail(f"no run named {missing[0]!r} under {args.path}")
-        runs = [by_name[n] for n in wanted]
-    if not runs:
-        return _fail(f"no traces under {args.path}")
     gc.disable()
     loader = Loader()
     summaries = [loader.summarize_run(r) for r in runs]

@@ -150,6 +150,21 @@ export function logAxis(format: Format, labelOpts: Record<string, unknown> = {})
 }
 
 /** The highest stack of a stacked bar chart's series (sums per category), at least 0. */
+/** A sequence-length axis on log2 scale with a margin of a quarter either side of the lengths
+ * measured (lengths are powers of two, usually), labels as whole tokens. */
+export function seqAxis(lo: number, hi: number) {
+  return {
+    type: "log" as const,
+    logBase: 2,
+    name: "seq",
+    nameLocation: "middle" as const,
+    nameGap: 26,
+    min: lo / 1.25,
+    max: hi * 1.25,
+    axisLabel: { showMinLabel: false, showMaxLabel: false, formatter: (v: number) => String(Math.round(v)) },
+  };
+}
+
 export function stackedMax(series: { data: number[] }[]): number {
   const sums: number[] = [];
   for (const s of series) s.data.forEach((v, i) => (sums[i] = (sums[i] ?? 0) + (Number.isFinite(v) ? v : 0)));

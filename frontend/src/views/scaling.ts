@@ -2,7 +2,7 @@
 // log-log axes, the measured runs as dots in their table colours and the fits (value ≈ a·seq^k)
 // as dashed lines in their series' hue.
 
-import { logAxis } from "../axes";
+import { logAxis, seqAxis } from "../axes";
 import { esc, swatch, TOOLTIP_BASE, type EChart } from "../charts";
 import { h, replace } from "../dom";
 import type { Fit, ScalingSeries } from "../types";
@@ -85,16 +85,7 @@ export function scalingChart(
           ].join("<br>");
         },
       },
-      xAxis: {
-        type: "log",
-        logBase: 2,
-        name: "seq",
-        nameLocation: "middle",
-        nameGap: 26,
-        min: minSeq / 1.25,
-        max: maxSeq * 1.25,
-        axisLabel: { showMinLabel: false, showMaxLabel: false, formatter: (v: number) => String(Math.round(v)) },
-      },
+      xAxis: seqAxis(minSeq, maxSeq),
       yAxis: {
         type: "log",
         name: title,

@@ -3,7 +3,7 @@
 // baseline's, that crossing marked), and speed-up against error at one length, with the Pareto
 // front as a step line.
 
-import { axisScale, logAxis } from "../axes";
+import { axisScale, logAxis, seqAxis } from "../axes";
 import { esc, swatch, TOOLTIP_BASE, type EChart } from "../charts";
 import { fmtError, fmtLossDiff, fmtRatio, fmtUs } from "../format";
 import { INK } from "../theme";
@@ -116,16 +116,7 @@ export function timeChart(chart: EChart, group: StrategyGroup, paint: Paint, clo
           ].join("<br>");
         },
       },
-      xAxis: {
-        type: "log",
-        logBase: 2,
-        name: "seq",
-        nameLocation: "middle",
-        nameGap: 26,
-        min: Math.min(...xs) / 1.25,
-        max: Math.max(...xs) * 1.25,
-        axisLabel: { showMinLabel: false, showMaxLabel: false, formatter: (v: number) => String(Math.round(v)) },
-      },
+      xAxis: seqAxis(Math.min(...xs), Math.max(...xs)),
       yAxis: {
         type: "log",
         name: `attention ${clock} time`,
