@@ -22,6 +22,7 @@ from __future__ import annotations
 import ast
 import functools
 import importlib
+import logging
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -325,10 +326,17 @@ def quantize_projections(model: nn.Module, scheme: str, device: torch.device) ->
     """--quant: the attention's q/k/v and output projections quantized by torchao (int8: int8
     weights, activations quantized per token at run time). Raises ``Unsupported`` with the
     reason where torchao is missing or cannot run here."""
+    # torchao warns at import for each of its compiled kernels built for another torch ("Failed to
+    # load _C...so"); the int8 path used here is Python and needs none of them.
+    torchao_log = logging.getLogger("torchao")
+    level = torchao_log.level
+    torchao_log.setLevel(logging.ERROR)
     try:
         from torchao.quantization import Int8DynamicActivationInt8WeightConfig, quantize_
     except ImportError as exc:
         raise Unsupported(f"--quant {scheme} needs torchao (pip install torchao): {exc}") from None
+    finally:
+        torchao_log.setLevel(level)
 
     def target(module: nn.Module, fqn: str) -> bool:
         return isinstance(module, nn.Linear) and ("." + fqn).endswith(_PROJECTIONS)

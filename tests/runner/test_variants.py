@@ -129,11 +129,14 @@ def _model_out(impl: str, **changes: object) -> torch.Tensor:
         return Transformer(cfg).eval()(ids)
 
 
-def test_model_variants_run_with_gqa_and_per_head() -> None:
+@pytest.mark.parametrize("causal", [True, False])
+def test_model_variants_run_with_gqa_and_per_head(causal: bool) -> None:
     for impl in ("linear-elu", "performer", "int8-qk"):
-        a = _model_out(impl, kv_heads=2)
-        b = _model_out(impl, kv_heads=2, per_head=True)
+        a = _model_out(impl, kv_heads=2, causal=causal)
+        b = _model_out(impl, kv_heads=2, per_head=True, causal=causal)
         torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+        # Causal or not is a different computation: the first token sees only itself when causal.
+        assert not torch.allclose(a, _model_out(impl, kv_heads=2, causal=not causal), atol=1e-4)
 
 
 @pytest.mark.parametrize(("changes", "message"), [
