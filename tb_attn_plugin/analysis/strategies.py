@@ -57,9 +57,13 @@ _STRATEGY_KEYS = ("impl", "features", "quant", "compile")
 
 
 def _finite(value: object) -> float | None:
+    """A metadata number as a finite float; None for anything else (a bool, a string, NaN, or an
+    integer past float's range, which anyone can write in a JSON file)."""
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
-    return float(value) if math.isfinite(value) else None
+    if isinstance(value, int):
+        return float(value) if abs(value) < 10**300 else None
+    return value if math.isfinite(value) else None
 
 
 def accuracy_of(meta: dict[str, Any] | None) -> Accuracy | None:

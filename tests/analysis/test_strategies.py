@@ -211,7 +211,8 @@ def test_not_measured_is_never_zero(summaries: dict[str, RunSummary]) -> None:
     assert row.accuracy is None and not row.pareto
     for bad in ({"rel_l1": float("nan"), "max_abs": 0, "cosine": 1}, {"rel_l1": "0", "max_abs": 0, "cosine": 1},
                 {"rel_l1": True, "max_abs": 0, "cosine": 1}, {"rel_l1": -1, "max_abs": 0, "cosine": 1},
-                {"rel_l1": 0.1, "max_abs": 0, "cosine": 7}, [1, 2], "x", None):
+                {"rel_l1": 0.1, "max_abs": 0, "cosine": 7}, {"rel_l1": 10**400, "max_abs": 0, "cosine": 1},
+                [1, 2], "x", None):
         assert accuracy_of({"accuracy": bad}) is None, bad
     assert accuracy_of({"accuracy": {"rel_l1": 0.1, "max_abs": 1, "cosine": 0.9, "loss_diff": "x"}}) is not None
 

@@ -143,7 +143,8 @@ def _hostile_urls(value: str, site: Site) -> list[str]:
     run_routes = [f"/summary?run={v}", f"/ranks?run={v}", f"/drilldown?run={v}&layer=0", f"/memory?run={v}",
                   f"/timeline?run={v}", f"/trace?run={v}&file={f}", f"/trace?run={v}&file={quote(site.canary_file)}",
                   f"/compare?runs={v},exp/naive", f"/compare?runs=exp/naive,{v}", f"/scaling?runs={v},exp/naive",
-                  f"/compare?runs=exp/naive,exp/sdpa&baseline={v}"]
+                  f"/compare?runs=exp/naive,exp/sdpa&baseline={v}", f"/strategies?runs={v},exp/naive",
+                  f"/strategies?runs=exp/naive,{v}"]
     in_a_real_run = [f"/{route}?run=exp/naive&{param}={v}{extra}"
                      for route, extra in (("summary", ""), ("drilldown", "&layer=0"), ("memory", ""), ("timeline", ""))
                      for param in ("worker", "span")]
@@ -159,7 +160,7 @@ def test_hostile_names_are_refused_on_every_route(client: Client, site: Site, te
 
 #: Routes (as get_plugin_apps names them) that the hostile table above drives.
 COVERED_ROUTES = {"/index.js", "/static/*", "/runs", "/summary", "/ranks", "/drilldown", "/memory", "/timeline",
-                  "/trace", "/compare", "/scaling"}
+                  "/trace", "/compare", "/scaling", "/strategies"}
 
 
 def test_the_tables_cover_every_route() -> None:
@@ -174,6 +175,8 @@ def test_the_tables_cover_every_route() -> None:
     "/compare?runs=,,,",
     "/compare?runs=" + quote("exp/naive,../outside/run,/etc", safe=""),
     "/scaling?runs=" + quote(",".join(["x" * 5000] * 3), safe=""),
+    "/strategies?runs=" + ",".join(f"r{i}" for i in range(201)),
+    "/strategies?runs=" + quote("exp/naive,../outside/run,/etc", safe=""),
 ])
 def test_hostile_run_lists(client: Client, url: str) -> None:
     _assert_refused(client, [url])
@@ -305,6 +308,7 @@ def _valid_urls(file: str) -> list[str]:
             "/memory?run=exp/naive", "/timeline?run=exp/naive", "/timeline?run=exp/sdpa&limit=5",
             f"/trace?run=exp/naive&file={quote(file)}", "/compare?runs=exp/naive,exp/sdpa,exp/mixed",
             "/compare?runs=exp/naive,exp/sdpa&baseline=exp/sdpa", "/scaling?runs=exp/naive,exp/sdpa",
+            "/strategies?runs=exp/naive,exp/sdpa", "/strategies?runs=exp/naive,exp/sdpa&baseline=sdpa&rel_tol=0.05",
             "/index.js", "/static/index.js"]
 
 
@@ -402,6 +406,9 @@ HOSTILE_METADATA: dict[str, str | bytes] = {
     "invalid UTF-8": b'{"user": "\xff\xfe"}',
     "an array": '["user"]',
     "duplicate keys": '{"user": 1, "user": "u"}',
+    "hostile accuracy": '{"config": {"seq": 16, "impl": "naive"}, "accuracy": {"rel_l1": ' + "9" * 400
+                        + ', "max_abs": -1, "cosine": "x", "loss_diff": NaN, "layers": ' + _deep(900) + "}}",
+    "accuracy not an object": '{"config": {"seq": 16}, "accuracy": [1, 2, 3]}',
 }
 
 
@@ -414,6 +421,7 @@ def test_hostile_run_metadata_is_read_within_bounds(tmp_path: Path, site: Site, 
     (logdir / "run" / "tb_attn_run.json").write_bytes(text.encode() if isinstance(text, str) else text)
     shutil.copytree(site.logdir / "exp" / "sdpa", logdir / "other")
     client = plugin_client(logdir)
-    for url in ("/runs", "/summary?run=run", "/compare?runs=run,other", "/scaling?runs=run,other", "/ranks?run=run"):
+    for url in ("/runs", "/summary?run=run", "/compare?runs=run,other", "/scaling?runs=run,other", "/ranks?run=run",
+                "/strategies?runs=run,other"):
         status, body = _fetch(client, url)
         assert status == 200, (url, status, body[:300])
