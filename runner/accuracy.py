@@ -24,6 +24,7 @@ per layer.
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import torch
@@ -31,9 +32,10 @@ import torch.nn.functional as F
 from torch import nn
 
 from runner.config import ModelConfig
-from runner.model import Attention, Transformer
+from runner.instrument import attention_modules
+from runner.model import Transformer
 
-__all__ = ["REFERENCE", "attention_errors", "measure_accuracy", "reference_model"]
+__all__ = ["REFERENCE", "attention_errors", "measure_accuracy", "reference_copy", "reference_model"]
 
 #: What the errors are measured against, as the metadata says it.
 REFERENCE = "exact attention in float32 (sdpa, same mask), on each layer's own inputs"
@@ -67,35 +69,82 @@ def _loss(logits: torch.Tensor, ids: torch.Tensor) -> float:
     return float(F.cross_entropy(logits.float().reshape(-1, logits.size(-1)), ids.reshape(-1)))
 
 
-def measure_accuracy(model: Transformer, ref: Transformer, cfg: ModelConfig) -> dict[str, Any]:
-    """The run metadata's ``accuracy``: ``model`` against ``ref`` (``reference_model``) on one
-    fixed batch, per layer and worst over layers, and the loss both ways."""
+def reference_copy(model: nn.Module) -> nn.Module:
+    """An fp32 copy of a model we did not write, with exact attention: Hugging Face models switch
+    to their SDPA path, ``nn.MultiheadAttention`` is exact either way. Call it before the model's
+    projections are quantized."""
+    ref = copy.deepcopy(model).float().eval()
+    switch = getattr(ref, "set_attn_implementation", None)
+    if callable(switch):
+        switch("sdpa")
+    return ref
+
+
+def _first(out: Any) -> torch.Tensor:
+    """An attention module's output: a tensor, or the first of a tuple (Hugging Face and
+    ``nn.MultiheadAttention`` also return the weights)."""
+    return out[0] if isinstance(out, tuple | list) else out
+
+
+def _hidden(args: tuple[Any, ...], kwargs: dict[str, Any]) -> torch.Tensor | None:
+    """An attention module's input: its first argument, or ``hidden_states`` (Hugging Face)."""
+    x = args[0] if args else kwargs.get("hidden_states", kwargs.get("query"))
+    return x if isinstance(x, torch.Tensor) else None
+
+
+def measure_accuracy(model: nn.Module, ref: nn.Module, cfg: ModelConfig, *, hf: bool = False
+                     ) -> dict[str, Any] | None:
+    """The run metadata's ``accuracy``: ``model`` against ``ref`` (``reference_model``, or
+    ``reference_copy``) on one fixed batch, per attention block (``instrument.attention_modules``)
+    and worst over them, and the loss both ways. Each of ref's blocks reruns with the arguments it
+    had in its own forward (masks, positions, in fp32) but the model's input to that block. None
+    where no block ran as a module (``nn.TransformerEncoderLayer``'s fast path calls none)."""
     device = next(ref.parameters()).device
     ids = torch.randint(cfg.vocab, (cfg.batch, cfg.seq), generator=torch.Generator().manual_seed(BATCH_SEED))
     ids = ids.to(device)
+    mods, ref_mods = attention_modules(model), attention_modules(ref)
     seen: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+    calls: dict[int, tuple[tuple[Any, ...], dict[str, Any]]] = {}
 
-    def keep(module: nn.Module, args: tuple[Any, ...], out: torch.Tensor) -> None:
-        assert isinstance(module, Attention)
-        seen[module.layer] = (args[0].detach(), out.detach())
+    def keep(i: int) -> Any:
+        def hook(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> None:
+            x = _hidden(args, kwargs)
+            if x is not None and i not in seen:
+                seen[i] = (x.detach(), _first(out).detach())
+        return hook
 
-    attention = [m for m in model.modules() if isinstance(m, Attention)]
-    hooks = [m.register_forward_hook(keep) for m in attention]
+    def keep_call(i: int) -> Any:
+        def hook(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+            calls.setdefault(i, (args, dict(kwargs)))
+        return hook
+
+    hooks = [m.register_forward_hook(keep(i), with_kwargs=True) for i, (_, m) in enumerate(mods)]
+    hooks += [m.register_forward_pre_hook(keep_call(i), with_kwargs=True) for i, (_, m) in enumerate(ref_mods)]
     was_training = model.training
     model.eval()
     try:
         with torch.inference_mode():
-            loss = _loss(model(ids), ids)
-            loss_ref = _loss(ref(ids), ids)
-            ref_attn = {m.layer: m for m in ref.modules() if isinstance(m, Attention)}
+            loss = _loss(_logits(model, ids, hf), ids)
+            loss_ref = _loss(_logits(ref, ids, hf), ids)
+            for h in hooks:
+                h.remove()
             layers = []
-            for layer, (x, y) in sorted(seen.items()):
-                errors = attention_errors(y.float(), ref_attn[layer](x.float()))
-                layers.append({"layer": layer, **errors})
+            for i, (x, y) in sorted(seen.items()):
+                if i not in calls or i >= len(ref_mods):
+                    continue
+                args, kwargs = calls[i]
+                h_ref = _hidden(args, kwargs)
+                x32 = x.float()
+                # The model's input wherever ref's block took its own (q, k and v alike for MHA).
+                args = tuple(x32 if a is h_ref else a for a in args)
+                kwargs = {k: x32 if v is h_ref else v for k, v in kwargs.items()}
+                layers.append({"layer": i, **attention_errors(y.float(), _first(ref_mods[i][1](*args, **kwargs)))})
     finally:
         for h in hooks:
             h.remove()
         model.train(was_training)
+    if not layers:
+        return None
     return {
         "reference": REFERENCE,
         "batch": [cfg.batch, cfg.seq],
@@ -107,3 +156,7 @@ def measure_accuracy(model: Transformer, ref: Transformer, cfg: ModelConfig) -> 
         "loss_diff": loss - loss_ref,
         "layers": layers,
     }
+
+
+def _logits(model: nn.Module, ids: torch.Tensor, hf: bool) -> torch.Tensor:
+    return model(input_ids=ids).logits if hf else model(ids)

@@ -251,8 +251,17 @@ def missing_runner_packages() -> list[str]:
     return [name for name in RUNNER_EXTRA if importlib.util.find_spec(name) is None]
 
 
+#: Loggers whose warnings a run cannot act on: torchao (installed for --quant; transformers imports
+#: it whenever it is present) warns at import for each of its compiled kernels built for another
+#: torch ("Failed to load _C...so"; the int8 path used here is Python), and torch's pytree for
+#: torchao's enum registrations.
+QUIET_LOGGERS = ("torchao", "torch.utils._pytree")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format=f"{PROG}: %(message)s")
+    for name in QUIET_LOGGERS:
+        logging.getLogger(name).setLevel(logging.ERROR)
     parser = build_parser()
     args = parser.parse_args(argv)
     if missing := missing_runner_packages():

@@ -42,7 +42,7 @@ from torch.autograd.profiler import record_function
 from runner.scoping import profiler_enabled
 from tb_attn_plugin.scopes import MODEL_BLOCK_MASK, Phase, format_scope
 
-__all__ = ["Block", "Instrumentation", "NoAttentionFoundWarning", "instrument"]
+__all__ = ["Block", "Instrumentation", "NoAttentionFoundWarning", "attention_modules", "instrument"]
 
 log = logging.getLogger(__name__)
 
@@ -140,11 +140,9 @@ class Instrumentation:
     # -- set-up ---------------------------------------------------------------------------
     def __enter__(self) -> Instrumentation:
         self._module_names = {id(m): n for n, m in self.model.named_modules()}
-        for name, module in self.model.named_modules():
-            if self._inside_block(name):
-                continue
-            if isinstance(module, nn.MultiheadAttention) or type(module).__name__.endswith("Attention"):
-                self._add_block(name, module, discovered=False)
+        for name, module in attention_modules(self.model):
+            self._add_block(name, module, discovered=False)
+        for module in self.model.modules():
             if isinstance(module, nn.TransformerEncoderLayer):
                 self._watch_fast_path(module)
         self._sdpa_original = F.scaled_dot_product_attention
@@ -178,9 +176,6 @@ class Instrumentation:
                 NoAttentionFoundWarning,
                 stacklevel=2,
             )
-
-    def _inside_block(self, name: str) -> bool:
-        return any(name.startswith(b.name + ".") or (not b.name and name) for b in self.blocks)
 
     def _add_block(self, name: str, module: nn.Module, *, discovered: bool) -> Block:
         block = Block(layer=len(self.blocks), name=name, module=module, discovered=discovered)
@@ -356,6 +351,18 @@ class Instrumentation:
                 return self._module_names[id(candidate)], candidate
             frame = frame.f_back  # type: ignore[assignment]
         return None
+
+
+def attention_modules(model: nn.Module) -> list[tuple[str, nn.Module]]:
+    """The model's attention blocks found by type or name (rules 1 and 2 above), outermost only,
+    in ``named_modules`` order: (module path, module)."""
+    found: list[tuple[str, nn.Module]] = []
+    for name, module in model.named_modules():
+        if any(name.startswith(outer + ".") or (not outer and name) for outer, _ in found):
+            continue
+        if isinstance(module, nn.MultiheadAttention) or type(module).__name__.endswith("Attention"):
+            found.append((name, module))
+    return found
 
 
 def instrument(model: nn.Module) -> Instrumentation:

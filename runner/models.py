@@ -22,7 +22,6 @@ from __future__ import annotations
 import ast
 import functools
 import importlib
-import logging
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -33,7 +32,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
-from runner.accuracy import measure_accuracy, reference_model
+from runner.accuracy import measure_accuracy, reference_copy, reference_model
 from runner.config import APPROXIMATE_IMPLS, ConfigError, ModelConfig, check_world
 from runner.distributed import DistContext
 from runner.masks import MaskInfo, dense_mask, mask_info, mask_mod
@@ -90,8 +89,8 @@ class Workload:
     runnable: nn.Module | None = None  # what the step calls: the model, or its DDP wrapper
     mask: dict[str, Any] | None = None  # the run metadata's "mask" (runner.masks.MaskInfo), per layer where they differ
     #: The run metadata's "accuracy" (runner.accuracy), measured when called; None: not measured
-    #: (models other than builtin, tensor-parallel ranks).
-    accuracy: Callable[[], dict[str, Any]] | None = None
+    #: (tensor-parallel ranks; the call's None: no attention module ran).
+    accuracy: Callable[[], dict[str, Any] | None] | None = None
 
 
 def check_model_spec(spec: str, cfg: ModelConfig, hf_overrides: dict[str, Any], *, world_size: int = 1) -> None:
@@ -252,9 +251,10 @@ def build_workload(
         needs_instrument = True
     model.to(device=device, dtype=dtype)
     accuracy = None
-    if isinstance(model, Transformer) and cfg.parallel != "tp":
-        ref = reference_model(model)  # before any quantization: the exact weights
-        accuracy = functools.partial(measure_accuracy, model, ref, cfg)
+    if cfg.parallel != "tp":
+        # Before any quantization: the exact weights.
+        ref = reference_model(model) if isinstance(model, Transformer) else reference_copy(model)
+        accuracy = functools.partial(measure_accuracy, model, ref, cfg, hf=spec.startswith("hf:"))
     if cfg.quant:
         quantize_projections(model, cfg.quant, device)
     runnable = model
@@ -326,17 +326,10 @@ def quantize_projections(model: nn.Module, scheme: str, device: torch.device) ->
     """--quant: the attention's q/k/v and output projections quantized by torchao (int8: int8
     weights, activations quantized per token at run time). Raises ``Unsupported`` with the
     reason where torchao is missing or cannot run here."""
-    # torchao warns at import for each of its compiled kernels built for another torch ("Failed to
-    # load _C...so"); the int8 path used here is Python and needs none of them.
-    torchao_log = logging.getLogger("torchao")
-    level = torchao_log.level
-    torchao_log.setLevel(logging.ERROR)
     try:
         from torchao.quantization import Int8DynamicActivationInt8WeightConfig, quantize_
     except ImportError as exc:
         raise Unsupported(f"--quant {scheme} needs torchao (pip install torchao): {exc}") from None
-    finally:
-        torchao_log.setLevel(level)
 
     def target(module: nn.Module, fqn: str) -> bool:
         return isinstance(module, nn.Linear) and ("." + fqn).endswith(_PROJECTIONS)

@@ -191,7 +191,9 @@ def _profile(
         meta["mask"] = work.mask
     if work.accuracy is not None:
         # One forward on a fixed batch, outside the profiled steps (runner/accuracy.py).
-        meta["accuracy"] = work.accuracy()
+        accuracy = work.accuracy()
+        if accuracy is not None:
+            meta["accuracy"] = accuracy
     cuda = torch.device(work.cfg.device).type == "cuda"
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
     worker = default_worker_name(dist.rank if dist else None)

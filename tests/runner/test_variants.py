@@ -161,9 +161,9 @@ def test_cli_rejects_bad_options_in_one_line(args: list[str], tmp_path: Path,
     assert not any(tmp_path.iterdir())
 
 
-def _run(tmp_path: Path, name: str, **changes: object) -> dict[str, object]:
+def _run(tmp_path: Path, name: str, model: str = "builtin", **changes: object) -> dict[str, object]:
     cfg = TINY.replace(mode="inference", **changes)
-    result = run_one(RunSpec(model="builtin", cfg=cfg, name=name), tmp_path, PROFILE)
+    result = run_one(RunSpec(model=model, cfg=cfg, name=name), tmp_path, PROFILE)
     meta = json.loads((tmp_path / name / "tb_attn_run.json").read_text())
     assert meta["status"] == result.status
     return meta
@@ -214,3 +214,23 @@ def test_quant_without_torchao_is_unsupported_with_the_reason(tmp_path: Path,
     meta = _run(tmp_path, "q", impl="sdpa", quant="int8")
     assert meta["status"] == "unsupported"
     assert "needs torchao" in str(meta["error"])
+
+
+@pytest.mark.parametrize(("model", "impl", "dtype", "quant", "lo", "hi"), [
+    ("hf:llama", "sdpa", "float32", None, 0.0, 1e-6),
+    ("hf:gpt2", "naive", "float32", None, 0.0, 1e-5),  # eager attention against SDPA: rounding
+    ("torch:mha", "naive", "float32", None, 0.0, 1e-6),
+    ("hf:llama", "sdpa", "bfloat16", None, 1e-4, 5e-2),
+    ("hf:llama", "sdpa", "float32", "int8", 1e-4, 0.1),
+])
+def test_models_we_did_not_write_record_their_error_too(tmp_path: Path, model: str, impl: str, dtype: str,
+                                                        quant: str | None, lo: float, hi: float) -> None:
+    """Each attention module (instrument's) reruns in an fp32 SDPA copy of the model, with that
+    copy's own masks and positions but the model's input to the block."""
+    if quant:
+        pytest.importorskip("torchao")
+    meta = _run(tmp_path, "r", model=model, impl=impl, dtype=dtype, quant=quant)
+    assert meta["status"] == "ok", meta["error"]
+    acc = meta["accuracy"]
+    assert isinstance(acc, dict) and lo <= acc["rel_l1"] <= hi, acc
+    assert [x["layer"] for x in acc["layers"]] == list(range(TINY.layers))
