@@ -47,6 +47,7 @@ __all__ = [
     "Workload",
     "build_workload",
     "check_model_spec",
+    "is_out_of_memory",
     "parse_hf_overrides",
 ]
 
@@ -252,9 +253,14 @@ def build_workload(
     model.to(device=device, dtype=dtype)
     accuracy = None
     if cfg.parallel != "tp":
-        # Before any quantization: the exact weights.
-        ref = reference_model(model) if isinstance(model, Transformer) else reference_copy(model)
-        accuracy = functools.partial(measure_accuracy, model, ref, cfg, hf=spec.startswith("hf:"))
+        # Before any quantization: the exact weights. A copy that does not fit leaves the run
+        # without an accuracy record, not without its profile.
+        try:
+            ref = reference_model(model) if isinstance(model, Transformer) else reference_copy(model)
+            accuracy = functools.partial(measure_accuracy, model, ref, cfg, hf=spec.startswith("hf:"))
+        except RuntimeError as exc:  # torch.OutOfMemoryError is one
+            if not is_out_of_memory(exc):
+                raise
     if cfg.quant:
         quantize_projections(model, cfg.quant, device)
     runnable = model
@@ -345,6 +351,11 @@ def quantize_projections(model: nn.Module, scheme: str, device: torch.device) ->
     except (RuntimeError, NotImplementedError, TypeError, AssertionError) as exc:
         reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         raise Unsupported(f"--quant {scheme} on {device.type}: {reason}") from None
+
+
+def is_out_of_memory(exc: BaseException) -> bool:
+    """A device's out-of-memory error, or the CPU allocator's."""
+    return isinstance(exc, torch.OutOfMemoryError) or "can't allocate memory" in str(exc)
 
 
 def _check_flex_backward(device: torch.device) -> None:

@@ -14,6 +14,7 @@ rather than left to claim a run in progress.
 from __future__ import annotations
 
 import contextlib
+import gc
 import logging
 import os
 import time
@@ -31,7 +32,7 @@ from runner.distributed import DistContext, barrier, rank_metadata
 from runner.instrument import instrument
 from runner.metadata import METADATA_FILE, environment, now_iso, write_metadata
 from runner.model import reset_compiled
-from runner.models import Unsupported, build_workload
+from runner.models import Unsupported, Workload, build_workload, is_out_of_memory
 from runner.traces import TRACE_FILE_RE, WriteError, default_worker_name, trace_handler
 
 __all__ = ["SDPA_BACKENDS", "RunResult", "RunSpec", "run_one"]
@@ -164,6 +165,28 @@ def _finish_metadata(run_dir: Path, meta: dict[str, Any], result: RunResult) -> 
         return False
 
 
+def _measure_accuracy(work: Workload, meta: dict[str, Any]) -> None:
+    """The metadata's ``accuracy``: one forward on a fixed batch, outside the profiled steps
+    (runner/accuracy.py). Then the fp32 reference is dropped, so that its weights are not resident
+    while the steps are profiled. Where it does not fit in memory the run goes on without it
+    ("not measured"), with the reason in ``accuracy_error``."""
+    assert work.accuracy is not None
+    try:
+        accuracy = work.accuracy()
+    except RuntimeError as exc:  # torch.OutOfMemoryError is one
+        if not is_out_of_memory(exc):
+            raise
+        meta["accuracy_error"] = _describe(exc)
+        accuracy = None
+    finally:
+        work.accuracy = None
+        gc.collect()
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+    if accuracy is not None:
+        meta["accuracy"] = accuracy
+
+
 def _trace_names(run_dir: Path) -> list[str]:
     if not run_dir.is_dir():
         return []
@@ -190,10 +213,7 @@ def _profile(
     if work.mask is not None:
         meta["mask"] = work.mask
     if work.accuracy is not None:
-        # One forward on a fixed batch, outside the profiled steps (runner/accuracy.py).
-        accuracy = work.accuracy()
-        if accuracy is not None:
-            meta["accuracy"] = accuracy
+        _measure_accuracy(work, meta)
     cuda = torch.device(work.cfg.device).type == "cuda"
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
     worker = default_worker_name(dist.rank if dist else None)

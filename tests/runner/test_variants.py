@@ -234,3 +234,17 @@ def test_models_we_did_not_write_record_their_error_too(tmp_path: Path, model: s
     acc = meta["accuracy"]
     assert isinstance(acc, dict) and lo <= acc["rel_l1"] <= hi, acc
     assert [x["layer"] for x in acc["layers"]] == list(range(TINY.layers))
+
+
+def test_an_accuracy_that_does_not_fit_leaves_the_run_profiled(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+                                                              ) -> None:
+    """Out of memory in the measurement: no record ("not measured"), the reason, and the traces."""
+    import runner.models
+
+    def oom(*args: object, **kwargs: object) -> None:
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 8.00 GiB")
+
+    monkeypatch.setattr(runner.models, "measure_accuracy", oom)
+    meta = _run(tmp_path, "r", impl="sdpa")
+    assert meta["status"] == "ok" and "accuracy" not in meta
+    assert "out of memory" in str(meta["accuracy_error"]) and meta["traces"]
