@@ -25,6 +25,7 @@ per layer.
 from __future__ import annotations
 
 import copy
+import inspect
 from typing import Any
 
 import torch
@@ -159,4 +160,8 @@ def measure_accuracy(model: nn.Module, ref: nn.Module, cfg: ModelConfig, *, hf: 
 
 
 def _logits(model: nn.Module, ids: torch.Tensor, hf: bool) -> torch.Tensor:
-    return model(input_ids=ids).logits if hf else model(ids)
+    if not hf:
+        return model(ids)
+    # No KV cache: rerunning a block with its captured arguments would append to it a second time.
+    cache = {"use_cache": False} if "use_cache" in inspect.signature(model.forward).parameters else {}
+    return model(input_ids=ids, **cache).logits
