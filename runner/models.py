@@ -38,6 +38,7 @@ from runner.distributed import DistContext
 from runner.masks import MaskInfo, dense_mask, mask_info, mask_mod
 from runner.model import TORCH_DTYPES, Transformer
 from runner.tensor_parallel import TensorParallel, shard_state_dict
+from runner.torch_models import MHAStack, TorchEncoder
 from tb_attn_plugin.masks import MaskSpec, parse_mask
 
 __all__ = [
@@ -248,7 +249,7 @@ def build_workload(
                 if cfg.impl == "naive"
                 else f"{spec} has no in-place masking path; naive-inplace applies to builtin only"
             )
-        model = _TorchEncoder(cfg) if spec == "torch:encoder" else _MHAStack(cfg)
+        model = TorchEncoder(cfg) if spec == "torch:encoder" else MHAStack(cfg)
         needs_instrument = True
     model.to(device=device, dtype=dtype)
     accuracy = None
@@ -375,60 +376,3 @@ def _check_flex_backward(device: torch.device) -> None:
 
 def _cuda_index(device: torch.device) -> int:
     return device.index if device.index is not None else torch.cuda.current_device()
-
-
-def _causal_mask(seq: int) -> torch.Tensor:
-    return torch.ones(seq, seq, dtype=torch.bool).triu(1)  # True: masked out
-
-
-class _TorchEncoder(nn.Module):
-    def __init__(self, cfg: ModelConfig) -> None:
-        super().__init__()
-        self.causal = cfg.causal
-        self.emb = nn.Embedding(cfg.vocab, cfg.d_model)
-        layer = nn.TransformerEncoderLayer(cfg.d_model, cfg.heads, 4 * cfg.d_model, cfg.dropout,
-                                           batch_first=True, norm_first=True)
-        self.encoder = nn.TransformerEncoder(layer, cfg.layers, enable_nested_tensor=False)
-        self.head = nn.Linear(cfg.d_model, cfg.vocab)
-        self.mask: torch.Tensor
-        self.register_buffer("mask", _causal_mask(cfg.seq), persistent=False)
-
-    def forward(self, ids: torch.Tensor) -> torch.Tensor:
-        T = ids.size(1)
-        mask = self.mask[:T, :T] if self.causal else None
-        return self.head(self.encoder(self.emb(ids), mask=mask, is_causal=self.causal))
-
-
-class _MHABlock(nn.Module):
-    def __init__(self, cfg: ModelConfig) -> None:
-        super().__init__()
-        self.ln1 = nn.LayerNorm(cfg.d_model)
-        self.attn = nn.MultiheadAttention(cfg.d_model, cfg.heads, dropout=cfg.dropout, batch_first=True)
-        self.ln2 = nn.LayerNorm(cfg.d_model)
-        self.mlp = nn.Sequential(nn.Linear(cfg.d_model, 4 * cfg.d_model), nn.GELU(),
-                                 nn.Linear(4 * cfg.d_model, cfg.d_model))
-        self.need_weights = cfg.impl == "naive"
-
-    def forward(self, x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
-        h = self.ln1(x)
-        x = x + self.attn(h, h, h, attn_mask=mask, need_weights=self.need_weights)[0]
-        return x + self.mlp(self.ln2(x))
-
-
-class _MHAStack(nn.Module):
-    def __init__(self, cfg: ModelConfig) -> None:
-        super().__init__()
-        self.causal = cfg.causal
-        self.emb = nn.Embedding(cfg.vocab, cfg.d_model)
-        self.blocks = nn.ModuleList(_MHABlock(cfg) for _ in range(cfg.layers))
-        self.head = nn.Linear(cfg.d_model, cfg.vocab)
-        self.mask: torch.Tensor
-        self.register_buffer("mask", _causal_mask(cfg.seq), persistent=False)
-
-    def forward(self, ids: torch.Tensor) -> torch.Tensor:
-        T = ids.size(1)
-        mask = self.mask[:T, :T] if self.causal else None
-        x = self.emb(ids)
-        for block in self.blocks:
-            x = block(x, mask)
-        return self.head(x)

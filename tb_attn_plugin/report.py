@@ -23,7 +23,7 @@ from tb_attn_plugin.analysis import wording
 
 if TYPE_CHECKING:
     from tb_attn_plugin.responses import CompareResponse, Fit, RanksResponse, ScalingResponse
-    from tb_attn_plugin.schema import Finding, LayerStats, RunSummary, Spread, WorkerSummary
+    from tb_attn_plugin.schema import Finding, RunSummary, Spread
 
 __all__ = [
     "CSV_FIELDS",
@@ -189,27 +189,6 @@ def compare_table(result: CompareResponse, scale: ScalingResponse) -> str:
     return _text(lines)
 
 
-def _mask_lines(worker: WorkerSummary) -> list[str]:
-    """One line per mask of the run's layers: what it keeps, the work asked and done, and what
-    the sparsity saved (``analysis.sparsity``)."""
-    groups: dict[str, list[LayerStats]] = {}
-    for layer in worker.layers:
-        if layer.mask is not None:
-            groups.setdefault(layer.mask.spec, []).append(layer)
-    lines = []
-    for spec, layers in groups.items():
-        m = layers[0].mask
-        assert m is not None
-        blocks = f", {m.blocks:.1%} of 128x128 blocks" if m.blocks is not None else ""
-        saved = sum(x.mask.dense_equiv_us - x.mask.core_us for x in layers if x.mask is not None)
-        tail = ("dense work (every score computed, then masked): nothing saved" if m.dense_work
-                else f"sparsity saved {wording.ms(saved)} ms per step (the dense work at the layers' own FLOP rate)")
-        lines.append(f"  mask {printable(spec)} in {wording.layer_list([x.layer for x in layers])}: keeps "
-                     f"{m.kept:.1%} of scores{blocks}; core FLOPs per call {_si(m.mask_flops)} asked, "
-                     f"{_si(m.work_flops)} done, {_si(m.dense_flops)} dense; {tail}")
-    return lines
-
-
 def _quality(fit: Fit) -> str:
     return f"R2 {fit.r2:.2f}, {fit.points} points" if fit.r2 is not None else f"{fit.points} points: no fit quality"
 
@@ -330,7 +309,7 @@ def _findings_lines(findings: Sequence[Finding]) -> list[str]:
 
 
 def summary_table(summaries: Sequence[RunSummary]) -> str:
-    from tb_attn_plugin.report_strategies import approx_lines
+    from tb_attn_plugin.report_strategies import variant_lines
 
     lines: list[str] = []
     header = ("layer", "phase", "calls", "cpu ms", "dev ms", "FLOPs", "FLOP/s", "alloc MiB", "peak MiB", "SxS MiB",
@@ -357,8 +336,7 @@ def summary_table(summaries: Sequence[RunSummary]) -> str:
                              + (" (noisy: over 20% of the median)" if spread.noisy else ""))
             for note in worker.notes:
                 lines.append(f"  note: {note}")
-            lines.extend(_mask_lines(worker))
-            lines.extend(approx_lines(run, worker))
+            lines.extend(variant_lines(run, worker))
             if not worker.layers:
                 lines.append("")
                 continue

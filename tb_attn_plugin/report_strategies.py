@@ -1,4 +1,5 @@
-"""``tb-attn strategies`` as text and CSV (``analysis.strategies``; JSON is ``report.json_text``)."""
+"""``tb-attn strategies`` as text and CSV (``analysis.strategies``; JSON is ``report.json_text``),
+and the lines a summary's table gives sparse and approximate attention (``variant_lines``)."""
 
 from __future__ import annotations
 
@@ -6,14 +7,15 @@ import csv
 import io as stdio
 from typing import TYPE_CHECKING
 
+from tb_attn_plugin.analysis import wording
 from tb_attn_plugin.analysis.strategies import APPROXIMATE_BACKENDS, accuracy_of
 from tb_attn_plugin.report import _cells, _findings_lines, _mib, _ms, _si, _text, printable
 
 if TYPE_CHECKING:
     from tb_attn_plugin.responses_strategies import StrategiesResponse, StrategyRow
-    from tb_attn_plugin.schema import RunSummary, WorkerSummary
+    from tb_attn_plugin.schema import LayerStats, RunSummary, WorkerSummary
 
-__all__ = ["STRATEGY_CSV_FIELDS", "approx_lines", "strategies_csv", "strategies_table"]
+__all__ = ["STRATEGY_CSV_FIELDS", "strategies_csv", "strategies_table", "variant_lines"]
 
 #: The CSV's columns: one row per run (implementation × sequence length); empty cells are "not
 #: measured" (accuracy) or "no baseline run at this length" (speed-up).
@@ -31,10 +33,11 @@ def _loss(row: StrategyRow) -> str:
     return "not measured" if a is None else "-" if a.loss_diff is None else f"{a.loss_diff:+.4f}"
 
 
-def approx_lines(run: RunSummary, worker: WorkerSummary) -> list[str]:
-    """The summary's lines on approximate attention: integer ops, and the error the runner
-    measured (``not measured`` for a run without the record)."""
-    lines = []
+def variant_lines(run: RunSummary, worker: WorkerSummary) -> list[str]:
+    """The summary's lines on sparse and approximate attention: each mask and what it saved,
+    integer ops, and the error the runner measured (``not measured`` for an approximate run
+    without the record)."""
+    lines = _mask_lines(worker)
     iops = sum(x.iops for x in worker.layers)
     if iops:
         lines.append(f"  integer ops: {_si(iops)} per step (int8 GEMMs), apart from the FLOPs")
@@ -45,6 +48,27 @@ def approx_lines(run: RunSummary, worker: WorkerSummary) -> list[str]:
                      f"{acc.max_abs:.3g}, cosine {acc.cosine:.5f}{loss}")
     elif worker.backend in APPROXIMATE_BACKENDS:
         lines.append("  error against exact attention: not measured (no accuracy record in the run's metadata)")
+    return lines
+
+
+def _mask_lines(worker: WorkerSummary) -> list[str]:
+    """One line per mask of the run's layers: what it keeps, the work asked and done, and what
+    the sparsity saved (``analysis.sparsity``)."""
+    groups: dict[str, list[LayerStats]] = {}
+    for layer in worker.layers:
+        if layer.mask is not None:
+            groups.setdefault(layer.mask.spec, []).append(layer)
+    lines = []
+    for spec, layers in groups.items():
+        m = layers[0].mask
+        assert m is not None
+        blocks = f", {m.blocks:.1%} of 128x128 blocks" if m.blocks is not None else ""
+        saved = sum(x.mask.dense_equiv_us - x.mask.core_us for x in layers if x.mask is not None)
+        tail = ("dense work (every score computed, then masked): nothing saved" if m.dense_work
+                else f"sparsity saved {wording.ms(saved)} ms per step (the dense work at the layers' own FLOP rate)")
+        lines.append(f"  mask {printable(spec)} in {wording.layer_list([x.layer for x in layers])}: keeps "
+                     f"{m.kept:.1%} of scores{blocks}; core FLOPs per call {_si(m.mask_flops)} asked, "
+                     f"{_si(m.work_flops)} done, {_si(m.dense_flops)} dense; {tail}")
     return lines
 
 
