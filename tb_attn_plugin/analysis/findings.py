@@ -111,6 +111,10 @@ def _sxs_materialized(t: RuleQuery) -> list[Finding]:
                "(see math-fallback) and a fused kernel keeps them on chip.")
     elif t.ops(FUSED_BLOCK_OPS).size:
         fix = "nn.MultiheadAttention's fast path stores the scores: see mha-unfused for the call that fuses them."
+    elif backends == {"int8-qk"}:
+        fix = ("int8 attention written op by op stores the int32 scores and their fp32 dequantized copies: a fused "
+               "int8 kernel (SageAttention's) quantizes, multiplies and dequantizes in tiles on chip; without one, "
+               "exact fused SDPA stores no scores at all.")
     else:
         fix = ("Use a fused SDPA backend, which keeps scores on chip in tiles and never stores S×S: "
                "F.scaled_dot_product_attention(q, k, v) (is_causal=True for a causal mask) with flash, efficient or "

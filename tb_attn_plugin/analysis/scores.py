@@ -36,7 +36,7 @@ __all__ = ["OTHER", "SCORE_PHASES", "ScoreSizes", "allocator_sizes", "score_allo
 OTHER = "other"
 #: Phases whose outputs are (B, H, Sq, Sk) scores or probabilities, where S×S allocations mean
 #: materialized scores (elsewhere an allocation of the same size is a coincidence).
-SCORE_PHASES = frozenset({"qk_matmul", "scale", "mask", "softmax", "dropout", "sdpa", "flex", OTHER})
+SCORE_PHASES = frozenset({"qk_matmul", "dequantize", "scale", "mask", "softmax", "dropout", "sdpa", "flex", OTHER})
 _QK_CODE = PHASES.index("qk_matmul")  # in the sdpa phase the SDPA op gives the shape (and attn·V is there too)
 _MIN_SXS_ELEMS = 256  # smaller "score" tensors are too common to mean anything
 _SMALL_ROUND = 512  # CUDA's caching allocator: every size rounded up to this...

@@ -94,7 +94,9 @@ def test_sxs_bytes_none_for_linear_attention(summaries: dict[str, RunSummary]) -
         for impl in ("linear-elu", "performer"):
             layer = _layer(summaries, impl, seq)
             assert layer.sxs_bytes == 0 and layer.score_tensor_bytes == 0, (impl, seq)
-        assert _layer(summaries, "int8-qk", seq).sxs_bytes >= 2 * B * H * seq * seq * 4  # int32 and fp32 scores
+        # The int32 scores, three fp32 tensors in dequantize (the cast, the scales' outer product, their
+        # product), then scale, mask and softmax: seven (B, H, S, S) tensors of 4 bytes per forward.
+        assert _layer(summaries, "int8-qk", seq).sxs_bytes == 7 * B * H * seq * seq * 4
 
 
 def test_unscoped_int8_qk_is_found_by_its_ops(tmp_path: Path) -> None:
@@ -247,6 +249,13 @@ def test_accuracy_cost_quotes_the_speedup_and_respects_tolerances(summaries: dic
     assert not [f for f in group.findings if f.id == "accuracy-cost"]
     (group,) = strategies(runs, rel_tol=0.05, loss_tol=0.001).groups  # loss_diff 0.003
     assert [f for f in group.findings if f.id == "accuracy-cost"]
+
+
+def test_int8_scores_finding_points_to_a_fused_int8_kernel(summaries: dict[str, RunSummary]) -> None:
+    w = summaries["builtin/int8-qk/seq256"].workers[0]
+    (f,) = [f for f in w.findings if f.id == "sxs-materialized"]
+    assert "fused int8 kernel" in f.suggestion
+    assert f.evidence.bytes == pytest.approx(sum(x.sxs_bytes for x in w.layers))
 
 
 def test_real_runs_have_both_findings(summaries: dict[str, RunSummary]) -> None:
