@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
 
-from runner.config import DTYPES, IMPLS, MODES, PARALLEL, ConfigError, ModelConfig, ProfileConfig
+from runner.config import DTYPES, IMPLS, KV_CACHES, MODES, PARALLEL, ConfigError, ModelConfig, ProfileConfig
 
 if TYPE_CHECKING:
     from runner.session import RunSpec
@@ -105,7 +105,17 @@ def build_parser() -> argparse.ArgumentParser:
                    help="quantize the q/k/v and output projections with torchao: int8 (dynamic activations, "
                         "int8 weights; inference)")
     p.add_argument("--device", default="auto", help="cpu, cuda or auto (cuda when present)")
-    p.add_argument("--mode", choices=MODES, default="training")
+    p.add_argument("--mode", choices=MODES, default="training",
+                   help="training (forward, backward, optimizer), inference (one forward), or generate (a "
+                        "prompt, then one token at a time against a KV cache)")
+    gen = p.add_argument_group("--mode generate")
+    gen.add_argument("--prompt-len", type=_csv(int), default=None, metavar="P",
+                     help="prompt tokens (the prefill step), comma-separated for a sweep")
+    gen.add_argument("--new-tokens", type=int, default=None, metavar="N",
+                     help="decode steps after the prompt, one token each (default 32)")
+    gen.add_argument("--kv-cache", type=_csv(str), default=["dynamic"],
+                     help=f"the KV cache, comma-separated: {', '.join(KV_CACHES)} (preallocated; dynamic grows "
+                          "by torch.cat, copying the cache every token). Default: dynamic")
     p.add_argument("--per-head", action="store_true", help="compute each head in its own scope")
     p.add_argument("--no-scopes", dest="scopes", action="store_false",
                    help="write no tb-attn scopes, as a plain training script does (run name: IMPL-unscoped); "
@@ -177,7 +187,12 @@ def run_name(model: str, cfg: ModelConfig, prefix: str = "") -> str:
             + (f"-{cfg.quant}" if cfg.quant else "") + ("-compiled" if cfg.compile else "") + mask_label(cfg.mask)
             + ("-per-head" if cfg.per_head else "") + ("-tp" if cfg.parallel == "tp" else "")
             + ("" if cfg.scopes else "-unscoped"))
-    name = f"{_model_label(model)}/{impl}/seq{cfg.seq}"
+    if cfg.mode == "generate":
+        # Cache kind and KV heads are in the name: comparing them is what generation runs are for.
+        kv = f"-kv{cfg.n_kv_heads}" if cfg.n_kv_heads != cfg.heads else ""
+        name = f"{_model_label(model)}/{impl}/gen-p{cfg.prompt_len}-n{cfg.new_tokens}-{cfg.kv_cache}{kv}"
+    else:
+        name = f"{_model_label(model)}/{impl}/seq{cfg.seq}"
     if cfg.dtype != "float32":
         name += f"-{cfg.dtype}"
     return f"{prefix.strip('/')}/{name}" if prefix.strip("/") else name
@@ -192,12 +207,25 @@ def plan_sweep(args: argparse.Namespace) -> list[RunSpec]:
     device = _resolve_device(args.device)
     hf = parse_hf_overrides(args.hf_config)
     seqs = args.seq if args.seq is not None else [128]
+    generate = args.mode == "generate"
+    if not generate and (args.prompt_len is not None or args.new_tokens is not None or args.kv_cache != ["dynamic"]):
+        raise ConfigError("--prompt-len, --new-tokens and --kv-cache belong to --mode generate")
+    if generate and args.prompt_len is None:
+        raise ConfigError("--mode generate needs --prompt-len P (the prompt's tokens)")
+    if generate and len(seqs) > 1:
+        raise ConfigError("--mode generate takes one --seq (the model's positions); sweep --prompt-len instead")
+    new_tokens = args.new_tokens if args.new_tokens is not None else 32
+    prompts = args.prompt_len if generate else [0]
+    caches = args.kv_cache if generate else ["dynamic"]
     ranks = world_size()
     parallel = args.parallel or default_parallel(args.mode, ranks)
     specs: list[RunSpec] = []
     names: set[str] = set()
     masks = args.mask if args.mask is not None else [None]
-    for impl, mask, seq, dtype in itertools.product(args.impl, masks, seqs, args.dtype):
+    for impl, mask, seq, dtype, prompt, cache in itertools.product(args.impl, masks, seqs, args.dtype, prompts,
+                                                                  caches):
+        if generate and args.seq is None:
+            seq = prompt + new_tokens  # the model's positions: the whole generation
         cfg = ModelConfig(
             layers=args.layers if args.layers is not None else layers,
             heads=args.heads if args.heads is not None else heads,
@@ -209,6 +237,7 @@ def plan_sweep(args: argparse.Namespace) -> list[RunSpec]:
             scopes=args.scopes, parallel=parallel, slow_rank=args.slow_rank, slow_ms=args.slow_ms,
             jitter_ms=args.jitter_ms, mask=mask, mask_seed=args.seed, compile=args.compile,
             features=args.features, quant=args.quant,
+            prompt_len=prompt if generate else 0, new_tokens=new_tokens if generate else 0, kv_cache=cache,
         )
         check_model_spec(args.model, cfg, hf, world_size=ranks)
         name = run_name(args.model, cfg, args.name)

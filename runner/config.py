@@ -15,7 +15,9 @@ from tb_attn_plugin.masks import parse_mask
 __all__ = [
     "APPROXIMATE_IMPLS",
     "DTYPES",
+    "GENERATE_IMPLS",
     "IMPLS",
+    "KV_CACHES",
     "LINEAR_IMPLS",
     "MODES",
     "PARALLEL",
@@ -54,13 +56,21 @@ LINEAR_IMPLS: tuple[str, ...] = ("linear-elu", "performer")
 #: ``--quant``: the q/k/v and output projections' weight and activation quantization (torchao).
 QUANT_SCHEMES: tuple[str, ...] = ("int8",)
 DTYPES: tuple[str, ...] = ("float32", "bfloat16", "float16")
-MODES: tuple[str, ...] = ("training", "inference")
+MODES: tuple[str, ...] = ("training", "inference", "generate")
+#: ``--mode generate``'s implementations: the exact ones that take a query shorter than its keys.
+#: Compiled flex is not one: its kernel is specialized to one key length, so every decode step
+#: would compile anew (and past dynamo's recompile limit, run eagerly).
+GENERATE_IMPLS: tuple[str, ...] = ("naive", "naive-inplace", "sdpa", "sdpa-math", "sdpa-flash", "sdpa-efficient",
+                                   "sdpa-cudnn", "flex-eager")
+#: ``--kv-cache``: preallocated to the whole generation (static), or grown by ``torch.cat`` per
+#: token (dynamic: every append copies the whole cache).
+KV_CACHES: tuple[str, ...] = ("dynamic", "static")
 #: Multi-rank modes under torchrun: none (each rank runs the whole model on its own), ddp (data
 #: parallel: gradients all-reduced in backward), tp (tensor parallel: each rank computes heads/N
 #: heads of every attention block, and the blocks' outputs are all-reduced).
 PARALLEL: tuple[str, ...] = ("none", "ddp", "tp")
 
-Mode = Literal["training", "inference"]
+Mode = Literal["training", "inference", "generate"]
 
 
 @dataclass(frozen=True)
@@ -92,6 +102,11 @@ class ModelConfig:
     compile: bool = False  # torch.compile each attention block (its phases then fuse into one)
     features: int = 256  # performer: random features M per head
     quant: str | None = None  # --quant: the projections quantized (QUANT_SCHEMES), None: not
+    # --mode generate: a prompt of prompt_len tokens (prefill), then new_tokens decode steps of one
+    # token each against a KV cache of kind kv_cache; seq is the model's positions (>= both summed).
+    prompt_len: int = 0
+    new_tokens: int = 0
+    kv_cache: str = "dynamic"
 
     def __post_init__(self) -> None:
         for name in ("layers", "heads", "d_model", "seq", "batch", "vocab"):
@@ -137,6 +152,8 @@ class ModelConfig:
             raise ConfigError("flex_attention has no attention dropout: use --dropout 0 with flex")
         if self.compile and (self.per_head or self.parallel == "tp"):
             raise ConfigError("--compile fuses a whole block: it does not go with --per-head or --parallel tp")
+        if self.mode == "generate":
+            self._check_generate()
         if self.mask is not None and self.attn_mask:
             raise ConfigError("--attn-mask passes the causal mask as a tensor; --mask already passes its own")
         if not 0.0 <= self.dropout < 1.0:
@@ -158,6 +175,31 @@ class ModelConfig:
             raise ConfigError("--slow-rank needs --slow-ms (the extra milliseconds per attention block, > 0)")
         if self.slow_rank is None and self.slow_ms:
             raise ConfigError("--slow-ms needs --slow-rank (the rank to slow down)")
+
+    def _check_generate(self) -> None:
+        if isinstance(self.prompt_len, bool) or not isinstance(self.prompt_len, int) or self.prompt_len <= 0:
+            raise ConfigError(f"--mode generate needs --prompt-len P, a positive number of tokens, got {self.prompt_len!r}")
+        if isinstance(self.new_tokens, bool) or not isinstance(self.new_tokens, int) or self.new_tokens <= 0:
+            raise ConfigError(f"--new-tokens must be at least 1 (the decode steps after the prompt), got "
+                              f"{self.new_tokens!r}")
+        if self.kv_cache not in KV_CACHES:
+            raise ConfigError(f"unknown --kv-cache {self.kv_cache!r}; choose from {', '.join(KV_CACHES)}")
+        if self.prompt_len + self.new_tokens > self.seq:
+            raise ConfigError(f"the prompt ({self.prompt_len}) and the new tokens ({self.new_tokens}) need "
+                              f"{self.prompt_len + self.new_tokens} positions; the model has {self.seq} (--seq)")
+        if self.impl not in GENERATE_IMPLS:
+            why = ("its compiled kernel is specialized to one key length, so each decode step would compile anew: "
+                   "use flex-eager" if self.impl == "flex" else "it is not exact softmax attention over a KV cache")
+            raise ConfigError(f"--mode generate does not run {self.impl}: {why}; choose from "
+                              f"{', '.join(GENERATE_IMPLS)}")
+        unsupported = [flag for flag, on in (("--compile", self.compile), ("--parallel", self.parallel != "none"),
+                                             ("--mask", self.mask not in (None, "causal")),
+                                             ("--attn-mask", self.attn_mask), ("--no-causal", not self.causal),
+                                             ("--dropout", bool(self.dropout)))
+                       if on]
+        if unsupported:
+            raise ConfigError(f"--mode generate (a causal decoder with a KV cache) does not take "
+                              f"{', '.join(unsupported)}")
 
     @property
     def n_kv_heads(self) -> int:

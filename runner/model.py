@@ -20,6 +20,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from runner.config import ModelConfig
+from runner.generate import KVCache
 from runner.masks import MaskInfo, build_block_mask, dense_mask, mask_info, mask_mod
 from runner.scoping import scope
 from runner.tensor_parallel import TensorParallel, TPInput, TPOutputSum
@@ -53,6 +54,7 @@ class _PhaseNames:
 
     # Attributes set above, declared for type checkers.
     qkv_proj: str
+    kv_cache: str
     kv_expand: str
     block_mask: str
     feature_map: str
@@ -128,6 +130,7 @@ class Attention(nn.Module):
         self.register_buffer("omega", orthogonal_features(
             cfg.features, self.head_dim, torch.Generator().manual_seed(layer)) if cfg.impl == "performer" else None,
             persistent=False)
+        self.cache: KVCache | None = None  # --mode generate: this layer's keys and values so far
         self._compiled: Any = torch.compile(self._body, dynamic=False) if cfg.compile else None
         # Scopes carry global head indices: under tensor parallelism the phases this rank runs on
         # its heads together name them as a range.
@@ -170,36 +173,48 @@ class Attention(nn.Module):
             q = q.view(B, T, self.n_head, self.head_dim).transpose(1, 2)  # (B, H, T, D)
             k = k.view(B, T, self.n_kv_head, self.head_dim).transpose(1, 2)  # (B, Hkv, T, D)
             v = v.view(B, T, self.n_kv_head, self.head_dim).transpose(1, 2)  # (B, Hkv, T, D)
+        offset = 0  # the query's first position: the keys cached before this call
+        if self.cache is not None:
+            offset = self.cache.length
+            with scope(n.kv_cache, on):
+                k, v = self.cache.append(k, v)  # (B, Hkv, offset + T, D)
         if self.cfg.per_head:
-            y = self._per_head(q, k, v)
+            y = self._per_head(q, k, v, offset)
         else:
-            y = self._core(q, k, v, n, on)  # (B, H, T, D)
+            y = self._core(q, k, v, n, on, offset)  # (B, H, T, D)
         with scope(n.out_proj, on):
             y = y.transpose(1, 2).contiguous().view(B, T, self.q_dim)
             return self.out_proj(y) if self.tp is None else F.linear(y, self.out_proj.weight)
 
-    def _per_head(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    def _per_head(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, offset: int) -> torch.Tensor:
         group = self.n_head // self.n_kv_head
         outs = []
         for h, names in enumerate(self.head_names):  # h: this rank's head, names: its global one
             g = h // group
             with scope(names.block, self.scoped):
-                outs.append(self._core(q[:, h : h + 1], k[:, g : g + 1], v[:, g : g + 1], names, self.scoped))
+                outs.append(self._core(q[:, h : h + 1], k[:, g : g + 1], v[:, g : g + 1], names, self.scoped, offset))
         return torch.cat(outs, dim=1)
 
-    def _core(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, n: _PhaseNames, on: bool) -> torch.Tensor:
+    def _core(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, n: _PhaseNames, on: bool,
+              offset: int = 0) -> torch.Tensor:
+        """Attention of q (B, H, T, D) over k, v (B, Hkv, S, D). ``offset``: q's first position
+        (a KV cache's length before this call), so that a causal mask keeps the last T rows of
+        the (S, S) mask; one query (a decode step) sees every key and needs no mask."""
         impl = self.cfg.impl
         dropout_p = self.cfg.dropout if self.training else 0.0
+        T, S = q.size(-2), k.size(-2)
+        causal = self.cfg.causal and T > 1
         if impl.startswith("flex"):
             with scope(n.flex, on):
-                return flex_call(impl)(q, k, v, block_mask=self.block_mask, scale=self.scale,
-                                       enable_gqa=q.size(1) != k.size(1))
+                return flex_call(impl)(q, k, v, block_mask=self.block_mask if causal or not self.cfg.causal else None,
+                                       scale=self.scale, enable_gqa=q.size(1) != k.size(1))
         if impl.startswith("sdpa"):
             # --attn-mask or --mask: the mask as a tensor (True: attend), built outside the scope,
-            # as models do.
-            T, S = q.size(-2), k.size(-2)
-            mask = (self.attend[:T, :S] if self.attend is not None
-                    else ~self.causal_mask[:T, :S] if self.cfg.attn_mask else None)
+            # as models do; so is a causal mask whose queries do not start at 0 (is_causal aligns
+            # it to the top left).
+            rows = slice(offset, offset + T)
+            mask = (self.attend[rows, :S] if self.attend is not None
+                    else ~self.causal_mask[rows, :S] if causal and (self.cfg.attn_mask or offset) else None)
             with scope(n.sdpa, on):
                 return F.scaled_dot_product_attention(
                     q,
@@ -207,10 +222,9 @@ class Attention(nn.Module):
                     v,
                     attn_mask=mask,
                     dropout_p=dropout_p,
-                    is_causal=self.cfg.causal and mask is None,
+                    is_causal=causal and mask is None,
                     enable_gqa=q.size(1) != k.size(1),
                 )
-        T = q.size(-2)
         if q.size(1) != k.size(1):
             with scope(n.kv_expand, on):
                 rep = q.size(1) // k.size(1)
@@ -220,6 +234,7 @@ class Attention(nn.Module):
             with scope(n.feature_map, on):
                 fq, fk = feature_map(q, k, self.omega)
             return linear_attention(fq, fk, v, self.cfg.causal, n, on, above=self.causal_mask)
+        rows = slice(offset, offset + T)
         if impl == "int8-qk":
             blocked = (self.blocked[:T, :T] if self.blocked is not None
                        else self.causal_mask[:T, :T] if self.cfg.causal else None)
@@ -228,9 +243,9 @@ class Attention(nn.Module):
             att = q @ k.transpose(-2, -1)  # (B, H, T, T): the materialized scores
         with scope(n.scale, on):
             att = att * self.scale
-        if self.cfg.causal or self.blocked is not None:
+        if causal or self.blocked is not None:
             with scope(n.mask, on):
-                mask = self.blocked[:T, :T] if self.blocked is not None else self.causal_mask[:T, :T]
+                mask = self.blocked[rows, :S] if self.blocked is not None else self.causal_mask[rows, :S]
                 if impl == "naive-inplace":
                     att.masked_fill_(mask, float("-inf"))
                 else:
@@ -320,8 +335,10 @@ class Transformer(nn.Module):
                                            if spec and self._mask_mod else None)
         self._block_mask: Any = None
 
-    def forward(self, idx: torch.Tensor) -> torch.Tensor:
-        T = idx.size(1)  # token ids (B, T) -> logits (B, T, vocab)
+    def forward(self, idx: torch.Tensor, start: int = 0) -> torch.Tensor:
+        """Token ids (B, T) -> logits (B, T, vocab). ``start``: the first token's position (the
+        tokens already in the layers' KV caches, ``--mode generate``)."""
+        T = idx.size(1)
         if self._mask_spec is not None and self.cfg.impl.startswith("flex") and self._block_mask is None:
             # Built once, on the first call's device (a BlockMask does not follow .to()): the
             # warm-up step, outside the profiled steps. The layers share it.
@@ -330,7 +347,7 @@ class Transformer(nn.Module):
             for module in self.modules():
                 if isinstance(module, Attention):
                     module.block_mask = self._block_mask
-        pos = torch.arange(T, device=idx.device)
+        pos = torch.arange(start, start + T, device=idx.device)
         x = self.drop(self.wte(idx) + self.wpe(pos))
         for block in self.blocks:
             x = block(x)

@@ -35,6 +35,7 @@ from torch.nn.parallel import DistributedDataParallel
 from runner.accuracy import measure_accuracy, reference_copy, reference_model
 from runner.config import APPROXIMATE_IMPLS, ConfigError, ModelConfig, check_world
 from runner.distributed import DistContext
+from runner.generate import Generation, builtin_generation, hf_generation
 from runner.masks import MaskInfo, dense_mask, mask_info, mask_mod
 from runner.model import TORCH_DTYPES, Transformer
 from runner.tensor_parallel import TensorParallel, shard_state_dict
@@ -42,6 +43,7 @@ from runner.torch_models import MHAStack, TorchEncoder
 from tb_attn_plugin.masks import MaskSpec, parse_mask
 
 __all__ = [
+    "GENERATE_MODELS",
     "MODEL_SPECS",
     "SIZES",
     "Unsupported",
@@ -72,6 +74,8 @@ _HF_FAMILIES: dict[str, tuple[str, str, bool]] = {
 #: The window of hf:gemma3's local layers when --mask gives none (Gemma 2 uses 4096).
 GEMMA_DEFAULT_WINDOW = 4096
 MODEL_SPECS: tuple[str, ...] = ("builtin", *(f"hf:{f}" for f in _HF_FAMILIES), "torch:encoder", "torch:mha")
+#: The models ``--mode generate`` runs: causal language models whose KV cache it drives.
+GENERATE_MODELS: tuple[str, ...] = ("builtin", "hf:gpt2", "hf:llama")
 
 
 class Unsupported(Exception):
@@ -91,8 +95,9 @@ class Workload:
     runnable: nn.Module | None = None  # what the step calls: the model, or its DDP wrapper
     mask: dict[str, Any] | None = None  # the run metadata's "mask" (runner.masks.MaskInfo), per layer where they differ
     #: The run metadata's "accuracy" (runner.accuracy), measured when called; None: not measured
-    #: (tensor-parallel ranks; the call's None: no attention module ran).
+    #: (tensor-parallel ranks and generation; the call's None: no attention module ran).
     accuracy: Callable[[], dict[str, Any] | None] | None = None
+    generation: Generation | None = None  # --mode generate: step() is one step of it (prefill or decode)
 
 
 def check_model_spec(spec: str, cfg: ModelConfig, hf_overrides: dict[str, Any], *, world_size: int = 1) -> None:
@@ -129,8 +134,15 @@ def check_model_spec(spec: str, cfg: ModelConfig, hf_overrides: dict[str, Any], 
                               "hf:gemma3 takes sliding:W (the window of its local layers)")
     if hf_overrides and not spec.startswith("hf:"):
         raise ConfigError("--hf-config applies to hf:* models only")
+    if cfg.mode == "generate" and spec not in GENERATE_MODELS:
+        raise ConfigError(f"--mode generate runs {', '.join(GENERATE_MODELS)} (causal language models with a KV "
+                          f"cache), not {spec}")
     if spec.startswith("hf:"):
-        _hf_config(spec, cfg, hf_overrides)  # unknown keys raise here
+        config = _hf_config(spec, cfg, hf_overrides)  # unknown keys raise here
+        positions = getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)
+        if cfg.mode == "generate" and positions and cfg.prompt_len + cfg.new_tokens > positions:
+            raise ConfigError(f"the prompt ({cfg.prompt_len}) and the new tokens ({cfg.new_tokens}) need "
+                              f"{cfg.prompt_len + cfg.new_tokens} positions; {spec} has {positions}")
 
 
 def parse_hf_overrides(items: list[str]) -> dict[str, Any]:
@@ -253,7 +265,7 @@ def build_workload(
         needs_instrument = True
     model.to(device=device, dtype=dtype)
     accuracy = None
-    if cfg.parallel != "tp":
+    if cfg.parallel != "tp" and cfg.mode != "generate":
         # Before any quantization: the exact weights. A copy that does not fit leaves the run
         # without an accuracy record, not without its profile.
         try:
@@ -279,7 +291,13 @@ def build_workload(
     def logits() -> torch.Tensor:
         return runnable(input_ids=ids).logits if hf else runnable(ids)
     optimizer = None
-    if cfg.mode == "training":
+    generation = None
+    if cfg.mode == "generate":
+        model.eval()
+        prompt = ids[:, : cfg.prompt_len]
+        generation = (hf_generation if hf else builtin_generation)(model, cfg, prompt)
+        step = generation.cycle()
+    elif cfg.mode == "training":
         model.train()
         optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
 
@@ -298,7 +316,9 @@ def build_workload(
                 logits()
 
     return Workload(spec=spec, model=model, cfg=cfg, step=step, needs_instrument=needs_instrument and cfg.scopes,
-                    optimizer=optimizer, runnable=runnable, mask=_mask_metadata(spec, model, cfg), accuracy=accuracy)
+                    optimizer=optimizer, runnable=runnable, accuracy=accuracy, generation=generation,
+                    # A generation's causal mask is implied (a decode step's one query sees every key).
+                    mask=None if generation is not None else _mask_metadata(spec, model, cfg))
 
 
 def _mask_metadata(spec: str, model: nn.Module, cfg: ModelConfig) -> dict[str, Any] | None:

@@ -14,6 +14,7 @@ rather than left to claim a run in progress.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import gc
 import logging
 import os
@@ -29,10 +30,12 @@ from torch.profiler import ProfilerActivity, profile, schedule
 
 from runner.config import ModelConfig, ProfileConfig
 from runner.distributed import DistContext, barrier, rank_metadata
+from runner.generate import generation_metadata
 from runner.instrument import instrument
 from runner.metadata import METADATA_FILE, environment, now_iso, write_metadata
 from runner.model import reset_compiled
 from runner.models import Unsupported, Workload, build_workload, is_out_of_memory
+from runner.probes import machine_peaks
 from runner.traces import TRACE_FILE_RE, WriteError, default_worker_name, trace_handler
 
 __all__ = ["SDPA_BACKENDS", "RunResult", "RunSpec", "run_one"]
@@ -214,6 +217,13 @@ def _profile(
         meta["mask"] = work.mask
     if work.accuracy is not None:
         _measure_accuracy(work, meta)
+    if work.generation is not None:
+        # One generation per cycle: a throw-away prefill as the profiler's warm-up step, then the
+        # prefill and each decode step, one profiler step each.
+        prof_cfg = dataclasses.replace(prof_cfg, wait=0, warmup=1, active=work.cfg.new_tokens + 1)
+        meta["profile"] = prof_cfg.to_dict()
+        meta["generation"] = generation_metadata(work.cfg)
+        meta["peaks"] = machine_peaks(work.cfg.device)
     cuda = torch.device(work.cfg.device).type == "cuda"
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
     worker = default_worker_name(dist.rank if dist else None)
@@ -222,9 +232,13 @@ def _profile(
         if backend is not None:
             stack.enter_context(sdpa_kernel([backend]))
         inst = stack.enter_context(instrument(work.model)) if work.needs_instrument else None
-        # One step outside the profiler: fails fast on an unsupported backend (before any trace
-        # is written) and keeps one-time allocations out of the profiled steps.
-        work.step()
+        # One step outside the profiler (a whole generation, for one): fails fast on an
+        # unsupported backend (before any trace is written) and keeps one-time allocations out of
+        # the profiled steps.
+        if work.generation is not None:
+            work.generation.run()
+        else:
+            work.step()
         if inst is not None:
             meta["blocks"] = [{"layer": b.layer, "module": b.name} for b in inst.blocks]
         handler = trace_handler(

@@ -19,6 +19,12 @@ Examples: ``tbattn.v1/L3`` (the whole attention block of layer 3),
 ``tbattn.v1/L3/softmax``, ``tbattn.v1/L3/H5/qk_matmul``,
 ``tbattn.v1/L0 encoder.layer.0.attention``.
 
+Generation steps (``--mode generate``) have their own scope around the whole step, outside any
+layer: ``tbattn.v1/prefill/C512`` (the prompt, 512 keys) and ``tbattn.v1/decode/C513`` (one
+token, against 513 keys: the cache with its own key appended). ``STEP_ROLES``,
+``format_step_scope``, ``parse_step_scope``. A reader that predates them reads them as no scope
+(they name no layer), so the version stays 1.
+
 Phases added since the first readers (``rope``, ``kv_cache``, then ``block_mask``, ``flex`` and
 ``compiled``, then ``feature_map``, ``quantize``, ``dequantize``, ``kv_state`` and ``normalize``)
 keep the version: a reader that predates a phase reads its scope as no scope, so
@@ -45,6 +51,7 @@ from enum import StrEnum
 
 __all__ = [
     "GRAMMAR_VERSION",
+    "MAX_CONTEXT",
     "MAX_HEADS",
     "MAX_LAYERS",
     "MODEL_BLOCK_MASK",
@@ -52,10 +59,14 @@ __all__ = [
     "PHASES",
     "PREFIX",
     "Phase",
+    "STEP_ROLES",
     "Scope",
+    "StepScope",
     "format_scope",
+    "format_step_scope",
     "is_scope_name",
     "parse_scope",
+    "parse_step_scope",
     "read_scope",
 ]
 
@@ -99,6 +110,12 @@ PHASES: tuple[str, ...] = tuple(p.value for p in Phase)
 #: layers share once per forward (Hugging Face's flex path does). Not a layer's scope (no
 #: ``/L``): the findings read it by name.
 MODEL_BLOCK_MASK = f"{PREFIX}/{Phase.BLOCK_MASK.value}"
+
+#: What a generation step is (``--mode generate``): the prompt's forward, or one decode token.
+STEP_ROLES: tuple[str, ...] = ("prefill", "decode")
+#: A context length must be below this (2**31: the analysis keeps them in int32 columns).
+MAX_CONTEXT = 1 << 31
+_STEP_RE = re.compile(r"^tbattn\.v(?P<version>\d+)/(?P<role>prefill|decode)/C(?P<context>\d+)$")
 
 _SCOPE_RE = re.compile(
     r"^tbattn\.v(?P<version>\d+)/L(?P<layer>\d+)"
@@ -169,6 +186,37 @@ def format_scope(
             raise ValueError(f"module path must not contain whitespace: {module!r}")
         name += f" {module}"
     return name
+
+
+@dataclass(frozen=True, slots=True)
+class StepScope:
+    """One generation step's scope: its role and the keys it attends (the KV cache's length after
+    its own tokens are appended)."""
+
+    role: str  # one of STEP_ROLES
+    context: int
+    version: int = GRAMMAR_VERSION
+
+
+def format_step_scope(role: str, context: int) -> str:
+    """``tbattn.v1/decode/C513``: the scope around one generation step. Raises ValueError on bad
+    parts."""
+    if role not in STEP_ROLES:
+        raise ValueError(f"a step's role is one of {', '.join(STEP_ROLES)}, got {role!r}")
+    if not 0 < context < MAX_CONTEXT:
+        raise ValueError(f"a context length must be in 1..{MAX_CONTEXT - 1}, got {context}")
+    return f"{PREFIX}/{role}/C{context}"
+
+
+def parse_step_scope(name: str) -> StepScope | None:
+    """The generation step a name scopes, or None (not a step scope, or a number out of bounds)."""
+    m = _STEP_RE.match(name)
+    if m is None:
+        return None
+    version, context = _bounded(m.group("version"), _MAX_VERSION), _bounded(m.group("context"), MAX_CONTEXT)
+    if version is None or context is None or context == 0:
+        return None
+    return StepScope(role=m.group("role"), context=context, version=version)
 
 
 def is_scope_name(name: str) -> bool:
