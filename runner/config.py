@@ -58,10 +58,11 @@ QUANT_SCHEMES: tuple[str, ...] = ("int8",)
 DTYPES: tuple[str, ...] = ("float32", "bfloat16", "float16")
 MODES: tuple[str, ...] = ("training", "inference", "generate")
 #: ``--mode generate``'s implementations: the exact ones that take a query shorter than its keys.
-#: Compiled flex is not one: its kernel is specialized to one key length, so every decode step
-#: would compile anew (and past dynamo's recompile limit, run eagerly).
+#: Not flex_attention: compiled, its kernel is specialized to one key length, so every decode step
+#: would compile anew (past dynamo's recompile limit, it runs eagerly); eager, it builds a whole
+#: BlockMask and calls a compiled region on every call, which is not how anyone decodes with it.
 GENERATE_IMPLS: tuple[str, ...] = ("naive", "naive-inplace", "sdpa", "sdpa-math", "sdpa-flash", "sdpa-efficient",
-                                   "sdpa-cudnn", "flex-eager")
+                                   "sdpa-cudnn")
 #: ``--kv-cache``: preallocated to the whole generation (static), or grown by ``torch.cat`` per
 #: token (dynamic: every append copies the whole cache).
 KV_CACHES: tuple[str, ...] = ("dynamic", "static")
@@ -188,8 +189,9 @@ class ModelConfig:
             raise ConfigError(f"the prompt ({self.prompt_len}) and the new tokens ({self.new_tokens}) need "
                               f"{self.prompt_len + self.new_tokens} positions; the model has {self.seq} (--seq)")
         if self.impl not in GENERATE_IMPLS:
-            why = ("its compiled kernel is specialized to one key length, so each decode step would compile anew: "
-                   "use flex-eager" if self.impl == "flex" else "it is not exact softmax attention over a KV cache")
+            why = ("flex_attention's compiled kernel is specialized to one key length, and its eager path builds a "
+                   "whole BlockMask on every call" if self.impl.startswith("flex")
+                   else "it is not exact softmax attention over a KV cache")
             raise ConfigError(f"--mode generate does not run {self.impl}: {why}; choose from "
                               f"{', '.join(GENERATE_IMPLS)}")
         unsupported = [flag for flag, on in (("--compile", self.compile), ("--parallel", self.parallel != "none"),

@@ -17,6 +17,7 @@ from tb_attn_plugin.responses_runs import (  # noqa: F401 -- re-exported: every 
     COMPARE_SCHEMA,
     RANKS_SCHEMA,
     SCALING_SCHEMA,
+    CompareDecode,
     CompareError,
     CompareLayer,
     ComparePhase,

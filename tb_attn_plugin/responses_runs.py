@@ -10,7 +10,7 @@ from typing import Literal
 
 import msgspec
 
-from tb_attn_plugin.schema import CollectiveStats, FileError, Spread
+from tb_attn_plugin.schema import CollectiveStats, FileError, Fit, Spread
 
 RANKS_SCHEMA = "tb-attn.ranks/2"
 COMPARE_SCHEMA = "tb-attn.compare/1"
@@ -34,6 +34,7 @@ class CompareRatio(msgspec.Struct, kw_only=True):
     alloc_bytes: float | None
     peak_bytes: float | None
     flops_per_s: float | None
+    decode_us_per_token: float | None = None
 
 
 class CompareLayer(msgspec.Struct, kw_only=True):
@@ -83,6 +84,21 @@ class CompareRun(msgspec.Struct, kw_only=True):
     group: str = ""  # the like-for-like group the ratios are taken in: "builtin, seq 512, float32, training"
     attention_spread: Spread | None = None  # attention time over steps, on the headline's clock
     why_slower: list[str] = []  # same model and configuration as its baseline, another impl, slower: why
+    decode: CompareDecode | None = None  # a generation's decode steps (summary "generation"), where it has them
+
+
+class CompareDecode(msgspec.Struct, kw_only=True):
+    """A generation run's decode steps, per step (one token per sequence), on the run's clock."""
+
+    us_per_token: float  # attention time per decode step
+    step_us: float  # the whole step's wall time
+    prefill_us: float | None  # attention time of the prefill step
+    context: float  # the decode steps' mean context (keys attended)
+    kv_cache: str | None
+    kv_heads: int | None
+    read_bytes_per_token: float  # K and V attention reads per decode step, all layers
+    kv_bytes_per_layer: float  # the cache at the last decode step, one layer
+    launches_per_token: float
 
 
 class CompareError(msgspec.Struct, kw_only=True):
@@ -120,17 +136,8 @@ class CompareResponse(msgspec.Struct, kw_only=True):
     headlines: list[Headline] = []  # per group of runs differing only in implementation
 
 
-class Fit(msgspec.Struct, kw_only=True):
-    """value ≈ a·seq^k, fitted by least squares on log-log axes."""
-
-    a: float
-    k: float
-    r2: float | None  # null with two points: a line through two points says nothing of its fit
-    points: int = 0  # the distinct sequence lengths fitted
-
-
 class ScalingPoint(msgspec.Struct, kw_only=True):
-    seq: int
+    seq: int  # the sequence length, or for a decode series the mean context of the decode steps
     run: str
     time_us: float  # device time where there is some, else CPU time
     alloc_bytes: float
@@ -147,6 +154,9 @@ class ScalingSeries(msgspec.Struct, kw_only=True):
     expect: str | None = None  # what the exponent should be for this mask and implementation
     time_fit: Fit | None  # null with fewer than two sequence lengths
     memory_fit: Fit | None
+    #: "seq": attention time per step and memory allocated against the sequence length; "context": a
+    #: generation's decode attention time per token and its KV cache (all layers) against the context
+    x: str = "seq"
 
 
 class ScalingResponse(msgspec.Struct, kw_only=True):

@@ -19,6 +19,9 @@ __all__ = [
     "Evidence",
     "FileError",
     "Finding",
+    "Fit",
+    "Generation",
+    "GenerationPhase",
     "HeadStats",
     "LayerMask",
     "LayerStats",
@@ -26,6 +29,7 @@ __all__ = [
     "RunSummary",
     "Spread",
     "StepStats",
+    "TokenStats",
     "WorkerSummary",
     "to_json",
 ]
@@ -184,6 +188,78 @@ class CollectiveStats(msgspec.Struct, kw_only=True):
     device_us: float  # the collective kernels' time
 
 
+class Fit(msgspec.Struct, kw_only=True):
+    """value ≈ a·xᵏ (x: a sequence or context length), fitted by least squares on log-log axes."""
+
+    a: float
+    k: float
+    r2: float | None  # null with two points: a line through two points says nothing of its fit
+    points: int = 0  # the distinct lengths fitted
+
+
+class TokenStats(msgspec.Struct, kw_only=True):
+    """One step of a generation (analysis/generation.py): the prefill, or one decode token for
+    each sequence of the batch. Times on the step's own clock: device where there is one."""
+
+    step: int
+    role: str  # "prefill" or "decode"
+    context: int  # the keys attended: the KV cache's length with this step's tokens
+    queries: int  # query tokens per sequence (1 for decode), from the shapes; 0 where none were recorded
+    step_us: float  # the profiler step's wall time on the CPU
+    attention_us: float  # every attention block (device time where there is some, else CPU)
+    core_us: float  # the phases that read K and V (q·kᵀ to attn·v, or the fused call)
+    kv_cache_us: float  # appending to the KV cache (a dynamic cache's copy included)
+    kv_bytes: float  # K and V as attention reads them from the cache, all layers (from shapes)
+    kv_alloc_bytes: float  # memory allocated in the kv_cache phase (memory events)
+    launches: float  # attention's kernels (device) or top-level ops (CPU)
+    flops: float  # attention's FLOPs, projections included
+
+
+class GenerationPhase(msgspec.Struct, kw_only=True):
+    """The prefill or the decode steps of a generation: means per step, and the per-layer table
+    over those steps only."""
+
+    steps: int
+    step_us: float
+    attention_us: float
+    core_us: float
+    kv_cache_us: float
+    kv_bytes: float
+    launches: float
+    flops: float
+    layers: list[LayerStats]
+
+
+class Generation(msgspec.Struct, kw_only=True):
+    """A trace of generation steps (docs/summary.md, "Generation")."""
+
+    source: str  # "scopes" (the runner's step scopes) or "shapes" (queries of one token: decode)
+    clock: str  # "device" or "cpu": the clock of every time below
+    kv_cache: str | None  # "static" or "dynamic" (metadata, or a cat in the kv_cache phase), None: unknown
+    prompt_len: int | None
+    batch: int | None  # sequences per step, from K's shape
+    heads: int | None  # query heads, from q's shape
+    kv_heads: int | None  # K's heads as attention reads them
+    head_dim: int | None
+    kv_dtype: str | None
+    prefill: GenerationPhase | None
+    decode: GenerationPhase | None
+    tokens: list[TokenStats]
+    fit: Fit | None  # decode attention time per step ≈ a·contextᵏ, over the decode steps
+    fit_note: str = ""  # why the fit says little (a narrow range of contexts), or ""
+    per_key_us: float | None = None  # decode attention time per step: slope of a straight line, per key
+    fixed_us: float | None = None  # ... and its intercept: the per-step cost that does not grow
+    kv_bytes_per_layer: float = 0.0  # K and V at the last decode step, one layer
+    kv_bytes_per_head: float = 0.0  # ... one layer, one KV head
+    kv_bytes_per_token: float = 0.0  # the cache's growth per decode step, all layers
+    kv_memory: str = "not checked"  # the shapes' bytes against the memory events: "agrees", "differs: ..."
+    realloc_bytes_per_token: float = 0.0  # decode: bytes the kv_cache phase allocates (a dynamic cache's copy)
+    read_bytes_per_token: float = 0.0  # decode: K and V attention reads, all layers (the cache, once)
+    achieved_bytes_per_s: float = 0.0  # read_bytes_per_token over the core's time (median over decode steps)
+    reference_bytes_per_s: float | None = None  # the machine's copy bandwidth (metadata "peaks"), None: unknown
+    reference: str = ""  # what reference_bytes_per_s is
+
+
 class Evidence(msgspec.Struct, kw_only=True):
     layers: list[int]
     ops: list[str]  # op names behind the finding, most expensive first, at most 8
@@ -228,6 +304,7 @@ class WorkerSummary(msgspec.Struct, kw_only=True):
     collectives: list[CollectiveStats] = msgspec.field(default_factory=list)
     spread: dict[str, Spread] = {}  # step and attention time (SPREAD_KEYS), with two or more steps
     headline: str = ""  # where attention time goes and what the top finding saves at most (analysis/overview.py)
+    generation: Generation | None = None  # prefill and decode steps (analysis/generation.py), where the trace has them
 
 
 class FileError(msgspec.Struct, kw_only=True):

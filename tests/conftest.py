@@ -13,7 +13,18 @@ sys.path.insert(1, str(Path(__file__).resolve().parent.parent))  # the repositor
 
 from collections.abc import Callable
 
-from helpers import HAND_TRACES, SPARSE, STRATEGIES, STRATEGY_IMPLS, STRATEGY_SEQS, WINDOW, profile_run, torchrun
+from helpers import (
+    GENERATION,
+    GENERATION_RUNS,
+    HAND_TRACES,
+    SPARSE,
+    STRATEGIES,
+    STRATEGY_IMPLS,
+    STRATEGY_SEQS,
+    WINDOW,
+    profile_run,
+    torchrun,
+)
 
 from tb_attn_plugin import plugin as plugin_module
 from tb_attn_plugin.trace.decode import decode_bytes
@@ -98,6 +109,19 @@ def sparse_logdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
         assert result.status == "ok", (impl, result.error)
     result = profile_run(logdir, "llama-flex", model="hf:llama", **{**SPARSE, "impl": "flex"})
     assert result.status == "ok", result.error
+    return logdir
+
+
+@pytest.fixture(scope="session")
+def generation_logdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Generation runs (``GENERATION_RUNS``): a prompt of 64 to 256 tokens, then six decode steps,
+    with a dynamic or static KV cache, MHA or MQA, fused or naive attention."""
+    logdir = tmp_path_factory.mktemp("generation")
+    for name, changes in GENERATION_RUNS:
+        prompt = int(changes["prompt_len"])
+        cfg = {**GENERATION, **changes, "seq": prompt + int(GENERATION["new_tokens"])}
+        result = profile_run(logdir, name, **cfg)
+        assert result.status == "ok", (name, result.error)
     return logdir
 
 

@@ -30,6 +30,17 @@ WINDOW = 64
 STRATEGIES: dict[str, Any] = dict(layers=2, heads=2, d_model=32, batch=1, mode="inference")
 STRATEGY_IMPLS = ("naive", "sdpa", "linear-elu", "performer", "int8-qk")
 STRATEGY_SEQS = (64, 128, 256)
+#: Generation (``generation_logdir``): a prompt, then decode steps against a KV cache.
+GENERATION: dict[str, Any] = dict(layers=2, heads=4, d_model=64, batch=2, mode="generate", new_tokens=6)
+#: Its runs: (name, changes), as the runner names them.
+GENERATION_RUNS: tuple[tuple[str, dict[str, Any]], ...] = (
+    ("builtin/sdpa/gen-p64-n6-dynamic", dict(impl="sdpa", prompt_len=64)),
+    ("builtin/sdpa/gen-p128-n6-dynamic", dict(impl="sdpa", prompt_len=128)),
+    ("builtin/sdpa/gen-p256-n6-dynamic", dict(impl="sdpa", prompt_len=256)),
+    ("builtin/sdpa/gen-p128-n6-static", dict(impl="sdpa", prompt_len=128, kv_cache="static")),
+    ("builtin/sdpa/gen-p128-n6-dynamic-kv1", dict(impl="sdpa", prompt_len=128, kv_heads=1)),
+    ("builtin/naive/gen-p128-n6-dynamic", dict(impl="naive", prompt_len=128)),
+)
 
 
 def profile_run(logdir: Path, name: str, model: str = "builtin", **changes: object) -> RunResult:

@@ -135,6 +135,8 @@ export interface WorkerSummary {
   spread: Record<string, Spread>;
   /** where attention time goes and what the top finding saves at most (analysis/overview.py) */
   headline: string;
+  /** prefill and decode steps (analysis/generation.py), where the trace has them */
+  generation: Generation | null;
 }
 
 export interface LayerStats {
@@ -301,6 +303,110 @@ export interface CollectiveStats {
   cpu_us: number;
   /** the collective kernels' time */
   device_us: number;
+}
+
+/** A trace of generation steps (docs/summary.md, "Generation"). */
+export interface Generation {
+  /** "scopes" (the runner's step scopes) or "shapes" (queries of one token: decode) */
+  source: string;
+  /** "device" or "cpu": the clock of every time below */
+  clock: string;
+  /** "static" or "dynamic" (metadata, or a cat in the kv_cache phase), None: unknown */
+  kv_cache: string | null;
+  prompt_len: number | null;
+  /** sequences per step, from K's shape */
+  batch: number | null;
+  /** query heads, from q's shape */
+  heads: number | null;
+  /** K's heads as attention reads them */
+  kv_heads: number | null;
+  head_dim: number | null;
+  kv_dtype: string | null;
+  prefill: GenerationPhase | null;
+  decode: GenerationPhase | null;
+  tokens: TokenStats[];
+  /** decode attention time per step ≈ a·contextᵏ, over the decode steps */
+  fit: Fit | null;
+  /** why the fit says little (a narrow range of contexts), or "" */
+  fit_note: string;
+  /** decode attention time per step: slope of a straight line, per key */
+  per_key_us: number | null;
+  /** ... and its intercept: the per-step cost that does not grow */
+  fixed_us: number | null;
+  /** K and V at the last decode step, one layer */
+  kv_bytes_per_layer: number;
+  /** ... one layer, one KV head */
+  kv_bytes_per_head: number;
+  /** the cache's growth per decode step, all layers */
+  kv_bytes_per_token: number;
+  /** the shapes' bytes against the memory events: "agrees", "differs: ..." */
+  kv_memory: string;
+  /** decode: bytes the kv_cache phase allocates (a dynamic cache's copy) */
+  realloc_bytes_per_token: number;
+  /** decode: K and V attention reads, all layers (the cache, once) */
+  read_bytes_per_token: number;
+  /** read_bytes_per_token over the core's time (median over decode steps) */
+  achieved_bytes_per_s: number;
+  /** the machine's copy bandwidth (metadata "peaks"), None: unknown */
+  reference_bytes_per_s: number | null;
+  /** what reference_bytes_per_s is */
+  reference: string;
+}
+
+/**
+ * The prefill or the decode steps of a generation: means per step, and the per-layer table
+ * over those steps only.
+ */
+export interface GenerationPhase {
+  steps: number;
+  step_us: number;
+  attention_us: number;
+  core_us: number;
+  kv_cache_us: number;
+  kv_bytes: number;
+  launches: number;
+  flops: number;
+  layers: LayerStats[];
+}
+
+/**
+ * One step of a generation (analysis/generation.py): the prefill, or one decode token for
+ * each sequence of the batch. Times on the step's own clock: device where there is one.
+ */
+export interface TokenStats {
+  step: number;
+  /** "prefill" or "decode" */
+  role: string;
+  /** the keys attended: the KV cache's length with this step's tokens */
+  context: number;
+  /** query tokens per sequence (1 for decode), from the shapes; 0 where none were recorded */
+  queries: number;
+  /** the profiler step's wall time on the CPU */
+  step_us: number;
+  /** every attention block (device time where there is some, else CPU) */
+  attention_us: number;
+  /** the phases that read K and V (q·kᵀ to attn·v, or the fused call) */
+  core_us: number;
+  /** appending to the KV cache (a dynamic cache's copy included) */
+  kv_cache_us: number;
+  /** K and V as attention reads them from the cache, all layers (from shapes) */
+  kv_bytes: number;
+  /** memory allocated in the kv_cache phase (memory events) */
+  kv_alloc_bytes: number;
+  /** attention's kernels (device) or top-level ops (CPU) */
+  launches: number;
+  /** attention's FLOPs, projections included */
+  flops: number;
+}
+
+/** value ≈ a·xᵏ (x: a sequence or context length), fitted by least squares on log-log axes. */
+export interface Fit {
+  a: number;
+  k: number;
+  /** null with two points: a line through two points says nothing of its fit */
+  r2: number | null;
+  /** the distinct lengths fitted */
+  points: number;
 }
 
 export interface FileError {
@@ -658,6 +764,8 @@ export interface CompareRun {
   attention_spread: Spread | null;
   /** same model and configuration as its baseline, another impl, slower: why */
   why_slower: string[];
+  /** a generation's decode steps (summary "generation"), where it has them */
+  decode: CompareDecode | null;
 }
 
 export interface ComparePhase {
@@ -693,6 +801,26 @@ export interface CompareRatio {
   alloc_bytes: number | null;
   peak_bytes: number | null;
   flops_per_s: number | null;
+  decode_us_per_token: number | null;
+}
+
+/** A generation run's decode steps, per step (one token per sequence), on the run's clock. */
+export interface CompareDecode {
+  /** attention time per decode step */
+  us_per_token: number;
+  /** the whole step's wall time */
+  step_us: number;
+  /** attention time of the prefill step */
+  prefill_us: number | null;
+  /** the decode steps' mean context (keys attended) */
+  context: number;
+  kv_cache: string | null;
+  kv_heads: number | null;
+  /** K and V attention reads per decode step, all layers */
+  read_bytes_per_token: number;
+  /** the cache at the last decode step, one layer */
+  kv_bytes_per_layer: number;
+  launches_per_token: number;
 }
 
 export interface CompareError {
@@ -746,25 +874,17 @@ export interface ScalingSeries {
   /** null with fewer than two sequence lengths */
   time_fit: Fit | null;
   memory_fit: Fit | null;
+  x: string;
 }
 
 export interface ScalingPoint {
+  /** the sequence length, or for a decode series the mean context of the decode steps */
   seq: number;
   run: string;
   /** device time where there is some, else CPU time */
   time_us: number;
   alloc_bytes: number;
   peak_bytes: number;
-}
-
-/** value ≈ a·seq^k, fitted by least squares on log-log axes. */
-export interface Fit {
-  a: number;
-  k: number;
-  /** null with two points: a line through two points says nothing of its fit */
-  r2: number | null;
-  /** the distinct sequence lengths fitted */
-  points: number;
 }
 
 export interface StrategiesResponse {

@@ -19,6 +19,7 @@ import numpy as np
 from tb_attn_plugin.analysis.configs import config, config_key, group_label, median_worker, text
 from tb_attn_plugin.analysis.why_slower import same_but_impl, why_slower
 from tb_attn_plugin.responses import (
+    CompareDecode,
     CompareError,
     CompareLayer,
     ComparePhase,
@@ -33,11 +34,15 @@ from tb_attn_plugin.responses import (
     ScalingResponse,
     ScalingSeries,
 )
-from tb_attn_plugin.schema import RunSummary
+from tb_attn_plugin.schema import RunSummary, WorkerSummary
 
 __all__ = ["BaselineError", "compare", "fit_power", "run_facts", "scaling"]
 
-_RATIO_KEYS = ("attention_cpu_us", "attention_device_us", "alloc_bytes", "peak_bytes", "flops_per_s")
+_RATIO_KEYS = ("attention_cpu_us", "attention_device_us", "alloc_bytes", "peak_bytes", "flops_per_s",
+               "decode_us_per_token")
+#: What compare's groups may differ in: the implementation, and for generation the KV cache's kind
+#: and heads (MHA against GQA, static against dynamic: what generation runs are compared for).
+_COMPARED = ("impl", "kv_cache", "kv_heads")
 # The label of a scaling series; the series itself is every config field but seq, with the world size.
 _SERIES_KEYS = ("model", "impl", "mask", "compile", "dtype")
 
@@ -90,6 +95,7 @@ def run_facts(run: RunSummary) -> CompareRun:
                        for f in w.findings],
         ratio=CompareRatio(**dict.fromkeys(_RATIO_KEYS)),
         attention_spread=w.spread.get("attention_device_us" if w.attention_device_us > 0 else "attention_cpu_us"),
+        decode=decode_facts(w),
     )
 
 
@@ -114,7 +120,7 @@ def compare(runs: list[RunSummary], *, baseline: str | None = None) -> CompareRe
     impl = next((c.get("impl") for r, c in zip(usable, cfgs, strict=True) if r.run == base_name), None)
     groups: dict[str, list[int]] = {}
     for i, cfg in enumerate(cfgs):
-        groups.setdefault(config_key(cfg, but="impl"), []).append(i)
+        groups.setdefault(config_key(cfg, but=_COMPARED), []).append(i)
     for members in groups.values():
         by_name = sorted(members, key=lambda i: usable[i].run)
         b = next((i for i in by_name if usable[i].run == base_name), None)
@@ -128,12 +134,32 @@ def compare(runs: list[RunSummary], *, baseline: str | None = None) -> CompareRe
             f.group = label
             ratios: dict[str, float | None] = {}
             for k in _RATIO_KEYS:
-                denominator = getattr(base, k)
-                ratios[k] = getattr(f, k) / denominator if denominator else None
+                denominator, value = _ratio_value(base, k), _ratio_value(f, k)
+                ratios[k] = value / denominator if denominator and value is not None else None
             f.ratio = CompareRatio(**ratios)
             if run is not base_run and same_but_impl(run, base_run):
                 f.why_slower = why_slower(run, base_run)
     return CompareResponse(baseline=base_name, runs=facts, errors=errors, headlines=headlines(usable, facts))
+
+
+def _ratio_value(f: CompareRun, key: str) -> float | None:
+    if key == "decode_us_per_token":
+        return f.decode.us_per_token if f.decode is not None else None
+    return float(getattr(f, key))
+
+
+def decode_facts(w: WorkerSummary) -> CompareDecode | None:
+    """A worker's decode steps for compare, or None without any."""
+    g = w.generation
+    if g is None or g.decode is None:
+        return None
+    decode = [t for t in g.tokens if t.role == "decode"]
+    return CompareDecode(
+        us_per_token=g.decode.attention_us, step_us=g.decode.step_us,
+        prefill_us=g.prefill.attention_us if g.prefill is not None else None,
+        context=sum(t.context for t in decode) / len(decode) if decode else 0.0, kv_cache=g.kv_cache,
+        kv_heads=g.kv_heads, read_bytes_per_token=g.read_bytes_per_token, kv_bytes_per_layer=g.kv_bytes_per_layer,
+        launches_per_token=g.decode.launches)
 
 
 def headlines(runs: list[RunSummary], facts: list[CompareRun]) -> list[Headline]:
@@ -243,8 +269,16 @@ def scaling(runs: list[RunSummary]) -> ScalingResponse:
         seq = cfg.get("seq")
         if not isinstance(seq, int):
             continue
-        key = config_key(cfg, but="seq")
         f = run_facts(run)
+        if f.decode is not None and f.decode.context > 0:
+            # A generation: decode time per token against the context it attends, and the KV cache
+            # (every layer) against it; runs that differ in their prompt make the series.
+            layers = len(f.layers)
+            groups.setdefault(config_key(cfg, but=("seq", "prompt_len")), []).append(ScalingPoint(
+                seq=round(f.decode.context), run=run.run, time_us=f.decode.us_per_token,
+                alloc_bytes=f.decode.kv_bytes_per_layer * layers, peak_bytes=f.peak_bytes))
+            continue
+        key = config_key(cfg, but="seq")
         groups.setdefault(key, []).append(ScalingPoint(
             seq=seq, run=run.run, time_us=f.attention_device_us or f.attention_cpu_us,
             alloc_bytes=f.alloc_bytes, peak_bytes=f.peak_bytes,
@@ -259,7 +293,11 @@ def scaling(runs: list[RunSummary]) -> ScalingResponse:
         configs.append(full)
         mask = full.get("mask") if isinstance(full.get("mask"), str) else None
         impl = cfg["impl"] + (" compiled" if full.get("compile") is True else "")
+        decode = full.get("mode") == "generate"
+        if decode:
+            impl += f" {full.get('kv_cache')} cache" + (f" kv{full.get('kv_heads')}" if full.get("kv_heads") else "")
         series.append(ScalingSeries(
+            x="context" if decode else "seq",
             label=" ".join(v for v in (cfg["model"], impl, mask if mask != "causal" else None, cfg["dtype"])
                            if v not in (None, "None")),
             impl=cfg["impl"], dtype=cfg["dtype"], model=cfg["model"], mask=mask,

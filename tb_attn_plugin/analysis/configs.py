@@ -26,12 +26,13 @@ def config(run: RunSummary) -> dict[str, Any]:
     return out
 
 
-def config_key(cfg: dict[str, Any], *, but: str) -> str:
+def config_key(cfg: dict[str, Any], *, but: str | tuple[str, ...]) -> str:
     """The run's whole configuration but one field, as a key: runs scale together when all but
     ``seq`` matches, and compare like for like when all but ``impl`` does (the model, its sizes,
     dtype, mode, dropout, mask, parallel layout and world size: a two-rank tensor-parallel run is
     not a point of a single-process series)."""
-    return json.dumps({k: v for k, v in cfg.items() if k != but}, sort_keys=True, default=str)
+    skip = (but,) if isinstance(but, str) else but
+    return json.dumps({k: v for k, v in cfg.items() if k not in skip}, sort_keys=True, default=str)
 
 
 def text(value: object) -> str | None:
@@ -48,8 +49,9 @@ def median_worker(run: RunSummary) -> WorkerSummary:
 
 def group_label(cfg: dict[str, Any]) -> str:
     """A group of like-for-like runs in words: "builtin, seq 512, float32, training"."""
-    parts = [str(cfg.get("model") or "?"), f"seq {cfg.get('seq')}", str(cfg.get("dtype") or "?"),
-             str(cfg.get("mode") or "")]
+    length = (f"prompt {cfg.get('prompt_len')} + {cfg.get('new_tokens')} tokens" if cfg.get("mode") == "generate"
+              else f"seq {cfg.get('seq')}")
+    parts = [str(cfg.get("model") or "?"), length, str(cfg.get("dtype") or "?"), str(cfg.get("mode") or "")]
     if cfg.get("parallel") not in (None, "none"):
         parts.append(f"parallel {cfg['parallel']}")
     if isinstance(cfg.get("world_size"), int) and cfg["world_size"] > 1:

@@ -20,6 +20,7 @@ from collections.abc import Iterable
 import numpy as np
 
 from tb_attn_plugin.analysis.analyze import Analysis
+from tb_attn_plugin.analysis.generation_findings import GENERATION_RULES
 from tb_attn_plugin.analysis.op_findings import OP_RULES
 from tb_attn_plugin.analysis.quant_findings import QUANT_RULES
 from tb_attn_plugin.analysis.query import MAX_NAMES, RuleQuery, new_finding
@@ -62,9 +63,11 @@ def find(analysis: Analysis, summary: WorkerSummary, *, metadata: dict[str, obje
         return []
     t = RuleQuery(analysis.events, analysis.attr, summary, metadata or {})
     out: list[Finding] = []
-    for rule in (*OP_RULES, *SPARSE_RULES, *QUANT_RULES, _sxs_materialized, _dispatch_bound, _backend_mismatch,
-                 _unplaced, _share_of_step):
+    for rule in (*OP_RULES, *SPARSE_RULES, *QUANT_RULES, *GENERATION_RULES, _sxs_materialized, _dispatch_bound,
+                 _backend_mismatch, _unplaced, _share_of_step):
         out.extend(rule(t))
+    if any(f.id == "decode-dispatch-bound" for f in out):  # the same cause, said of decode steps with their figures
+        out = [f for f in out if f.id != "dispatch-bound"]
     return sorted(out, key=lambda f: (SEVERITIES.index(f.severity), f.id, f.evidence.layers))
 
 

@@ -26,6 +26,7 @@ from tb_attn_plugin.analysis.bounds import BAD_HEAD_COUNT, HeadRowBudget, check_
 from tb_attn_plugin.analysis.collectives import collectives
 from tb_attn_plugin.analysis.findings import find
 from tb_attn_plugin.analysis.flops import flop_rate
+from tb_attn_plugin.analysis.generation import generation
 from tb_attn_plugin.analysis.overview import headline
 from tb_attn_plugin.analysis.query import TraceQuery, ancestors
 from tb_attn_plugin.analysis.ranks import rank_of
@@ -62,6 +63,7 @@ def summarize_trace(analysis: Analysis, *, file: str, worker: str, span: str | N
     ``tb_attn_run.json``, which two rules read): what a trace file's summary is, everywhere."""
     summary = summarize_analysis(analysis, file=file, worker=worker, span=span)
     apply_masks(summary, metadata)
+    summary.generation = generation(analysis, summary, metadata, lambda part: summarize_analysis(part).layers)
     summary.findings = find(analysis, summary, metadata=metadata)
     summary.headline = headline(summary)
     return summary

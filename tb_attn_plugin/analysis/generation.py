@@ -1,0 +1,320 @@
+"""Generation: a trace's prefill and decode steps, per token, with the KV cache's bytes.
+
+Which step is which comes from the runner's step scopes (``tbattn.v1/decode/C513``,
+``scopes.parse_step_scope``). A trace without them (anyone's own ``generate()`` loop) is read
+from its shapes: a step whose every attention call has one query per sequence is a decode step
+against as many keys as K has, and one whose queries are as many as its keys is a prefill.
+
+Per step: its wall time, attention's time (device where there is one), the core's (the phases
+that read K and V), the KV cache's appends, the K and V bytes attention reads (from the core
+ops' shapes: the fused call's k and v, naive attention's matmul operands, or the K and V a
+grouped-query ``kv_expand`` repeats, which are the cache's own), the memory the appends
+allocate (memory events), launches and FLOPs. Over the decode steps: a fit of attention time
+against context (a·Lᵏ, and the straight line's per-key slope), the cache's size per layer and
+head and its growth per token, the shapes' bytes checked against the memory events, and the
+bandwidth attention achieves reading the cache. ``docs/analysis.md``, "Generation", has the long
+form.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable
+
+import numpy as np
+
+from tb_attn_plugin.analysis.analyze import Analysis
+from tb_attn_plugin.analysis.compare import fit_power
+from tb_attn_plugin.analysis.flops import elem_bytes
+from tb_attn_plugin.analysis.query import TraceQuery, dtype_name
+from tb_attn_plugin.ops import KV_EXPAND_OPS, MATMUL_ARGS, SDPA_OPS
+from tb_attn_plugin.schema import Generation, GenerationPhase, LayerStats, TokenStats, WorkerSummary
+from tb_attn_plugin.scopes import PHASES, STEP_ROLES, is_scope_name, parse_step_scope
+from tb_attn_plugin.trace.kineto import Kind
+
+__all__ = ["CORE_PHASES", "NARROW_RANGE", "generation", "generation_meta", "restrict_steps"]
+
+#: The phases that read K and V: what a decode step's bandwidth is measured over.
+CORE_PHASES = ("kv_expand", "qk_matmul", "scale", "mask", "softmax", "dropout", "av_matmul", "sdpa", "flex")
+_CORE = np.array([PHASES.index(p) for p in CORE_PHASES])
+_KV_CACHE = PHASES.index("kv_cache")
+_KV_EXPAND = PHASES.index("kv_expand")
+_QK, _AV = PHASES.index("qk_matmul"), PHASES.index("av_matmul")
+_FUSED = (PHASES.index("sdpa"), PHASES.index("flex"))
+#: Below this ratio of the largest decode context to the smallest, the exponent says little.
+NARROW_RANGE = 2.0
+#: The memory events agree with the shapes within this share (allocators round sizes up).
+MEMORY_TOLERANCE = 0.02
+
+
+def generation(analysis: Analysis, summary: WorkerSummary, metadata: dict[str, object] | None,
+               layers_of: Callable[[Analysis], list[LayerStats]]) -> Generation | None:
+    """The generation figures of one analyzed trace, or None where it has no decode step.
+    ``layers_of``: the summary's per-layer table of an analysis, which is called on the trace
+    restricted to the prefill steps and to the decode steps (``restrict_steps``)."""
+    q = TraceQuery(analysis.events, analysis.attr)
+    shapes = _kv_shapes(q)
+    roles, source = _scoped_roles(q), "scopes"
+    if not roles:
+        roles, source = _roles_from_shapes(shapes), "shapes"
+    if not any(role == "decode" for role, _ in roles.values()):
+        return None
+    restricted = {role: layers_of(restrict_steps(analysis, [s for s, (r, _) in roles.items() if r == role]))
+                  for role in STEP_ROLES if any(r == role for r, _ in roles.values())}
+    cuda = summary.step_device_us > 0
+    steps = {s.step: s for s in summary.per_step}
+    figures = _step_figures(q, sorted(roles), cuda)
+    tokens = []
+    for step, (role, context) in sorted(roles.items()):
+        per = steps.get(step)
+        if per is None:
+            continue
+        layers = shapes.get(step, [])
+        f = figures[step]
+        tokens.append(TokenStats(
+            step=step, role=role, context=context, queries=max((s.queries for s in layers), default=0),
+            step_us=per.cpu_us, attention_us=per.attention_device_us if cuda else per.attention_cpu_us,
+            core_us=f["core"], kv_cache_us=f["kv_cache"], kv_bytes=float(sum(s.kv_bytes for s in layers)),
+            kv_alloc_bytes=f["alloc"], launches=f["launches"], flops=f["flops"]))
+    decode = [t for t in tokens if t.role == "decode"]
+    if not decode:
+        return None
+    gen = generation_meta(metadata)
+    last = shapes.get(decode[-1].step, [])
+    one = last[0] if last else None
+    kv_heads = one.heads if one else None
+    per_layer = decode[-1].kv_bytes / len(last) if last else 0.0
+    out = Generation(
+        source=source, clock="device" if cuda else "cpu",
+        kv_cache=_kv_cache_kind(gen, decode), prompt_len=_int(gen.get("prompt_len")) or _prompt_len(tokens),
+        batch=one.batch if one else None, heads=one.q_heads if one else None, kv_heads=kv_heads, head_dim=one.head_dim if one else None,
+        kv_dtype=one.dtype if one else None,
+        prefill=_phase([t for t in tokens if t.role == "prefill"], restricted.get("prefill", [])),
+        decode=_phase(decode, restricted.get("decode", [])),
+        tokens=tokens, fit=None,
+        kv_bytes_per_layer=per_layer, kv_bytes_per_head=per_layer / kv_heads if kv_heads else 0.0,
+        realloc_bytes_per_token=_mean(t.kv_alloc_bytes for t in decode),
+        read_bytes_per_token=_mean(t.kv_bytes for t in decode),
+    )
+    _fit(out, decode)
+    out.kv_memory = _memory_check(out, decode, [t for t in tokens if t.role == "prefill"],
+                                  bool(analysis.events.mem_ts.size))
+    rates = [t.kv_bytes / (t.core_us * 1e-6) for t in decode if t.core_us > 0 and t.kv_bytes > 0]
+    out.achieved_bytes_per_s = float(np.median(rates)) if rates else 0.0
+    peaks = metadata.get("peaks") if isinstance(metadata, dict) else None
+    bw = peaks.get("copy_bytes_per_s") if isinstance(peaks, dict) else None
+    if isinstance(bw, int | float) and not isinstance(bw, bool) and math.isfinite(bw) and bw > 0:
+        out.reference_bytes_per_s = float(bw)
+        out.reference = "the copy bandwidth the runner measured on this machine (bytes read + written per second)"
+    return out
+
+
+def generation_meta(metadata: dict[str, object] | None) -> dict[str, object]:
+    """The run metadata's ``generation`` (runner/generate.py), or {}."""
+    gen = metadata.get("generation") if isinstance(metadata, dict) else None
+    return gen if isinstance(gen, dict) else {}
+
+
+def restrict_steps(analysis: Analysis, steps: list[int]) -> Analysis:
+    """The same trace with only ``steps`` counted as profiled steps (for a per-layer table over
+    the prefill or the decode steps alone)."""
+    a = analysis.attr
+    keep = np.asarray(sorted(steps), np.int32)
+    attr = dataclasses.replace(a, step=np.where(np.isin(a.step, keep), a.step, -1).astype(np.int32),
+                               mem_step=np.where(np.isin(a.mem_step, keep), a.mem_step, -1).astype(np.int32))
+    return dataclasses.replace(analysis, attr=attr)
+
+
+# -- which step is which ------------------------------------------------------------------------
+
+def _scoped_roles(q: TraceQuery) -> dict[int, tuple[str, int]]:
+    ev, a = q.ev, q.a
+    parsed = {nid: parse_step_scope(n) for nid, n in enumerate(ev.names) if is_scope_name(n)}
+    ids = [nid for nid, s in parsed.items() if s is not None]
+    if not ids:
+        return {}
+    out: dict[int, tuple[str, int]] = {}
+    for i in np.flatnonzero(np.isin(ev.name, ids) & (a.step >= 0)).tolist():
+        scope = parsed[int(ev.name[i])]
+        assert scope is not None
+        out.setdefault(int(a.step[i]), (scope.role, scope.context))
+    return out
+
+
+class _LayerKV:
+    """One attention call's K and V as read from the cache: sizes from the shapes."""
+
+    __slots__ = ("batch", "dtype", "head_dim", "heads", "keys", "kv_bytes", "q_heads", "queries")
+
+    def __init__(self, k: list[int], v: list[int], dtype: str, queries: int, q_heads: int | None) -> None:
+        self.q_heads = q_heads
+        self.batch = int(np.prod(k[:-3])) if len(k) > 3 else 1
+        self.heads = k[-3] if len(k) >= 3 else 1
+        self.keys, self.head_dim, self.queries = k[-2], k[-1], queries
+        self.dtype = dtype_name(dtype) or dtype
+        self.kv_bytes = (math.prod(k) + math.prod(v)) * elem_bytes(dtype)
+
+
+def _kv_shapes(q: TraceQuery) -> dict[int, list[_LayerKV]]:
+    """Per step, per forward attention call: K and V as attention reads them from the cache."""
+    ev, a = q.ev, q.a
+    fwd = (a.layer >= 0) & (a.step >= 0) & ~a.backward & (ev.kind == Kind.CPU_OP)
+    names = ev.names
+    out: dict[int, list[_LayerKV]] = {}
+    # One call per (step, layer, block instance): the block scopes, forward, in the steps.
+    blocks = np.flatnonzero(a.is_scope & (a.phase < 0) & (a.head < 0) & (a.layer >= 0) & (a.step >= 0) & ~a.backward)
+    for b in blocks.tolist():
+        sub = np.arange(b + 1, q.subtree_end(b))
+        ops = sub[fwd[sub] & q.top_op[sub]]
+        found = _call_kv(q, ops, names)
+        if found is not None:
+            out.setdefault(int(a.step[b]), []).append(found)
+    return out
+
+
+def _call_kv(q: TraceQuery, ops: np.ndarray, names: tuple[str, ...]) -> _LayerKV | None:
+    """K and V of one block's call: a fused call's k and v, the tensors kv_expand repeats (the
+    cache's own, before grouped-query expansion), or naive attention's matmul operands."""
+    a, ev = q.a, q.ev
+    phase = a.phase[ops]
+    fused = ops[np.isin(phase, _FUSED) & np.isin(ev.name[ops], [i for i, n in enumerate(names) if n in SDPA_OPS])]
+    for i in fused.tolist():
+        qd, k, v = q.dims(i, 0), q.dims(i, 1), q.dims(i, 2)
+        if qd and k and v and len(k) >= 3:
+            return _LayerKV(k, v, q.types(i)[1] if len(q.types(i)) > 1 else "float", qd[-2],
+                            qd[-3] if len(qd) >= 3 else None)
+    expand = ops[(phase == _KV_EXPAND) & np.isin(ev.name[ops], [i for i, n in enumerate(names) if n in KV_EXPAND_OPS])]
+    qk = [i for i in ops[phase == _QK].tolist() if names[ev.name[i]] in MATMUL_ARGS]
+    av = [i for i in ops[phase == _AV].tolist() if names[ev.name[i]] in MATMUL_ARGS]
+    queries, q_heads = 0, None
+    if qk:
+        ia, _ = MATMUL_ARGS[names[ev.name[qk[0]]]]
+        qd = q.dims(qk[0], ia)
+        queries = qd[-2] if qd and len(qd) >= 2 else 0
+        q_heads = qd[-3] if qd and len(qd) >= 3 else None
+    if expand.size >= 2:
+        k, v = q.dims(int(expand[0])), q.dims(int(expand[1]))
+        if k and v and len(k) == len(v) == 5:  # Hugging Face's repeat_kv: (B, Hkv, 1, L, D) expanded
+            k, v = k[:2] + k[3:], v[:2] + v[3:]
+        if k and v and len(k) >= 3:
+            return _LayerKV(k, v, (q.types(int(expand[0])) or ("float",))[0], queries, q_heads)
+    if qk and av:
+        _, ib = MATMUL_ARGS[names[ev.name[qk[0]]]]
+        _, vb = MATMUL_ARGS[names[ev.name[av[0]]]]
+        kt, v = q.dims(qk[0], ib), q.dims(av[0], vb)
+        if kt and v and len(kt) >= 3:
+            k = [*kt[:-2], kt[-1], kt[-2]]  # kᵀ (..., D, Sk) back to (..., Sk, D)
+            types = q.types(qk[0])
+            return _LayerKV(k, v, types[ib] if len(types) > ib else "float", queries, q_heads)
+    return None
+
+
+def _roles_from_shapes(shapes: dict[int, list[_LayerKV]]) -> dict[int, tuple[str, int]]:
+    out: dict[int, tuple[str, int]] = {}
+    for step, calls in shapes.items():
+        queries = {c.queries for c in calls}
+        keys = max(c.keys for c in calls)
+        if queries == {1}:
+            out[step] = ("decode", keys)
+        elif len(queries) == 1 and queries.pop() == keys and keys > 1:
+            out[step] = ("prefill", keys)
+    return out if any(role == "decode" for role, _ in out.values()) else {}
+
+
+# -- per step -------------------------------------------------------------------------------
+
+def _step_figures(q: TraceQuery, steps: list[int], cuda: bool) -> dict[int, dict[str, float]]:
+    ev, a = q.ev, q.a
+    fwd = (a.layer >= 0) & ~a.backward
+    code = np.searchsorted(np.asarray(steps), a.step)
+    known = np.isin(a.step, steps)
+    n = len(steps)
+
+    def total(mask: np.ndarray, values: np.ndarray | None = None) -> np.ndarray:
+        idx = np.flatnonzero(mask & known)
+        w = ev.dur[idx] if values is None else values[idx]
+        return np.bincount(code[idx], weights=w, minlength=n)[:n]
+
+    work = q.device_work if cuda else (a.is_scope & (ev.kind == Kind.ANNOTATION))
+    core = total(fwd & work & np.isin(a.phase, _CORE))
+    cache = total(fwd & work & (a.phase == _KV_CACHE))
+    launches = total(fwd & (q.device_work if cuda else q.top_op), np.ones(len(ev)))
+    flops = total(fwd, a.flops)
+    mem = np.flatnonzero((a.mem_phase == _KV_CACHE) & ~a.mem_backward & q.mem_ok & (ev.mem_bytes > 0)
+                         & np.isin(a.mem_step, steps))
+    alloc = np.bincount(np.searchsorted(np.asarray(steps), a.mem_step[mem]), weights=ev.mem_bytes[mem],
+                        minlength=n)[:n]
+    return {s: {"core": float(core[i]), "kv_cache": float(cache[i]), "launches": float(launches[i]),
+                "flops": float(flops[i]), "alloc": float(alloc[i])} for i, s in enumerate(steps)}
+
+
+def _phase(tokens: list[TokenStats], layers: list[LayerStats]) -> GenerationPhase | None:
+    if not tokens:
+        return None
+    return GenerationPhase(
+        steps=len(tokens), step_us=_mean(t.step_us for t in tokens), attention_us=_mean(t.attention_us for t in tokens),
+        core_us=_mean(t.core_us for t in tokens), kv_cache_us=_mean(t.kv_cache_us for t in tokens),
+        kv_bytes=_mean(t.kv_bytes for t in tokens), launches=_mean(t.launches for t in tokens),
+        flops=_mean(t.flops for t in tokens), layers=layers)
+
+
+def _fit(out: Generation, decode: list[TokenStats]) -> None:
+    xs = [float(t.context) for t in decode]
+    ys = [t.attention_us for t in decode]
+    out.fit = fit_power(xs, ys)
+    if len(set(xs)) >= 2:
+        slope, intercept = np.polyfit(xs, ys, 1)
+        out.per_key_us, out.fixed_us = float(slope), float(intercept)
+        counts = np.polyfit(xs, [t.kv_bytes for t in decode], 1)
+        out.kv_bytes_per_token = max(0.0, float(counts[0]))
+    lo, hi = min(xs), max(xs)
+    if lo > 0 and hi / lo < NARROW_RANGE:
+        out.fit_note = (f"the decode steps' contexts span {lo:.0f} to {hi:.0f} keys ({hi / lo:.2f}x): too narrow for "
+                        "the exponent to mean much; sweep --prompt-len and compare the runs for the trend")
+
+
+def _memory_check(out: Generation, decode: list[TokenStats], prefill: list[TokenStats], memory_events: bool) -> str:
+    """The cache's bytes from the shapes against what the kv_cache phase allocates."""
+    shapes = out.read_bytes_per_token
+    alloc = out.realloc_bytes_per_token
+    if shapes <= 0:
+        return "not checked: no K and V shapes (record_shapes off?)"
+    if not memory_events:
+        return "not checked: the trace has no memory events (profile_memory off)"
+    if not any(t.kv_cache_us > 0 or t.kv_alloc_bytes > 0 for t in decode):
+        return "not checked: no kv_cache phase in this trace (the appends are in no attention block)"
+    if abs(alloc - shapes) <= MEMORY_TOLERANCE * shapes:
+        return "agrees: each decode step allocates the whole cache anew, as many bytes as K and V's shapes"
+    if alloc <= MEMORY_TOLERANCE * shapes:
+        first = prefill[0].kv_alloc_bytes if prefill else 0.0
+        last = decode[-1].kv_bytes
+        if first >= last * (1 - MEMORY_TOLERANCE):
+            return "agrees: decode steps allocate nothing in the kv_cache phase; the prefill allocated the whole cache"
+        return "agrees: decode steps allocate nothing in the kv_cache phase (a preallocated cache)"
+    return f"differs: the kv_cache phase allocates {alloc:.0f} bytes per decode step; the shapes say {shapes:.0f}"
+
+
+def _kv_cache_kind(gen: dict[str, object], decode: list[TokenStats]) -> str | None:
+    kind = gen.get("kv_cache")
+    if isinstance(kind, str) and kind in ("static", "dynamic"):
+        return kind
+    if not any(t.kv_alloc_bytes for t in decode):
+        return None
+    grows = all(t.kv_alloc_bytes >= (1 - MEMORY_TOLERANCE) * t.kv_bytes > 0 for t in decode)
+    return "dynamic" if grows else None
+
+
+def _prompt_len(tokens: list[TokenStats]) -> int | None:
+    first = next((t for t in tokens if t.role == STEP_ROLES[0]), None)
+    return first.context if first else None
+
+
+def _int(value: object) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
+def _mean(values: object) -> float:
+    vals = list(values)  # type: ignore[call-overload]
+    return float(sum(vals) / len(vals)) if vals else 0.0
+

@@ -1,0 +1,172 @@
+"""Findings on generation with a KV cache: what a decode step spends, and what would cut it.
+
+They read the summary's ``generation`` (``analysis.generation``); thresholds and the reasons for
+them are in ``docs/findings.md``. A decode step reads the whole KV cache for one query per
+sequence: it does about one multiply-add per byte it reads, so on every current machine its
+floor is memory bandwidth; above that floor sit the cache's own copies and the per-op costs of
+launching small work.
+"""
+
+from __future__ import annotations
+
+from tb_attn_plugin.analysis.query import RuleQuery, new_finding
+from tb_attn_plugin.analysis.wording import count, duration, pct, size
+from tb_attn_plugin.schema import Finding, Generation
+
+__all__ = ["DISPATCH_BUSY_MAX", "GENERATION_RULES", "MEMORY_BOUND_SHARE", "REALLOC_MIN_SHARE", "TINY_LAUNCH_US"]
+
+#: A dynamic cache's copies are a finding from this share of decode attention time...
+REALLOC_MIN_SHARE = 0.05
+#: ...and "medium" from this one.
+REALLOC_MEDIUM_SHARE = 0.2
+#: Decode attention reading the cache at this share of the machine's copy bandwidth is memory-bound.
+MEMORY_BOUND_SHARE = 0.5
+#: GPU: a decode step whose device is busy for less than this share of its wall time waits on the CPU.
+DISPATCH_BUSY_MAX = 0.5
+#: CPU: launches (top-level ops) this short on average are mostly dispatch...
+TINY_LAUNCH_US = 20.0
+#: ...when the cache's bytes at the copy bandwidth would take less than this share of the core's time.
+DISPATCH_MEMORY_SHARE = 0.25
+#: gqa-opportunity: suggested while the KV heads are more than a quarter of the query heads.
+GQA_GROUP = 4
+
+
+def _decode(t: RuleQuery) -> Generation | None:
+    g = t.s.generation
+    return g if g is not None and g.decode is not None and g.decode.steps > 0 else None
+
+
+def _kv_cache_realloc(t: RuleQuery) -> list[Finding]:
+    g = _decode(t)
+    if g is None or g.decode is None or g.realloc_bytes_per_token <= 0 or g.read_bytes_per_token <= 0:
+        return []
+    if g.realloc_bytes_per_token < 0.5 * g.read_bytes_per_token:
+        return []  # appends that allocate a little (new pages, a chunked cache) copy no whole cache
+    d = g.decode
+    share = d.kv_cache_us / d.attention_us if d.attention_us > 0 else 0.0
+    if share < REALLOC_MIN_SHARE:
+        return []
+    text = (f"Every decode step allocates the whole KV cache anew and copies it there: {size(g.realloc_bytes_per_token)} "
+            f"per step (the cache of every layer, K and V, which grows by {size(g.kv_bytes_per_token)} per token), "
+            f"so the appends cost O(L) per token and O(L²) over a generation. Appending takes "
+            f"{duration(d.kv_cache_us)} per decode step, {pct(share)} of decode attention time ({duration(d.attention_us)})"
+            + (f" and {pct(d.kv_cache_us / d.step_us)} of the step." if d.step_us > 0 else "."))
+    return [new_finding(
+        "kv-cache-realloc", "medium" if share >= REALLOC_MEDIUM_SHARE else "low",
+        "The KV cache is copied whole on every token",
+        text,
+        "Preallocate the cache for the whole generation and write each token in place: a static cache (tb-attn-run "
+        "--kv-cache static; in Hugging Face, cache_implementation=\"static\" or a StaticCache), or a paged cache "
+        "(vLLM's PagedAttention) that allocates fixed-size blocks as the sequence grows.",
+        layers=sorted(t.layers), ops=["aten::cat"], kernels=[], time_us=d.kv_cache_us,
+        nbytes=g.realloc_bytes_per_token,
+        details={"realloc_bytes_per_token": g.realloc_bytes_per_token, "kv_cache_us": d.kv_cache_us,
+                 "share_of_decode_attention": share, "kv_bytes_per_token": g.kv_bytes_per_token})]
+
+
+def _decode_memory_bound(t: RuleQuery) -> list[Finding]:
+    g = _decode(t)
+    if g is None or g.decode is None or not g.reference_bytes_per_s or g.achieved_bytes_per_s <= 0:
+        return []
+    share = g.achieved_bytes_per_s / g.reference_bytes_per_s
+    if share < MEMORY_BOUND_SHARE:
+        return []
+    d = g.decode
+    text = (f"Each decode step reads the KV cache once: {size(g.read_bytes_per_token)} of K and V over every layer, in "
+            f"{duration(d.core_us)} of attention core time, {size(g.achieved_bytes_per_s)}/s: {pct(share)} of "
+            f"{g.reference} ({size(g.reference_bytes_per_s)}/s). At one multiply-add per byte it reads, decode "
+            "attention is bound by memory bandwidth: faster arithmetic will not make it faster, fewer bytes will. "
+            "A roofline is an upper bound: this says where the floor is, not that the step will reach it.")
+    return [new_finding(
+        "decode-memory-bound", "info", "Decode attention is bound by memory bandwidth",
+        text,
+        "Read fewer bytes per token: fewer KV heads (grouped-query or multi-query attention), a quantized KV cache "
+        "(int8 or fp8 halves or quarters it), or a shorter cache for layers that can use one (a sliding window). "
+        "Larger batches do not help attention here: every sequence reads its own cache.",
+        layers=sorted(t.layers), ops=[], kernels=[], time_us=d.core_us, nbytes=g.read_bytes_per_token,
+        details={"achieved_bytes_per_s": g.achieved_bytes_per_s, "reference_bytes_per_s": g.reference_bytes_per_s,
+                 "share_of_reference": share, "read_bytes_per_token": g.read_bytes_per_token})]
+
+
+def _gqa_opportunity(t: RuleQuery) -> list[Finding]:
+    g = _decode(t)
+    heads = _query_heads(t, g)
+    if g is None or g.decode is None or not g.kv_heads or not heads or heads < GQA_GROUP:
+        return []
+    if g.kv_heads * GQA_GROUP <= heads or g.read_bytes_per_token <= 0:
+        return []
+    per_head = g.read_bytes_per_token / g.kv_heads
+    options = {n: label for n, label in ((heads // GQA_GROUP, f"H/{GQA_GROUP}, grouped-query"), (1, "multi-query"))
+               if n < g.kv_heads}
+    parts = [f"{count(n, 'KV head', 'KV heads')} ({label}) would read {size(per_head * n)}, {pct(1 - n / g.kv_heads)} "
+             "less" for n, label in sorted(options.items(), reverse=True)]
+    text = (f"Decode reads {size(g.read_bytes_per_token)} of K and V per step, {size(per_head)} per KV head over the "
+            f"layers, with {count(g.kv_heads, 'KV head', 'KV heads')} for {count(heads, 'query head', 'query heads')}: "
+            + "; ".join(parts) + ". The cache's memory shrinks by the same share, which lets larger batches or "
+            "longer contexts fit. Only a suggestion: fewer KV heads change the model, which needs uptraining "
+            "(Ainslie et al., 2023, uptrained with 5% of the original pre-training compute) and its accuracy checked.")
+    return [new_finding(
+        "gqa-opportunity", "info", f"Fewer KV heads would cut what decode reads by up to {pct(1 - 1 / g.kv_heads)}",
+        text,
+        "Measure it: run tb-attn-run --mode generate with "
+        + " and with ".join(f"--kv-heads {n}" for n in sorted(options, reverse=True))
+        + " beside this run, then tb-attn compare the decode time per token.",
+        layers=sorted(t.layers), ops=[], kernels=[], time_us=g.decode.core_us, nbytes=g.read_bytes_per_token,
+        details={"kv_heads": g.kv_heads, "query_heads": heads, "read_bytes_per_token": g.read_bytes_per_token,
+                 "bytes_per_kv_head": per_head})]
+
+
+def _decode_dispatch_bound(t: RuleQuery) -> list[Finding]:
+    g = _decode(t)
+    if g is None or g.decode is None or g.decode.launches <= 0:
+        return []
+    d = g.decode
+    decode_steps = {tok.step for tok in g.tokens if tok.role == "decode"}
+    per_launch = d.attention_us / d.launches
+    if t.cuda:
+        walls = [(s.cpu_us, s.device_us) for s in t.s.per_step if s.step in decode_steps and s.cpu_us > 0]
+        if not walls:
+            return []
+        busy = sum(dev for _, dev in walls) / sum(wall for wall, _ in walls)
+        if busy >= DISPATCH_BUSY_MAX:
+            return []
+        why = (f"the device is busy {pct(busy)} of a decode step's {duration(d.step_us)}: the GPU waits for the CPU to "
+               "launch work")
+        what = "kernel"
+    else:
+        memory = (g.read_bytes_per_token / g.reference_bytes_per_s * 1e6) if g.reference_bytes_per_s else None
+        if per_launch >= TINY_LAUNCH_US or (memory is not None and memory >= DISPATCH_MEMORY_SHARE * d.core_us):
+            return []
+        busy = None
+        why = (f"each takes {duration(per_launch)} on average"
+               + (f", while reading the cache at the machine's copy bandwidth would take {duration(memory)} of the core's "
+                  f"{duration(d.core_us)}" if memory is not None else "")
+               + ": the time goes to dispatching small ops, not to arithmetic or memory")
+        what = "op"
+    text = (f"A decode step runs {count(d.launches, what, what + 's')} of attention ({duration(d.attention_us)} per step, "
+            f"{count(d.launches / max(len(t.layers), 1), what, what + 's')} per layer); {why}. At batch "
+            f"{g.batch or '?'} and one query per sequence, each launch has little work.")
+    details: dict[str, float | int | str] = {"launches_per_token": d.launches, "us_per_launch": per_launch,
+                                             "attention_us_per_token": d.attention_us}
+    if busy is not None:
+        details["device_busy_share"] = busy
+    return [new_finding(
+        "decode-dispatch-bound", "medium", "Decode steps are bound by dispatch, not by the hardware",
+        text,
+        "Cut the per-token launches: capture the decode step once and replay it (CUDA graphs, or "
+        "torch.compile(mode=\"reduce-overhead\") with a static KV cache, whose shapes do not change from token to "
+        "token), fuse attention into one F.scaled_dot_product_attention call, or decode more sequences per step "
+        "(a larger batch spreads the same launches over more tokens).",
+        layers=sorted(t.layers), ops=[], kernels=[], time_us=d.attention_us,
+        details=details)]
+
+
+def _query_heads(t: RuleQuery, g: Generation | None) -> int | None:
+    cfg = t.meta.get("config")
+    heads = cfg.get("heads") if isinstance(cfg, dict) else None
+    if isinstance(heads, int) and not isinstance(heads, bool) and heads > 0:
+        return heads
+    return g.heads if g is not None else None
+
+
+GENERATION_RULES = (_kv_cache_realloc, _decode_memory_bound, _gqa_opportunity, _decode_dispatch_bound)
