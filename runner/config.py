@@ -179,7 +179,8 @@ class ModelConfig:
 
     def _check_generate(self) -> None:
         if isinstance(self.prompt_len, bool) or not isinstance(self.prompt_len, int) or self.prompt_len <= 0:
-            raise ConfigError(f"--mode generate needs --prompt-len P, a positive number of tokens, got {self.prompt_len!r}")
+            raise ConfigError(f"--mode generate needs --prompt-len P, a positive number of tokens, got "
+                              f"{self.prompt_len!r}")
         if isinstance(self.new_tokens, bool) or not isinstance(self.new_tokens, int) or self.new_tokens <= 0:
             raise ConfigError(f"--new-tokens must be at least 1 (the decode steps after the prompt), got "
                               f"{self.new_tokens!r}")

@@ -86,8 +86,10 @@ class Generation:
         p = self.cfg.prompt_len
         return [p + i for i in range(self.cfg.new_tokens + 1)]
 
-    def step(self, index: int) -> None:
-        """Step ``index`` of a generation: 0 the prefill (with a fresh cache), i the i-th decode."""
+    def step(self, index: int) -> torch.Tensor:
+        """Step ``index`` of a generation: 0 the prefill (with a fresh cache), i the i-th decode.
+        Returns the logits of the next token (B, vocab); the token fed to the next step is their
+        argmax."""
         context = self.contexts[index]
         with torch.inference_mode():
             if index == 0:
@@ -99,6 +101,7 @@ class Generation:
                 with scope(format_step_scope("decode", context), self.scoped):
                     logits = self.decode_fn(self._token, context - 1)
             self._token = logits.argmax(dim=-1, keepdim=True)  # greedy: (B, 1)
+        return logits
 
     def run(self) -> None:
         """One whole generation, after which its cache and tokens are let go: freeing them inside
@@ -150,7 +153,7 @@ def hf_generation(model: nn.Module, cfg: ModelConfig, prompt: torch.Tensor) -> G
     ``generate()`` does (``cache_position`` given, so that a static cache writes in place)."""
     from transformers import DynamicCache, StaticCache
 
-    config = model.config
+    config: Any = model.config
     state: dict[str, Any] = {}
     static = StaticCache(config=config, max_cache_len=cfg.prompt_len + cfg.new_tokens) if cfg.kv_cache == "static" \
         else None

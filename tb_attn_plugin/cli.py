@@ -60,6 +60,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--run", help="only this run (its path relative to the logdir)")
     s.add_argument("--worker", help="only this worker")
     s.add_argument("--format", choices=("table", "json", "csv"), default="table")
+    s.add_argument("--tokens", action="store_true",
+                   help="with --format csv: one row per generation step (prefill, decode) instead of per layer x phase")
     s.add_argument("--cache-dir", help="keep summaries in this local directory between invocations")
     s.add_argument("--max-trace-mb", type=_mebibytes, default=4096,
                    help="refuse traces larger than this, uncompressed (default 4096)")
@@ -132,6 +134,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     loader = Loader(cache_dir=args.cache_dir, max_trace_bytes=args.max_trace_mb << 20)
     summaries = [loader.summarize_run(r, worker=args.worker) for r in runs]
     render = {"table": report.summary_table, "json": report.summary_json, "csv": report.summary_csv}[args.format]
+    if args.tokens:
+        if args.format != "csv":
+            return _fail("--tokens writes CSV: use it with --format csv (JSON carries the steps in generation.tokens)")
+        from tb_attn_plugin.report_generation import tokens_csv
+
+        render = tokens_csv
     sys.stdout.write(render(summaries))
     failed = [(s.run, e) for s in summaries for e in s.errors]
     for run, err in failed:

@@ -141,6 +141,8 @@ def _ratio(x: float | None) -> str:
 
 
 def compare_table(result: CompareResponse, scale: ScalingResponse) -> str:
+    from tb_attn_plugin.report_generation import compare_decode_lines
+
     header = ("run", "impl", "seq", "dtype", "backend", "attn ms", "steps' spread", "ratio", "alloc MiB", "ratio",
               "peak MiB", "ratio", "FLOP/s", "ratio", "ops/fwd", "kernels/fwd", "findings")
     rows = []
@@ -165,6 +167,7 @@ def compare_table(result: CompareResponse, scale: ScalingResponse) -> str:
               "spread over 20% of their median",
               fmt.format(*header), *(fmt.format(*row) for row in cells)]
     lines += [f"error: {e.run}: {e.error}" for e in result.errors]
+    lines += compare_decode_lines(result)
     for f in result.runs:
         if f.why_slower:
             lines += ["", f"why {printable(f.run)} is slower than {printable(f.baseline or 'the baseline')} "
@@ -175,9 +178,10 @@ def compare_table(result: CompareResponse, scale: ScalingResponse) -> str:
     fitted = [s for s in scale.series if s.time_fit or s.memory_fit]
     if fitted:
         lines.append("")
-        lines.append("scaling with sequence length (cost ~ a * S^k):")
+        lines.append("scaling with sequence length (cost ~ a * S^k; decode series: time per decode step and KV "
+                     "cache against the context):")
         for s in fitted:
-            seqs = ",".join(str(p.seq) for p in s.points)
+            seqs = ("ctx " if s.x == "context" else "") + ",".join(str(p.seq) for p in s.points)
             tf, mf = s.time_fit, s.memory_fit
             label = printable(s.label)
             lines.append(f"  {label:<32} seq {seqs:<16} time k={tf.k:.2f} ({_quality(tf)})"
@@ -309,6 +313,7 @@ def _findings_lines(findings: Sequence[Finding]) -> list[str]:
 
 
 def summary_table(summaries: Sequence[RunSummary]) -> str:
+    from tb_attn_plugin.report_generation import generation_lines
     from tb_attn_plugin.report_strategies import variant_lines
 
     lines: list[str] = []
@@ -337,6 +342,7 @@ def summary_table(summaries: Sequence[RunSummary]) -> str:
             for note in worker.notes:
                 lines.append(f"  note: {note}")
             lines.extend(variant_lines(run, worker))
+            lines.extend(generation_lines(worker))
             if not worker.layers:
                 lines.append("")
                 continue

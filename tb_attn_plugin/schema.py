@@ -245,8 +245,8 @@ class Generation(msgspec.Struct, kw_only=True):
     prefill: GenerationPhase | None
     decode: GenerationPhase | None
     tokens: list[TokenStats]
-    fit: Fit | None  # decode attention time per step ≈ a·contextᵏ, over the decode steps
-    fit_note: str = ""  # why the fit says little (a narrow range of contexts), or ""
+    fit: Fit | None  # decode attention time per step ≈ a·contextᵏ, over the decode steps; null: see fit_note
+    fit_note: str = ""  # why there is no fit (contexts spanning under 2x), or ""
     per_key_us: float | None = None  # decode attention time per step: slope of a straight line, per key
     fixed_us: float | None = None  # ... and its intercept: the per-step cost that does not grow
     kv_bytes_per_layer: float = 0.0  # K and V at the last decode step, one layer

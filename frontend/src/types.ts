@@ -325,9 +325,9 @@ export interface Generation {
   prefill: GenerationPhase | null;
   decode: GenerationPhase | null;
   tokens: TokenStats[];
-  /** decode attention time per step ≈ a·contextᵏ, over the decode steps */
+  /** decode attention time per step ≈ a·contextᵏ, over the decode steps; null: see fit_note */
   fit: Fit | null;
-  /** why the fit says little (a narrow range of contexts), or "" */
+  /** why there is no fit (contexts spanning under 2x), or "" */
   fit_note: string;
   /** decode attention time per step: slope of a straight line, per key */
   per_key_us: number | null;

@@ -16,6 +16,11 @@ CPU flash kernel, so we compute FLOPs ourselves (one multiply-add = 2 FLOPs):
   share of (query, key) pairs left unmasked with the mask aligned to the top left, as PyTorch
   does: for Sq = Sk = S it is (S + 1) / (2·S). ``is_causal`` comes from ``Concrete Inputs``;
   without them the op is counted as not causal.
+- ``_efficient_attention_forward`` called on its own (``torch.nn.attention.bias.causal_lower_right``
+  calls it so, without an SDPA op around it): the same, from its (B, S, H, D) inputs, with its
+  ``custom_mask_type``: 1 a top-left causal mask, 2 a bottom-right one (a KV cache's queries,
+  the last Sq of Sk positions: ``causal_fraction(..., bottom_right=True)``). Inside an SDPA op it
+  is not counted again (only the outermost op of a nest counts).
 - Fused attention backward: 2.5 × the forward (it recomputes q·kᵀ and runs four more matmuls:
   five matmul-sized products against two).
 
@@ -35,7 +40,14 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 
-from tb_attn_plugin.ops import INT_MATMUL_ARGS, LINEAR_OP, MATMUL_ARGS, SDPA_BACKWARD, SDPA_FORWARD
+from tb_attn_plugin.ops import (
+    EFFICIENT_FORWARD_OP,
+    INT_MATMUL_ARGS,
+    LINEAR_OP,
+    MATMUL_ARGS,
+    SDPA_BACKWARD,
+    SDPA_FORWARD,
+)
 from tb_attn_plugin.trace.events import OpShapes
 
 __all__ = [
@@ -81,17 +93,26 @@ def is_causal(shapes: OpShapes, index: int) -> bool:
     return index < len(shapes.concrete) and shapes.concrete[index].strip().lower() == "true"
 
 
-def causal_fraction(sq: int, sk: int) -> float:
-    """Share of (query, key) pairs a top-left-aligned causal mask keeps."""
+def causal_fraction(sq: int, sk: int, *, bottom_right: bool = False) -> float:
+    """Share of (query, key) pairs a causal mask keeps. Aligned to the top left (PyTorch's
+    ``is_causal``: query i sees keys 0..i), or to the bottom right (a KV cache's queries are the
+    last ``sq`` of ``sk`` positions: query i sees keys 0..sk-sq+i, so one decode query sees every
+    key). The two agree when sq = sk."""
     if sq <= 0 or sk <= 0:
         return 0.0
-    kept = sum(min(i + 1, sk) for i in range(sq)) if sq <= 4096 else _kept_closed_form(sq, sk)
+    offset = sk - sq if bottom_right else 0
+    kept = sum(min(max(i + 1 + offset, 0), sk) for i in range(sq)) if sq <= 4096 \
+        else _kept_closed_form(sq, sk, offset)
     return kept / (sq * sk)
 
 
-def _kept_closed_form(sq: int, sk: int) -> int:
-    m = min(sq, sk)
-    return m * (m + 1) // 2 + (sq - m) * sk
+def _kept_closed_form(sq: int, sk: int, offset: int = 0) -> int:
+    """Σ over queries i < sq of min(max(i + 1 + offset, 0), sk)."""
+    first = max(0, -offset)  # queries before this one see no key
+    full = min(sq, max(first, sk - offset))  # from this query on, every key
+    ramp = range(first, full)  # the queries in between see i + 1 + offset keys
+    ramp_sum = len(ramp) * (2 * offset + ramp.start + ramp.stop + 1) // 2 if len(ramp) else 0
+    return ramp_sum + (sq - full) * sk
 
 
 def _matmul(a: list[int], b: list[int]) -> float:
@@ -165,6 +186,15 @@ def _op_flops(name: str, s: OpShapes) -> float:
         if not x or not w or len(w) != 2:
             return 0.0
         return 2.0 * _prod(x[:-1]) * x[-1] * w[0]
+    if name == EFFICIENT_FORWARD_OP:
+        q, k, v = _dims(s, 0), _dims(s, 1), _dims(s, 2)
+        if not q or not k or len(q) != 4 or len(k) != 4:
+            return 0.0
+        mask_type = s.concrete[9].strip() if len(s.concrete) > 9 else "0"
+        flops = 2.0 * q[0] * q[2] * q[1] * k[1] * (q[3] + (v[3] if v and len(v) == 4 else q[3]))
+        if mask_type in ("1", "2"):
+            flops *= causal_fraction(q[1], k[1], bottom_right=mask_type == "2")
+        return flops
     if name in SDPA_FORWARD:
         q, k, v = _dims(s, 0), _dims(s, 1), _dims(s, 2)
         if not q or not k:

@@ -88,7 +88,8 @@ def generation(analysis: Analysis, summary: WorkerSummary, metadata: dict[str, o
     out = Generation(
         source=source, clock="device" if cuda else "cpu",
         kv_cache=_kv_cache_kind(gen, decode), prompt_len=_int(gen.get("prompt_len")) or _prompt_len(tokens),
-        batch=one.batch if one else None, heads=one.q_heads if one else None, kv_heads=kv_heads, head_dim=one.head_dim if one else None,
+        batch=one.batch if one else None, heads=one.q_heads if one else None, kv_heads=kv_heads,
+        head_dim=one.head_dim if one else None,
         kv_dtype=one.dtype if one else None,
         prefill=_phase([t for t in tokens if t.role == "prefill"], restricted.get("prefill", [])),
         decode=_phase(decode, restricted.get("decode", [])),
@@ -260,18 +261,23 @@ def _phase(tokens: list[TokenStats], layers: list[LayerStats]) -> GenerationPhas
 
 
 def _fit(out: Generation, decode: list[TokenStats]) -> None:
+    """Decode attention time against context, where the contexts span enough to say something:
+    over a narrow range (one short generation) noise decides the exponent, so there is no fit,
+    and ``fit_note`` says why. The cache's growth per token is fitted in any case (it is exact)."""
     xs = [float(t.context) for t in decode]
+    if len(set(xs)) < 2:
+        return
+    out.kv_bytes_per_token = max(0.0, float(np.polyfit(xs, [t.kv_bytes for t in decode], 1)[0]))
+    lo, hi = min(xs), max(xs)
+    if hi / lo < NARROW_RANGE:
+        out.fit_note = (f"no fit: the decode steps' contexts span {lo:.0f} to {hi:.0f} keys ({hi / lo:.2f}x), too "
+                        f"narrow for an exponent (it takes {NARROW_RANGE:.0f}x); generate more tokens, or sweep "
+                        "--prompt-len and compare the runs (tb-attn compare fits decode time against context)")
+        return
     ys = [t.attention_us for t in decode]
     out.fit = fit_power(xs, ys)
-    if len(set(xs)) >= 2:
-        slope, intercept = np.polyfit(xs, ys, 1)
-        out.per_key_us, out.fixed_us = float(slope), float(intercept)
-        counts = np.polyfit(xs, [t.kv_bytes for t in decode], 1)
-        out.kv_bytes_per_token = max(0.0, float(counts[0]))
-    lo, hi = min(xs), max(xs)
-    if lo > 0 and hi / lo < NARROW_RANGE:
-        out.fit_note = (f"the decode steps' contexts span {lo:.0f} to {hi:.0f} keys ({hi / lo:.2f}x): too narrow for "
-                        "the exponent to mean much; sweep --prompt-len and compare the runs for the trend")
+    slope, intercept = np.polyfit(xs, ys, 1)
+    out.per_key_us, out.fixed_us = float(slope), float(intercept)
 
 
 def _memory_check(out: Generation, decode: list[TokenStats], prefill: list[TokenStats], memory_events: bool) -> str:

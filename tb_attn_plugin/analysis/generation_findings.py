@@ -23,10 +23,10 @@ REALLOC_MEDIUM_SHARE = 0.2
 MEMORY_BOUND_SHARE = 0.5
 #: GPU: a decode step whose device is busy for less than this share of its wall time waits on the CPU.
 DISPATCH_BUSY_MAX = 0.5
-#: CPU: launches (top-level ops) this short on average are mostly dispatch...
-TINY_LAUNCH_US = 20.0
-#: ...when the cache's bytes at the copy bandwidth would take less than this share of the core's time.
+#: CPU: the cache's bytes at the copy bandwidth take less than this share of the core's time...
 DISPATCH_MEMORY_SHARE = 0.25
+#: ...or, without a copy bandwidth recorded, the launches (top-level ops) are this short on average.
+TINY_LAUNCH_US = 20.0
 #: gqa-opportunity: suggested while the KV heads are more than a quarter of the query heads.
 GQA_GROUP = 4
 
@@ -46,10 +46,11 @@ def _kv_cache_realloc(t: RuleQuery) -> list[Finding]:
     share = d.kv_cache_us / d.attention_us if d.attention_us > 0 else 0.0
     if share < REALLOC_MIN_SHARE:
         return []
-    text = (f"Every decode step allocates the whole KV cache anew and copies it there: {size(g.realloc_bytes_per_token)} "
-            f"per step (the cache of every layer, K and V, which grows by {size(g.kv_bytes_per_token)} per token), "
-            f"so the appends cost O(L) per token and O(L²) over a generation. Appending takes "
-            f"{duration(d.kv_cache_us)} per decode step, {pct(share)} of decode attention time ({duration(d.attention_us)})"
+    text = (f"Every decode step allocates the whole KV cache anew and copies it there: "
+            f"{size(g.realloc_bytes_per_token)} per step (the cache of every layer, K and V, which grows by "
+            f"{size(g.kv_bytes_per_token)} per token), so the appends cost O(L) per token and O(L²) over a "
+            f"generation. Appending takes {duration(d.kv_cache_us)} per decode step, {pct(share)} of decode attention "
+            f"time ({duration(d.attention_us)})"
             + (f" and {pct(d.kv_cache_us / d.step_us)} of the step." if d.step_us > 0 else "."))
     return [new_finding(
         "kv-cache-realloc", "medium" if share >= REALLOC_MEDIUM_SHARE else "low",
@@ -135,16 +136,21 @@ def _decode_dispatch_bound(t: RuleQuery) -> list[Finding]:
         what = "kernel"
     else:
         memory = (g.read_bytes_per_token / g.reference_bytes_per_s * 1e6) if g.reference_bytes_per_s else None
-        if per_launch >= TINY_LAUNCH_US or (memory is not None and memory >= DISPATCH_MEMORY_SHARE * d.core_us):
+        # With the copy bandwidth known: the cache's bytes at that rate are a small part of the core's
+        # time, and decode's arithmetic is one multiply-add per byte, so the rest is per-op cost.
+        # Without it: the ops themselves are short.
+        if memory is not None and memory >= DISPATCH_MEMORY_SHARE * d.core_us:
+            return []
+        if memory is None and per_launch >= TINY_LAUNCH_US:
             return []
         busy = None
         why = (f"each takes {duration(per_launch)} on average"
-               + (f", while reading the cache at the machine's copy bandwidth would take {duration(memory)} of the core's "
-                  f"{duration(d.core_us)}" if memory is not None else "")
+               + (f", while reading the cache at the machine's copy bandwidth would take {duration(memory)} of "
+                  f"the core's {duration(d.core_us)}" if memory is not None else "")
                + ": the time goes to dispatching small ops, not to arithmetic or memory")
         what = "op"
-    text = (f"A decode step runs {count(d.launches, what, what + 's')} of attention ({duration(d.attention_us)} per step, "
-            f"{count(d.launches / max(len(t.layers), 1), what, what + 's')} per layer); {why}. At batch "
+    text = (f"A decode step runs {count(d.launches, what, what + 's')} of attention ({duration(d.attention_us)} per "
+            f"step, {count(d.launches / max(len(t.layers), 1), what, what + 's')} per layer); {why}. At batch "
             f"{g.batch or '?'} and one query per sequence, each launch has little work.")
     details: dict[str, float | int | str] = {"launches_per_token": d.launches, "us_per_launch": per_launch,
                                              "attention_us_per_token": d.attention_us}
