@@ -15,6 +15,7 @@ the same loop with their own ``DynamicCache`` or ``StaticCache``.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -166,9 +167,12 @@ def hf_generation(model: nn.Module, cfg: ModelConfig, prompt: torch.Tensor) -> G
         else:
             state["cache"] = DynamicCache(config=config)
 
+    # transformers renamed past_key_values to cache (5.2x), and warns on the old name.
+    cache_arg = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+
     def forward(ids: torch.Tensor, start: int) -> torch.Tensor:
         positions = torch.arange(start, start + ids.size(1), device=device)
-        out = model(input_ids=ids, past_key_values=state["cache"], use_cache=True, cache_position=positions)
+        out = model(input_ids=ids, **{cache_arg: state["cache"]}, use_cache=True, cache_position=positions)
         return out.logits[:, -1]
 
     return Generation(cfg, lambda: forward(prompt, 0), forward, reset, scoped=cfg.scopes)

@@ -209,7 +209,8 @@ class TokenStats(msgspec.Struct, kw_only=True):
     attention_us: float  # every attention block (device time where there is some, else CPU)
     core_us: float  # the phases that read K and V (q·kᵀ to attn·v, or the fused call)
     kv_cache_us: float  # appending to the KV cache (a dynamic cache's copy included)
-    kv_bytes: float  # K and V as attention reads them from the cache, all layers (from shapes)
+    kv_bytes: float  # the KV cache's K and V, all layers (from shapes: the tensors attention is given)
+    read_bytes: float = 0.0  # K and V the core reads, all layers: kv_bytes, or their expansion to every query head
     kv_alloc_bytes: float  # memory allocated in the kv_cache phase (memory events)
     launches: float  # attention's kernels (device) or top-level ops (CPU)
     flops: float  # attention's FLOPs, projections included
@@ -254,7 +255,7 @@ class Generation(msgspec.Struct, kw_only=True):
     kv_bytes_per_token: float = 0.0  # the cache's growth per decode step, all layers
     kv_memory: str = "not checked"  # the shapes' bytes against the memory events: "agrees", "differs: ..."
     realloc_bytes_per_token: float = 0.0  # decode: bytes the kv_cache phase allocates (a dynamic cache's copy)
-    read_bytes_per_token: float = 0.0  # decode: K and V attention reads, all layers (the cache, once)
+    read_bytes_per_token: float = 0.0  # decode: K and V the core reads, all layers (TokenStats.read_bytes)
     achieved_bytes_per_s: float = 0.0  # read_bytes_per_token over the core's time (median over decode steps)
     reference_bytes_per_s: float | None = None  # the machine's copy bandwidth (metadata "peaks"), None: unknown
     reference: str = ""  # what reference_bytes_per_s is

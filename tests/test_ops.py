@@ -31,7 +31,8 @@ def test_the_decoder_keeps_the_shapes_the_analysis_reads() -> None:
     read = (ops.SDPA_OPS | set(ops.SDPA_FORWARD) | set(ops.SDPA_BACKWARD) | set(ops.MATMUL_ARGS) | {ops.LINEAR_OP}
             | set(ops.INT_MATMUL_ARGS)
             | ops.COPY_OPS | ops.DTYPE_CONVERT_OPS | {ops.FLASH_FORWARD_OP, ops.EFFICIENT_FORWARD_OP}
-            | ops.SOFTMAX_OPS | ops.MASKED_FILL_OPS | ops.KERNEL_BACKWARD_OPS | ops.FUSED_BLOCK_OPS)
+            | ops.SOFTMAX_OPS | ops.MASKED_FILL_OPS | ops.KERNEL_BACKWARD_OPS | ops.FUSED_BLOCK_OPS
+            | ops.KV_EXPAND_OPS)  # the KV cache's K and V before grouped-query expansion (analysis/generation.py)
     assert read == ops.SHAPE_OPS
     # Frequent elementwise ops stay out: their shapes would cost memory on every large trace.
     assert not {"aten::add", "aten::where", "aten::mul", "aten::empty"} & ops.SHAPE_OPS

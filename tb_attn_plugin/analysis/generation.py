@@ -76,6 +76,7 @@ def generation(analysis: Analysis, summary: WorkerSummary, metadata: dict[str, o
             step=step, role=role, context=context, queries=max((s.queries for s in layers), default=0),
             step_us=per.cpu_us, attention_us=per.attention_device_us if cuda else per.attention_cpu_us,
             core_us=f["core"], kv_cache_us=f["kv_cache"], kv_bytes=float(sum(s.kv_bytes for s in layers)),
+            read_bytes=float(sum(s.read_bytes for s in layers)),
             kv_alloc_bytes=f["alloc"], launches=f["launches"], flops=f["flops"]))
     decode = [t for t in tokens if t.role == "decode"]
     if not decode:
@@ -96,12 +97,12 @@ def generation(analysis: Analysis, summary: WorkerSummary, metadata: dict[str, o
         tokens=tokens, fit=None,
         kv_bytes_per_layer=per_layer, kv_bytes_per_head=per_layer / kv_heads if kv_heads else 0.0,
         realloc_bytes_per_token=_mean(t.kv_alloc_bytes for t in decode),
-        read_bytes_per_token=_mean(t.kv_bytes for t in decode),
+        read_bytes_per_token=_mean(t.read_bytes for t in decode),
     )
     _fit(out, decode)
     out.kv_memory = _memory_check(out, decode, [t for t in tokens if t.role == "prefill"],
                                   bool(analysis.events.mem_ts.size))
-    rates = [t.kv_bytes / (t.core_us * 1e-6) for t in decode if t.core_us > 0 and t.kv_bytes > 0]
+    rates = [t.read_bytes / (t.core_us * 1e-6) for t in decode if t.core_us > 0 and t.read_bytes > 0]
     out.achieved_bytes_per_s = float(np.median(rates)) if rates else 0.0
     peaks = metadata.get("peaks") if isinstance(metadata, dict) else None
     bw = peaks.get("copy_bytes_per_s") if isinstance(peaks, dict) else None
@@ -144,17 +145,24 @@ def _scoped_roles(q: TraceQuery) -> dict[int, tuple[str, int]]:
 
 
 class _LayerKV:
-    """One attention call's K and V as read from the cache: sizes from the shapes."""
+    """One attention call's K and V: the cache's, and what the core reads (the same tensors, or
+    their grouped-query expansion to every query head, or a static cache's whole buffer)."""
 
-    __slots__ = ("batch", "dtype", "head_dim", "heads", "keys", "kv_bytes", "q_heads", "queries")
+    __slots__ = ("batch", "dtype", "head_dim", "heads", "keys", "kv_bytes", "q_heads", "queries", "read_bytes")
 
-    def __init__(self, k: list[int], v: list[int], dtype: str, queries: int, q_heads: int | None) -> None:
+    def __init__(self, k: list[int], v: list[int], dtype: str, queries: int, q_heads: int | None,
+                 read_bytes: int | None = None) -> None:
         self.q_heads = q_heads
         self.batch = int(np.prod(k[:-3])) if len(k) > 3 else 1
         self.heads = k[-3] if len(k) >= 3 else 1
         self.keys, self.head_dim, self.queries = k[-2], k[-1], queries
         self.dtype = dtype_name(dtype) or dtype
-        self.kv_bytes = (math.prod(k) + math.prod(v)) * elem_bytes(dtype)
+        self.kv_bytes = _bytes(k, v, dtype)
+        self.read_bytes = self.kv_bytes if read_bytes is None else read_bytes
+
+
+def _bytes(k: list[int], v: list[int], dtype: str) -> int:
+    return (math.prod(k) + math.prod(v)) * elem_bytes(dtype)
 
 
 def _kv_shapes(q: TraceQuery) -> dict[int, list[_LayerKV]]:
@@ -175,40 +183,41 @@ def _kv_shapes(q: TraceQuery) -> dict[int, list[_LayerKV]]:
 
 
 def _call_kv(q: TraceQuery, ops: np.ndarray, names: tuple[str, ...]) -> _LayerKV | None:
-    """K and V of one block's call: a fused call's k and v, the tensors kv_expand repeats (the
-    cache's own, before grouped-query expansion), or naive attention's matmul operands."""
+    """K and V of one block's call. What the core reads: a fused call's k and v, or naive
+    attention's matmul operands. The cache: the tensors kv_expand repeats where the block expands
+    K and V to every query head (grouped-query attention without ``enable_gqa``), else the same."""
     a, ev = q.a, q.ev
     phase = a.phase[ops]
+    core: tuple[list[int], list[int], str, int, int | None] | None = None  # k, v, dtype, queries, q heads
     fused = ops[np.isin(phase, _FUSED) & np.isin(ev.name[ops], [i for i, n in enumerate(names) if n in SDPA_OPS])]
     for i in fused.tolist():
         qd, k, v = q.dims(i, 0), q.dims(i, 1), q.dims(i, 2)
         if qd and k and v and len(k) >= 3:
-            return _LayerKV(k, v, q.types(i)[1] if len(q.types(i)) > 1 else "float", qd[-2],
-                            qd[-3] if len(qd) >= 3 else None)
-    expand = ops[(phase == _KV_EXPAND) & np.isin(ev.name[ops], [i for i, n in enumerate(names) if n in KV_EXPAND_OPS])]
+            types = q.types(i)
+            core = (k, v, types[1] if len(types) > 1 else "float", qd[-2], qd[-3] if len(qd) >= 3 else None)
+            break
     qk = [i for i in ops[phase == _QK].tolist() if names[ev.name[i]] in MATMUL_ARGS]
     av = [i for i in ops[phase == _AV].tolist() if names[ev.name[i]] in MATMUL_ARGS]
-    queries, q_heads = 0, None
-    if qk:
-        ia, _ = MATMUL_ARGS[names[ev.name[qk[0]]]]
-        qd = q.dims(qk[0], ia)
-        queries = qd[-2] if qd and len(qd) >= 2 else 0
-        q_heads = qd[-3] if qd and len(qd) >= 3 else None
-    if expand.size >= 2:
-        k, v = q.dims(int(expand[0])), q.dims(int(expand[1]))
-        if k and v and len(k) == len(v) == 5:  # Hugging Face's repeat_kv: (B, Hkv, 1, L, D) expanded
-            k, v = k[:2] + k[3:], v[:2] + v[3:]
-        if k and v and len(k) >= 3:
-            return _LayerKV(k, v, (q.types(int(expand[0])) or ("float",))[0], queries, q_heads)
-    if qk and av:
-        _, ib = MATMUL_ARGS[names[ev.name[qk[0]]]]
+    if core is None and qk and av:
+        ia, ib = MATMUL_ARGS[names[ev.name[qk[0]]]]
         _, vb = MATMUL_ARGS[names[ev.name[av[0]]]]
-        kt, v = q.dims(qk[0], ib), q.dims(av[0], vb)
-        if kt and v and len(kt) >= 3:
-            k = [*kt[:-2], kt[-1], kt[-2]]  # kᵀ (..., D, Sk) back to (..., Sk, D)
+        qd, kt, v = q.dims(qk[0], ia), q.dims(qk[0], ib), q.dims(av[0], vb)
+        if qd and kt and v and len(kt) >= 3:
             types = q.types(qk[0])
-            return _LayerKV(k, v, types[ib] if len(types) > ib else "float", queries, q_heads)
-    return None
+            core = ([*kt[:-2], kt[-1], kt[-2]], v,  # kᵀ (..., D, Sk) back to (..., Sk, D)
+                    types[ib] if len(types) > ib else "float", qd[-2], qd[-3] if len(qd) >= 3 else None)
+    if core is None:
+        return None
+    k, v, dtype, queries, q_heads = core
+    expand = ops[(phase == _KV_EXPAND) & np.isin(ev.name[ops], [i for i, n in enumerate(names) if n in KV_EXPAND_OPS])]
+    if expand.size >= 2:
+        ck, cv = q.dims(int(expand[0])), q.dims(int(expand[1]))
+        if ck and cv and len(ck) == len(cv) == 5:  # Hugging Face's repeat_kv: (B, Hkv, 1, L, D) expanded
+            ck, cv = ck[:2] + ck[3:], cv[:2] + cv[3:]
+        if ck and cv and len(ck) >= 3:
+            return _LayerKV(ck, cv, (q.types(int(expand[0])) or (dtype,))[0], queries, q_heads,
+                            read_bytes=_bytes(k, v, dtype))
+    return _LayerKV(k, v, dtype, queries, q_heads)
 
 
 def _roles_from_shapes(shapes: dict[int, list[_LayerKV]]) -> dict[int, tuple[str, int]]:
@@ -282,7 +291,7 @@ def _fit(out: Generation, decode: list[TokenStats]) -> None:
 
 def _memory_check(out: Generation, decode: list[TokenStats], prefill: list[TokenStats], memory_events: bool) -> str:
     """The cache's bytes from the shapes against what the kv_cache phase allocates."""
-    shapes = out.read_bytes_per_token
+    shapes = _mean(t.kv_bytes for t in decode)
     alloc = out.realloc_bytes_per_token
     if shapes <= 0:
         return "not checked: no K and V shapes (record_shapes off?)"

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from tb_attn_plugin.analysis.query import RuleQuery, new_finding
 from tb_attn_plugin.analysis.wording import count, duration, pct, size
+from tb_attn_plugin.ops import CAT_OP
 from tb_attn_plugin.schema import Finding, Generation
 
 __all__ = ["DISPATCH_BUSY_MAX", "GENERATION_RULES", "MEMORY_BOUND_SHARE", "REALLOC_MIN_SHARE", "TINY_LAUNCH_US"]
@@ -38,9 +39,9 @@ def _decode(t: RuleQuery) -> Generation | None:
 
 def _kv_cache_realloc(t: RuleQuery) -> list[Finding]:
     g = _decode(t)
-    if g is None or g.decode is None or g.realloc_bytes_per_token <= 0 or g.read_bytes_per_token <= 0:
+    if g is None or g.decode is None or g.realloc_bytes_per_token <= 0 or g.decode.kv_bytes <= 0:
         return []
-    if g.realloc_bytes_per_token < 0.5 * g.read_bytes_per_token:
+    if g.realloc_bytes_per_token < 0.5 * g.decode.kv_bytes:
         return []  # appends that allocate a little (new pages, a chunked cache) copy no whole cache
     d = g.decode
     share = d.kv_cache_us / d.attention_us if d.attention_us > 0 else 0.0
@@ -59,7 +60,7 @@ def _kv_cache_realloc(t: RuleQuery) -> list[Finding]:
         "Preallocate the cache for the whole generation and write each token in place: a static cache (tb-attn-run "
         "--kv-cache static; in Hugging Face, cache_implementation=\"static\" or a StaticCache), or a paged cache "
         "(vLLM's PagedAttention) that allocates fixed-size blocks as the sequence grows.",
-        layers=sorted(t.layers), ops=["aten::cat"], kernels=[], time_us=d.kv_cache_us,
+        layers=sorted(t.layers), ops=[CAT_OP], kernels=[], time_us=d.kv_cache_us,
         nbytes=g.realloc_bytes_per_token,
         details={"realloc_bytes_per_token": g.realloc_bytes_per_token, "kv_cache_us": d.kv_cache_us,
                  "share_of_decode_attention": share, "kv_bytes_per_token": g.kv_bytes_per_token})]
@@ -73,7 +74,10 @@ def _decode_memory_bound(t: RuleQuery) -> list[Finding]:
     if share < MEMORY_BOUND_SHARE:
         return []
     d = g.decode
-    text = (f"Each decode step reads the KV cache once: {size(g.read_bytes_per_token)} of K and V over every layer, in "
+    expanded = (f" (the cache is {size(g.decode.kv_bytes)}: the core reads it expanded to every query head, or a "
+                "static cache's whole buffer)" if g.read_bytes_per_token > 1.01 * g.decode.kv_bytes else "")
+    text = (f"Each decode step's attention core reads {size(g.read_bytes_per_token)} of K and V over every layer"
+            f"{expanded}, in "
             f"{duration(d.core_us)} of attention core time, {size(g.achieved_bytes_per_s)}/s: {pct(share)} of "
             f"{g.reference} ({size(g.reference_bytes_per_s)}/s). At one multiply-add per byte it reads, decode "
             "attention is bound by memory bandwidth: faster arithmetic will not make it faster, fewer bytes will. "
@@ -94,14 +98,15 @@ def _gqa_opportunity(t: RuleQuery) -> list[Finding]:
     heads = _query_heads(t, g)
     if g is None or g.decode is None or not g.kv_heads or not heads or heads < GQA_GROUP:
         return []
-    if g.kv_heads * GQA_GROUP <= heads or g.read_bytes_per_token <= 0:
+    cache = g.decode.kv_bytes
+    if g.kv_heads * GQA_GROUP <= heads or cache <= 0:
         return []
-    per_head = g.read_bytes_per_token / g.kv_heads
+    per_head = cache / g.kv_heads
     options = {n: label for n, label in ((heads // GQA_GROUP, f"H/{GQA_GROUP}, grouped-query"), (1, "multi-query"))
                if n < g.kv_heads}
     parts = [f"{count(n, 'KV head', 'KV heads')} ({label}) would read {size(per_head * n)}, {pct(1 - n / g.kv_heads)} "
              "less" for n, label in sorted(options.items(), reverse=True)]
-    text = (f"Decode reads {size(g.read_bytes_per_token)} of K and V per step, {size(per_head)} per KV head over the "
+    text = (f"Decode reads a KV cache of {size(cache)} per step, {size(per_head)} per KV head over the "
             f"layers, with {count(g.kv_heads, 'KV head', 'KV heads')} for {count(heads, 'query head', 'query heads')}: "
             + "; ".join(parts) + ". The cache's memory shrinks by the same share, which lets larger batches or "
             "longer contexts fit. Only a suggestion: fewer KV heads change the model, which needs uptraining "
@@ -112,8 +117,8 @@ def _gqa_opportunity(t: RuleQuery) -> list[Finding]:
         "Measure it: run tb-attn-run --mode generate with "
         + " and with ".join(f"--kv-heads {n}" for n in sorted(options, reverse=True))
         + " beside this run, then tb-attn compare the decode time per token.",
-        layers=sorted(t.layers), ops=[], kernels=[], time_us=g.decode.core_us, nbytes=g.read_bytes_per_token,
-        details={"kv_heads": g.kv_heads, "query_heads": heads, "read_bytes_per_token": g.read_bytes_per_token,
+        layers=sorted(t.layers), ops=[], kernels=[], time_us=g.decode.core_us, nbytes=cache,
+        details={"kv_heads": g.kv_heads, "query_heads": heads, "cache_bytes_per_token": cache,
                  "bytes_per_kv_head": per_head})]
 
 
