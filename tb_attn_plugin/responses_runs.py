@@ -97,6 +97,7 @@ class CompareDecode(msgspec.Struct, kw_only=True):
     kv_cache: str | None
     kv_heads: int | None
     read_bytes_per_token: float  # K and V attention reads per decode step, all layers
+    kv_bytes: float = 0.0  # the KV cache, all layers: mean over the decode steps
     kv_bytes_per_layer: float  # the cache at the last decode step, one layer
     launches_per_token: float
 

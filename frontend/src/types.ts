@@ -343,7 +343,7 @@ export interface Generation {
   kv_memory: string;
   /** decode: bytes the kv_cache phase allocates (a dynamic cache's copy) */
   realloc_bytes_per_token: number;
-  /** decode: K and V attention reads, all layers (the cache, once) */
+  /** decode: K and V the core reads, all layers (TokenStats.read_bytes) */
   read_bytes_per_token: number;
   /** read_bytes_per_token over the core's time (median over decode steps) */
   achieved_bytes_per_s: number;
@@ -389,8 +389,10 @@ export interface TokenStats {
   core_us: number;
   /** appending to the KV cache (a dynamic cache's copy included) */
   kv_cache_us: number;
-  /** K and V as attention reads them from the cache, all layers (from shapes) */
+  /** the KV cache's K and V, all layers (from shapes: the tensors attention is given) */
   kv_bytes: number;
+  /** K and V the core reads, all layers: kv_bytes, or their expansion to every query head */
+  read_bytes: number;
   /** memory allocated in the kv_cache phase (memory events) */
   kv_alloc_bytes: number;
   /** attention's kernels (device) or top-level ops (CPU) */
@@ -818,6 +820,8 @@ export interface CompareDecode {
   kv_heads: number | null;
   /** K and V attention reads per decode step, all layers */
   read_bytes_per_token: number;
+  /** the KV cache, all layers: mean over the decode steps */
+  kv_bytes: number;
   /** the cache at the last decode step, one layer */
   kv_bytes_per_layer: number;
   launches_per_token: number;

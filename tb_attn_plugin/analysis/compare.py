@@ -158,7 +158,8 @@ def decode_facts(w: WorkerSummary) -> CompareDecode | None:
         us_per_token=g.decode.attention_us, step_us=g.decode.step_us,
         prefill_us=g.prefill.attention_us if g.prefill is not None else None,
         context=sum(t.context for t in decode) / len(decode) if decode else 0.0, kv_cache=g.kv_cache,
-        kv_heads=g.kv_heads, read_bytes_per_token=g.read_bytes_per_token, kv_bytes_per_layer=g.kv_bytes_per_layer,
+        kv_heads=g.kv_heads, read_bytes_per_token=g.read_bytes_per_token, kv_bytes=g.decode.kv_bytes,
+        kv_bytes_per_layer=g.kv_bytes_per_layer,
         launches_per_token=g.decode.launches)
 
 
@@ -273,10 +274,9 @@ def scaling(runs: list[RunSummary]) -> ScalingResponse:
         if f.decode is not None and f.decode.context > 0:
             # A generation: decode time per token against the context it attends, and the KV cache
             # (every layer) against it; runs that differ in their prompt make the series.
-            layers = len(f.layers)
             groups.setdefault(config_key(cfg, but=("seq", "prompt_len")), []).append(ScalingPoint(
                 seq=round(f.decode.context), run=run.run, time_us=f.decode.us_per_token,
-                alloc_bytes=f.decode.kv_bytes_per_layer * layers, peak_bytes=f.peak_bytes))
+                alloc_bytes=f.decode.kv_bytes, peak_bytes=f.peak_bytes))
             continue
         key = config_key(cfg, but="seq")
         groups.setdefault(key, []).append(ScalingPoint(

@@ -141,17 +141,20 @@ def _decode_dispatch_bound(t: RuleQuery) -> list[Finding]:
         what = "kernel"
     else:
         memory = (g.read_bytes_per_token / g.reference_bytes_per_s * 1e6) if g.reference_bytes_per_s else None
+        # The median step's core time, as the achieved bandwidth takes it: one slow step is no verdict.
+        cores = sorted(tok.core_us for tok in g.tokens if tok.role == "decode")
+        core = cores[len(cores) // 2] if cores else d.core_us
         # With the copy bandwidth known: the cache's bytes at that rate are a small part of the core's
         # time, and decode's arithmetic is one multiply-add per byte, so the rest is per-op cost.
         # Without it: the ops themselves are short.
-        if memory is not None and memory >= DISPATCH_MEMORY_SHARE * d.core_us:
+        if memory is not None and memory >= DISPATCH_MEMORY_SHARE * core:
             return []
         if memory is None and per_launch >= TINY_LAUNCH_US:
             return []
         busy = None
         why = (f"each takes {duration(per_launch)} on average"
                + (f", while reading the cache at the machine's copy bandwidth would take {duration(memory)} of "
-                  f"the core's {duration(d.core_us)}" if memory is not None else "")
+                  f"the core's {duration(core)} (median step)" if memory is not None else "")
                + ": the time goes to dispatching small ops, not to arithmetic or memory")
         what = "op"
     text = (f"A decode step runs {count(d.launches, what, what + 's')} of attention ({duration(d.attention_us)} per "

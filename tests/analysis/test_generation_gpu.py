@@ -106,5 +106,5 @@ def test_decode_scales_with_context_on_gpu() -> None:
     runs = [loader.summarize_run(r) for r in resolve_runs(str(GEN / "scaling"))]
     (series,) = [s for s in scaling(runs).series if s.x == "context"]
     assert [p.seq for p in series.points] == [1032, 4104, 16392]  # the decode steps' mean contexts
-    assert series.memory_fit is not None and series.memory_fit.k == pytest.approx(1.0, abs=0.01)
+    assert series.memory_fit is not None and series.memory_fit.k == pytest.approx(1.0, abs=1e-3)  # bytes ∝ context
     assert series.time_fit is not None and 0.3 < series.time_fit.k < 1.1  # launch latency at short contexts
