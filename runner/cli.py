@@ -33,8 +33,8 @@ RUNNER_EXTRA = ("torch", "tqdm")
 
 #: The demo: a small CPU sweep of four implementations at two lengths, one run with each head in
 #: its own scope (measured heads for the Heads view), a Hugging Face model, flex_attention against
-#: naive attention on one sliding-window mask, a compiled block, and the strategies (exact,
-#: linear and int8 attention side by side, under strategies/).
+#: naive attention on one sliding-window mask, a compiled block, the strategies (exact, linear and
+#: int8 attention side by side, under strategies/), and generation with a KV cache (generation/).
 DEMO_ARGS: tuple[list[str], ...] = (
     ["--model", "builtin", "--size", "small", "--impl", "naive,naive-inplace,sdpa-math,sdpa", "--seq", "256,512"],
     ["--model", "builtin", "--size", "small", "--impl", "naive", "--seq", "256", "--per-head"],
@@ -49,6 +49,10 @@ DEMO_ARGS: tuple[list[str], ...] = (
     # its error against exact fp32 attention (inference: int8-qk has no gradient).
     ["--model", "builtin", "--size", "small", "--impl", "naive,sdpa,linear-elu,performer,int8-qk", "--seq", "256,512",
      "--mode", "inference", "--name", "strategies"],
+    # Generation: a prompt, then 32 tokens one at a time against a static and a dynamic KV cache,
+    # at three prompt lengths (the Generation view, and decode cost against context in Compare).
+    ["--model", "builtin", "--size", "small", "--impl", "sdpa", "--mode", "generate", "--prompt-len", "128,512,2048",
+     "--new-tokens", "32", "--kv-cache", "static,dynamic", "--name", "generation"],
 )
 
 

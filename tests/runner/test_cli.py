@@ -216,7 +216,9 @@ def test_the_demo_plans_one_per_head_run_beside_its_derived_twin(tmp_path: Path)
                                     "hf-gpt2/sdpa/seq256", "builtin/flex-sliding128/seq512",
                                     "builtin/naive-sliding128/seq512", "builtin/naive-compiled/seq256",
                                     *(f"strategies/builtin/{impl}/seq{seq}" for seq in (256, 512)
-                                      for impl in ("naive", "sdpa", "linear-elu", "performer", "int8-qk"))])
+                                      for impl in ("naive", "sdpa", "linear-elu", "performer", "int8-qk")),
+                                    *(f"generation/builtin/sdpa/gen-p{p}-n32-{cache}" for p in (128, 512, 2048)
+                                      for cache in ("static", "dynamic"))])
     assert {s.cfg.mode for s in specs.values() if s.name.startswith("strategies/")} == {"inference"}
     per_head = [s for s in specs.values() if s.cfg.per_head]
     assert [s.name for s in per_head] == ["builtin/naive-per-head/seq256"]
