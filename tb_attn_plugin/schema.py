@@ -247,7 +247,7 @@ class Generation(msgspec.Struct, kw_only=True):
     decode: GenerationPhase | None
     tokens: list[TokenStats]
     fit: Fit | None  # decode attention time per step ≈ a·contextᵏ, over the decode steps; null: see fit_note
-    fit_note: str = ""  # why there is no fit (contexts spanning under 2x), or ""
+    fit_note: str = ""  # why there is no fit (contexts spanning under 2x), or what a poor one (R² < 0.5) means, or ""
     per_key_us: float | None = None  # decode attention time per step: slope of a straight line, per key
     fixed_us: float | None = None  # ... and its intercept: the per-step cost that does not grow
     kv_bytes_per_layer: float = 0.0  # K and V at the last decode step, one layer

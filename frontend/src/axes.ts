@@ -151,12 +151,13 @@ export function logAxis(format: Format, labelOpts: Record<string, unknown> = {})
 
 /** The highest stack of a stacked bar chart's series (sums per category), at least 0. */
 /** A sequence-length axis on log2 scale with a margin of a quarter either side of the lengths
- * measured (lengths are powers of two, usually), labels as whole tokens. */
-export function seqAxis(lo: number, hi: number) {
+ * measured (lengths are powers of two, usually), labels as whole tokens. `name`: "seq", or
+ * "context (keys)" for the decode steps' context of generation runs. */
+export function seqAxis(lo: number, hi: number, name = "seq") {
   return {
     type: "log" as const,
     logBase: 2,
-    name: "seq",
+    name,
     nameLocation: "middle" as const,
     nameGap: 26,
     min: lo / 1.25,

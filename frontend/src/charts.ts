@@ -1,6 +1,6 @@
 // ECharts, tree-shaken to what the views use and rendered on canvas only.
 
-import { BarChart, CustomChart, LineChart } from "echarts/charts";
+import { BarChart, CustomChart, LineChart, ScatterChart } from "echarts/charts";
 import {
   DataZoomInsideComponent,
   DataZoomSliderComponent,
@@ -18,6 +18,7 @@ import { ECHARTS_DARK, theme } from "./theme";
 echarts.use([
   BarChart,
   LineChart,
+  ScatterChart, // the generation view's decode steps against their context
   CustomChart,
   GridComponent,
   TooltipComponent,

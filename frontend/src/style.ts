@@ -150,7 +150,7 @@ table.drill-tree tr.more td { color: #9e9e9e; font-style: italic; }
 table.runs td.pick, table.runs th.pick { width: 24px; padding-right: 0; }
 table.compare-table tr.group th { background: #f5f5f5; color: #424242; font-weight: 600; padding-top: 8px; }
 table.compare-table tr.base-row { background: #fffaf2; }
-table.compare-table td.run-name { font-weight: 600; }
+table.compare-table td.run-name { font-weight: 600; white-space: normal; overflow-wrap: anywhere; min-width: 140px; }
 .headlines { margin: 6px 0 10px; }
 .headline { font-size: 14px; margin: 4px 0; padding: 6px 10px; background: #f1f8e9; border-left: 3px solid #59a14f; }
 .why-slower { border-left: 3px solid #f28e2b; background: #fffaf2; padding: 4px 12px; margin: 10px 0; }

@@ -327,7 +327,7 @@ export interface Generation {
   tokens: TokenStats[];
   /** decode attention time per step ≈ a·contextᵏ, over the decode steps; null: see fit_note */
   fit: Fit | null;
-  /** why there is no fit (contexts spanning under 2x), or "" */
+  /** why there is no fit (contexts spanning under 2x), or what a poor one (R² < 0.5) means, or "" */
   fit_note: string;
   /** decode attention time per step: slope of a straight line, per key */
   per_key_us: number | null;

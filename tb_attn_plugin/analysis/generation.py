@@ -44,6 +44,8 @@ _QK, _AV = PHASES.index("qk_matmul"), PHASES.index("av_matmul")
 _FUSED = (PHASES.index("sdpa"), PHASES.index("flex"))
 #: Below this ratio of the largest decode context to the smallest, the exponent says little.
 NARROW_RANGE = 2.0
+#: Below this R² a decode fit is reported with a note that it explains little.
+POOR_FIT = 0.5
 #: The memory events agree with the shapes within this share (allocators round sizes up).
 MEMORY_TOLERANCE = 0.02
 
@@ -287,6 +289,10 @@ def _fit(out: Generation, decode: list[TokenStats]) -> None:
     out.fit = fit_power(xs, ys)
     slope, intercept = np.polyfit(xs, ys, 1)
     out.per_key_us, out.fixed_us = float(slope), float(intercept)
+    if out.fit is not None and out.fit.r2 is not None and out.fit.r2 < POOR_FIT:
+        out.fit_note = (f"the fit explains little of the steps' variation (R² {out.fit.r2:.2f}): over these contexts "
+                        "decode time hardly depends on the keys; a fixed cost per step (launches, the projections) "
+                        "and noise make it")
 
 
 def _memory_check(out: Generation, decode: list[TokenStats], prefill: list[TokenStats], memory_events: bool) -> str:

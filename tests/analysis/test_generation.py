@@ -130,7 +130,8 @@ def test_fit_over_a_wide_range(tmp_path: Path) -> None:
     assert result.status == "ok", result.error
     (run,) = resolve_runs(str(tmp_path / "wide"))
     g = Loader().summarize_run(run).workers[0].generation
-    assert g is not None and g.fit is not None and g.fit.points == 24 and g.fit_note == ""
+    assert g is not None and g.fit is not None and g.fit.points == 24 and g.fit.r2 is not None
+    assert (g.fit_note == "") == (g.fit.r2 >= 0.5)  # a poor fit says so
     assert g.per_key_us is not None and g.fixed_us is not None
 
 

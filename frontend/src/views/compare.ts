@@ -1,5 +1,6 @@
 // The compare view: several runs side by side against a baseline (./compare), their phases as
-// grouped bars, and how time and memory scale with the sequence length (./scaling).
+// grouped bars, and how time and memory scale with the sequence length (./scaling). Generation
+// runs add their decode figures (time per token, the KV cache) and scale against their context.
 
 import { valueAxis } from "../axes";
 import { createChart, esc, swatch, TOOLTIP_BASE, type EChart } from "../charts";
@@ -11,7 +12,7 @@ import { GROUP_BY, PHASE_METRICS, type Actions, type GroupBy, type PhaseMetric, 
 import type { CompareResponse, CompareRun } from "../types";
 import { errorBox, loadingBox, note, pending } from "./common";
 import { color, runColors, seriesKey } from "./run_colors";
-import { NO_FIT, scalingChart, scalingLegend, type ScalingPaint } from "./scaling";
+import { NO_DECODE_FIT, NO_FIT, ScalingPanel, type ScalingPaint } from "./scaling";
 
 
 const PHASE_METRIC_INFO: Record<PhaseMetric, { title: string; format: (v: number) => string }> = {
@@ -63,16 +64,11 @@ export class CompareView {
   private readonly phaseLegend: HTMLElement;
   private readonly phaseSection: HTMLElement;
   private readonly scalingStatus: HTMLElement;
-  private readonly scalingEl: HTMLElement;
-  private readonly timeChartEl: HTMLElement;
-  private readonly memChartEl: HTMLElement;
-  private readonly timeLegend: HTMLElement;
-  private readonly timeTitle: HTMLElement;
-  private readonly memLegend: HTMLElement;
+  /** Series against the sequence length, and generation runs' against their decode context. */
+  private readonly seqScaling = new ScalingPanel("seq", "scaling-chart");
+  private readonly decodeScaling = new ScalingPanel("context", "decode-scaling-chart");
   private charts: { chart: EChart; dispose: () => void }[] = [];
   private phaseChart: EChart | null = null;
-  private timeChart: EChart | null = null;
-  private memChart: EChart | null = null;
   private last: Record<string, unknown> = {};
 
   constructor(private readonly actions: Actions) {
@@ -84,17 +80,6 @@ export class CompareView {
     this.phaseLegend = h("div", "legend");
     this.phaseSection = h("section", "compare-phases", h("h4", null, "Phases (per step, summed over layers)"), this.phaseControls, this.phaseChartEl, this.phaseLegend);
     this.scalingStatus = h("div");
-    this.timeChartEl = h("div", { class: "chart", style: { height: "260px" } });
-    this.memChartEl = h("div", { class: "chart", style: { height: "260px" } });
-    this.timeLegend = h("div", "legend");
-    this.timeTitle = h("div", "chart-title", "Attention time per step vs. sequence length");
-    this.memLegend = h("div", "legend");
-    this.scalingEl = h(
-      "div",
-      { class: "scaling-charts", attrs: { "data-testid": "scaling-chart" } },
-      h("div", null, this.timeTitle, this.timeChartEl, this.timeLegend),
-      h("div", null, h("div", "chart-title", "Memory allocated in attention per step vs. sequence length"), this.memChartEl, this.memLegend),
-    );
     this.el = h(
       "section",
       "compare-page",
@@ -102,7 +87,14 @@ export class CompareView {
       this.errorsEl,
       this.tableEl,
       this.phaseSection,
-      h("section", "compare-scaling", h("h4", null, "Scaling (log\u2013log; fit: value \u2248 a\u00b7seq^k)"), this.scalingStatus, this.scalingEl),
+      h(
+        "section",
+        "compare-scaling",
+        h("h4", null, "Scaling (log\u2013log; fit: value \u2248 a\u00b7seq^k, or a\u00b7context^k for decode)"),
+        this.scalingStatus,
+        this.seqScaling.el,
+        this.decodeScaling.el,
+      ),
     );
   }
 
@@ -125,7 +117,9 @@ export class CompareView {
   dispose(): void {
     for (const c of this.charts) c.dispose();
     this.charts = [];
-    this.phaseChart = this.timeChart = this.memChart = null;
+    this.phaseChart = null;
+    this.seqScaling.forget();
+    this.decodeScaling.forget();
     this.last = {};
   }
 
@@ -222,6 +216,7 @@ export class CompareView {
   private table(data: CompareResponse, by: GroupBy): HTMLElement {
     const hasDevice = data.runs.some((r) => r.attention_device_us > 0);
     const hasKernels = data.runs.some((r) => r.kernels_per_forward > 0);
+    const hasDecode = data.runs.some((r) => r.decode !== null);
     const heads: [string, string][] = [
       ["run", ""],
       ["impl", ""],
@@ -235,6 +230,7 @@ export class CompareView {
       ["FLOP/s", "num"],
       ["ops / fwd", "num"],
       ...(hasKernels ? ([["kernels / fwd", "num"]] as [string, string][]) : []),
+      ...(hasDecode ? ([["decode / token", "num"], ["KV cache", ""]] as [string, string][]) : []),
       ["findings", ""],
     ];
     const cell = (value: string, ratio: HTMLElement | null, title?: string, mark: HTMLElement | null = null) =>
@@ -282,6 +278,7 @@ export class CompareView {
         cell(fmtRate(r.flops_per_s), isBase ? null : ratioEl(r.ratio.flops_per_s, r.baseline, true), `${fmtFlops(r.flops)} per step`),
         h("td", "num", fmtCount(r.ops_per_forward)),
         hasKernels ? h("td", "num", fmtCount(r.kernels_per_forward)) : null,
+        ...(hasDecode ? this.decodeCells(r, isBase) : []),
         h(
           "td",
           "findings-cell",
@@ -306,6 +303,30 @@ export class CompareView {
       h("thead", null, h("tr", null, ...heads.map(([t, c]) => h("th", c || null, t)))),
       tbody,
     );
+  }
+
+  /** A generation run's decode step (one token per sequence): attention time per token on the
+   * run's clock with its ratio; the KV cache's kind and heads over the bytes attention reads. */
+  private decodeCells(r: CompareRun, isBase: boolean): HTMLElement[] {
+    const d = r.decode;
+    if (!d) return [h("td", "num decode muted", "\u2014"), h("td", "kv-cache muted", "\u2014")];
+    const clock = r.attention_device_us > 0 ? "device" : "CPU";
+    const title =
+      `${clock} time of attention per decode step (one token per sequence), at a mean context of ${fmtCount(d.context)} keys; ` +
+      `the whole step ${fmtUs(d.step_us)}, ${fmtCount(d.launches_per_token)} launches; prefill attention ${fmtUs(d.prefill_us)}`;
+    return [
+      h("td", { class: "num decode", title }, fmtUs(d.us_per_token), isBase ? null : " ", isBase ? null : ratioEl(r.ratio.decode_us_per_token, r.baseline)),
+      h(
+        "td",
+        {
+          class: "kv-cache",
+          title: `the cache, all layers: ${fmtBytes(d.kv_bytes)} (mean over the decode steps); one layer at the last: ${fmtBytes(d.kv_bytes_per_layer)}`,
+        },
+        h("div", "kv-kind", d.kv_cache ?? "unknown kind"),
+        h("div", "kv-heads", `${d.kv_heads ?? "?"} KV ${d.kv_heads === 1 ? "head" : "heads"}`),
+        h("div", { class: "muted small kv-read", title: "K and V attention reads per decode step (per token), all layers" }, `reads ${fmtBytes(d.read_bytes_per_token)}`),
+      ),
+    ];
   }
 
   private renderPhases(s: State): void {
@@ -377,18 +398,11 @@ export class CompareView {
   private renderScaling(s: State): void {
     const box = pending(s.scaling, "the scaling fits");
     const data = s.scaling.data;
-    if (box || !data) {
-      replace(this.scalingStatus, box ?? loadingBox("the scaling fits"));
-      this.scalingEl.hidden = true;
-      return;
-    }
-    const series = data.series.filter((x) => x.points.length);
-    const anyFit = series.some((x) => x.time_fit || x.memory_fit);
-    replace(this.scalingStatus, anyFit ? null : note(NO_FIT));
-    this.scalingEl.hidden = series.length === 0;
-    if (!series.length) return;
-    if (!this.timeChart) this.timeChart = this.chartIn(this.timeChartEl);
-    if (!this.memChart) this.memChart = this.chartIn(this.memChartEl);
+    const series = data ? data.series.filter((x) => x.points.length) : [];
+    const decode = series.filter((x) => x.x === "context");
+    const seq = series.filter((x) => x.x !== "context");
+    if (box || !data) replace(this.scalingStatus, box ?? loadingBox("the scaling fits"));
+    else replace(this.scalingStatus, series.some((x) => x.time_fit || x.memory_fit) ? null : note(seq.length ? NO_FIT : NO_DECODE_FIT));
     // Colours from the compare table: a run's dot is its row's colour, a series' fit its hue.
     const rows = s.compareData.data?.runs ?? [];
     const colors = runColors(rows);
@@ -401,12 +415,12 @@ export class CompareView {
       },
     };
     // A point's time is device time where its run has some (compare.py's scaling), else CPU time.
-    const device = series.length > 0 && series.every((x) => x.points.every((p) => (byRun.get(p.run)?.attention_device_us ?? 0) > 0));
-    const clock = rows.length ? (device ? "device" : "CPU") : "device or CPU";
-    this.timeTitle.textContent = `Attention ${clock} time per step vs. sequence length`;
-    scalingChart(this.timeChart, series, "time_us", "time_fit", fmtUs, `attention ${clock} time`, paint);
-    scalingChart(this.memChart, series, "alloc_bytes", "memory_fit", fmtBytes, "memory allocated", paint);
-    scalingLegend(this.timeLegend, series, "time_fit", paint);
-    scalingLegend(this.memLegend, series, "memory_fit", paint);
+    const clock = (list: typeof series) => {
+      const device = list.every((x) => x.points.every((p) => (byRun.get(p.run)?.attention_device_us ?? 0) > 0));
+      return rows.length ? (device ? "device" : "CPU") : "device or CPU";
+    };
+    const chartIn = (el: HTMLElement) => this.chartIn(el);
+    this.seqScaling.draw(seq, clock(seq), paint, chartIn);
+    this.decodeScaling.draw(decode, clock(decode), paint, chartIn);
   }
 }

@@ -9,6 +9,7 @@ import { noisyMark, spreadTitle } from "../spread";
 import type { RunEntry, Spread, WorkerSummary } from "../types";
 import { errorBox, findingsBox, loadingBox, metaConfig, metaString, nameList, note } from "./common";
 import { DrillView } from "./drilldown";
+import { GenerationView, stepLabel } from "./generation";
 import { HeadsView } from "./heads";
 import { LayersView } from "./layers";
 import { maskStat } from "./sparsity";
@@ -21,6 +22,7 @@ const TAB_LABELS: Record<Tab, string> = {
   heads: "Layers \u00d7 heads",
   memory: "Memory",
   timeline: "Timeline",
+  generation: "Generation",
   ranks: "Ranks",
 };
 
@@ -42,6 +44,7 @@ export class RunView {
   private readonly heads: HeadsView;
   private readonly memory: MemoryView;
   private readonly timeline: TimelineView;
+  private readonly generation: GenerationView;
   private readonly ranks: RanksView;
   private readonly drill: DrillView;
   private last: Record<string, unknown> = {};
@@ -56,6 +59,7 @@ export class RunView {
     this.heads = new HeadsView(actions);
     this.memory = new MemoryView(actions);
     this.timeline = new TimelineView(actions);
+    this.generation = new GenerationView(actions);
     this.ranks = new RanksView(actions);
     this.drill = new DrillView(actions);
     this.el = h("section", "run-page", this.top, this.card, this.tabs, this.content, this.drill.el);
@@ -74,7 +78,8 @@ export class RunView {
     if (topChanged.some(Boolean)) this.renderTop(s, entry, ws, onRanks);
     const cardChanged = [diff("summary", s.summary.data), diff("summaryErr", s.summary.error), diff("summaryStatus", s.summary.status), diff("ws2", ws), diff("onRanks2", onRanks)];
     if (cardChanged.some(Boolean)) this.renderCard(s, entry, ws, onRanks);
-    if ([diff("tab", s.tab), diff("multi", multi)].some(Boolean)) this.renderTabs(s.tab, multi);
+    const generating = !!ws?.generation;
+    if ([diff("tab", s.tab), diff("multi", multi), diff("generating", generating)].some(Boolean)) this.renderTabs(s.tab, multi, generating);
     this.renderContent(s, ws);
     this.drill.update(s);
   }
@@ -134,7 +139,8 @@ export class RunView {
           { title: "The step the memory and timeline views show; the tables are means over all steps" },
           "step: ",
           select(
-            steps.map((st) => ({ value: String(st), label: String(st) })),
+            // A generation's steps by their role and context: "2 · decode · 129 keys".
+            steps.map((st) => ({ value: String(st), label: stepLabel(ws, st) })),
             s.step === null ? String(steps[0]) : String(s.step),
             (v) => this.actions.setStep(Number(v)),
             "Step",
@@ -278,10 +284,11 @@ export class RunView {
     return out;
   }
 
-  private renderTabs(active: Tab, multi: boolean): void {
+  private renderTabs(active: Tab, multi: boolean, generating: boolean): void {
     replace(
       this.tabs,
-      ...TABS.filter((t) => t !== "ranks" || multi).map((t) =>
+      // Generation stays listed while it is open (its summary loading): it falls back once that is in.
+      ...TABS.filter((t) => (t !== "ranks" || multi) && (t !== "generation" || generating || t === active)).map((t) =>
         h(
           "button",
           {
@@ -296,7 +303,14 @@ export class RunView {
   }
 
   private renderContent(s: State, ws: WorkerSummary | null): void {
-    const views = { layers: this.layers, heads: this.heads, memory: this.memory, timeline: this.timeline, ranks: this.ranks };
+    const views = {
+      layers: this.layers,
+      heads: this.heads,
+      memory: this.memory,
+      timeline: this.timeline,
+      generation: this.generation,
+      ranks: this.ranks,
+    };
     const view = views[s.tab];
     if (this.shownTab !== s.tab) {
       // Charts of hidden tabs are disposed; they are cheap to rebuild and free canvas memory.
@@ -309,15 +323,20 @@ export class RunView {
       const show = !!ws && ws.layers.length > 0;
       view.el.hidden = !show;
       if (show) (s.tab === "layers" ? this.layers : this.heads).update(s, ws);
+    } else if (s.tab === "generation") {
+      view.el.hidden = !ws?.generation;
+      if (ws?.generation) this.generation.update(s, ws);
     } else if (s.tab === "ranks") {
       this.ranks.update(s);
+    } else if (s.tab === "memory") {
+      this.memory.update(s);
     } else {
-      (s.tab === "memory" ? this.memory : this.timeline).update(s);
+      this.timeline.update(s, ws);
     }
   }
 
   dispose(): void {
-    for (const v of [this.layers, this.heads, this.memory, this.timeline, this.ranks]) v.dispose();
+    for (const v of [this.layers, this.heads, this.memory, this.timeline, this.generation, this.ranks]) v.dispose();
     this.shownTab = null;
     this.last = {};
   }

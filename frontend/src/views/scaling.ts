@@ -1,14 +1,24 @@
 // The compare view's scaling charts: attention time and memory against the sequence length on
 // log-log axes, the measured runs as dots in their table colours and the fits (value ≈ a·seq^k)
-// as dashed lines in their series' hue.
+// as dashed lines in their series' hue. Generation runs make series against the context their
+// decode steps attend instead (x "context"): decode attention per token and the KV cache, in a
+// panel of their own.
 
 import { logAxis, seqAxis } from "../axes";
 import { esc, swatch, TOOLTIP_BASE, type EChart } from "../charts";
 import { h, replace } from "../dom";
+import { fmtBytes, fmtUs } from "../format";
 import type { Fit, ScalingSeries } from "../types";
 
 export const NO_FIT =
   "Scaling needs runs that differ only in sequence length (e.g. the demo's seq256 and seq512).";
+export const NO_DECODE_FIT =
+  "Decode scaling needs generation runs that differ only in their prompt length (e.g. --prompt-len 64, 128 and 256).";
+
+/** What a series is against: the sequence length, or a generation's decode context (keys attended). */
+export type ScalingX = "seq" | "context";
+
+const X_NAME: Record<ScalingX, string> = { seq: "seq", context: "context (keys)" };
 
 /** The colours of the scaling charts, from the compare table's (``runColors``). */
 export interface ScalingPaint {
@@ -32,6 +42,7 @@ export function scalingChart(
   format: (v: number) => string,
   title: string,
   paint: ScalingPaint,
+  against: ScalingX = "seq",
 ): void {
   const seqs = series.flatMap((x) => x.points.map((p) => p.seq)).filter((v) => v > 0);
   const minSeq = Math.min(...seqs);
@@ -79,13 +90,13 @@ export function scalingChart(
           return [
             `${swatch(paint.run(it.data.run, i))}<b>${esc(x.label)}</b>`,
             `${esc(it.data.run)}`,
-            `seq ${esc(it.data.value[0])}: <b>${esc(format(it.data.value[1]))}</b>`,
+            `${against === "context" ? `context ${esc(it.data.value[0])} keys` : `seq ${esc(it.data.value[0])}`}: <b>${esc(format(it.data.value[1]))}</b>`,
             esc(fmtFit(x[fit])),
             ...(x.expect ? [`expected ${esc(x.expect)}`] : []),
           ].join("<br>");
         },
       },
-      xAxis: seqAxis(minSeq, maxSeq),
+      xAxis: seqAxis(minSeq, maxSeq, X_NAME[against]),
       yAxis: {
         type: "log",
         name: title,
@@ -115,4 +126,56 @@ export function scalingLegend(el: HTMLElement, series: ScalingSeries[], fit: "ti
       ),
     ),
   );
+}
+
+/** The time and the memory chart of the series against one x, with their titles and legends. */
+export class ScalingPanel {
+  readonly el: HTMLElement;
+  private readonly timeTitle = h("div", "chart-title");
+  private readonly memTitle = h("div", "chart-title");
+  private readonly timeEl = h("div", { class: "chart", style: { height: "260px" } });
+  private readonly memEl = h("div", { class: "chart", style: { height: "260px" } });
+  private readonly timeLegend = h("div", "legend");
+  private readonly memLegend = h("div", "legend");
+  private time: EChart | null = null;
+  private mem: EChart | null = null;
+
+  constructor(private readonly against: ScalingX, testid: string) {
+    this.el = h(
+      "div",
+      { class: "scaling-charts", attrs: { "data-testid": testid } },
+      h("div", null, this.timeTitle, this.timeEl, this.timeLegend),
+      h("div", null, this.memTitle, this.memEl, this.memLegend),
+    );
+  }
+
+  /** Draws the series, or hides the panel when there are none; `chartIn` makes a chart its view disposes. */
+  draw(series: ScalingSeries[], clock: string, paint: ScalingPaint, chartIn: (el: HTMLElement) => EChart): void {
+    this.el.hidden = series.length === 0;
+    if (!series.length) {
+      replace(this.timeLegend);
+      replace(this.memLegend);
+      return;
+    }
+    if (!this.time) this.time = chartIn(this.timeEl);
+    if (!this.mem) this.mem = chartIn(this.memEl);
+    const decode = this.against === "context";
+    this.timeTitle.textContent = decode
+      ? `Decode attention ${clock} time per token vs. context (keys)`
+      : `Attention ${clock} time per step vs. sequence length`;
+    this.memTitle.textContent = decode
+      ? "KV cache (all layers) vs. context (keys)"
+      : "Memory allocated in attention per step vs. sequence length";
+    const timeName = decode ? `decode attention per token (${clock})` : `attention ${clock} time`;
+    scalingChart(this.time, series, "time_us", "time_fit", fmtUs, timeName, paint, this.against);
+    scalingChart(this.mem, series, "alloc_bytes", "memory_fit", fmtBytes, decode ? "KV cache" : "memory allocated", paint, this.against);
+    scalingLegend(this.timeLegend, series, "time_fit", paint);
+    scalingLegend(this.memLegend, series, "memory_fit", paint);
+  }
+
+  /** Its view disposed the charts: the next draw makes new ones. */
+  forget(): void {
+    this.time = null;
+    this.mem = null;
+  }
 }

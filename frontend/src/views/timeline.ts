@@ -10,7 +10,9 @@ import { h, replace } from "../dom";
 import { fmtUs } from "../format";
 import { layerColor, orderPhases, phaseColor, phaseLabel } from "../metrics";
 import type { Actions, State } from "../state";
+import type { WorkerSummary } from "../types";
 import { changed, note, pending } from "./common";
+import { tokenAt } from "./generation";
 import { GREY, kindOf, MAX_DEPTH, Model } from "./timeline_model";
 import { INK } from "../theme";
 
@@ -36,7 +38,8 @@ export class TimelineView {
     this.el = h("section", "timeline", this.body);
   }
 
-  update(s: State): void {
+  /** `ws`: the worker the step is of; a generation's step is named by its role and context. */
+  update(s: State, ws: WorkerSummary | null): void {
     if (!changed(this.last, s.timeline)) return;
     this.last = s.timeline;
     const wait = pending(s.timeline, "the timeline");
@@ -54,8 +57,9 @@ export class TimelineView {
       return;
     }
     const span = d.end_us - d.start_us;
+    const token = tokenAt(ws, d.step);
     const info = [
-      `Step ${d.step ?? "\u2014"}: ${fmtUs(span)}, ${model.n.toLocaleString("en-US")} events on ${d.tracks.length} ${d.tracks.length === 1 ? "row" : "rows"}.`,
+      `Step ${d.step ?? "\u2014"}${token ? ` (${token.role}, ${token.context} keys)` : ""}: ${fmtUs(span)}, ${model.n.toLocaleString("en-US")} events on ${d.tracks.length} ${d.tracks.length === 1 ? "row" : "rows"}.`,
       "Scroll or drag the slider to zoom; click an attention bar for its drill-down.",
     ].join(" ");
     replace(
