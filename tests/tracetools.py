@@ -51,7 +51,9 @@ def trace_files(run_dir: Path) -> list[Path]:
 def ops_with_scopes(trace: dict[str, Any]) -> tuple[list[Op], list[dict[str, Any]]]:
     """CPU ops with their enclosing scopes (time containment on the same thread), and the scopes."""
     events = [e for e in trace["traceEvents"] if e.get("ph") == "X"]
-    scope_events = [e for e in events if e.get("cat") == "user_annotation" and parse_scope(e["name"])]
+    # Our scopes: the runner's are cpu_op events (PyTorch's fast record function), instrument()'s
+    # user_annotation ones; a gpu_user_annotation is a scope's projection on a device stream.
+    scope_events = [e for e in events if e.get("cat") in ("user_annotation", "cpu_op") and parse_scope(e["name"])]
     by_tid: dict[Any, list[dict[str, Any]]] = {}
     for e in scope_events:
         by_tid.setdefault(e["tid"], []).append(e)
@@ -61,7 +63,7 @@ def ops_with_scopes(trace: dict[str, Any]) -> tuple[list[Op], list[dict[str, Any
             backward_spans.setdefault(e["tid"], []).append((float(e["ts"]), float(e["ts"]) + float(e["dur"])))
     ops = []
     for e in events:
-        if e.get("cat") != "cpu_op":
+        if e.get("cat") != "cpu_op" or str(e.get("name", "")).startswith("tbattn.v"):
             continue
         ts, end = float(e["ts"]), float(e["ts"]) + float(e["dur"])
         enclosing = [s for s in by_tid.get(e["tid"], [])

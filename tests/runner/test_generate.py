@@ -123,7 +123,7 @@ def test_step_scopes_and_metadata(generation_logdir: Path) -> None:
         found = []
         for s in steps:
             inside = [e for e in scopes if s["ts"] <= e["ts"] and e["ts"] + e["dur"] <= s["ts"] + s["dur"]
-                      and e.get("cat") == "user_annotation"]
+                      and e.get("cat") in ("cpu_op", "user_annotation")]
             assert len(inside) == 1, (name, s["name"])
             scope = parse_step_scope(inside[0]["name"])
             assert scope is not None
