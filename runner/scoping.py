@@ -37,6 +37,6 @@ def scope(name: str, enabled: bool = True) -> AbstractContextManager[object]:
     """A scope named ``name`` while a profiler records; otherwise a no-op."""
     if enabled and profiler_enabled():
         if _FAST is not None and is_scope_name(name):
-            return _FAST(name)  # type: ignore[no-any-return]
+            return _FAST(name)
         return record_function(name)
     return _NULL
