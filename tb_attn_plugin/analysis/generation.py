@@ -227,7 +227,7 @@ def _roles_from_shapes(shapes: dict[int, list[_LayerKV]]) -> dict[int, tuple[str
     for step, calls in shapes.items():
         queries = {c.queries for c in calls}
         keys = max(c.keys for c in calls)
-        if queries == {1}:
+        if queries == {1} and keys >= 1:
             out[step] = ("decode", keys)
         elif len(queries) == 1 and queries.pop() == keys and keys > 1:
             out[step] = ("prefill", keys)
@@ -275,6 +275,7 @@ def _fit(out: Generation, decode: list[TokenStats]) -> None:
     """Decode attention time against context, where the contexts span enough to say something:
     over a narrow range (one short generation) noise decides the exponent, so there is no fit,
     and ``fit_note`` says why. The cache's growth per token is fitted in any case (it is exact)."""
+    decode = [t for t in decode if t.context > 0]
     xs = [float(t.context) for t in decode]
     if len(set(xs)) < 2:
         return

@@ -230,3 +230,34 @@ def test_cli_summarize_and_tokens_csv(generation_logdir: Path, capsys: pytest.Ca
     assert main(["compare", str(generation_logdir)]) == 0
     out = capsys.readouterr().out
     assert "decode, per step" in out and "ctx " in out
+
+
+def test_odd_generation_traces_and_metadata() -> None:
+    """Decode-like shapes with K of 0 keys, step scopes with contexts out of range and metadata of
+    the wrong types: no step without keys, no scope out of bounds, nothing taken from bad metadata."""
+    from tb_attn_plugin.trace.decode import decode_bytes
+
+    events: list[dict[str, object]] = []
+    for step in range(1, 4):
+        t = 200 * step
+        keys = 0 if step == 2 else step
+        events += [
+            {"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{step}", "pid": 1, "tid": 1, "ts": t,
+             "dur": 100},
+            {"ph": "X", "cat": "user_annotation", "name": "tbattn.v1/L0", "pid": 1, "tid": 1, "ts": t + 1, "dur": 90},
+            {"ph": "X", "cat": "cpu_op", "name": "tbattn.v1/L0/sdpa", "pid": 1, "tid": 1, "ts": t + 2, "dur": 80},
+            {"ph": "X", "cat": "cpu_op", "name": "aten::scaled_dot_product_attention", "pid": 1, "tid": 1,
+             "ts": t + 3, "dur": 70, "args": {"Input Dims": [[1, 1, 1, 8], [1, 1, keys, 8], [1, 1, keys, 8]],
+                                              "Input type": ["float", "float", "float"]}}]
+    for name in ("tbattn.v1/decode/C" + "9" * 30, "tbattn.v1/decode/C0"):
+        events.append({"ph": "X", "cat": "cpu_op", "name": name, "pid": 1, "tid": 1, "ts": 205, "dur": 1})
+    meta: dict[str, object] = {"peaks": {"copy_bytes_per_s": "fast"}, "generation": {"prompt_len": -3, "kv_cache": 5}}
+    data = json.dumps({"traceEvents": events}).encode()
+    summary = summarize_trace(analyze(decode_bytes(data)), file="f", worker="w", span=None, metadata=meta)
+    g = summary.generation
+    assert g is not None and g.source == "shapes"
+    assert [(t.role, t.context) for t in g.tokens] == [("decode", 1), ("decode", 3)]
+    assert g.prompt_len is None and g.kv_cache is None and g.reference_bytes_per_s is None
+    assert g.kv_memory.startswith("not checked")
+    # The scope written as cpu_op (the runner's fast record function) is read as a scope.
+    assert summary.layers[0].phases[0].phase == "sdpa"
