@@ -14,7 +14,8 @@ from tb_attn_plugin.analysis.wording import count, duration, pct, size
 from tb_attn_plugin.ops import CAT_OP
 from tb_attn_plugin.schema import Finding, Generation
 
-__all__ = ["DISPATCH_BUSY_MAX", "GENERATION_RULES", "MEMORY_BOUND_SHARE", "REALLOC_MIN_SHARE", "TINY_LAUNCH_US"]
+__all__ = ["DISPATCH_BUSY_MAX", "EXPAND_MIN_RATIO", "GENERATION_RULES", "MEMORY_BOUND_SHARE", "REALLOC_MIN_SHARE",
+           "TINY_LAUNCH_US"]
 
 #: A dynamic cache's copies are a finding from this share of decode attention time...
 REALLOC_MIN_SHARE = 0.05
@@ -30,6 +31,10 @@ DISPATCH_MEMORY_SHARE = 0.25
 TINY_LAUNCH_US = 20.0
 #: gqa-opportunity: suggested while the KV heads are more than a quarter of the query heads.
 GQA_GROUP = 4
+#: kv-expanded: the core reads at least this many times the KV cache's bytes...
+EXPAND_MIN_RATIO = 1.5
+#: ...and it is "medium" when expanding takes this share of decode attention.
+EXPAND_MEDIUM_SHARE = 0.2
 
 
 def _decode(t: RuleQuery) -> Generation | None:
@@ -122,6 +127,42 @@ def _gqa_opportunity(t: RuleQuery) -> list[Finding]:
                  "bytes_per_kv_head": per_head})]
 
 
+def _kv_expanded(t: RuleQuery) -> list[Finding]:
+    g = _decode(t)
+    if g is None or g.decode is None or g.decode.kv_bytes <= 0 or g.decode.attention_us <= 0:
+        return []
+    d = g.decode
+    ratio = g.read_bytes_per_token / d.kv_bytes
+    if ratio < EXPAND_MIN_RATIO:
+        return []
+    expand_us = sum(p.device_us if t.cuda else p.cpu_us for layer in d.layers for p in layer.phases
+                    if p.phase == "kv_expand")
+    share = expand_us / d.attention_us
+    heads = _query_heads(t, g)
+    if expand_us > 0:
+        how = (f"the block expands K and V from {count(g.kv_heads or 0, 'KV head', 'KV heads')} to every one of the "
+               f"{heads or '?'} query heads before attention (the kv_expand phase: {duration(expand_us)} per decode "
+               f"step, {pct(share)} of decode attention time, {duration(d.attention_us)})")
+    else:
+        how = "the core is handed more than the cache holds (a preallocated buffer read whole, or K and V expanded)"
+    text = (f"Each decode step's attention core reads {size(g.read_bytes_per_token)} of K and V, {ratio:.1f}x the KV "
+            f"cache's {size(d.kv_bytes)}: {how}. Decode is bound by the bytes it reads, so the copy costs "
+            "bandwidth twice: writing the expanded K and V, then reading them.")
+    return [new_finding(
+        "kv-expanded", "medium" if share >= EXPAND_MEDIUM_SHARE else "low",
+        f"Decode reads K and V {ratio:.1f}x over: expanded to every query head",
+        text,
+        "Let the kernel read the grouped heads as they are: F.scaled_dot_product_attention(q, k, v, enable_gqa=True) "
+        "(PyTorch 2.5 and later) takes K and V with fewer heads than q. Hugging Face's SDPA path uses it on CUDA "
+        "only without a mask (with one, grouped heads would send SDPA to its math backend), and a StaticCache "
+        "always passes a mask, so its repeat_kv copies the whole cache on every token: a dynamic cache avoids "
+        "it, as do kernels that read the grouped cache as it is (flash-attention's flash_attn_with_kvcache, "
+        "vLLM's paged attention).",
+        layers=sorted(t.layers), ops=[], kernels=[], time_us=expand_us, nbytes=g.read_bytes_per_token - d.kv_bytes,
+        details={"read_bytes_per_token": g.read_bytes_per_token, "cache_bytes_per_token": d.kv_bytes,
+                 "ratio": ratio, "kv_expand_us": expand_us, "share_of_decode_attention": share})]
+
+
 def _decode_dispatch_bound(t: RuleQuery) -> list[Finding]:
     g = _decode(t)
     if g is None or g.decode is None or g.decode.launches <= 0:
@@ -183,4 +224,4 @@ def _query_heads(t: RuleQuery, g: Generation | None) -> int | None:
     return g.heads if g is not None else None
 
 
-GENERATION_RULES = (_kv_cache_realloc, _decode_memory_bound, _gqa_opportunity, _decode_dispatch_bound)
+GENERATION_RULES = (_kv_cache_realloc, _decode_memory_bound, _gqa_opportunity, _kv_expanded, _decode_dispatch_bound)

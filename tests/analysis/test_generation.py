@@ -261,3 +261,22 @@ def test_odd_generation_traces_and_metadata() -> None:
     assert g.kv_memory.startswith("not checked")
     # The scope written as cpu_op (the runner's fast record function) is read as a scope.
     assert summary.layers[0].phases[0].phase == "sdpa"
+
+
+def test_kv_expanded_on_naive_grouped_query_decode(tmp_path: Path) -> None:
+    """Naive attention repeats K and V to every query head on each decode step: the core reads
+    H/H_kv times the cache, in a kv_expand phase of its own. SDPA with enable_gqa reads the cache
+    as it is."""
+    for impl in ("naive", "sdpa"):
+        result = profile_run(tmp_path, impl, **{**GENERATION, "impl": impl, "prompt_len": 32, "seq": 38,
+                                                "kv_heads": 1})
+        assert result.status == "ok", result.error
+    loader = Loader()
+    naive, sdpa = (loader.summarize_run(r).workers[0] for r in resolve_runs(str(tmp_path)))
+    g = naive.generation
+    assert g is not None and g.decode is not None
+    assert g.read_bytes_per_token == H * g.decode.kv_bytes  # 4 query heads read one KV head's cache each
+    found = next(f for f in naive.findings if f.id == "kv-expanded")
+    assert found.evidence.details["ratio"] == pytest.approx(H)
+    assert found.evidence.details["kv_expand_us"] > 0
+    assert "kv-expanded" not in {f.id for f in sdpa.findings}

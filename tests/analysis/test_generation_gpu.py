@@ -89,8 +89,13 @@ def test_hugging_face_static_cache_is_read_whole_and_expanded() -> None:
     """Llama with 4 KV heads of 16: its dynamic cache reaches SDPA as is (enable_gqa); its static
     cache comes with a mask, so repeat_kv expands K and V to all 16 heads, over the whole
     preallocated length: four times the bytes, and the decode step is slower for it."""
-    static = _gen(_summary("hf/hf-llama/sdpa/gen-p4096-n16-static-kv4-bfloat16"))
-    dynamic = _gen(_summary("hf/hf-llama/sdpa/gen-p4096-n16-dynamic-kv4-bfloat16"))
+    static_summary = _summary("hf/hf-llama/sdpa/gen-p4096-n16-static-kv4-bfloat16")
+    dynamic_summary = _summary("hf/hf-llama/sdpa/gen-p4096-n16-dynamic-kv4-bfloat16")
+    static, dynamic = _gen(static_summary), _gen(dynamic_summary)
+    expanded = next(f for f in static_summary.findings if f.id == "kv-expanded")
+    assert expanded.severity == "medium" and expanded.evidence.details["ratio"] == pytest.approx(4.0)
+    assert expanded.evidence.details["share_of_decode_attention"] > 0.5  # repeat_kv costs more than SDPA
+    assert "kv-expanded" not in _ids(dynamic_summary)
     assert static.kv_heads == dynamic.kv_heads == 4 and static.heads == 16
     last = next(t for t in reversed(static.tokens) if t.role == "decode")
     assert last.kv_bytes == LAYERS * 2 * 4 * 4 * (4096 + N) * D * BF16  # batch 4: the whole buffer, P + N
