@@ -113,6 +113,11 @@ class RunFigures(msgspec.Struct, kw_only=True):
     workers: int  # trace files read: the median is taken over them
     unreadable: int  # trace files of the run that could not be read, left out of the figures
     attention_spread: Spread | None = None  # the summary's spread of attention time on ``clock`` (its noisy mark)
+    #: "step": the figures above are per profiled step; "decode": a generation's, per decode step (one
+    #: token per sequence): attention_us, its min, max and spread over the decode steps alone, since a
+    #: mean over a prefill and its decode steps describes neither
+    per: Literal["step", "decode"] = "step"
+    prefill_us: float | None = None  # a generation's prefill step: its attention time on ``clock``
 
 
 class RunEntry(msgspec.Struct, kw_only=True):

@@ -78,6 +78,9 @@ export interface RunFigures {
   unreadable: number;
   /** the summary's spread of attention time on `clock` (its noisy mark) */
   attention_spread: Spread | null;
+  per: "decode" | "step";
+  /** a generation's prefill step: its attention time on `clock` */
+  prefill_us: number | null;
 }
 
 /** How far one per-step figure's steps were apart (analysis/spread.py, docs/summary.md). */

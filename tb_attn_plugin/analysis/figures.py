@@ -1,5 +1,9 @@
 """A run's headline figures for the runs list: attention time, its share and spread, peak, backend.
 
+A generation's figures are per decode step (one token per sequence), over its decode steps alone,
+with its prefill beside them: a mean over the prefill and the decode steps describes neither, and
+their spread would always read "noisy".
+
 The figures come from the run's median worker, the one ``compare`` describes a run by, so the
 runs list, Compare and the run overview of a one-worker run show the same numbers.
 """
@@ -7,6 +11,7 @@ runs list, Compare and the run overview of a one-worker run show the same number
 from __future__ import annotations
 
 from tb_attn_plugin.analysis.configs import median_worker
+from tb_attn_plugin.analysis.spread import spread
 from tb_attn_plugin.responses import RunFigures
 from tb_attn_plugin.schema import RunSummary
 
@@ -23,6 +28,18 @@ def run_figures(run: RunSummary) -> RunFigures | None:
     w = median_worker(run)
     device = w.attention_device_us > 0
     per_step = [s.attention_device_us if device else s.attention_cpu_us for s in w.per_step]
+    g = w.generation
+    if g is not None and g.decode is not None:
+        # A generation: per decode step, on the generation's own clock; the prefill beside it.
+        decode = [t.attention_us for t in g.tokens if t.role == "decode"]
+        return RunFigures(
+            clock="device" if g.clock == "device" else "cpu", attention_us=g.decode.attention_us,
+            attention_min_us=min(decode), attention_max_us=max(decode),
+            attention_share=w.attention_share_device if g.clock == "device" else w.attention_share_cpu,
+            peak_bytes=max((layer.peak_bytes for layer in w.layers), default=0), backend=w.backend,
+            steps=len(decode), worker=w.worker, workers=len(run.workers), unreadable=len(run.errors),
+            attention_spread=spread(decode) if len(decode) > 1 else None, per="decode",
+            prefill_us=g.prefill.attention_us if g.prefill is not None else None)
     return RunFigures(
         clock="device" if device else "cpu",
         attention_us=w.attention_device_us if device else w.attention_cpu_us,

@@ -26,6 +26,7 @@ from pages import (
     expect_ink,
     fmt_bytes,
     fmt_flops,
+    fmt_ms,
     fmt_us,
     one_unit,
     open_run,
@@ -350,3 +351,21 @@ def test_compare_fits_decode_against_context(generation_ui: TensorBoard, logdir:
     assert [p["value"] for p in measured["data"]] == [[p.seq, pytest.approx(p.alloc_bytes)] for p in series_.points]
     expect(frame.locator(".compare-scaling .note")).to_have_count(0)
     shot(page, artifacts, "generation-compare-fit")
+
+
+def test_runs_list_gives_decode_per_token(generation_ui: TensorBoard, logdir: Path, page: Page) -> None:
+    """A generation run's figures in the runs list are per decode step, over its decode steps alone
+    (a mean over the prefill and the decode steps would describe neither), with the prefill in the
+    tooltip."""
+    g = generation_of(logdir, RUN)
+    assert g.decode is not None and g.prefill is not None
+    decode = [t.attention_us for t in g.tokens if t.role == "decode"]
+    frame = open_tab(page, generation_ui.url)
+    cell = frame.get_by_role("button", name=f"Open run {RUN}", exact=True).locator("td[data-col=attention]")
+    expect(cell.locator(".fig-value")).to_be_visible(timeout=60_000)
+    expect(cell.locator(".fig-value")).to_have_text(fmt_ms(g.decode.attention_us))
+    expect(cell.locator(".clock")).to_have_text("cpu \u00b7 decode")
+    expect(cell.locator(".spread")).to_have_text(f"{fmt_ms(min(decode))}\u2013{fmt_ms(max(decode))}")
+    title = cell.get_attribute("title") or ""
+    assert f"per decode step (one token per sequence), mean of {len(decode)} decode steps" in title
+    assert f"the prefill: {fmt_us(g.prefill.attention_us)}" in title

@@ -30,7 +30,7 @@ export const FIGURE_COLUMNS: Column[] = [
     key: "attention",
     label: "attention / step (ms)",
     title:
-      "Attention time per profiled step (forward + backward), in ms, on the clock named beside it: device time where attention launched kernels, else CPU time. Several traces: the median one's, as Compare shows",
+      "Attention time per profiled step (forward + backward), in ms, on the clock named beside it: device time where attention launched kernels, else CPU time; for a generation run, per decode step (one token per sequence), its prefill in the tooltip. Several traces: the median one's, as Compare shows",
     num: true,
     value: fig((f) => f.attention_us),
   },
@@ -63,10 +63,15 @@ function absent(r: RunEntry): { text: string; title: string } {
 /** The spread of the run's steps, and where the figures come from, in words. */
 function attentionTitle(f: RunFigures): string {
   const clock = f.clock === "device" ? "device" : "CPU";
-  const parts = [`${fmtUs(f.attention_us)} of ${clock} time per step, mean of ${f.steps} step${f.steps === 1 ? "" : "s"}`];
+  const decode = f.per === "decode";
+  const what = decode ? "decode step" : "step";
+  const parts = [
+    `${fmtUs(f.attention_us)} of ${clock} time per ${what}${decode ? " (one token per sequence)" : ""}, mean of ${f.steps} ${what}${f.steps === 1 ? "" : "s"}`,
+  ];
   if (f.attention_min_us !== null && f.attention_max_us !== null && f.steps > 1) {
-    parts.push(`fastest step ${fmtUs(f.attention_min_us)}, slowest ${fmtUs(f.attention_max_us)}`);
+    parts.push(`fastest ${decode ? "decode step" : "step"} ${fmtUs(f.attention_min_us)}, slowest ${fmtUs(f.attention_max_us)}`);
   }
+  if (decode && f.prefill_us !== null) parts.push(`the prefill: ${fmtUs(f.prefill_us)}`);
   if (f.workers > 1) parts.push(`from ${f.worker}, the median of ${f.workers} traces`);
   if (f.unreadable) parts.push(`${f.unreadable} trace${f.unreadable === 1 ? "" : "s"} could not be read`);
   return parts.join("; ");
@@ -88,8 +93,10 @@ export function figureCells(r: RunEntry): HTMLElement[] {
       "td",
       { class: "num fig", title: attentionTitle(f), dataset: { col: "attention" } },
       h("span", "fig-value", fmtMs(f.attention_us)),
-      h("span", "clock", f.clock === "device" ? "device" : "cpu"),
-      spread ? h("span", { class: "spread", attrs: { "aria-label": `steps from ${spread} ms` } }, spread) : null,
+      h("span", "clock", (f.clock === "device" ? "device" : "cpu") + (f.per === "decode" ? " \u00b7 decode" : "")),
+      spread
+        ? h("span", { class: "spread", attrs: { "aria-label": `${f.per === "decode" ? "decode steps" : "steps"} from ${spread} ms` } }, spread)
+        : null,
       noisyMark(f.attention_spread, fmtUs, true),
     ),
     h("td", { class: "num fig", dataset: { col: "share" } }, fmtShare(f.attention_share)),
