@@ -12,26 +12,32 @@ from runner.config import ModelConfig
 __all__ = ["MHAStack", "TorchEncoder"]
 
 
-def _causal_mask(seq: int) -> torch.Tensor:
-    return torch.ones(seq, seq, dtype=torch.bool).triu(1)  # True: masked out
+class _LanguageModel(nn.Module):
+    """Token embeddings in, vocabulary logits out, and the causal mask its layers share (built once,
+    sliced per call)."""
 
-
-class TorchEncoder(nn.Module):
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
         self.causal = cfg.causal
         self.emb = nn.Embedding(cfg.vocab, cfg.d_model)
+        self.head = nn.Linear(cfg.d_model, cfg.vocab)
+        self.mask: torch.Tensor
+        self.register_buffer("mask", torch.ones(cfg.seq, cfg.seq, dtype=torch.bool).triu(1),  # True: masked out
+                             persistent=False)
+
+    def mask_for(self, length: int) -> torch.Tensor | None:
+        return self.mask[:length, :length] if self.causal else None
+
+
+class TorchEncoder(_LanguageModel):
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__(cfg)
         layer = nn.TransformerEncoderLayer(cfg.d_model, cfg.heads, 4 * cfg.d_model, cfg.dropout,
                                            batch_first=True, norm_first=True)
         self.encoder = nn.TransformerEncoder(layer, cfg.layers, enable_nested_tensor=False)
-        self.head = nn.Linear(cfg.d_model, cfg.vocab)
-        self.mask: torch.Tensor
-        self.register_buffer("mask", _causal_mask(cfg.seq), persistent=False)
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
-        T = ids.size(1)
-        mask = self.mask[:T, :T] if self.causal else None
-        return self.head(self.encoder(self.emb(ids), mask=mask, is_causal=self.causal))
+        return self.head(self.encoder(self.emb(ids), mask=self.mask_for(ids.size(1)), is_causal=self.causal))
 
 
 class _MHABlock(nn.Module):
@@ -50,19 +56,13 @@ class _MHABlock(nn.Module):
         return x + self.mlp(self.ln2(x))
 
 
-class MHAStack(nn.Module):
+class MHAStack(_LanguageModel):
     def __init__(self, cfg: ModelConfig) -> None:
-        super().__init__()
-        self.causal = cfg.causal
-        self.emb = nn.Embedding(cfg.vocab, cfg.d_model)
+        super().__init__(cfg)
         self.blocks = nn.ModuleList(_MHABlock(cfg) for _ in range(cfg.layers))
-        self.head = nn.Linear(cfg.d_model, cfg.vocab)
-        self.mask: torch.Tensor
-        self.register_buffer("mask", _causal_mask(cfg.seq), persistent=False)
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
-        T = ids.size(1)
-        mask = self.mask[:T, :T] if self.causal else None
+        mask = self.mask_for(ids.size(1))
         x = self.emb(ids)
         for block in self.blocks:
             x = block(x, mask)

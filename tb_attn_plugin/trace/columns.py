@@ -21,7 +21,6 @@ import msgspec
 import numpy as np
 
 from tb_attn_plugin.ops import SHAPE_OPS
-from tb_attn_plugin.scopes import is_scope_name
 from tb_attn_plugin.trace.coerce import (
     MAX_SIZE,
     MAX_TIME_US,
@@ -47,6 +46,7 @@ from tb_attn_plugin.trace.kineto import (
     decode_events,
     kind_of,
     lenient_event,
+    scopes_as_annotations,
 )
 from tb_attn_plugin.trace.scanned import add_scanned, or_minus_one, usable_memory
 
@@ -317,18 +317,13 @@ class Builder:
                    if isinstance(v, (str, int, float, bool)) and len(str(v)) < 512},
         )
         tracks = tuple(Track(pid, tid, i in self.device_tracks) for i, (pid, tid) in enumerate(self.tracks))
-        name, kind = x["name"][order].astype(np.int32, copy=False), x["kind"][order].astype(np.int8, copy=False)
-        # Our scopes are annotations in whatever category they were written: the runner writes them
-        # with PyTorch's fast record function, which Kineto files under cpu_op (runner/scoping.py).
-        scoped = np.fromiter((is_scope_name(n) for n in self.names), np.bool_, len(self.names))
-        if scoped.any():
-            kind = np.where((kind == int(Kind.CPU_OP)) & scoped[name], np.int8(Kind.ANNOTATION), kind).astype(np.int8)
+        name = x["name"][order].astype(np.int32, copy=False)
+        kind = scopes_as_annotations(self.names, name, x["kind"][order].astype(np.int8, copy=False))
         return Events(
             names=tuple(self.names),
             tracks=tracks,
             shapes=tuple(self.shapes),
-            name=name,
-            kind=kind,
+            name=name, kind=kind,
             track=x["track"][order].astype(np.int32, copy=False),
             ts=x["ts"][order] - t0,
             dur=x["dur"][order],

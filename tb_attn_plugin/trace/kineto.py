@@ -17,7 +17,9 @@ from enum import IntEnum
 from typing import Any
 
 import msgspec
+import numpy as np
 
+from tb_attn_plugin.scopes import is_scope_name
 from tb_attn_plugin.trace.coerce import EMPTY_RAW, as_float, as_raw, int_or_none
 
 __all__ = [
@@ -35,6 +37,7 @@ __all__ = [
     "decode_events",
     "kind_of",
     "lenient_event",
+    "scopes_as_annotations",
 ]
 
 
@@ -75,6 +78,16 @@ def kind_of(category: str | None) -> Kind:
     if not category:
         return Kind.OTHER
     return CATEGORY_KIND.get(category.lower(), Kind.OTHER)
+
+
+def scopes_as_annotations(names: typing.Sequence[str], name: np.ndarray, kind: np.ndarray) -> np.ndarray:
+    """``kind`` with every event named by the scope grammar an annotation, whatever its category:
+    ``record_function`` writes a scope as ``user_annotation``, PyTorch's fast record function (the
+    runner's, ``runner/scoping.py``) as ``cpu_op``. ``name``: each event's index into ``names``."""
+    scoped = np.fromiter((is_scope_name(n) for n in names), np.bool_, len(names))
+    if not scoped.any():
+        return kind
+    return np.where((kind == int(Kind.CPU_OP)) & scoped[name], np.int8(Kind.ANNOTATION), kind).astype(np.int8)
 
 
 #: Kinds that run on the device timeline (launched from a host op), as plain ints for ``np.isin``.
