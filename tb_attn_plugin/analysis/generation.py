@@ -56,8 +56,10 @@ def generation(analysis: Analysis, summary: WorkerSummary, metadata: dict[str, o
     ``layers_of``: the summary's per-layer table of an analysis, which is called on the trace
     restricted to the prefill steps and to the decode steps (``restrict_steps``)."""
     q = TraceQuery(analysis.events, analysis.attr)
-    shapes = _kv_shapes(q)
     roles, source = _scoped_roles(q), "scopes"
+    if not roles and not _one_query_calls(q):
+        return None  # every trace is summarized: one pass over distinct shapes, not one per block
+    shapes = _kv_shapes(q)
     if not roles:
         roles, source = _roles_from_shapes(shapes), "shapes"
     if not any(role == "decode" for role, _ in roles.values()):
@@ -144,6 +146,22 @@ def _scoped_roles(q: TraceQuery) -> dict[int, tuple[str, int]]:
         assert scope is not None
         out.setdefault(int(a.step[i]), (scope.role, scope.context))
     return out
+
+
+def _one_query_calls(q: TraceQuery) -> bool:
+    """Whether any forward attention call has one query (a decode step's), read from the distinct
+    (op, shape) pairs of the q·kᵀ and fused phases."""
+    ev, a = q.ev, q.a
+    core = (a.layer >= 0) & ~a.backward & (ev.kind == Kind.CPU_OP) & (ev.shape >= 0) & np.isin(a.phase, (_QK, *_FUSED))
+    pairs = np.unique(np.stack([ev.name[core], ev.shape[core]]), axis=1) if core.any() else np.empty((2, 0), np.int64)
+    for nid, sid in pairs.T.tolist():
+        name = ev.names[nid]
+        arg = MATMUL_ARGS[name][0] if name in MATMUL_ARGS else 0 if name in SDPA_OPS else None
+        dims = ev.shapes[sid].dims if arg is not None else ()
+        if arg is not None and arg < len(dims) and isinstance(dims[arg], list) and len(dims[arg]) >= 2 \
+                and dims[arg][-2] == 1:
+            return True
+    return False
 
 
 class _LayerKV:
