@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tb_attn_plugin.scopes import Scope, parse_scope
+from tb_attn_plugin.scopes import Scope, is_scope_name, parse_scope
 
 
 @dataclass(frozen=True)
@@ -63,7 +63,7 @@ def ops_with_scopes(trace: dict[str, Any]) -> tuple[list[Op], list[dict[str, Any
             backward_spans.setdefault(e["tid"], []).append((float(e["ts"]), float(e["ts"]) + float(e["dur"])))
     ops = []
     for e in events:
-        if e.get("cat") != "cpu_op" or str(e.get("name", "")).startswith("tbattn.v"):
+        if e.get("cat") != "cpu_op" or is_scope_name(str(e.get("name", ""))):
             continue
         ts, end = float(e["ts"]), float(e["ts"]) + float(e["dur"])
         enclosing = [s for s in by_tid.get(e["tid"], [])
