@@ -5,23 +5,80 @@ bytes written per second, the best of a few copies of a buffer much larger than 
 (128 MiB read and 128 MiB written on a CPU, 1 GiB each on a GPU). The decode findings compare attention's
 achieved bandwidth with it (``decode-memory-bound``). A copy is what a memory-bound kernel
 does at best, so it is a fair ceiling for a decode step's reads; the device's datasheet peak
-is higher (a copy reaches 80-90% of it on GPUs). It takes well under a second.
+is higher (a copy reaches 80-90% of it on GPUs).
+
+``gemm_flops(device, dtype)``: the FLOP/s of a square matrix multiply (``torch.mm``), best of a
+few, in float32 and bfloat16: the compute roof of the roofline on a CPU, where no datasheet table
+applies (``tb_attn_plugin.analysis.peaks``). ``op_overhead_us``: the time of one eager op on a
+one-element tensor, the per-call floor of the latency-bound verdict.
+
+All of them together take well under a second on a CPU (``bench/probes.py`` measures them and
+their stability; figures in the README).
 """
 
 from __future__ import annotations
 
+import functools
 import time
 from typing import Any
 
 import torch
 
-__all__ = ["COPY_PROBE", "copy_bandwidth", "machine_peaks"]
+__all__ = ["COPY_PROBE", "GEMM_PROBE", "OP_PROBE", "copy_bandwidth", "gemm_flops", "machine_peaks",
+           "op_overhead_us"]
 
 #: What the metadata says the figure is.
-COPY_PROBE = "torch copy_ of a buffer larger than the caches: (bytes read + bytes written) / s, best of 5"
+COPY_PROBE = "torch copy_ of a buffer larger than the caches: (bytes read + bytes written) / s, best of 7"
 
 
-def copy_bandwidth(device: torch.device, *, repeats: int = 5) -> float:
+GEMM_PROBE = "torch.mm of two N x N matrices (N = 1024 on a CPU, 8192 on a GPU): 2·N³ / s, best of 7"
+OP_PROBE = "one eager torch.add on one-element tensors, no profiler: median of 5 batches of 200 calls"
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _best(fn: Any, device: torch.device, repeats: int) -> float:
+    fn()  # warm-up: allocation, page faults, kernel selection stay out of the timing
+    best = float("inf")
+    for _ in range(repeats):
+        _sync(device)
+        start = time.perf_counter()
+        fn()
+        _sync(device)
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+def gemm_flops(device: torch.device, dtype: torch.dtype, *, repeats: int = 7) -> float:
+    """FLOP/s (2·N³ per product) of the best of ``repeats`` square matrix products on ``device``."""
+    n = 8192 if device.type == "cuda" else 1024
+    a = torch.randn(n, n, device=device).to(dtype)
+    b = torch.randn(n, n, device=device).to(dtype)
+    out = torch.empty(n, n, device=device, dtype=dtype)
+    best = _best(lambda: torch.mm(a, b, out=out), device, repeats)
+    return 2.0 * n**3 / best
+
+
+def op_overhead_us(device: torch.device, *, calls: int = 200, batches: int = 5) -> float:
+    """Microseconds per eager op on one-element tensors: the median of ``batches`` timings."""
+    a = torch.ones(1, device=device)
+    b = torch.ones(1, device=device)
+    times = []
+    for _ in range(batches + 1):  # the first batch warms up
+        _sync(device)
+        start = time.perf_counter()
+        for _ in range(calls):
+            torch.add(a, b)
+        _sync(device)
+        times.append((time.perf_counter() - start) / calls)
+    times = sorted(times[1:])
+    return times[len(times) // 2] * 1e6
+
+
+def copy_bandwidth(device: torch.device, *, repeats: int = 7) -> float:
     """Bytes per second (read + written) of the best of ``repeats`` copies on ``device``."""
     cuda = device.type == "cuda"
     nbytes = (1 << 30) if cuda else (128 << 20)
@@ -41,6 +98,11 @@ def copy_bandwidth(device: torch.device, *, repeats: int = 5) -> float:
     return 2 * nbytes / best
 
 
+@functools.lru_cache(maxsize=4)
 def machine_peaks(device: str) -> dict[str, Any]:
-    """The run metadata's ``peaks``: what was measured and how."""
-    return {"copy_bytes_per_s": copy_bandwidth(torch.device(device)), "copy_probe": COPY_PROBE}
+    """The run metadata's ``peaks``: what was measured and how, once per process and device (a
+    sweep's runs share the machine). Callers must not change the dict."""
+    dev = torch.device(device)
+    return {"device": dev.type, "copy_bytes_per_s": copy_bandwidth(dev), "copy_probe": COPY_PROBE,
+            "gemm_flops_per_s": {"fp32": gemm_flops(dev, torch.float32), "bf16": gemm_flops(dev, torch.bfloat16)},
+            "gemm_probe": GEMM_PROBE, "op_us": op_overhead_us(dev), "op_probe": OP_PROBE}

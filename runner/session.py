@@ -14,6 +14,7 @@ rather than left to claim a run in progress.
 from __future__ import annotations
 
 import contextlib
+import copy
 import dataclasses
 import gc
 import logging
@@ -223,7 +224,7 @@ def _profile(
         prof_cfg = dataclasses.replace(prof_cfg, wait=0, warmup=1, active=work.cfg.new_tokens + 1)
         meta["profile"] = prof_cfg.to_dict()
         meta["generation"] = generation_metadata(work.cfg)
-        meta["peaks"] = machine_peaks(work.cfg.device)
+    meta["peaks"] = copy.deepcopy(machine_peaks(work.cfg.device))
     cuda = torch.device(work.cfg.device).type == "cuda"
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
     worker = default_worker_name(dist.rank if dist else None)

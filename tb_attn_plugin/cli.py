@@ -1,7 +1,7 @@
 """``tb-attn``: attention summaries of torch.profiler traces in the terminal and in CI.
 
-    tb-attn summarize PATH [--run R] [--worker W] [--format table|json|csv]
-    tb-attn compare PATH [--runs A,B] [--baseline A] [--format table|json]
+    tb-attn summarize PATH [--run R] [--worker W] [--format table|json|csv] [--peak-flops F --peak-bw B]
+    tb-attn compare PATH [--runs A,B] [--baseline A] [--format table|json] [--peak-flops F --peak-bw B]
     tb-attn ranks PATH [--run R] [--margin 0.2] [--fail-on-straggler] [--format table|json]
     tb-attn gate [LOGDIR] --baseline RUN --candidate RUN [--max-time-regression 10%] [--max-memory-regression 10%]
 
@@ -21,7 +21,9 @@ from __future__ import annotations
 
 import argparse
 import gc
+import math
 import os
+import re
 import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, NoReturn
@@ -29,6 +31,7 @@ from typing import TYPE_CHECKING, NoReturn
 from tb_attn_plugin import report
 
 if TYPE_CHECKING:  # the CLI imports the engine lazily: `tb-attn --help` stays fast
+    from tb_attn_plugin.schema import RunSummary
     from tb_attn_plugin.trace.discover import Run
 
 __all__ = ["main"]
@@ -52,6 +55,27 @@ def _mebibytes(text: str) -> int:
     return value
 
 
+_SI = {"": 1.0, "k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15}
+_RATE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([kKMGTP]?)\s*(?:FLOP/s|FLOPS|B/s|bytes/s)?\s*$")
+
+
+def _rate(text: str) -> float:
+    """A peak rate: a positive number, optionally with an SI prefix and unit ("312T", "2.0 TB/s", "1.9e12")."""
+    m = _RATE.match(text)
+    value = float(m.group(1)) * _SI[m.group(2)] if m else 0.0
+    if not m or not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a positive rate such as 312T or 2.0e12, got {text!r}")
+    return value
+
+
+def _peak_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--peak-flops", type=_rate, metavar="RATE",
+                        help="the roofline's peak FLOP/s, for every dtype (e.g. 312T): for traces of a device the "
+                        "table does not know, or a CPU trace without the runner's probes")
+    parser.add_argument("--peak-bw", type=_rate, metavar="RATE",
+                        help="the roofline's peak memory bandwidth in bytes/s (e.g. 2.0T)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog=PROG, description="Where attention spends time and memory, from torch.profiler traces.")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
@@ -65,11 +89,13 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--cache-dir", help="keep summaries in this local directory between invocations")
     s.add_argument("--max-trace-mb", type=_mebibytes, default=4096,
                    help="refuse traces larger than this, uncompressed (default 4096)")
+    _peak_flags(s)
     c = sub.add_parser("compare", help="runs side by side with ratios to a baseline, and scaling with seq")
     c.add_argument("path", help="a logdir (local path or fsspec URL)")
     c.add_argument("--runs", help="comma-separated run names (default: every run)")
     c.add_argument("--baseline", help="the run the ratios are against (default: the first)")
     c.add_argument("--format", choices=("table", "json"), default="table")
+    _peak_flags(c)
     t = sub.add_parser("strategies", help="attention strategies side by side: time, memory, error and speed-up "
                        "per implementation and length, with fitted crossovers")
     t.add_argument("path", help="a logdir (local path or fsspec URL)")
@@ -133,6 +159,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     gc.disable()
     loader = Loader(cache_dir=args.cache_dir, max_trace_bytes=args.max_trace_mb << 20)
     summaries = [loader.summarize_run(r, worker=args.worker) for r in runs]
+    _apply_peaks(summaries, args)
     render = {"table": report.summary_table, "json": report.summary_json, "csv": report.summary_csv}[args.format]
     if args.tokens:
         if args.format != "csv":
@@ -161,6 +188,7 @@ def _compare(args: argparse.Namespace) -> int:
     gc.disable()
     loader = Loader()
     summaries = [loader.summarize_run(r) for r in runs]
+    _apply_peaks(summaries, args)
     try:
         result = compare(summaries, baseline=args.baseline.strip("/") if args.baseline else None)
     except ValueError as exc:
@@ -173,6 +201,17 @@ def _compare(args: argparse.Namespace) -> int:
     for err in result.errors:
         _stderr(f"{err.run}: {err.error}")
     return 1 if result.errors else 0
+
+
+def _apply_peaks(summaries: Sequence[RunSummary], args: argparse.Namespace) -> None:
+    """Every worker's roofline under ``--peak-flops``/``--peak-bw``, where given."""
+    if args.peak_flops is None and args.peak_bw is None:
+        return
+    from tb_attn_plugin.analysis.roofline import with_peaks
+
+    for run in summaries:
+        for worker in run.workers:
+            with_peaks(worker, args.peak_flops, args.peak_bw)
 
 
 def _picked_runs(path: str, names: str | None) -> list[Run]:

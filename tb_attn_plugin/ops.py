@@ -13,16 +13,20 @@ from __future__ import annotations
 __all__ = [
     "ARANGE_OP",
     "ARITHMETIC_OPS",
+    "ATEN_PREFIX",
     "CAT_OP",
+    "CLONE_OP",
     "COMPARE_OPS",
     "COMPILED_GRAPH_PREFIX",
     "COMPILED_REGION_OPS",
     "COMPILED_REGION_PREFIX",
     "COMPILE_BOOKKEEPING_PREFIXES",
+    "COMPOSITE_OPS",
     "COPY_OPS",
     "DROPOUT_OPS",
     "DTYPE_CONVERT_OPS",
     "EFFICIENT_FORWARD_OP",
+    "ELEMENTWISE_OPS",
     "ELU_OPS",
     "EXP_OPS",
     "FILL_OPS",
@@ -39,6 +43,7 @@ __all__ = [
     "LAYOUT_OPS",
     "LINEAR_OP",
     "MASKED_FILL_OPS",
+    "MASKED_SOFTMAX_OP",
     "MASK_BUILD_OPS",
     "MASK_MAKING_OPS",
     "MASK_OPS",
@@ -52,6 +57,7 @@ __all__ = [
     "NATIVE_MHA_OP",
     "NEG_OP",
     "NORM_OPS",
+    "NO_TRAFFIC_OPS",
     "PROJECTION_OPS",
     "QKV_TRANSFORM_OP",
     "ROPE_OPS",
@@ -171,6 +177,12 @@ MASK_OPS = MASKED_FILL_OPS | {"aten::where", "aten::add", "aten::add_", "aten::t
 NATIVE_DROPOUT_OP = "aten::native_dropout"
 DROPOUT_OPS = frozenset({"aten::dropout", NATIVE_DROPOUT_OP, "aten::feature_dropout"})
 
+#: Element-wise ops on attention's tensors, whose shapes give the bytes they move
+#: (``analysis.traffic``): scaling and masking the scores, scaling q and k in the math backend,
+#: rotary products.
+ELEMENTWISE_OPS = SCALE_OPS | MASKED_FILL_OPS | frozenset({"aten::add", "aten::add_", "aten::sub", "aten::sub_",
+                                                           "aten::where"})
+
 # -- what surrounds the core: roles of the ops of a block outside phase scopes (analysis.roles) ------
 
 #: Ops that only change a tensor's view or layout (a copy at most): splitting heads before the
@@ -234,7 +246,7 @@ MASK_MAKING_OPS = MASK_BUILD_OPS | TRIANGLE_OPS | COMPARE_OPS | FILL_OPS | {ARAN
 #: ``dst.copy_(src)``: the copy inside clones and conversions; ``Input type`` gives (dst, src).
 INPLACE_COPY_OP = "aten::copy_"
 #: Ops that always copy a tensor's data into another: a hidden copy where they run on scores.
-COPY_OPS = frozenset({"aten::clone", INPLACE_COPY_OP})
+COPY_OPS = frozenset({"aten::clone", INPLACE_COPY_OP})  # (CLONE_OP, defined below with the bytes model's ops)
 #: Conversions: a copy made inside one is the conversion, not a hidden copy.
 DTYPE_CONVERT_OPS = frozenset({"aten::to", "aten::_to_copy"})
 #: What a matmul wrapper may do to an input before its GEMM: an allocation under one of these
@@ -243,12 +255,36 @@ DTYPE_CONVERT_OPS = frozenset({"aten::to", "aten::_to_copy"})
 MATMUL_INPUT_COPY_OPS = COPY_OPS | {"aten::contiguous", "aten::reshape", "aten::_reshape_alias",
                                            "aten::expand"}
 
+# -- bytes moved (analysis.traffic) ------------------------------------------------------------------
+
+#: ATen ops' names start so; other events (compiled regions, Python functions, user annotations)
+#: are not ops the bytes model judges.
+ATEN_PREFIX = "aten::"
+CLONE_OP = "aten::clone"
+#: Softmax with a mask of its own (nn.MultiheadAttention's fast path): it reads the mask too.
+MASKED_SOFTMAX_OP = "aten::_masked_softmax"
+#: Ops that run other ops and move nothing beyond what those move: dispatching SDPA, the math
+#: backend, matmul wrappers, an out-of-place masked_fill (a clone, then the in-place fill),
+#: conversions (a copy_), dropout, and contiguous/reshape (a clone where the layout asks for one).
+COMPOSITE_OPS = frozenset({SDPA_OP, SDPA_MATH_OP, *MATMUL_WRAPPER_OPS, "aten::masked_fill", *DTYPE_CONVERT_OPS,
+                           "aten::dropout", "aten::contiguous", "aten::reshape"})
+#: Ops counted as moving no data: views, allocations and bookkeeping (a copy they make is an op
+#: nested in them, counted there), and building masks (an S×S bool at most: a quarter of one fp32
+#: score tensor of one head and sequence).
+NO_TRAFFIC_OPS = LAYOUT_OPS | MASK_MAKING_OPS | COMPOSITE_OPS | frozenset({
+    "aten::expand", "aten::resolve_conj", "aten::resolve_neg", "aten::empty", "aten::empty_like",
+    "aten::empty_strided", "aten::new_empty", "aten::new_empty_strided", "aten::new_zeros", "aten::detach",
+    "aten::lift_fresh", "aten::scalar_tensor", "aten::item", "aten::_local_scalar_dense", "aten::set_",
+    "aten::result_type", "aten::is_nonzero", "aten::size", "aten::_unsafe_view", "aten::view_as",
+    "aten::_has_compatible_shallow_copy_type", "aten::record_stream", "aten::zero_", "aten::fill_"})
+
 # -- what the decoder keeps ----------------------------------------------------------------------
 
-#: Ops whose ``Input Dims`` / ``Input type`` / ``Concrete Inputs`` are read (FLOPs, S×S score
-#: sizes, dtypes, copies). The decoder skips the shapes of every other op to save memory: keeping
-#: them for ``aten::add`` or ``aten::where`` too would cost far more on a large trace.
+#: Ops whose ``Input Dims`` / ``Input type`` / ``Concrete Inputs`` are read (FLOPs, bytes moved,
+#: S×S score sizes, dtypes, copies). The decoder skips the shapes of every other op to save
+#: memory and time; the element-wise ops' shapes cost about N% more decoding time on a trace of a
+#: whole model (bench/README.md, "Bytes model").
 SHAPE_OPS: frozenset[str] = frozenset(
     {*MATMUL_ARGS, *INT_MATMUL_ARGS, LINEAR_OP, *SOFTMAX_OPS, *MASKED_FILL_OPS, *SDPA_OPS, FLASH_FORWARD_OP,
      EFFICIENT_FORWARD_OP, *SDPA_BACKWARD, *KERNEL_BACKWARD_OPS, *COPY_OPS, *DTYPE_CONVERT_OPS, *FUSED_BLOCK_OPS,
-     *KV_EXPAND_OPS})
+     *KV_EXPAND_OPS, *ELEMENTWISE_OPS, NATIVE_DROPOUT_OP, *NORM_OPS})

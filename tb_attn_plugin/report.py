@@ -142,9 +142,11 @@ def _ratio(x: float | None) -> str:
 
 def compare_table(result: CompareResponse, scale: ScalingResponse) -> str:
     from tb_attn_plugin.report_generation import compare_decode_lines
+    from tb_attn_plugin.report_roofline import compare_roof_cells
 
     header = ("run", "impl", "seq", "dtype", "backend", "attn ms", "steps' spread", "ratio", "alloc MiB", "ratio",
-              "peak MiB", "ratio", "FLOP/s", "ratio", "ops/fwd", "kernels/fwd", "findings")
+              "peak MiB", "ratio", "FLOP/s", "ratio", "FLOP/B", "% roof", "bound", "ops/fwd", "kernels/fwd",
+              "findings")
     rows = []
     for f in result.runs:
         r = f.ratio
@@ -154,7 +156,8 @@ def compare_table(result: CompareResponse, scale: ScalingResponse) -> str:
                      str(f.dtype or "-"), f.backend, _ms(t), spread_text(f.attention_spread), _ratio(t_ratio),
                      _mib(f.alloc_bytes), _ratio(r.alloc_bytes),
                      _mib(f.peak_bytes), _ratio(r.peak_bytes), _si(f.flops_per_s), _ratio(r.flops_per_s),
-                     f"{f.ops_per_forward:.1f}", f"{f.kernels_per_forward:.1f}", ",".join(f.findings) or "-"))
+                     *compare_roof_cells(f), f"{f.ops_per_forward:.1f}", f"{f.kernels_per_forward:.1f}",
+                     ",".join(f.findings) or "-"))
     cells = _cells(rows)
     widths = [max(len(row[i]) for row in [header, *cells]) for i in range(len(header))]
     fmt = "  ".join(f"{{:<{w}}}" if i < 5 or i == len(widths) - 1 else f"{{:>{w}}}" for i, w in enumerate(widths))
@@ -164,7 +167,8 @@ def compare_table(result: CompareResponse, scale: ScalingResponse) -> str:
               "seq, dtype, mode, parallel layout), against the run marked * in each (the baseline's implementation "
               "there, else the group's first by name)",
               "time is device time where there is some, else CPU; means per step; ~ marks a time whose steps "
-              "spread over 20% of their median",
+              "spread over 20% of their median; FLOP/B, % roof, bound: attention's forward under the roofline "
+              "(tb-attn summarize shows the peaks and each phase)",
               fmt.format(*header), *(fmt.format(*row) for row in cells)]
     lines += [f"error: {e.run}: {e.error}" for e in result.errors]
     lines += compare_decode_lines(result)
@@ -241,10 +245,13 @@ def summary_json(summaries: Sequence[RunSummary]) -> str:
 
 CSV_FIELDS = ("run", "worker", "span", "step_count", "layer", "module", "backend", "inferred", "phase", "calls",
               "cpu_us", "cpu_self_us", "device_us", "kernels", "flops", "flops_per_s", "alloc_bytes", "freed_bytes",
-              "peak_bytes", "sxs_bytes", "bwd_calls", "bwd_cpu_us", "bwd_device_us", "bwd_flops")
+              "peak_bytes", "sxs_bytes", "bwd_calls", "bwd_cpu_us", "bwd_device_us", "bwd_flops",
+              "bytes", "intensity", "bytes_per_s", "ceiling_flops_per_s", "roof_share", "verdict")
 
 
 def summary_csv(summaries: Sequence[RunSummary]) -> str:
+    from tb_attn_plugin.report_roofline import roof_csv_cells
+
     buf = stdio.StringIO()
     w = csv.writer(buf, lineterminator="\n")
     w.writerow(CSV_FIELDS)
@@ -258,7 +265,8 @@ def summary_csv(summaries: Sequence[RunSummary]) -> str:
                         _num(ph.calls), _num(ph.cpu_us), _num(ph.cpu_self_us), _num(ph.device_us),
                         _num(ph.kernels), _num(ph.flops), _num(ph.flops_per_s), _num(ph.alloc_bytes),
                         _num(ph.freed_bytes), ph.peak_bytes, _num(ph.sxs_bytes), _num(ph.backward.calls),
-                        _num(ph.backward.cpu_us), _num(ph.backward.device_us), _num(ph.backward.flops)))
+                        _num(ph.backward.cpu_us), _num(ph.backward.device_us), _num(ph.backward.flops),
+                        *roof_csv_cells(ph)))
     return buf.getvalue()
 
 
@@ -314,6 +322,7 @@ def _findings_lines(findings: Sequence[Finding]) -> list[str]:
 
 def summary_table(summaries: Sequence[RunSummary]) -> str:
     from tb_attn_plugin.report_generation import generation_lines
+    from tb_attn_plugin.report_roofline import roofline_lines
     from tb_attn_plugin.report_strategies import variant_lines
 
     lines: list[str] = []
@@ -378,6 +387,7 @@ def summary_table(summaries: Sequence[RunSummary]) -> str:
             lines.extend(fmt.format(*r) for r in cells)
             lines.append(f"  (means per step over {worker.step_count} step(s); ~ = the steps spread over 20% of "
                          "their median; bwd = backward work attributed through autograd sequence numbers)")
+            lines.extend(roofline_lines(worker))
             lines.extend(_findings_lines(worker.findings))
             lines.append("")
         for err in run.errors:

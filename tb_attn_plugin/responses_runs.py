@@ -10,7 +10,7 @@ from typing import Literal
 
 import msgspec
 
-from tb_attn_plugin.schema import CollectiveStats, FileError, Fit, Spread
+from tb_attn_plugin.schema import CollectiveStats, FileError, Fit, Roof, Roofline, Spread
 
 RANKS_SCHEMA = "tb-attn.ranks/2"
 COMPARE_SCHEMA = "tb-attn.compare/1"
@@ -24,6 +24,8 @@ class ComparePhase(msgspec.Struct, kw_only=True):
     alloc_bytes: float
     flops: float
     calls: float
+    bytes: float = 0.0  # the least bytes its forward ops move, summed over layers
+    roof: Roof | None = None  # the phase over all layers under the run's roofline (analysis/roofline.py)
 
 
 class CompareRatio(msgspec.Struct, kw_only=True):
@@ -85,6 +87,7 @@ class CompareRun(msgspec.Struct, kw_only=True):
     attention_spread: Spread | None = None  # attention time over steps, on the headline's clock
     why_slower: list[str] = []  # same model and configuration as its baseline, another impl, slower: why
     decode: CompareDecode | None = None  # a generation's decode steps (summary "generation"), where it has them
+    roofline: Roofline | None = None  # the run's peaks and its attention's point (summary "roofline")
 
 
 class CompareDecode(msgspec.Struct, kw_only=True):

@@ -26,6 +26,8 @@ __all__ = [
     "LayerMask",
     "LayerStats",
     "PhaseStats",
+    "Roof",
+    "Roofline",
     "RunSummary",
     "Spread",
     "StepStats",
@@ -94,6 +96,36 @@ class Backward(msgspec.Struct, kw_only=True):
     flops: float = 0.0
 
 
+class Roof(msgspec.Struct, kw_only=True):
+    """Where a phase, a layer or a run's attention sits under the hardware's roofline
+    (analysis/roofline.py, docs/summary.md "Roofline"): forward work per step, on the clock of
+    ``Roofline.clock``. A roofline is an upper bound, not a prediction."""
+
+    dtype: str | None  # the peak class its FLOPs ran in ("fp32", "bf16", ...), None: no FLOPs
+    time_us: float  # device time, or CPU self time on a CPU trace
+    launches: float  # kernels (device) or top-level ops (CPU)
+    intensity: float | None  # FLOPs per byte moved; None: no bytes modeled
+    flops_per_s: float  # achieved
+    bytes_per_s: float  # achieved
+    ceiling: float | None  # attainable FLOP/s: min(peak FLOP/s, intensity x peak bytes/s); None: no peak known
+    share: float | None  # the time at the roof over the time taken (= achieved / ceiling where there are FLOPs)
+    verdict: str  # "compute-bound", "memory-bound", "latency-bound", "no peak known" or "no bytes modeled"
+    lower_bound: bool = False  # some ops moved data with no bytes formula: bytes are a lower bound
+
+
+class Roofline(msgspec.Struct, kw_only=True):
+    """The peaks a trace's roofline is drawn with, and the run's attention as one point."""
+
+    device: str  # what the peaks are of: "NVIDIA H100 80GB HBM3", "cpu"
+    source: str  # where they come from: the table's row and its source, the runner's probes, the CLI's flags
+    clock: str  # "device" or "cpu" (CPU self time)
+    peak_flops: dict[str, float]  # peak FLOP/s per peak class ("fp32", "tf32", "bf16", "fp16", "fp8", "int8")
+    peak_bytes_per_s: float | None
+    launch_us: float  # the per-call floor the latency-bound verdict uses
+    note: str = ""  # why there is no peak, or what the peaks are not
+    attention: Roof | None = None  # every layer's forward attention as one point
+
+
 class PhaseStats(msgspec.Struct, kw_only=True):
     phase: str  # one of scopes.PHASES, or "other": in the block but in no phase
     calls: float  # scope instances per step
@@ -116,6 +148,10 @@ class PhaseStats(msgspec.Struct, kw_only=True):
     sxs_mask_allocs: float = 0.0
     backward: Backward
     spread: dict[str, Spread] = {}  # per time figure (SPREAD_KEYS), with two or more steps
+    bytes: float = 0.0  # the least bytes its forward ops move (analysis/traffic.py)
+    unmodeled_ops: float = 0.0  # ops per step that move data with no bytes formula (bytes: a lower bound)
+    dtype: str | None = None  # the peak class of its FLOPs, None: no FLOPs
+    roof: Roof | None = None  # null: no roofline (no time, or no FLOPs and no bytes)
 
 
 class HeadStats(msgspec.Struct, kw_only=True):
@@ -169,6 +205,8 @@ class LayerStats(msgspec.Struct, kw_only=True):
     backward: Backward
     spread: dict[str, Spread] = {}  # per time figure (SPREAD_KEYS), with two or more steps
     mask: LayerMask | None = None  # with a mask in the run metadata (analysis/sparsity.py)
+    bytes: float = 0.0  # its phases' bytes moved
+    roof: Roof | None = None
 
 
 class StepStats(msgspec.Struct, kw_only=True):
@@ -306,6 +344,7 @@ class WorkerSummary(msgspec.Struct, kw_only=True):
     spread: dict[str, Spread] = {}  # step and attention time (SPREAD_KEYS), with two or more steps
     headline: str = ""  # where attention time goes and what the top finding saves at most (analysis/overview.py)
     generation: Generation | None = None  # prefill and decode steps (analysis/generation.py), where the trace has them
+    roofline: Roofline | None = None  # the peaks and the run's point (analysis/roofline.py); null: no attention
 
 
 class FileError(msgspec.Struct, kw_only=True):

@@ -32,10 +32,12 @@ def test_the_decoder_keeps_the_shapes_the_analysis_reads() -> None:
             | set(ops.INT_MATMUL_ARGS)
             | ops.COPY_OPS | ops.DTYPE_CONVERT_OPS | {ops.FLASH_FORWARD_OP, ops.EFFICIENT_FORWARD_OP}
             | ops.SOFTMAX_OPS | ops.MASKED_FILL_OPS | ops.KERNEL_BACKWARD_OPS | ops.FUSED_BLOCK_OPS
-            | ops.KV_EXPAND_OPS)  # the KV cache's K and V before grouped-query expansion (analysis/generation.py)
+            | ops.KV_EXPAND_OPS  # the KV cache's K and V before grouped-query expansion (analysis/generation.py)
+            | ops.ELEMENTWISE_OPS | ops.NORM_OPS | {ops.NATIVE_DROPOUT_OP})  # bytes moved (analysis/traffic.py)
     assert read == ops.SHAPE_OPS
-    # Frequent elementwise ops stay out: their shapes would cost memory on every large trace.
-    assert not {"aten::add", "aten::where", "aten::mul", "aten::empty"} & ops.SHAPE_OPS
+    # Element-wise ops whose bytes the roofline needs are kept (their cost: bench/README.md, "Bytes
+    # model"); other frequent ops stay out: allocations, activations, reductions.
+    assert not {"aten::empty", "aten::gelu", "aten::sum", "aten::view", "aten::cat"} & ops.SHAPE_OPS
 
 
 def test_sets_that_look_alike_differ_only_where_documented() -> None:

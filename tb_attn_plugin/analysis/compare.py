@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from tb_attn_plugin.analysis.configs import config, config_key, group_label, median_worker, text
+from tb_attn_plugin.analysis.roofline import phase_roofs
 from tb_attn_plugin.analysis.why_slower import same_but_impl, why_slower
 from tb_attn_plugin.responses import (
     CompareDecode,
@@ -68,8 +69,11 @@ def run_facts(run: RunSummary) -> CompareRun:
             agg.alloc_bytes += p.alloc_bytes
             agg.flops += p.flops
             agg.calls += p.calls
+            agg.bytes += p.bytes
             ops += p.op_count
             kernels += p.kernels
+    for name, roof in phase_roofs(w).items():
+        phases[name].roof = roof
     flops = sum(layer.flops for layer in w.layers)
     busy = w.attention_device_us or w.attention_cpu_us
     seq = cfg.get("seq")
@@ -96,6 +100,7 @@ def run_facts(run: RunSummary) -> CompareRun:
         ratio=CompareRatio(**dict.fromkeys(_RATIO_KEYS)),
         attention_spread=w.spread.get("attention_device_us" if w.attention_device_us > 0 else "attention_cpu_us"),
         decode=decode_facts(w),
+        roofline=w.roofline,
     )
 
 

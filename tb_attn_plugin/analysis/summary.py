@@ -28,11 +28,14 @@ from tb_attn_plugin.analysis.findings import find
 from tb_attn_plugin.analysis.flops import flop_rate
 from tb_attn_plugin.analysis.generation import generation
 from tb_attn_plugin.analysis.overview import headline
+from tb_attn_plugin.analysis.peaks import peaks_for
 from tb_attn_plugin.analysis.query import TraceQuery, ancestors
 from tb_attn_plugin.analysis.ranks import rank_of
+from tb_attn_plugin.analysis.roofline import apply_roofline
 from tb_attn_plugin.analysis.scores import OTHER, SCORE_PHASES, ScoreSizes, score_allocs, sxs_sizes
 from tb_attn_plugin.analysis.sparsity import apply_masks
 from tb_attn_plugin.analysis.spread import per_step_sums, spread
+from tb_attn_plugin.analysis.traffic import event_bytes, flop_dtype
 from tb_attn_plugin.ops import SDPA_OPS, SOFTMAX_OPS
 from tb_attn_plugin.schema import Backward, HeadStats, LayerStats, PhaseStats, Spread, StepStats, WorkerSummary
 from tb_attn_plugin.scopes import MAX_HEADS, PHASES, parse_scope
@@ -65,6 +68,7 @@ def summarize_trace(analysis: Analysis, *, file: str, worker: str, span: str | N
     apply_masks(summary, metadata)
     summary.generation = generation(analysis, summary, metadata, lambda part: summarize_analysis(part).layers)
     summary.findings = find(analysis, summary, metadata=metadata)
+    apply_roofline(summary, peaks_for(summary.device, analysis.events.meta.device_properties, metadata))
     summary.headline = headline(summary)
     return summary
 
@@ -88,6 +92,7 @@ class _Summarizer:
         self.engine = np.array([n.startswith(BACKWARD_PREFIX) for n in names], np.bool_)[events.name]
         self.self_us, self.top_op = q.self_us, q.top_op
         self.mem_ok = q.mem_ok
+        self.bytes, self.unmodeled = event_bytes(events, attr)
         # Memory events are sorted by track: each track's [lo, hi) range, found once.
         tracks, starts = np.unique(events.mem_track, return_index=True)
         ends = np.append(starts[1:], len(events.mem_track))[: len(starts)]
@@ -287,7 +292,7 @@ class _Summarizer:
             sxs_mask_bytes=sum(p.sxs_mask_bytes for p in phases), score_tensor_bytes=sizes.tensor_bytes,
             score_shape=list(sizes.shape),
             heads_count=self._heads_count(fwd), phases=phases,
-            heads=[], backward=back, spread=spreads,
+            heads=[], backward=back, spread=spreads, bytes=sum(p.bytes for p in phases),
         )
         stats.heads = self._heads(stats, fwd, mem, sizes)
         return stats
@@ -380,6 +385,9 @@ class _Summarizer:
                 flops=self._per_step(a.flops[bwd].sum()),
             ),
             spread=spreads,
+            bytes=self._per_step(self.bytes[fwd].sum()),
+            unmodeled_ops=self._per_step(int(self.unmodeled[fwd].sum())),
+            dtype=flop_dtype(ev, a, fwd),
         )
 
     def _heads_count(self, fwd: np.ndarray) -> int | None:

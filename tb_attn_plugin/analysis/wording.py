@@ -8,7 +8,7 @@ and light: no numpy, nothing that the CLI would pay for at start-up.
 
 from __future__ import annotations
 
-__all__ = ["MAX_LISTED", "count", "duration", "int_range", "layer_list", "mib", "ms", "number", "pct", "size"]
+__all__ = ["MAX_LISTED", "count", "duration", "int_range", "layer_list", "mib", "ms", "number", "pct", "share", "size"]
 
 MAX_LISTED = 12  # layers named in a sentence (a finding's evidence lists them all)
 _UNITS = (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10))
@@ -40,6 +40,12 @@ def size(nbytes: float) -> str:
 def pct(share: float) -> str:
     """A share in [0, 1] as a whole percentage: ``'42%'``."""
     return f"{100 * share:.0f}%"
+
+
+def share(x: float) -> str:
+    """A share with one decimal below 10% (``'0.4%'``, ``'4.2%'``), whole from there (``'42%'``):
+    a roofline's small shares differ by more than rounding to 0% would say."""
+    return f"{100 * x:.1f}%" if abs(x) < 0.1 else pct(x)
 
 
 def number(x: float) -> str:

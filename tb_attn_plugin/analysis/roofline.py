@@ -1,0 +1,300 @@
+"""The roofline: how far each phase, layer and the run's attention are from the hardware.
+
+For forward work per step, on the trace's clock (device time where there is a device, CPU self
+time on a CPU trace), with F FLOPs, M bytes moved (``analysis.traffic``), N launches (kernels, or
+top-level ops on a CPU) and time t:
+
+- intensity I = F / M; achieved F / t and M / t;
+- the roofs' times: compute F / P (P: the peak FLOP/s of the phase's dtype), memory M / W (W: the
+  peak bandwidth), and launches N · L (L: the per-call floor, ``Peaks.launch_us``);
+- the attainable ceiling min(P, I · W), and the share of it reached: max(F / P, M / W) / t, which
+  is achieved / ceiling where there are FLOPs and the bandwidth share where there are none;
+- the verdict: ``latency-bound`` where N · L is above both roofs' times (too little work per call
+  for either roof to matter), else ``compute-bound`` or ``memory-bound`` by the larger of the two.
+
+A layer and the run add up their phases' terms (each phase's compute time at its own dtype's
+peak). A roofline is an upper bound, not a prediction: a kernel at 100% of its ceiling is rare, and
+a share is how much time the roofs leave to win at most. ``far-from-roof`` is the finding.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tb_attn_plugin.analysis.findings import SEVERITIES
+from tb_attn_plugin.analysis.peaks import Peaks, with_overrides
+from tb_attn_plugin.analysis.query import new_finding
+from tb_attn_plugin.analysis.scores import OTHER
+from tb_attn_plugin.analysis.wording import duration, layer_list, number, pct, share, size
+from tb_attn_plugin.schema import Finding, LayerStats, PhaseStats, Roof, Roofline, WorkerSummary
+
+__all__ = ["FAR_SHARE", "FAR_TIME_SHARE", "SCORE_TRAFFIC_PHASES", "VERDICTS", "apply_roofline", "far_from_roof",
+           "peaks_of", "phase_roofs", "with_peaks"]
+
+VERDICTS = ("compute-bound", "memory-bound", "latency-bound", "no peak known", "no bytes modeled")
+#: far-from-roof: a phase with at least this share of attention time...
+FAR_TIME_SHARE = 0.10
+#: ...reaching less than this share of its attainable ceiling.
+FAR_SHARE = 0.20
+#: Phases whose traffic is the S×S scores (written, read back, masked and normalized in memory).
+SCORE_TRAFFIC_PHASES = frozenset({"qk_matmul", "scale", "mask", "softmax", "dropout", "av_matmul", "dequantize"})
+#: A compute roof this many times the fp32 one is what fp32 leaves unused (tensor cores).
+TENSOR_CORE_GAIN = 2.0
+
+
+@dataclass
+class _Terms:
+    flops: float = 0.0
+    nbytes: float = 0.0
+    time_us: float = 0.0
+    launches: float = 0.0
+    compute_s: float = 0.0
+    memory_s: float = 0.0
+    lower_bound: bool = False
+    dtype_flops: dict[str, float] | None = None
+
+    def add(self, other: _Terms) -> None:
+        self.flops += other.flops
+        self.nbytes += other.nbytes
+        self.time_us += other.time_us
+        self.launches += other.launches
+        self.compute_s += other.compute_s
+        self.memory_s += other.memory_s
+        self.lower_bound |= other.lower_bound
+        for k, v in (other.dtype_flops or {}).items():
+            self.dtype_flops = self.dtype_flops or {}
+            self.dtype_flops[k] = self.dtype_flops.get(k, 0.0) + v
+
+    @property
+    def dtype(self) -> str | None:
+        d = self.dtype_flops or {}
+        return max(d, key=lambda k: (d[k], k)) if d else None
+
+
+def _phase_terms(p: PhaseStats, peaks: Peaks, device: bool) -> _Terms:
+    time_us = p.device_us if device else p.cpu_self_us
+    peak = peaks.flops.get(p.dtype or "fp32") if p.flops > 0 else None
+    return _Terms(flops=p.flops, nbytes=p.bytes, time_us=time_us, launches=p.kernels if device else p.op_count,
+                  compute_s=p.flops / peak if peak else 0.0,
+                  memory_s=p.bytes / peaks.bytes_per_s if peaks.bytes_per_s else 0.0,
+                  lower_bound=p.unmodeled_ops > 0,
+                  dtype_flops={p.dtype: p.flops} if p.dtype and p.flops > 0 else None)
+
+
+def _roof(t: _Terms, peaks: Peaks) -> Roof | None:
+    if t.time_us <= 0 or (t.flops <= 0 and t.nbytes <= 0):
+        return None
+    sec = t.time_us * 1e-6
+    intensity = t.flops / t.nbytes if t.nbytes > 0 else None
+    peak = peaks.flops.get(t.dtype or "fp32") if t.flops > 0 else None
+    ceiling = share = None
+    if not peaks.known:
+        verdict = "no peak known"
+    elif t.nbytes <= 0:
+        verdict = "no bytes modeled"
+    else:
+        bw = peaks.bytes_per_s or 0.0
+        if peak and intensity is not None:
+            ceiling = min(peak, intensity * bw)
+        at_roof = max(t.compute_s, t.memory_s)
+        share = at_roof / sec
+        if t.launches * peaks.launch_us * 1e-6 > at_roof:
+            verdict = "latency-bound"
+        else:
+            verdict = "compute-bound" if t.compute_s >= t.memory_s else "memory-bound"
+    return Roof(dtype=t.dtype, time_us=t.time_us, launches=t.launches, intensity=intensity,
+                flops_per_s=t.flops / sec, bytes_per_s=t.nbytes / sec, ceiling=ceiling, share=share,
+                verdict=verdict, lower_bound=t.lower_bound)
+
+
+def apply_roofline(summary: WorkerSummary, peaks: Peaks) -> None:
+    """Set every phase's and layer's ``roof`` and the summary's ``roofline`` (in place), and
+    replace its far-from-roof findings with those of these peaks."""
+    device = summary.device != "cpu"
+    run = _Terms()
+    for layer in summary.layers:
+        terms = _Terms()
+        for p in layer.phases:
+            pt = _phase_terms(p, peaks, device)
+            p.roof = _roof(pt, peaks)
+            terms.add(pt)
+        layer.roof = _roof(terms, peaks)
+        run.add(terms)
+    summary.roofline = Roofline(
+        device=peaks.device, source=peaks.source, clock="device" if device else "cpu",
+        peak_flops={k: float(v) for k, v in peaks.flops.items()}, peak_bytes_per_s=peaks.bytes_per_s,
+        launch_us=peaks.launch_us, note=peaks.note, attention=_roof(run, peaks)) if summary.layers else None
+    kept = [f for f in summary.findings if f.id != "far-from-roof"]
+    summary.findings = sorted(kept + far_from_roof(summary),
+                              key=lambda f: (SEVERITIES.index(f.severity), f.id, f.evidence.layers))
+
+
+def with_peaks(summary: WorkerSummary, flops: float | None, bytes_per_s: float | None) -> None:
+    """The summary (in place) under the user's peaks (``tb-attn --peak-flops/--peak-bw``): its
+    roofs, far-from-roof findings and headline again."""
+    from tb_attn_plugin.analysis.overview import headline
+
+    if summary.roofline is None:
+        return
+    apply_roofline(summary, with_overrides(peaks_of(summary.roofline), flops, bytes_per_s))
+    summary.headline = headline(summary)
+
+
+def peaks_of(rl: Roofline) -> Peaks:
+    """The peaks a summary's roofline was drawn with."""
+    return Peaks(device=rl.device, source=rl.source, flops=dict(rl.peak_flops), bytes_per_s=rl.peak_bytes_per_s,
+                 launch_us=rl.launch_us, note=rl.note)
+
+
+def _by_phase(summary: WorkerSummary) -> dict[str, tuple[list[tuple[LayerStats, PhaseStats]], _Terms]]:
+    """Each phase's rows over the layers and their summed terms."""
+    rl = summary.roofline
+    out: dict[str, tuple[list[tuple[LayerStats, PhaseStats]], _Terms]] = {}
+    if rl is None:
+        return out
+    peaks, device = peaks_of(rl), rl.clock == "device"
+    for layer in summary.layers:
+        for p in layer.phases:
+            rows, terms = out.setdefault(p.phase, ([], _Terms()))
+            rows.append((layer, p))
+            terms.add(_phase_terms(p, peaks, device))
+    return out
+
+
+def phase_roofs(summary: WorkerSummary) -> dict[str, Roof]:
+    """Each phase's roof with its layers added up (Compare's points)."""
+    if summary.roofline is None:
+        return {}
+    peaks = peaks_of(summary.roofline)
+    out = {}
+    for phase, (_, terms) in _by_phase(summary).items():
+        roof = _roof(terms, peaks)
+        if roof is not None:
+            out[phase] = roof
+    return out
+
+
+def _time(p: PhaseStats, device: bool) -> float:
+    return p.device_us if device else p.cpu_self_us
+
+
+def far_from_roof(summary: WorkerSummary) -> list[Finding]:
+    """Phases (all layers together) that take at least ``FAR_TIME_SHARE`` of attention time and
+    reach under ``FAR_SHARE`` of their attainable ceiling: one finding per likely cause, naming
+    its phases."""
+    rl = summary.roofline
+    if rl is None or not rl.peak_flops or rl.peak_bytes_per_s is None:
+        return []
+    device = rl.clock == "device"
+    total = sum(_time(p, device) for layer in summary.layers for p in layer.phases)
+    if total <= 0:
+        return []
+    peaks = peaks_of(rl)
+    groups: dict[str, list[_Far]] = {}
+    for phase, (rows, terms) in _by_phase(summary).items():
+        roof = _roof(terms, peaks)
+        time_share = terms.time_us / total
+        if phase == OTHER or roof is None or roof.share is None or time_share < FAR_TIME_SHARE \
+                or roof.share >= FAR_SHARE:
+            continue
+        far = _Far(phase, rows, roof, terms, time_share)
+        groups.setdefault(_cause_key(far, rl), []).append(far)
+    return [_finding(key, fars, rl) for key, fars in groups.items()]
+
+
+@dataclass
+class _Far:
+    phase: str
+    rows: list[tuple[LayerStats, PhaseStats]]
+    roof: Roof
+    terms: _Terms
+    time_share: float
+
+
+#: Phases that run attention's core as one fused call: "use a fused kernel" is no advice for them.
+_FUSED = frozenset({"sdpa", "flex", "compiled"})
+
+
+def _cause_key(far: _Far, rl: Roofline) -> str:
+    """"latency", "scores", "fp32" or the plain verdict."""
+    if far.roof.verdict == "latency-bound":
+        return "latency"
+    if far.roof.verdict == "memory-bound" and (far.phase in SCORE_TRAFFIC_PHASES or (
+            far.phase not in _FUSED and any(layer.sxs_bytes > 0 for layer, _ in far.rows))):
+        return "scores"
+    fp32 = rl.peak_flops.get("fp32")
+    fast = max((rl.peak_flops.get(k, 0.0) for k in ("tf32", "bf16")), default=0.0)
+    if far.roof.verdict == "compute-bound" and far.roof.dtype == "fp32" and fp32 and fast >= TENSOR_CORE_GAIN * fp32:
+        return "fp32"
+    return far.roof.verdict
+
+
+def _cause(key: str, fars: list[_Far], rl: Roofline) -> tuple[str, str]:
+    """(the likely cause, the change to try)."""
+    launches = sum(f.terms.launches for f in fars)
+    at_roof = sum(max(f.terms.compute_s, f.terms.memory_s) for f in fars)
+    unit = "kernels" if rl.clock == "device" else "top-level ops"
+    if key == "latency":
+        fused = all(f.phase in _FUSED for f in fars)
+        return (f"they are latency-bound: {number(launches)} {unit} per step, each with "
+                f"{at_roof / max(launches, 1e-9) * 1e6:.2f} µs of work at the roofs against a floor of about "
+                f"{number(rl.launch_us)} µs per call, so launching, not compute or memory, sets their time",
+                "Give each call more work or make fewer calls: a larger batch or longer sequences per call"
+                + ("" if fused else ", a fused kernel (F.scaled_dot_product_attention) in place of separate ops")
+                + ", or torch.compile / CUDA graphs to cut the per-call cost.")
+    if key == "scores":
+        nbytes = sum(f.terms.nbytes for f in fars)
+        return ("they are memory-bound on the S×S scores, written to memory and read back between ops "
+                f"({size(nbytes)} per step)",
+                "Use a fused kernel that keeps the scores on chip and reads Q, K and V once: "
+                "F.scaled_dot_product_attention with its flash or memory-efficient backend (runner: --impl sdpa).")
+    if key == "fp32":
+        fp32 = rl.peak_flops["fp32"]
+        fast = max(rl.peak_flops.get(k, 0.0) for k in ("tf32", "bf16"))
+        return (f"they are compute-bound in fp32, which leaves the tensor cores unused: the fp32 roof is "
+                f"{fp32 / 1e12:.1f} TFLOP/s, the bf16 one {fast / fp32:.0f}x higher",
+                "Run attention in bf16 (torch.autocast(device_type='cuda', dtype=torch.bfloat16)) or allow TF32 "
+                "(torch.backends.cuda.matmul.allow_tf32 = True), then measure again.")
+    return (f"they are {key} and run far below that roof",
+            "Look at their kernels in the drill-down: a layout that forces copies, little work per kernel, or "
+            "no fused kernel for these shapes.")
+
+
+def _names(phases: list[str]) -> str:
+    return phases[0] if len(phases) == 1 else ", ".join(phases[:-1]) + f" and {phases[-1]}"
+
+
+def _finding(key: str, fars: list[_Far], rl: Roofline) -> Finding:
+    fars = sorted(fars, key=lambda f: -f.terms.time_us)
+    layers = sorted({layer.layer for f in fars for layer, _ in f.rows})
+    cause, suggestion = _cause(key, fars, rl)
+    time_share = sum(f.time_share for f in fars)
+    time_us = sum(f.terms.time_us for f in fars)
+    best = sum(f.terms.time_us * (f.roof.share or 0.0) for f in fars)
+    each = "; ".join(f"{f.phase} {pct(f.time_share)} of attention time, {share(f.roof.share or 0.0)} of its ceiling"
+                     + (f" ({f.roof.ceiling / 1e12:.3g} TFLOP/s at {f.roof.intensity:.3g} FLOPs per byte)"
+                        if f.roof.ceiling and f.roof.intensity else "")
+                     + (", bytes a lower bound" if f.roof.lower_bound else "") for f in fars)
+    phases = [f.phase for f in fars]
+    shares = [f.roof.share or 0.0 for f in fars]
+    reach = share(shares[0]) if len(shares) == 1 else f"{share(min(shares))}-{share(max(shares))}"
+    text = (f"{_names(phases)} in {layer_list(layers)} take {pct(time_share)} of attention time "
+            f"({duration(time_us)} per step) and reach {reach} of their attainable ceilings ({each}): {cause}. "
+            f"Peaks: {rl.device}, {rl.source or 'given'}. A roofline is an upper bound, not a prediction: at their "
+            f"ceilings these phases would take {duration(best)}, and few kernels get near theirs.")
+    ops = [o for f in fars for _, p in f.rows for o in p.ops]
+    kernels = [k for f in fars for _, p in f.rows for k in p.kernel_names]
+    details: dict[str, float | int | str] = {
+        "cause": key, "phases": ",".join(phases), "time_share": time_share, "launches": sum(f.terms.launches
+                                                                                            for f in fars)}
+    for f in fars:
+        details[f"share_{f.phase}"] = f.roof.share or 0.0
+        details[f"verdict_{f.phase}"] = f.roof.verdict
+    # "low" whatever its share: it says where a phase stands, not which change makes it faster; the
+    # rules that name a change (sxs-materialized, math-fallback, ...) rank above it.
+    return new_finding(
+        "far-from-roof", "low",
+        f"{_names(phases)} reach{'es' if len(phases) == 1 else ''} {reach} of the roofline ceiling "
+        f"({fars[0].roof.verdict})", text, suggestion,
+        layers=layers, ops=list(dict.fromkeys(ops)), kernels=list(dict.fromkeys(kernels)), time_us=time_us,
+        nbytes=sum(f.terms.nbytes for f in fars), details=details)

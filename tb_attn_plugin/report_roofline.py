@@ -1,0 +1,88 @@
+"""The roofline in the CLI: ``tb-attn summarize``'s roofline table (per layer × phase: bytes,
+intensity, achieved rates, ceiling, share and verdict), its CSV columns, and ``tb-attn compare``'s
+roofline columns. Definitions: ``analysis/roofline.py`` and docs/summary.md ("Roofline")."""
+
+from __future__ import annotations
+
+from tb_attn_plugin.analysis.wording import share
+from tb_attn_plugin.report import _cells, _num, _si, printable
+from tb_attn_plugin.responses_runs import CompareRun
+from tb_attn_plugin.schema import PhaseStats, Roof, Roofline, WorkerSummary
+
+__all__ = ["ROOF_CSV_FIELDS", "compare_roof_cells", "peaks_line", "roof_csv_cells", "roofline_lines"]
+
+ROOF_CSV_FIELDS = ("bytes", "intensity", "bytes_per_s", "ceiling_flops_per_s", "roof_share", "verdict")
+_VERDICT_SHORT = {"compute-bound": "compute", "memory-bound": "memory", "latency-bound": "latency",
+                  "no peak known": "no peak", "no bytes modeled": "no bytes"}
+
+
+def peaks_line(rl: Roofline) -> str:
+    """"peaks: NVIDIA H100 80GB HBM3 (table: H100 SXM5, ...): fp32 67 T, bf16 990 T FLOP/s, 3.35 TB/s; ..."."""
+    if not rl.peak_flops or rl.peak_bytes_per_s is None:
+        return f"no peak known ({printable(rl.note)})" if rl.note else "no peak known"
+    flops = ", ".join(f"{k} {_si(v)}" for k, v in rl.peak_flops.items() if k in ("fp32", "tf32", "bf16", "fp8", "int8"))
+    ridge = rl.peak_flops.get("bf16") or rl.peak_flops.get("fp32") or 0.0
+    which = "bf16" if "bf16" in rl.peak_flops else "fp32"
+    return (f"{printable(rl.device)} ({printable(rl.source)}): {flops} FLOP/s, {_si(rl.peak_bytes_per_s)}B/s; "
+            f"ridge ({which}) {ridge / rl.peak_bytes_per_s:.3g} FLOP/B; launch floor {rl.launch_us:.3g} µs")
+
+
+def _roof_text(r: Roof) -> str:
+    parts = [f"{r.intensity:.3g} FLOP/B" if r.intensity is not None else "no bytes", f"{_si(r.flops_per_s)}FLOP/s",
+             f"{_si(r.bytes_per_s)}B/s"]
+    if r.share is not None:
+        parts.append(f"{share(r.share)} of its ceiling" + (f" ({_si(r.ceiling)}FLOP/s)" if r.ceiling else ""))
+    return ", ".join(parts) + f": {r.verdict}" + (" (bytes a lower bound)" if r.lower_bound else "")
+
+
+def roofline_lines(worker: WorkerSummary) -> list[str]:
+    """The summary's roofline: the peaks, attention as one point, and a table per layer × phase."""
+    rl = worker.roofline
+    if rl is None or not worker.layers:
+        return []
+    clock = "device time" if rl.clock == "device" else "CPU self time"
+    lines = ["", f"  roofline ({clock}, forward; an upper bound, not a prediction): peaks {peaks_line(rl)}"]
+    if rl.attention is not None:
+        lines.append(f"  attention: {_roof_text(rl.attention)}")
+    header = ("layer", "phase", "bytes", "FLOP/B", "FLOP/s", "B/s", "ceiling", "% roof", "bound")
+    rows = []
+    for layer in worker.layers:
+        label = f"L{layer.layer}"
+        for p in layer.phases:
+            rows.append((label, p.phase, *_row(p.bytes, p.roof, p.unmodeled_ops > 0)))
+            label = ""
+        rows.append(("", "= layer", *_row(layer.bytes, layer.roof, False)))
+    cells = _cells(rows)
+    widths = [max(len(r[i]) for r in [header, *cells]) for i in range(len(header))]
+    fmt = "  " + "  ".join(f"{{:<{w}}}" if i in (0, 1, 8) else f"{{:>{w}}}" for i, w in enumerate(widths))
+    lines.append(fmt.format(*header))
+    lines.extend(fmt.format(*r) for r in cells)
+    lines.append("  (bytes: the least its ops move, from their shapes, >= where some op has no formula; ceiling: "
+                 "min(peak FLOP/s, FLOP/B x peak B/s); % roof: the time at the roofs over the time taken)")
+    return lines
+
+
+def _row(nbytes: float, r: Roof | None, lower: bool) -> tuple[str, ...]:
+    if r is None:
+        return (_si(nbytes, "B"), "-", "-", "-", "-", "-", "-")
+    return ((">=" if lower or r.lower_bound else "") + _si(nbytes, "B"),
+            f"{r.intensity:.3g}" if r.intensity is not None else "-", _si(r.flops_per_s), _si(r.bytes_per_s),
+            _si(r.ceiling) if r.ceiling else "-", share(r.share) if r.share is not None else "-",
+            _VERDICT_SHORT.get(r.verdict, r.verdict))
+
+
+def roof_csv_cells(p: PhaseStats) -> tuple[str, ...]:
+    r = p.roof
+    if r is None:
+        return (_num(p.bytes), "", "", "", "", "")
+    return (_num(p.bytes), _num(r.intensity) if r.intensity is not None else "", _num(r.bytes_per_s),
+            _num(r.ceiling) if r.ceiling is not None else "", _num(r.share) if r.share is not None else "", r.verdict)
+
+
+def compare_roof_cells(f: CompareRun) -> tuple[str, str, str]:
+    """(FLOP/B, % roof, bound) of a run's attention."""
+    r = f.roofline.attention if f.roofline is not None else None
+    if r is None:
+        return ("-", "-", "-")
+    return (f"{r.intensity:.3g}" if r.intensity is not None else "-", share(r.share) if r.share is not None else "-",
+            _VERDICT_SHORT.get(r.verdict, r.verdict))
