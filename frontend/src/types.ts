@@ -140,6 +140,8 @@ export interface WorkerSummary {
   headline: string;
   /** prefill and decode steps (analysis/generation.py), where the trace has them */
   generation: Generation | null;
+  /** the peaks and the run's point (analysis/roofline.py); null: no attention */
+  roofline: Roofline | null;
 }
 
 export interface LayerStats {
@@ -173,6 +175,9 @@ export interface LayerStats {
   spread: Record<string, Spread>;
   /** with a mask in the run metadata (analysis/sparsity.py) */
   mask: LayerMask | null;
+  /** its phases' bytes moved */
+  bytes: number;
+  roof: Roof | null;
 }
 
 export interface PhaseStats {
@@ -212,6 +217,14 @@ export interface PhaseStats {
   backward: Backward;
   /** per time figure (SPREAD_KEYS), with two or more steps */
   spread: Record<string, Spread>;
+  /** the least bytes its forward ops move (analysis/traffic.py) */
+  bytes: number;
+  /** ops per step that move data with no bytes formula (bytes: a lower bound) */
+  unmodeled_ops: number;
+  /** the peak class of its FLOPs, None: no FLOPs */
+  dtype: string | null;
+  /** null: no roofline (no time, or no FLOPs and no bytes) */
+  roof: Roof | null;
 }
 
 /** Backward work attributed to a phase or layer through autograd sequence numbers. */
@@ -220,6 +233,34 @@ export interface Backward {
   cpu_us: number;
   device_us: number;
   flops: number;
+}
+
+/**
+ * Where a phase, a layer or a run's attention sits under the hardware's roofline
+ * (analysis/roofline.py, docs/summary.md "Roofline"): forward work per step, on the clock of
+ * `Roofline.clock`. A roofline is an upper bound, not a prediction.
+ */
+export interface Roof {
+  /** the peak class its FLOPs ran in ("fp32", "bf16", ...), None: no FLOPs */
+  dtype: string | null;
+  /** device time, or CPU self time on a CPU trace */
+  time_us: number;
+  /** kernels (device) or top-level ops (CPU) */
+  launches: number;
+  /** FLOPs per byte moved; None: no bytes modeled */
+  intensity: number | null;
+  /** achieved */
+  flops_per_s: number;
+  /** achieved */
+  bytes_per_s: number;
+  /** attainable FLOP/s: min(peak FLOP/s, intensity x peak bytes/s); None: no peak known */
+  ceiling: number | null;
+  /** the time at the roof over the time taken (= achieved / ceiling where there are FLOPs) */
+  share: number | null;
+  /** "compute-bound", "memory-bound", "latency-bound", "no peak known" or "no bytes modeled" */
+  verdict: string;
+  /** some ops moved data with no bytes formula: bytes are a lower bound */
+  lower_bound: boolean;
 }
 
 export interface HeadStats {
@@ -412,6 +453,25 @@ export interface Fit {
   r2: number | null;
   /** the distinct lengths fitted */
   points: number;
+}
+
+/** The peaks a trace's roofline is drawn with, and the run's attention as one point. */
+export interface Roofline {
+  /** what the peaks are of: "NVIDIA H100 80GB HBM3", "cpu" */
+  device: string;
+  /** where they come from: the table's row and its source, the runner's probes, the CLI's flags */
+  source: string;
+  /** "device" or "cpu" (CPU self time) */
+  clock: string;
+  /** peak FLOP/s per peak class ("fp32", "tf32", "bf16", "fp16", "fp8", "int8") */
+  peak_flops: Record<string, number>;
+  peak_bytes_per_s: number | null;
+  /** the per-call floor the latency-bound verdict uses */
+  launch_us: number;
+  /** why there is no peak, or what the peaks are not */
+  note: string;
+  /** every layer's forward attention as one point */
+  attention: Roof | null;
 }
 
 export interface FileError {
@@ -771,6 +831,8 @@ export interface CompareRun {
   why_slower: string[];
   /** a generation's decode steps (summary "generation"), where it has them */
   decode: CompareDecode | null;
+  /** the run's peaks and its attention's point (summary "roofline") */
+  roofline: Roofline | null;
 }
 
 export interface ComparePhase {
@@ -779,6 +841,10 @@ export interface ComparePhase {
   alloc_bytes: number;
   flops: number;
   calls: number;
+  /** the least bytes its forward ops move, summed over layers */
+  bytes: number;
+  /** the phase over all layers under the run's roofline (analysis/roofline.py) */
+  roof: Roof | null;
 }
 
 export interface CompareLayer {
