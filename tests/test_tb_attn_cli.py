@@ -275,3 +275,47 @@ def test_a_device_is_refused_before_a_byte_is_read(capsys: pytest.CaptureFixture
     assert main(["summarize", "/dev/zero"]) == 1  # used to read 4 GiB before refusing
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "not a regular file (a character device)" in err
+
+
+def test_summarize_prints_the_roofline(builtin_logdir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["summarize", str(builtin_logdir), "--run", "naive-inference"]) == 0
+    out = capsys.readouterr().out
+    assert "roofline (CPU self time, forward; an upper bound, not a prediction): peaks" in out
+    assert "the runner's probes of this machine" in out and "ridge" in out
+    header = next(line for line in out.splitlines() if "FLOP/B" in line and "% roof" in line)
+    assert header.split() == ["layer", "phase", "bytes", "FLOP/B", "FLOP/s", "B/s", "ceiling", "%", "roof", "bound"]
+
+
+def test_peak_flags_replace_the_peaks(builtin_logdir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["summarize", str(builtin_logdir), "--run", "naive-inference", "--format", "json",
+                 "--peak-flops", "2.5T", "--peak-bw", "100 GB/s"]) == 0
+    (worker,) = json.loads(capsys.readouterr().out)["runs"][0]["workers"]
+    rl = worker["roofline"]
+    assert rl["source"] == "given by --peak-flops and --peak-bw"
+    assert rl["peak_flops"]["fp32"] == 2.5e12 and rl["peak_bytes_per_s"] == 100e9
+    qkv = worker["layers"][0]["phases"][0]
+    assert qkv["phase"] == "qkv_proj" and qkv["roof"]["ceiling"] == pytest.approx(
+        min(2.5e12, qkv["flops"] / qkv["bytes"] * 100e9))
+    assert main(["compare", str(builtin_logdir), "--runs", "naive,sdpa", "--format", "json", "--peak-bw", "1T"]) == 0
+    runs = json.loads(capsys.readouterr().out)["compare"]["runs"]
+    assert all(r["roofline"]["peak_bytes_per_s"] == 1e12 for r in runs)
+    assert all(r["phases"]["qkv_proj"]["roof"]["verdict"] for r in runs)
+
+
+@pytest.mark.parametrize("value", ["0", "-1T", "fast", "1e400", "nan"])
+def test_bad_peaks_exit_2_with_one_line(builtin_logdir: Path, capsys: pytest.CaptureFixture[str], value: str) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(["summarize", str(builtin_logdir), f"--peak-flops={value}"])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--peak-flops: must be a positive rate" in err
+
+
+def test_csv_and_compare_carry_the_roofline(builtin_logdir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["summarize", str(builtin_logdir), "--run", "sdpa", "--format", "csv"]) == 0
+    rows = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
+    sdpa = next(r for r in rows if r["phase"] == "sdpa")
+    assert float(sdpa["bytes"]) > 0 and float(sdpa["intensity"]) > 0 and sdpa["verdict"].endswith("-bound")
+    assert main(["compare", str(builtin_logdir), "--runs", "naive,sdpa"]) == 0
+    out = capsys.readouterr().out
+    assert "FLOP/B" in out and "% roof" in out and "bound" in out

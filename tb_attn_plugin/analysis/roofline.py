@@ -219,8 +219,10 @@ def _cause_key(far: _Far, rl: Roofline) -> str:
     """"latency", "scores", "fp32" or the plain verdict."""
     if far.roof.verdict == "latency-bound":
         return "latency"
-    if far.roof.verdict == "memory-bound" and (far.phase in SCORE_TRAFFIC_PHASES or (
-            far.phase not in _FUSED and any(layer.sxs_bytes > 0 for layer, _ in far.rows))):
+    # The unfused phases of the scores, or an SDPA / flex call that wrote them (the math backend,
+    # eager flex): their traffic is the S×S scores'.
+    if far.roof.verdict == "memory-bound" and (far.phase in SCORE_TRAFFIC_PHASES or any(
+            p.sxs_bytes > 0 for _, p in far.rows)):
         return "scores"
     fp32 = rl.peak_flops.get("fp32")
     fast = max((rl.peak_flops.get(k, 0.0) for k in ("tf32", "bf16")), default=0.0)
