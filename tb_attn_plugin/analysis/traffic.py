@@ -206,38 +206,46 @@ def op_bytes(name: str, shapes: OpShapes | None) -> float | None:
 
 def event_bytes(events: Events, attr: Attribution) -> tuple[F64, B]:
     """(bytes counted at each event, whether each event moves data with no formula: an *unmodeled*
-    op), for the forward events of attention blocks (0 and False elsewhere)."""
+    op), for the forward events of attention blocks (0 and False elsewhere). Works on those events
+    alone (a few percent of a whole model's trace), their nesting cut at the block."""
     n = len(events)
-    raw = np.full(n, np.nan)
-    sel = np.flatnonzero((attr.layer >= 0) & ~attr.backward & (events.shape >= 0))
+    out = np.zeros(n, np.float64)
+    unmodeled_all = np.zeros(n, np.bool_)
+    idx = np.flatnonzero((attr.layer >= 0) & ~attr.backward)
+    if idx.size == 0:
+        return out, unmodeled_all
+    pos = np.full(n, -1, np.int64)
+    pos[idx] = np.arange(idx.size)
+    up = attr.parent[idx]
+    parent = np.where(up >= 0, pos[np.maximum(up, 0)], -1)  # -1 above the subset too
+    shape = events.shape[idx]
+    raw = np.full(idx.size, np.nan)
+    sel = np.flatnonzero(shape >= 0)
     if sel.size:
-        nid = events.name[sel].astype(np.int64)
-        sid = events.shape[sel].astype(np.int64)
-        pairs, which = np.unique(nid * len(events.shapes) + sid, return_inverse=True)
+        nid = events.name[idx[sel]].astype(np.int64)
+        pairs, which = np.unique(nid * len(events.shapes) + shape[sel], return_inverse=True)
         per_pair = np.array([_pair_bytes(events, int(p)) for p in pairs], np.float64)
         raw[sel] = per_pair[which]
     has = ~np.isnan(raw)
-    composite = np.zeros(len(events.names), np.bool_)
-    composite[[i for i, nm in enumerate(events.names) if nm in COMPOSITE_OPS]] = True
-    composite = composite[events.name] & has
+    names = events.name[idx]
+    per_name = np.array([nm in COMPOSITE_OPS for nm in events.names], np.bool_)
+    composite = per_name[names] & has
     # A composite op with a counted op inside it is transparent: it is some event's nearest formula.
-    near = nearest_marked_ancestor(attr.parent, has)
-    inner = near[has & (near >= 0)]
-    transparent = np.zeros(n, np.bool_)
-    transparent[inner] = True
+    near = nearest_marked_ancestor(parent, has)
+    transparent = np.zeros(idx.size, np.bool_)
+    transparent[near[has & (near >= 0)]] = True
     counts = has & ~(composite & transparent)
-    counts &= nearest_marked_ancestor(attr.parent, counts) < 0
-    out = np.where(counts, np.nan_to_num(raw), 0.0)
-    # Unmodeled: a forward attention op with no formula, whose name moves data, with nothing
-    # counted inside it or around it.
-    covered = has | (nearest_marked_ancestor(attr.parent, counts) >= 0) | _ancestors_of(attr.parent, counts)
-    moves = np.array([n.startswith(ATEN_PREFIX) and n not in NO_TRAFFIC_OPS and n not in _FORMULAS
-                      for n in events.names], np.bool_)[events.name]
-    unmodeled = (attr.layer >= 0) & ~attr.backward & ~attr.is_scope & moves & ~covered \
-        & (events.kind == Kind.CPU_OP)
-    # Only the outermost such op of a nest (its children are its own implementation).
-    unmodeled &= nearest_marked_ancestor(attr.parent, unmodeled | counts) < 0
-    return out, unmodeled
+    counts &= nearest_marked_ancestor(parent, counts) < 0
+    out[idx[counts]] = raw[counts]
+    # Unmodeled: an ATen op with no formula whose name moves data, with nothing counted inside it
+    # or around it; only the outermost such op of a nest (its children are its implementation).
+    covered = has | (nearest_marked_ancestor(parent, counts) >= 0) | _ancestors_of(parent, counts)
+    moves = np.array([nm.startswith(ATEN_PREFIX) and nm not in NO_TRAFFIC_OPS and nm not in _FORMULAS
+                      for nm in events.names], np.bool_)[names]
+    unmodeled = moves & ~covered & ~attr.is_scope[idx] & (events.kind[idx] == Kind.CPU_OP)
+    unmodeled &= nearest_marked_ancestor(parent, unmodeled | counts) < 0
+    unmodeled_all[idx[unmodeled]] = True
+    return out, unmodeled_all
 
 
 def _pair_bytes(events: Events, pair: int) -> float:
