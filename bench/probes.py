@@ -1,8 +1,8 @@
 """How stable the runner's machine probes are (``runner.probes.machine_peaks``): the CPU's copy
 bandwidth, fp32 and bf16 matmul FLOP/s and eager op time, each measured in ``--runs`` fresh
 processes one after another, as the runner measures them once per run. Prints each run, then
-per figure the median, the spread ((max - min) / median) and whether it is within 10%, and the
-probes' own wall time.
+per figure the median, the range, the largest deviation of a run from the median and whether
+every run is within 10% of it, and the probes' own wall time.
 
 Run from the repository root on a quiet machine::
 

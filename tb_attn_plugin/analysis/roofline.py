@@ -239,8 +239,9 @@ def _cause(key: str, fars: list[_Far], rl: Roofline) -> tuple[str, str]:
     if key == "latency":
         fused = all(f.phase in _FUSED for f in fars)
         return (f"they are latency-bound: {number(launches)} {unit} per step, each with "
-                f"{at_roof / max(launches, 1e-9) * 1e6:.2f} µs of work at the roofs against a floor of about "
-                f"{number(rl.launch_us)} µs per call, so launching, not compute or memory, sets their time",
+                f"{at_roof / max(launches, 1e-9) * 1e6:.2f} µs of work at the roofs against a per-call floor of "
+                f"about {number(rl.launch_us)} µs, too little work per call for either roof to matter: launch "
+                "latency, ramp-up and a partly idle device set their time, not compute or memory bandwidth",
                 "Give each call more work or make fewer calls: a larger batch or longer sequences per call"
                 + ("" if fused else ", a fused kernel (F.scaled_dot_product_attention) in place of separate ops")
                 + ", or torch.compile / CUDA graphs to cut the per-call cost.")

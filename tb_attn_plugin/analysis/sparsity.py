@@ -45,6 +45,8 @@ DENSE_WORK_BACKENDS = frozenset({"naive", "sdpa-math", "flex-eager", "cpu-flash"
 _MAX_DIM = 1 << 31
 #: A layer counts as dense work when its counted core ops reach this share of the dense work.
 DENSE_SHARE = 0.8
+#: The runner's dtypes: (peak class, bytes per element).
+_DTYPES = {"float32": ("fp32", 4), "bfloat16": ("bf16", 2), "float16": ("fp16", 2)}
 
 
 def layer_masks(metadata: Mapping[str, Any] | None, layers: list[int]) -> dict[int, dict[str, Any]]:
@@ -119,7 +121,7 @@ def apply_masks(summary: WorkerSummary, metadata: Mapping[str, Any] | None) -> N
         if shapes is None:
             continue
         if entry is None:  # not causal, no mask: compiled flex did the whole dense work
-            _count_unmasked_flex(layer, shapes)
+            _count_unmasked_flex(layer, shapes, metadata)
             continue
         dense = _dense_flops(shapes)
         kept = float(entry["kept"])
@@ -128,7 +130,8 @@ def apply_masks(summary: WorkerSummary, metadata: Mapping[str, Any] | None) -> N
         core = [p for p in layer.phases if p.phase in CORE_PHASES]
         work = sum(p.flops for p in core) / calls
         if layer.backend == "flex" and work < DENSE_SHARE * wanted:
-            _add_kernel_work(layer, core, (wanted - work) * calls, BACKWARD_FACTOR * wanted * calls)
+            _add_kernel_work(layer, core, (wanted - work) * calls, BACKWARD_FACTOR * wanted * calls,
+                             _kernel(shapes, metadata, calls))
             work = wanted
         core_us = sum((p.device_us or p.cpu_us) for p in core)
         layer.mask = LayerMask(
@@ -153,22 +156,45 @@ def _dense_equiv(core_us: float, dense: float, work: float, backend: str, blocks
     return core_us * dense / work if work > 0 else core_us
 
 
-def _count_unmasked_flex(layer: LayerStats, shapes: tuple[int, int, int, int]) -> None:
+def _kernel(shapes: tuple[int, int, int, int], metadata: Mapping[str, Any], calls: float
+            ) -> tuple[float, str | None]:
+    """(the least bytes compiled flex_attention's calls move, the peak class of the run's dtype):
+    Q, K, V and O per call (B·H·S·D each, in the run's dtype), as a fused SDPA kernel's
+    (``analysis.traffic``); its BlockMask's block indices, a few bytes per 128x128 block, are left
+    out. No bytes where the run's dtype is unknown."""
+    config = metadata.get("config")
+    dtype = _DTYPES.get(str(config.get("dtype"))) if isinstance(config, Mapping) else None
+    if dtype is None:
+        return 0.0, None
+    b, h, s, d = shapes
+    return 4.0 * b * h * s * d * dtype[1] * calls, dtype[0]
+
+
+def _count_unmasked_flex(layer: LayerStats, shapes: tuple[int, int, int, int], metadata: Mapping[str, Any]
+                         ) -> None:
     """Compiled flex without a mask (not causal): the kernel's dense work, which no op shows."""
     dense = _dense_flops(shapes)
     core = [p for p in layer.phases if p.phase in CORE_PHASES]
     calls = layer.calls if layer.calls > 0 else 1.0
     work = sum(p.flops for p in core) / calls
     if layer.backend == "flex" and work < DENSE_SHARE * dense:
-        _add_kernel_work(layer, core, (dense - work) * calls, BACKWARD_FACTOR * dense * calls)
+        _add_kernel_work(layer, core, (dense - work) * calls, BACKWARD_FACTOR * dense * calls,
+                         _kernel(shapes, metadata, calls))
 
 
-def _add_kernel_work(layer: LayerStats, core: list[PhaseStats], forward: float, backward: float) -> None:
-    """Give compiled flex's generated kernel its FLOPs per step, which no op of the trace shows:
-    to its ``flex`` phase (or, inferred without scopes, its ``compiled`` one) and the layer; the
-    backward's (``BACKWARD_FACTOR`` times the forward, as for fused SDPA) where the phase ran one."""
+def _add_kernel_work(layer: LayerStats, core: list[PhaseStats], forward: float, backward: float,
+                     kernel: tuple[float, str | None]) -> None:
+    """Give compiled flex's generated kernel its FLOPs and bytes per step, which no op of the
+    trace shows: to its ``flex`` phase (or, inferred without scopes, its ``compiled`` one) and the
+    layer; the backward's FLOPs (``BACKWARD_FACTOR`` times the forward, as for fused SDPA) where the
+    phase ran one."""
+    nbytes, dtype = kernel
     phase = next((p for p in core if p.phase == "flex"), None) or next((p for p in core if p.phase == "compiled"), None)
     if phase is not None:
+        phase.bytes += nbytes
+        layer.bytes += nbytes
+        if phase.dtype is None and nbytes > 0:
+            phase.dtype = dtype
         phase.flops += forward
         phase.flops_per_s = flop_rate(phase.flops, phase.device_us or phase.cpu_us)
         if phase.backward.calls > 0:

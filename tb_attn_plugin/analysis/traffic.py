@@ -31,8 +31,8 @@ formula only where none of its ops has one (a trace that recorded it alone). Oth
 the outermost op of a nest with a formula (``linear``, not the ``addmm`` inside it).
 
 Views, allocations, bookkeeping and mask building (``ops.NO_TRAFFIC_OPS``) move nothing here.
-Any other top-level op that moves data but has no formula (``cat``, ``index_copy_``, a compiled
-region, a rotary ``neg``) is counted as *unmodeled*: the phase's bytes are then a lower bound,
+Any other top-level op that moves data but has no formula (``cat``, ``index_copy_``, a rotary
+``neg``, a compiled region in a ``compiled`` phase) is counted as *unmodeled*: the phase's bytes are then a lower bound,
 which the summary says (``PhaseStats.unmodeled_ops``).
 
 To model a new implementation, give its ops a formula in ``_FORMULAS`` (or its composite op a
@@ -53,6 +53,8 @@ from tb_attn_plugin.analysis.nesting import nearest_marked_ancestor
 from tb_attn_plugin.ops import (
     ATEN_PREFIX,
     CLONE_OP,
+    COMPILED_REGION_OPS,
+    COMPILED_REGION_PREFIX,
     COMPOSITE_OPS,
     EFFICIENT_FORWARD_OP,
     ELEMENTWISE_OPS,
@@ -74,11 +76,13 @@ from tb_attn_plugin.ops import (
     SDPA_OVERRIDEABLE_OP,
     SOFTMAX_OPS,
 )
+from tb_attn_plugin.scopes import PHASES
 from tb_attn_plugin.trace.events import Events, OpShapes
 from tb_attn_plugin.trace.kineto import Kind
 
 __all__ = ["event_bytes", "flop_dtype", "op_bytes", "peak_dtype"]
 
+_COMPILED = PHASES.index("compiled")
 F64 = npt.NDArray[np.float64]
 B = npt.NDArray[np.bool_]
 
@@ -243,6 +247,12 @@ def event_bytes(events: Events, attr: Attribution) -> tuple[F64, B]:
     moves = np.array([nm.startswith(ATEN_PREFIX) and nm not in NO_TRAFFIC_OPS and nm not in _FORMULAS
                       for nm in events.names], np.bool_)[names]
     unmodeled = moves & ~covered & ~attr.is_scope[idx] & (events.kind[idx] == Kind.CPU_OP)
+    # A torch.compile'd region of the block: its generated kernels are no ops, so whatever GEMMs it
+    # calls as ops, its bytes are a lower bound (compiled flex's kernel gets its own term from
+    # the run's shapes: ``sparsity``).
+    region = np.array([nm in COMPILED_REGION_OPS or nm.startswith(COMPILED_REGION_PREFIX) for nm in events.names],
+                      np.bool_)[names]
+    unmodeled |= region & (attr.phase[idx] == _COMPILED)
     unmodeled &= nearest_marked_ancestor(parent, unmodeled | counts) < 0
     unmodeled_all[idx[unmodeled]] = True
     return out, unmodeled_all
