@@ -167,8 +167,8 @@ def compare_table(result: CompareResponse, scale: ScalingResponse) -> str:
               "seq, dtype, mode, parallel layout), against the run marked * in each (the baseline's implementation "
               "there, else the group's first by name)",
               "time is device time where there is some, else CPU; means per step; ~ marks a time whose steps "
-              "spread over 20% of their median; FLOP/B, % roof, bound: attention's forward under the roofline "
-              "(tb-attn summarize shows the peaks and each phase)",
+              "spread over 20% of their median; FLOP/B, % roof, bound: attention's forward under the roofline, on "
+              "device time or, on a CPU, CPU self time (tb-attn summarize shows the peaks and each phase)",
               fmt.format(*header), *(fmt.format(*row) for row in cells)]
     lines += [f"error: {e.run}: {e.error}" for e in result.errors]
     lines += compare_decode_lines(result)

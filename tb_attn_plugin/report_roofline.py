@@ -21,8 +21,9 @@ def peaks_line(rl: Roofline) -> str:
     if not rl.peak_flops or rl.peak_bytes_per_s is None:
         return f"no peak known ({printable(rl.note)})" if rl.note else "no peak known"
     flops = ", ".join(f"{k} {_si(v)}" for k, v in rl.peak_flops.items() if k in ("fp32", "tf32", "bf16", "fp8", "int8"))
-    ridge = rl.peak_flops.get("bf16") or rl.peak_flops.get("fp32") or 0.0
-    which = "bf16" if "bf16" in rl.peak_flops else "fp32"
+    # The ridge of attention's own dtype, as its points and verdicts use it.
+    which = rl.attention.dtype if rl.attention is not None and rl.attention.dtype in rl.peak_flops else "fp32"
+    ridge = rl.peak_flops.get(which or "fp32", 0.0)
     return (f"{printable(rl.device)} ({printable(rl.source)}): {flops} FLOP/s, {_si(rl.peak_bytes_per_s)}B/s; "
             f"ridge ({which}) {ridge / rl.peak_bytes_per_s:.3g} FLOP/B; launch floor {rl.launch_us:.3g} µs")
 

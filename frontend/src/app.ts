@@ -270,6 +270,8 @@ export class App implements Actions {
       if (ws && (s.step === null || !ws.steps.includes(s.step))) this.store.set({ step: ws.steps[0] ?? null });
       // The generation view needs a generation; a worker without one opens on its layers.
       if (s.tab === "generation" && !ws?.generation) this.store.set({ tab: "layers" });
+      // The roofline view needs attention (a roofline); a worker without any opens on its layers.
+      if (s.tab === "roofline" && !ws?.roofline) this.store.set({ tab: "layers" });
       // The run's status in the list changes once it has been read.
       if (this.entry(s)?.status !== "ready") void this.loadRuns(false);
     } catch (err) {

@@ -55,6 +55,21 @@ export function fmtRate(flopsPerS: number | null | undefined): string {
   return flopsPerS === 0 ? "0" : si(flopsPerS, "FLOP/s");
 }
 
+/** A bandwidth in bytes per second, in the units of `fmtBytes`: "30.06 GiB/s". */
+export function fmtBandwidth(bytesPerS: number | null | undefined): string {
+  if (bytesPerS === null || bytesPerS === undefined || !Number.isFinite(bytesPerS)) return "\u2014";
+  return `${fmtBytes(bytesPerS)}/s`;
+}
+
+/** Arithmetic intensity, FLOPs per byte, without its unit: "0.50", "9.14", "40.4", "183", "1.37 k". */
+export function fmtIntensity(flopsPerByte: number | null | undefined): string {
+  if (flopsPerByte === null || flopsPerByte === undefined || !Number.isFinite(flopsPerByte)) return "\u2014";
+  const a = Math.abs(flopsPerByte);
+  if (a === 0) return "0";
+  if (a < 0.01) return flopsPerByte.toPrecision(2);
+  return a < 1000 ? fixed(flopsPerByte) : si(flopsPerByte, "").trimEnd();
+}
+
 /** Integer operations (int8 GEMMs): "8.39 MIOP". */
 export function fmtIops(iops: number | null | undefined): string {
   if (iops === null || iops === undefined || !Number.isFinite(iops)) return "\u2014";

@@ -17,9 +17,10 @@ import type {
 } from "./types";
 
 /** "ranks": every worker (rank) of the run side by side; offered when a run has two or more.
- * "generation": prefill and decode steps; offered when the worker's summary has a generation. */
-export type Tab = "layers" | "heads" | "memory" | "timeline" | "generation" | "ranks";
-export const TABS: Tab[] = ["layers", "heads", "memory", "timeline", "generation", "ranks"];
+ * "generation": prefill and decode steps; offered when the worker's summary has a generation.
+ * "roofline": phases under the hardware's roofs; offered when the worker has attention. */
+export type Tab = "layers" | "heads" | "memory" | "timeline" | "roofline" | "generation" | "ranks";
+export const TABS: Tab[] = ["layers", "heads", "memory", "timeline", "roofline", "generation", "ranks"];
 /** The straggler margins the ranks view offers (fractions over the median); the server's default is 0.2. */
 export const MARGINS: number[] = [0.05, 0.1, 0.2, 0.5, 1];
 export const DEFAULT_MARGIN = 0.2;

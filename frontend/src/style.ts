@@ -208,5 +208,20 @@ table.ranks-table .link-button:hover { text-decoration: underline; }
 .run-headline { font-size: 14px; margin: 2px 0 8px; padding: 6px 10px; background: #fff8ef; border-left: 3px solid #fb8c00; max-width: 1100px; }
 .noisy { display: inline-block; margin-left: 6px; padding: 0 5px; border-radius: 3px; font-size: 11px; line-height: 16px; background: #fff8e1; color: #8d6e00; border: 1px dashed #f9a825; cursor: help; white-space: nowrap; }
 td .noisy { margin-left: 3px; padding: 0 3px; }
+.roof-peaks .meta-line { margin: 6px 0 0; }
+table.roof-table tbody tr { cursor: pointer; }
+table.roof-table tbody tr:hover { background: #fff3e0; }
+table.roof-table tr.layer-row th, table.roof-table tr.layer-row td { font-weight: 600; border-bottom-color: #ccc; }
+table.roof-table tfoot th, table.roof-table tfoot td { font-weight: 600; border-top: 2px solid #bdbdbd; background: #fafafa; }
+table.roof-table tr.sel-row { outline: 2px solid #e65100; outline-offset: -2px; }
+table.roof-table .sw, table.compare-table .sw.symbol { vertical-align: -1px; }
+.verdict { display: inline-block; font-size: 11px; line-height: 16px; padding: 0 6px; border-radius: 8px; white-space: nowrap; }
+.verdict.v-compute-bound { background: #e8f5e9; color: #1b5e20; }
+.verdict.v-memory-bound { background: #e3f2fd; color: #0d47a1; }
+.verdict.v-latency-bound { background: #f3e5f5; color: #6a1b9a; }
+.verdict.v-no { background: #eceff1; color: #546e7a; }
+.roof-diamond { display: inline-block; width: 9px; height: 9px; transform: rotate(45deg); margin: 0 2px; }
+.roof-symbol { display: inline-block; width: 14px; text-align: center; color: #616161; }
+.caveat { font-style: italic; margin: 2px 0 8px; }
 [hidden] { display: none !important; }
 `;

@@ -156,4 +156,11 @@ html:has(.tb-attn.dark), body:has(.tb-attn.dark) { background: #202124; }
 .tb-attn.dark table.runs td.fig .spread, .tb-attn.dark table.runs td.fig.absent, .tb-attn.dark table.drill-tree tr.more td { color: #8a8a8a; }
 .tb-attn.dark table.drill-tree tr.dev td.name { color: #d7aefb; }
 .tb-attn.dark table.layers-table .module { color: #8a8a8a; }
+.tb-attn.dark table.roof-table tbody tr:hover { background: rgba(251,140,0,.12); }
+.tb-attn.dark table.roof-table tfoot th, .tb-attn.dark table.roof-table tfoot td { background: #292a2d; }
+.tb-attn.dark .verdict.v-compute-bound { background: rgba(129,201,149,.16); color: #81c995; }
+.tb-attn.dark .verdict.v-memory-bound { background: rgba(138,180,248,.16); color: #8ab4f8; }
+.tb-attn.dark .verdict.v-latency-bound { background: rgba(197,138,249,.16); color: #d7aefb; }
+.tb-attn.dark .verdict.v-no { background: #3c4043; color: #bdbdbd; }
+.tb-attn.dark .roof-symbol { color: #bdbdbd; }
 `;

@@ -5,12 +5,14 @@
 import { valueAxis } from "../axes";
 import { createChart, esc, swatch, TOOLTIP_BASE, type EChart } from "../charts";
 import { h, replace, select, type Child } from "../dom";
-import { fmtBytes, fmtCount, fmtFlops, fmtRate, fmtRatio, fmtUs } from "../format";
+import { fmtBytes, fmtCount, fmtFlops, fmtIntensity, fmtRate, fmtRatio, fmtUs } from "../format";
 import { orderPhases, phaseLabel } from "../metrics";
 import { noisyMark, spreadTitle } from "../spread";
 import { GROUP_BY, PHASE_METRICS, type Actions, type GroupBy, type PhaseMetric, type State } from "../state";
 import type { CompareResponse, CompareRun } from "../types";
 import { errorBox, loadingBox, note, pending } from "./common";
+import { RooflineOverlay } from "./compare_roofline";
+import { roofBoundCell, roofShareCell } from "./roofline";
 import { color, runColors, seriesKey } from "./run_colors";
 import { NO_DECODE_FIT, NO_FIT, ScalingPanel, type ScalingPaint } from "./scaling";
 
@@ -64,6 +66,7 @@ export class CompareView {
   private readonly phaseLegend: HTMLElement;
   private readonly phaseSection: HTMLElement;
   private readonly scalingStatus: HTMLElement;
+  private readonly roofline: RooflineOverlay;
   /** Series against the sequence length, and generation runs' against their decode context. */
   private readonly seqScaling = new ScalingPanel("seq", "scaling-chart");
   private readonly decodeScaling = new ScalingPanel("context", "decode-scaling-chart");
@@ -80,6 +83,7 @@ export class CompareView {
     this.phaseLegend = h("div", "legend");
     this.phaseSection = h("section", "compare-phases", h("h4", null, "Phases (per step, summed over layers)"), this.phaseControls, this.phaseChartEl, this.phaseLegend);
     this.scalingStatus = h("div");
+    this.roofline = new RooflineOverlay(actions);
     this.el = h(
       "section",
       "compare-page",
@@ -87,6 +91,7 @@ export class CompareView {
       this.errorsEl,
       this.tableEl,
       this.phaseSection,
+      this.roofline.el,
       h(
         "section",
         "compare-scaling",
@@ -110,6 +115,7 @@ export class CompareView {
     const metricChanged = diff("metric", s.phaseMetric);
     if (dataChanged || c1[3]) this.renderTable(s);
     if (dataChanged || metricChanged) this.renderPhases(s);
+    if (dataChanged) this.roofline.draw(s.compareData.data);
     const scalingChanged = [diff("sdata", s.scaling.data), diff("serr", s.scaling.error), diff("sstatus", s.scaling.status)].some(Boolean);
     if (scalingChanged || dataChanged) this.renderScaling(s); // its colours are the table's
   }
@@ -118,6 +124,7 @@ export class CompareView {
     for (const c of this.charts) c.dispose();
     this.charts = [];
     this.phaseChart = null;
+    this.roofline.forget();
     this.seqScaling.forget();
     this.decodeScaling.forget();
     this.last = {};
@@ -228,6 +235,9 @@ export class CompareView {
       ["alloc", "num"],
       ["peak", "num"],
       ["FLOP/s", "num"],
+      ["FLOP/B", "num"],
+      ["% roof", "num"],
+      ["bound", ""],
       ["ops / fwd", "num"],
       ...(hasKernels ? ([["kernels / fwd", "num"]] as [string, string][]) : []),
       ...(hasDecode ? ([["decode / token", "num"], ["KV cache", ""]] as [string, string][]) : []),
@@ -276,6 +286,10 @@ export class CompareView {
         cell(fmtBytes(r.alloc_bytes), isBase ? null : ratioEl(r.ratio.alloc_bytes, r.baseline), `S\u00d7S scores: ${fmtBytes(r.sxs_bytes)}`),
         cell(fmtBytes(r.peak_bytes), isBase ? null : ratioEl(r.ratio.peak_bytes, r.baseline)),
         cell(fmtRate(r.flops_per_s), isBase ? null : ratioEl(r.ratio.flops_per_s, r.baseline, true), `${fmtFlops(r.flops)} per step`),
+        // Attention's forward under the run's roofline (its Roofline tab has the peaks and each phase).
+        h("td", { class: "num intensity", title: "attention's FLOPs per byte moved (forward)" }, fmtIntensity(r.roofline?.attention?.intensity)),
+        roofShareCell(r.roofline?.attention),
+        roofBoundCell(r.roofline?.attention),
         h("td", "num", fmtCount(r.ops_per_forward)),
         hasKernels ? h("td", "num", fmtCount(r.kernels_per_forward)) : null,
         ...(hasDecode ? this.decodeCells(r, isBase) : []),

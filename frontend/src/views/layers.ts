@@ -5,6 +5,7 @@ import { stackedMax, valueAxis } from "../axes";
 import { createChart, esc, swatch, TOOLTIP_BASE, type EChart } from "../charts";
 import { h, replace, select } from "../dom";
 import { CHART_METRICS, METRICS, metric, phaseColor, phaseLabel, phasesOf, type MetricKey } from "../metrics";
+import { roofBoundCell, roofBoundHeader, roofShareCell, roofShareHeader } from "./roofline";
 import { hasMasks, kindBadge, layerCategory, savedCell, savedHeader } from "./sparsity";
 import { defaultTime, type Actions, type Selection, type State } from "../state";
 import { noisyMark, SPREAD_METRICS, spreadTitle } from "../spread";
@@ -297,6 +298,9 @@ export class LayersView {
       sortHeader("layer", "Layer", "layer"),
       h("th", { attrs: { rowspan: 2 } }, "backend"),
       masked ? savedHeader() : null,
+      // The layer's forward work under the roofline (the Roofline tab has each phase's).
+      roofShareHeader({ rowspan: 2 }),
+      roofBoundHeader({ rowspan: 2 }),
       ...groups.map((g) =>
         h(
           "th",
@@ -354,6 +358,8 @@ export class LayersView {
             l.inferred ? h("span", { class: "badge inferred", title: "found without tb-attn scopes (inferred)" }, "inferred") : null,
           ),
           masked ? savedCell(l) : null,
+          roofShareCell(l.roof),
+          roofBoundCell(l.roof),
           ...groups.flatMap((g) =>
             shownCols.map((m) => {
               const v = cellValue(l, g, m.key);

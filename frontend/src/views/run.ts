@@ -15,6 +15,7 @@ import { LayersView } from "./layers";
 import { maskStat } from "./sparsity";
 import { MemoryView } from "./memory";
 import { RanksView } from "./ranks";
+import { RooflineView } from "./roofline";
 import { TimelineView } from "./timeline";
 
 const TAB_LABELS: Record<Tab, string> = {
@@ -22,6 +23,7 @@ const TAB_LABELS: Record<Tab, string> = {
   heads: "Layers \u00d7 heads",
   memory: "Memory",
   timeline: "Timeline",
+  roofline: "Roofline",
   generation: "Generation",
   ranks: "Ranks",
 };
@@ -45,6 +47,7 @@ export class RunView {
   private readonly memory: MemoryView;
   private readonly timeline: TimelineView;
   private readonly generation: GenerationView;
+  private readonly roofline: RooflineView;
   private readonly ranks: RanksView;
   private readonly drill: DrillView;
   private last: Record<string, unknown> = {};
@@ -60,6 +63,7 @@ export class RunView {
     this.memory = new MemoryView(actions);
     this.timeline = new TimelineView(actions);
     this.generation = new GenerationView(actions);
+    this.roofline = new RooflineView(actions);
     this.ranks = new RanksView(actions);
     this.drill = new DrillView(actions);
     this.el = h("section", "run-page", this.top, this.card, this.tabs, this.content, this.drill.el);
@@ -79,7 +83,10 @@ export class RunView {
     const cardChanged = [diff("summary", s.summary.data), diff("summaryErr", s.summary.error), diff("summaryStatus", s.summary.status), diff("ws2", ws), diff("onRanks2", onRanks)];
     if (cardChanged.some(Boolean)) this.renderCard(s, entry, ws, onRanks);
     const generating = !!ws?.generation;
-    if ([diff("tab", s.tab), diff("multi", multi), diff("generating", generating)].some(Boolean)) this.renderTabs(s.tab, multi, generating);
+    const attention = !!ws?.roofline;
+    if ([diff("tab", s.tab), diff("multi", multi), diff("generating", generating), diff("attention", attention)].some(Boolean)) {
+      this.renderTabs(s.tab, multi, generating, attention);
+    }
     this.renderContent(s, ws);
     this.drill.update(s);
   }
@@ -284,11 +291,13 @@ export class RunView {
     return out;
   }
 
-  private renderTabs(active: Tab, multi: boolean, generating: boolean): void {
+  private renderTabs(active: Tab, multi: boolean, generating: boolean, attention: boolean): void {
     replace(
       this.tabs,
-      // Generation stays listed while it is open (its summary loading): it falls back once that is in.
-      ...TABS.filter((t) => (t !== "ranks" || multi) && (t !== "generation" || generating || t === active)).map((t) =>
+      // Generation and Roofline stay listed while open (the summary loading): they fall back once it is in.
+      ...TABS.filter(
+        (t) => (t !== "ranks" || multi) && (t !== "generation" || generating || t === active) && (t !== "roofline" || attention || t === active),
+      ).map((t) =>
         h(
           "button",
           {
@@ -308,6 +317,7 @@ export class RunView {
       heads: this.heads,
       memory: this.memory,
       timeline: this.timeline,
+      roofline: this.roofline,
       generation: this.generation,
       ranks: this.ranks,
     };
@@ -326,6 +336,9 @@ export class RunView {
     } else if (s.tab === "generation") {
       view.el.hidden = !ws?.generation;
       if (ws?.generation) this.generation.update(s, ws);
+    } else if (s.tab === "roofline") {
+      view.el.hidden = !ws?.roofline;
+      if (ws?.roofline) this.roofline.update(s, ws);
     } else if (s.tab === "ranks") {
       this.ranks.update(s);
     } else if (s.tab === "memory") {
@@ -336,7 +349,7 @@ export class RunView {
   }
 
   dispose(): void {
-    for (const v of [this.layers, this.heads, this.memory, this.timeline, this.generation, this.ranks]) v.dispose();
+    for (const v of [this.layers, this.heads, this.memory, this.timeline, this.roofline, this.generation, this.ranks]) v.dispose();
     this.shownTab = null;
     this.last = {};
   }
