@@ -213,10 +213,12 @@ def drill_title(frame: Frame) -> Locator:
     return frame.locator("section.drill h3")
 
 
-def hover_tooltip(frame: Frame, point: dict[str, Any], text: str) -> Locator:
-    """Hovers the timeline at ``point`` until ECharts shows a tooltip containing ``text`` (a
-    hover that lands while the chart is still laying out shows none: move off and on again)."""
-    chart = frame.locator(".timeline-chart")
+def hover_tooltip(frame: Frame, point: dict[str, Any], text: str, chart_selector: str = ".timeline-chart"
+                  ) -> Locator:
+    """Hovers a chart (the timeline's by default) at ``point`` until ECharts shows a tooltip
+    containing ``text`` (a hover that lands while the chart is still laying out shows none: move
+    off and on again)."""
+    chart = frame.locator(chart_selector)
     tooltip = chart.locator("div", has_text=text).last
     for _ in range(6):
         chart.hover(position={"x": point["x"], "y": point["y"]})

@@ -27,6 +27,7 @@ from pages import (
     fmt_flops,
     fmt_share,
     fmt_us,
+    hover_tooltip,
     open_run,
     open_tab,
     shot,
@@ -124,22 +125,6 @@ def pixel(frame: Frame, selector: str, value: list[float]) -> tuple[float, float
     return float(x), float(y)
 
 
-def hover(frame: Frame, selector: str, at: tuple[float, float], text: str) -> Any:
-    """Hovers the chart at ``at`` until its tooltip shows ``text`` (a hover that lands while the
-    chart lays out shows none: move off and on again)."""
-    chart = frame.locator(selector)
-    tip = chart.locator("div", has_text=text).last
-    for _ in range(6):
-        chart.hover(position={"x": at[0], "y": at[1]})
-        try:
-            expect(tip).to_be_visible(timeout=3000)
-            return tip
-        except AssertionError:
-            chart.hover(position={"x": 5, "y": 5})
-    expect(tip).to_be_visible()
-    return tip
-
-
 # ---- the Roofline tab --------------------------------------------------------------------------
 
 def test_roofline_tab_matches_the_engine(roofline_ui: TensorBoard, logdir: Path, page: Page, artifacts: Path) -> None:
@@ -227,7 +212,8 @@ def test_roofline_tab_matches_the_engine(roofline_ui: TensorBoard, logdir: Path,
     layer, phase = points[lonely]
     roof = phase.roof
     assert roof is not None and roof.share is not None
-    tip = hover(frame, CHART, pixels[lonely], f"L{layer.layer} \u00b7 {PHASE_LABELS[phase.phase]}")
+    x, y = pixels[lonely]
+    tip = hover_tooltip(frame, {"x": x, "y": y}, f"L{layer.layer} \u00b7 {PHASE_LABELS[phase.phase]}", CHART)
     expect(tip).to_contain_text(roof.verdict)
     expect(tip).to_contain_text(f"{fmt_share(roof.share)} of roof")
     expect(tip).to_contain_text(f"intensity: {fmt_intensity(roof.intensity)} FLOP/B")
