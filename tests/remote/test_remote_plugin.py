@@ -104,6 +104,10 @@ def test_an_overwritten_trace_is_read_again(s3: LocalS3, local_runs: Path) -> No
     name = _trace_name(local_runs, "exp/naive")
     key = f"{prefix}/exp/run/{name}"
     s3.client.put_object(Bucket=BUCKET, Key=key, Body=(local_runs / "exp" / "naive" / name).read_bytes())
+    # The run's metadata too: the roofline is drawn under the peaks the runner measured (the same
+    # for both runs: one process measured them once).
+    s3.client.put_object(Bucket=BUCKET, Key=f"{prefix}/exp/run/tb_attn_run.json",
+                         Body=(local_runs / "exp" / "naive" / "tb_attn_run.json").read_bytes())
     client, _ = client_of(f"s3://{BUCKET}/{prefix}")
     local, _ = client_of(str(local_runs))
     try:
