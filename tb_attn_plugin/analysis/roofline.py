@@ -231,35 +231,45 @@ def _cause_key(far: _Far, rl: Roofline) -> str:
     return far.roof.verdict
 
 
+def _flops(x: float) -> str:
+    """"203 GFLOP/s", "236 TFLOP/s"."""
+    return f"{x / 1e12:.3g} TFLOP/s" if x >= 1e12 else f"{x / 1e9:.3g} GFLOP/s"
+
+
 def _cause(key: str, fars: list[_Far], rl: Roofline) -> tuple[str, str]:
-    """(the likely cause, the change to try)."""
+    """(the likely cause, without its subject: "are latency-bound: ...", the change to try)."""
     launches = sum(f.terms.launches for f in fars)
     at_roof = sum(max(f.terms.compute_s, f.terms.memory_s) for f in fars)
     unit = "kernels" if rl.clock == "device" else "top-level ops"
     if key == "latency":
         fused = all(f.phase in _FUSED for f in fars)
-        return (f"they are latency-bound: {number(launches)} {unit} per step, each with "
+        return (f"latency-bound: {number(launches)} {unit} per step, each with "
                 f"{at_roof / max(launches, 1e-9) * 1e6:.2f} µs of work at the roofs against a per-call floor of "
                 f"about {number(rl.launch_us)} µs, too little work per call for either roof to matter: launch "
-                "latency, ramp-up and a partly idle device set their time, not compute or memory bandwidth",
+                "latency, ramp-up and a partly idle device set the time, not compute or memory bandwidth",
                 "Give each call more work or make fewer calls: a larger batch or longer sequences per call"
                 + ("" if fused else ", a fused kernel (F.scaled_dot_product_attention) in place of separate ops")
                 + ", or torch.compile / CUDA graphs to cut the per-call cost.")
     if key == "scores":
         nbytes = sum(f.terms.nbytes for f in fars)
-        return ("they are memory-bound on the S×S scores, written to memory and read back between ops "
+        return ("memory-bound on the S×S scores, written to memory and read back between ops "
                 f"({size(nbytes)} per step)",
                 "Use a fused kernel that keeps the scores on chip and reads Q, K and V once: "
                 "F.scaled_dot_product_attention with its flash or memory-efficient backend (runner: --impl sdpa).")
     if key == "fp32":
         fp32 = rl.peak_flops["fp32"]
         fast = max(rl.peak_flops.get(k, 0.0) for k in ("tf32", "bf16"))
-        return (f"they are compute-bound in fp32, which leaves the tensor cores unused: the fp32 roof is "
-                f"{fp32 / 1e12:.1f} TFLOP/s, the bf16 one {fast / fp32:.0f}x higher",
-                "Run attention in bf16 (torch.autocast(device_type='cuda', dtype=torch.bfloat16)) or allow TF32 "
-                "(torch.backends.cuda.matmul.allow_tf32 = True), then measure again.")
-    return (f"they are {key} and run far below that roof",
-            "Look at their kernels in the drill-down: a layout that forces copies, little work per kernel, or "
+        if rl.clock == "device":
+            return (f"compute-bound in fp32, which leaves the tensor cores unused: the fp32 roof is {_flops(fp32)}, "
+                    f"the bf16 one {fast / fp32:.0f}x higher",
+                    "Run attention in bf16 (torch.autocast(device_type='cuda', dtype=torch.bfloat16)) or allow "
+                    "TF32 (torch.backends.cuda.matmul.allow_tf32 = True), then measure again.")
+        return (f"compute-bound in fp32, while this machine's bf16 matmul ran {fast / fp32:.1f}x faster "
+                f"({_flops(fast)} against {_flops(fp32)}, the runner's probes)",
+                "Try bf16 (torch.autocast(device_type='cpu', dtype=torch.bfloat16)) and measure again: the "
+                "probe says the machine has the bf16 matrix units for it.")
+    return (f"{key} and far below that roof",
+            "Look at the kernels in the drill-down: a layout that forces copies, little work per kernel, or "
             "no fused kernel for these shapes.")
 
 
@@ -274,17 +284,29 @@ def _finding(key: str, fars: list[_Far], rl: Roofline) -> Finding:
     time_share = sum(f.time_share for f in fars)
     time_us = sum(f.terms.time_us for f in fars)
     best = sum(f.terms.time_us * (f.roof.share or 0.0) for f in fars)
-    each = "; ".join(f"{f.phase} {pct(f.time_share)} of attention time, {share(f.roof.share or 0.0)} of its ceiling"
-                     + (f" ({f.roof.ceiling / 1e12:.3g} TFLOP/s at {f.roof.intensity:.3g} FLOPs per byte)"
-                        if f.roof.ceiling and f.roof.intensity else "")
-                     + (", bytes a lower bound" if f.roof.lower_bound else "") for f in fars)
     phases = [f.phase for f in fars]
     shares = [f.roof.share or 0.0 for f in fars]
-    reach = share(shares[0]) if len(shares) == 1 else f"{share(min(shares))}-{share(max(shares))}"
-    text = (f"{_names(phases)} in {layer_list(layers)} take {pct(time_share)} of attention time "
-            f"({duration(time_us)} per step) and reach {reach} of their attainable ceilings ({each}): {cause}. "
-            f"Peaks: {rl.device}, {rl.source or 'given'}. A roofline is an upper bound, not a prediction: at their "
-            f"ceilings these phases would take {duration(best)}, and few kernels get near theirs.")
+    one = len(fars) == 1
+
+    def ceiling(f: _Far) -> str:
+        return (f"{_flops(f.roof.ceiling)} at {f.roof.intensity:.3g} FLOPs per byte" if f.roof.ceiling
+                and f.roof.intensity else "") + (", bytes a lower bound" if f.roof.lower_bound else "")
+
+    if one:
+        reach = share(shares[0])
+        detail = f" ({ceiling(fars[0])})" if ceiling(fars[0]) else ""
+        text = (f"{phases[0]} in {layer_list(layers)} takes {pct(time_share)} of attention time "
+                f"({duration(time_us)} per step) and reaches {reach} of its attainable ceiling{detail}: it is {cause}.")
+    else:
+        reach = f"{share(min(shares))}-{share(max(shares))}"
+        each = "; ".join(f"{f.phase} {pct(f.time_share)} of attention time, {share(f.roof.share or 0.0)} of its "
+                         f"ceiling" + (f" ({ceiling(f)})" if ceiling(f) else "") for f in fars)
+        text = (f"{_names(phases)} in {layer_list(layers)} take {pct(time_share)} of attention time "
+                f"({duration(time_us)} per step) and reach {reach} of their attainable ceilings ({each}): they are "
+                f"{cause}.")
+    text += (f" Peaks: {rl.device}, {rl.source or 'given'}. A roofline is an upper bound, not a prediction: at "
+             f"{'its ceiling this phase' if one else 'their ceilings these phases'} would take {duration(best)}, "
+             "and few kernels get near theirs.")
     ops = [o for f in fars for _, p in f.rows for o in p.ops]
     kernels = [k for f in fars for _, p in f.rows for k in p.kernel_names]
     details: dict[str, float | int | str] = {

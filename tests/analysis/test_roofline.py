@@ -255,3 +255,22 @@ def test_runner_metadata_records_the_probes(builtin_logdir: Path) -> None:
     assert peaks["device"] == "cpu" and peaks["copy_bytes_per_s"] > 1e8 and peaks["op_us"] > 0
     assert peaks["gemm_flops_per_s"]["fp32"] > 1e8 and peaks["gemm_flops_per_s"]["bf16"] > 1e7
     assert "2·N³" in peaks["gemm_probe"] and "one-element" in peaks["op_probe"]
+
+
+def test_fp32_compute_bound_names_the_faster_bf16_roof(builtin_logdir: Path) -> None:
+    (run,) = [r for r in resolve_runs(str(builtin_logdir)) if r.name == "naive-inference"]
+    (w,) = Loader().summarize_run(run).workers
+    # a CPU whose bf16 matmul probe is 8x its fp32 one, with bandwidth to spare: the GEMMs are
+    # compute-bound in fp32, far below even that roof
+    s = _scaled(w, Peaks("cpu", "probes", {"fp32": 1e13, "bf16": 8e13}, 1e18, launch_us=0.0))
+    (f,) = [f for f in far_from_roof(s) if f.evidence.details["cause"] == "fp32"]
+    assert "bf16 matmul ran 8.0x faster" in f.explanation and "tensor cores" not in f.explanation
+    assert "device_type='cpu'" in f.suggestion
+    gpu = copy.deepcopy(s)
+    gpu.device = "cuda"
+    for layer in gpu.layers:  # the same phases on a device's clock
+        for p in layer.phases:
+            p.device_us, p.kernels = p.cpu_self_us, p.op_count
+    apply_roofline(gpu, Peaks("gpu", "table", {"fp32": 1e13, "bf16": 8e13}, 1e18, launch_us=0.0))
+    (g,) = [f for f in gpu.findings if f.id == "far-from-roof" and f.evidence.details["cause"] == "fp32"]
+    assert "tensor cores unused" in g.explanation and "allow_tf32" in g.suggestion
