@@ -104,8 +104,8 @@ class Roof(msgspec.Struct, kw_only=True):
     dtype: str | None  # the peak class its FLOPs ran in ("fp32", "bf16", ...), None: no FLOPs
     time_us: float  # device time, or CPU self time on a CPU trace
     launches: float  # kernels (device) or top-level ops (CPU)
-    intensity: float | None  # FLOPs per byte moved; None: no bytes modeled
-    flops_per_s: float  # achieved
+    intensity: float | None  # FLOPs (and integer ops) per byte moved; None: no bytes modeled
+    flops_per_s: float  # achieved (integer ops of int8 GEMMs included, at the int8 peak)
     bytes_per_s: float  # achieved
     ceiling: float | None  # attainable FLOP/s: min(peak FLOP/s, intensity x peak bytes/s); None: no peak known
     share: float | None  # the time at the roof over the time taken (= achieved / ceiling where there are FLOPs)

@@ -247,9 +247,9 @@ export interface Roof {
   time_us: number;
   /** kernels (device) or top-level ops (CPU) */
   launches: number;
-  /** FLOPs per byte moved; None: no bytes modeled */
+  /** FLOPs (and integer ops) per byte moved; None: no bytes modeled */
   intensity: number | null;
-  /** achieved */
+  /** achieved (integer ops of int8 GEMMs included, at the int8 peak) */
   flops_per_s: number;
   /** achieved */
   bytes_per_s: number;

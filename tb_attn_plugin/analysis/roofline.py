@@ -72,13 +72,16 @@ class _Terms:
 
 
 def _phase_terms(p: PhaseStats, peaks: Peaks, device: bool) -> _Terms:
+    """A phase's terms. Integer ops (int8 GEMMs: ``iops``) count as operations at the int8 peak."""
     time_us = p.device_us if device else p.cpu_self_us
     peak = peaks.flops.get(p.dtype or "fp32") if p.flops > 0 else None
-    return _Terms(flops=p.flops, nbytes=p.bytes, time_us=time_us, launches=p.kernels if device else p.op_count,
-                  compute_s=p.flops / peak if peak else 0.0,
+    int8 = peaks.flops.get("int8") if p.iops > 0 else None
+    by_dtype = {k: v for k, v in (((p.dtype or "fp32"), p.flops), ("int8", p.iops)) if v > 0}
+    return _Terms(flops=p.flops + p.iops, nbytes=p.bytes, time_us=time_us,
+                  launches=p.kernels if device else p.op_count,
+                  compute_s=(p.flops / peak if peak else 0.0) + (p.iops / int8 if int8 else 0.0),
                   memory_s=p.bytes / peaks.bytes_per_s if peaks.bytes_per_s else 0.0,
-                  lower_bound=p.unmodeled_ops > 0,
-                  dtype_flops={p.dtype: p.flops} if p.dtype and p.flops > 0 else None)
+                  lower_bound=p.unmodeled_ops > 0, dtype_flops=by_dtype or None)
 
 
 def _roof(t: _Terms, peaks: Peaks) -> Roof | None:
@@ -88,7 +91,7 @@ def _roof(t: _Terms, peaks: Peaks) -> Roof | None:
     intensity = t.flops / t.nbytes if t.nbytes > 0 else None
     peak = peaks.flops.get(t.dtype or "fp32") if t.flops > 0 else None
     ceiling = share = None
-    if not peaks.known:
+    if not peaks.known or (t.flops > 0 and not peak):  # no peak at all, or none for its dtype (int8 on a CPU)
         verdict = "no peak known"
     elif t.nbytes <= 0:
         verdict = "no bytes modeled"
