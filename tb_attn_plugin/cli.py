@@ -21,9 +21,7 @@ from __future__ import annotations
 
 import argparse
 import gc
-import math
 import os
-import re
 import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, NoReturn
@@ -55,17 +53,14 @@ def _mebibytes(text: str) -> int:
     return value
 
 
-_SI = {"": 1.0, "k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15}
-_RATE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([kKMGTP]?)\s*(?:FLOP/s|FLOPS|B/s|bytes/s)?\s*$")
-
-
 def _rate(text: str) -> float:
-    """A peak rate: a positive number, optionally with an SI prefix and unit ("312T", "2.0 TB/s", "1.9e12")."""
-    m = _RATE.match(text)
-    value = float(m.group(1)) * _SI[m.group(2)] if m else 0.0
-    if not m or not math.isfinite(value) or value <= 0:
-        raise argparse.ArgumentTypeError(f"must be a positive rate such as 312T or 2.0e12, got {text!r}")
-    return value
+    """A peak rate (``analysis.peaks.parse_rate``: "312T", "2.0e12", "1.9 TB/s")."""
+    from tb_attn_plugin.analysis.peaks import parse_rate
+
+    try:
+        return parse_rate(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _peak_flags(parser: argparse.ArgumentParser) -> None:

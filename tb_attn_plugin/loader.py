@@ -166,6 +166,9 @@ class Loader:
     cache_bytes: int = 1 << 30
     read_retry_s: float = 10.0
     parse_timeout_s: float | None = None
+    #: The user's peaks (FLOP/s, bytes/s) for every roofline, in place of the trace's
+    #: (``--tb_attn_peak_flops``/``--tb_attn_peak_bw``; None: the trace's own).
+    peaks: tuple[float | None, float | None] = (None, None)
 
     def __post_init__(self) -> None:
         self.disk = DiskCache(self.cache_dir, namespace=f"{SUMMARY_SCHEMA}-{__version__}") if self.cache_dir else None
@@ -309,6 +312,10 @@ class Loader:
 
                 summary = summarize_trace(analysis, file=trace.name, worker=trace.worker, span=trace.span,
                                           metadata=metadata)
+                if self.peaks != (None, None):
+                    from tb_attn_plugin.analysis.roofline import with_peaks
+
+                    with_peaks(summary, *self.peaks)
         except TraceError as exc:
             self._fail(key, exc)
             raise

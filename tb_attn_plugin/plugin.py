@@ -64,6 +64,11 @@ class AttentionLoader(base_plugin.TBLoader):
                                 "(default: as many as fit in the cache; 0: parse only what users open)")
         group.add_argument("--tb_attn_parse_timeout_s", type=int, default=DEFAULT_PARSE_TIMEOUT_S, metavar="S",
                            help="give up on a trace whose reading takes longer than this (default %(default)s s)")
+        group.add_argument("--tb_attn_peak_flops", default=None, metavar="RATE",
+                           help="the roofline's peak FLOP/s for every trace and dtype (e.g. 312T), in place of the "
+                                "trace's device table or the runner's probes")
+        group.add_argument("--tb_attn_peak_bw", default=None, metavar="RATE",
+                           help="the roofline's peak memory bandwidth in bytes/s (e.g. 2.0T)")
 
     def fix_flags(self, flags: argparse.Namespace) -> None:
         for name in ("tb_attn_cache_mb", "tb_attn_max_trace_mb", "tb_attn_parse_workers", "tb_attn_parse_timeout_s"):
@@ -73,9 +78,24 @@ class AttentionLoader(base_plugin.TBLoader):
         prefetch = getattr(flags, "tb_attn_prefetch_files", None)
         if prefetch is not None and prefetch < 0:
             raise base_plugin.FlagsError(f"--tb_attn_prefetch_files must be at least 0, got {prefetch}")
+        _peaks(flags)  # a bad rate stops TensorBoard at start-up, with its flag named
 
     def load(self, context: base_plugin.TBContext) -> AttentionPlugin:
         return AttentionPlugin(context)
+
+
+def _peaks(flags: argparse.Namespace) -> tuple[float | None, float | None]:
+    """(``--tb_attn_peak_flops``, ``--tb_attn_peak_bw``) as rates; FlagsError for a bad one."""
+    from tb_attn_plugin.analysis.peaks import parse_rate
+
+    out: list[float | None] = []
+    for name in ("tb_attn_peak_flops", "tb_attn_peak_bw"):
+        text = getattr(flags, name, None)
+        try:
+            out.append(None if text is None else parse_rate(str(text)))
+        except ValueError as exc:
+            raise base_plugin.FlagsError(f"--{name} {exc}") from None
+    return out[0], out[1]
 
 
 Handler = Callable[[wrappers.Request], wrappers.Response]
@@ -93,6 +113,7 @@ class AttentionPlugin(base_plugin.TBPlugin):
         self._parse_timeout_s = getattr(flags, "tb_attn_parse_timeout_s", None) or DEFAULT_PARSE_TIMEOUT_S
         prefetch = getattr(flags, "tb_attn_prefetch_files", None)
         self._prefetch_files: int | None = DEFAULT_PREFETCH_FILES if prefetch is None else prefetch
+        self._peaks = _peaks(flags)
         self._service: Service | None = None
         self._service_lock = threading.Lock()
 
@@ -112,7 +133,7 @@ class AttentionPlugin(base_plugin.TBPlugin):
                     self._service = Service(self._logdir, cache_bytes=self._cache_mb << 20,
                                             max_trace_bytes=self._max_trace_mb << 20,
                                             parse_workers=self._parse_workers, parse_timeout_s=self._parse_timeout_s,
-                                            prefetch_files=self._prefetch_files)
+                                            prefetch_files=self._prefetch_files, peaks=self._peaks)
                 service = self._service
         return service
 

@@ -89,18 +89,19 @@ class Service:
     answers "loading". Listing the runs also parses the newest runs' traces ahead of clicks, on
     a thread of its own (``prefetch``), at most ``prefetch_files`` of them: None is as many as
     fit in the summary cache (``prefetch.budget``); 0, the default, none. The plugin passes
-    ``--tb_attn_prefetch_files``, which is None unless set.
+    ``--tb_attn_prefetch_files``, which is None unless set. ``peaks``: the user's peak FLOP/s and
+    bytes/s for every roofline (``--tb_attn_peak_flops``, ``--tb_attn_peak_bw``).
     """
 
     def __init__(self, logdir: str, *, scan_ttl_s: float = 5.0, relist_min_s: float = 1.0, keep_analyses: int = 256,
                  cache_bytes: int = 1 << 30, max_trace_bytes: int | None = 4 << 30,
                  parse_workers: int = 2, wait_s: float = 0.5, parse_timeout_s: float | None = 600.0,
-                 prefetch_files: int | None = 0) -> None:
+                 prefetch_files: int | None = 0, peaks: tuple[float | None, float | None] = (None, None)) -> None:
         self.logdir = logdir
         self.registry = Registry(logdir, scan_ttl_s=scan_ttl_s, relist_min_s=relist_min_s)
         self.wait_s = wait_s
         self.loader = Loader(keep_analyses=keep_analyses, cache_bytes=cache_bytes, max_trace_bytes=max_trace_bytes,
-                             parse_timeout_s=parse_timeout_s)
+                             parse_timeout_s=parse_timeout_s, peaks=peaks)
         self.jobs = Jobs(parse_workers)
         self.prefetch_files = prefetch_files
         self._prefetch = Prefetch()

@@ -11,6 +11,7 @@ cites its source; ``docs/analysis.md`` ("Peaks") lists them too.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -24,6 +25,7 @@ __all__ = [
     "Peaks",
     "device_peaks",
     "find_row",
+    "parse_rate",
     "peaks_for",
     "with_overrides",
 ]
@@ -201,6 +203,21 @@ def peaks_for(device: str, device_properties: Sequence[Mapping[str, Any]],
     return Peaks(device="cpu", source="", launch_us=CPU_LAUNCH_US,
                  note="no peak known for this CPU (the runner measures one; for other traces give --peak-flops "
                       "and --peak-bw)")
+
+
+_SI = {"": 1.0, "k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15}
+_RATE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([kKMGTP]?)\s*(?:FLOP/s|FLOPS|B/s|bytes/s)?\s*$")
+
+
+def parse_rate(text: str) -> float:
+    """A peak rate the user gives (``--peak-flops``, ``--tb_attn_peak_bw``): a positive number,
+    optionally with an SI prefix and unit ("312T", "2.0 TB/s", "1.9e12"). Raises ValueError with
+    the sentence to show."""
+    m = _RATE.match(text)
+    value = float(m.group(1)) * _SI[m.group(2)] if m else 0.0
+    if not m or not math.isfinite(value) or value <= 0:
+        raise ValueError(f"must be a positive rate such as 312T or 2.0e12, got {text!r}")
+    return value
 
 
 def with_overrides(peaks: Peaks, flops: float | None, bytes_per_s: float | None) -> Peaks:

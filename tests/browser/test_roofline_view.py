@@ -268,6 +268,7 @@ def test_no_peak_known(roofline_ui: TensorBoard, logdir: Path, page: Page, artif
     expect(warn).to_contain_text(f"No peak known: {rl.note}")
     expect(warn).to_contain_text("--peak-flops")
     expect(warn).to_contain_text("--peak-bw")
+    expect(warn).to_contain_text("--tb_attn_peak_flops")
     option = chart_option(frame, CHART)
     assert not [s for s in option["series"] if s.get("silent")], "roofs drawn without peaks"
     series = point_series(frame, CHART)

@@ -169,3 +169,22 @@ def test_files_named_in_the_registry_are_keyed_by_version(logdir: Path) -> None:
     after = service.summary("naive", None, None).workers[0]
     assert after != before
     assert isinstance(service.run("naive").files[0], TraceFile)
+
+
+def test_peak_flags_draw_every_roofline(logdir: Path) -> None:
+    """--tb_attn_peak_flops/--tb_attn_peak_bw: the tab's rooflines under the user's peaks (a
+    foreign CPU trace has none of its own); a bad rate stops TensorBoard with the flag named."""
+    parser = argparse.ArgumentParser()
+    loader = AttentionLoader()
+    loader.define_flags(parser)
+    flags = parser.parse_args(["--tb_attn_peak_flops", "2.5T", "--tb_attn_peak_bw", "100 GB/s"])
+    loader.fix_flags(flags)
+    plugin = loader.load(base_plugin.TBContext(logdir=str(logdir), flags=flags))
+    assert isinstance(plugin, AttentionPlugin)
+    plugin.service.wait_s = 30
+    worker = plugin.service.summary("naive", None, None).workers[0]
+    assert worker.roofline is not None and worker.roofline.source == "given by --peak-flops and --peak-bw"
+    assert worker.roofline.peak_flops["fp32"] == 2.5e12 and worker.roofline.peak_bytes_per_s == 100e9
+    for bad in ("0", "fast", "-1T"):
+        with pytest.raises(base_plugin.FlagsError, match="--tb_attn_peak_bw must be a positive rate"):
+            loader.fix_flags(parser.parse_args([f"--tb_attn_peak_bw={bad}"]))
