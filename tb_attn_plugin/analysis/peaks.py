@@ -15,7 +15,9 @@ import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeGuard
+
+from tb_attn_plugin.analysis.bounds import MAX_LABEL_CHARS, clip
 
 __all__ = [
     "CPU_LAUNCH_US",
@@ -113,6 +115,16 @@ class Peaks:
         return bool(self.flops) and self.bytes_per_s is not None
 
 
+#: The peak classes a table row or a probe may give.
+_CLASSES = ("fp32", "tf32", "bf16", "fp16", "fp8", "int8")
+
+
+def _rate_ok(value: object) -> TypeGuard[float]:
+    """A finite positive number (not a bool), and below 1e21 (a zetta-rate is no machine's)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) \
+        and 0 < value < 1e21
+
+
 def _words(name: str) -> set[str]:
     return set(re.split(r"[^a-z0-9]+", name.lower())) - {""}
 
@@ -120,7 +132,7 @@ def _words(name: str) -> set[str]:
 def find_row(props: Mapping[str, Any]) -> tuple[PeakRow | None, str]:
     """The table's row for one ``deviceProperties`` entry, and "" or why none (an ambiguous or
     unknown device)."""
-    name = str(props.get("name", ""))
+    name = clip(str(props.get("name", "")), MAX_LABEL_CHARS)
     words = _words(name)
     sms = props.get("numSms")
     memory = props.get("totalGlobalMem")
@@ -155,7 +167,7 @@ def device_peaks(device_properties: Sequence[Mapping[str, Any]]) -> Peaks | None
     if not device_properties:
         return None
     props = device_properties[0]
-    name = str(props.get("name", "")) or "an unnamed device"
+    name = clip(str(props.get("name", "")), MAX_LABEL_CHARS) or "an unnamed device"
     row, why = find_row(props)
     if row is None:
         return Peaks(device=name, source="", note=why)
@@ -169,16 +181,17 @@ def _probe_peaks(metadata: Mapping[str, Any] | None, device: str) -> Peaks | Non
     if not isinstance(peaks, Mapping) or peaks.get("device", "cpu") != device:
         return None
     gemm = peaks.get("gemm_flops_per_s")
-    flops = {k: float(v) for k, v in gemm.items() if isinstance(v, (int, float)) and v > 0} \
-        if isinstance(gemm, Mapping) else {}
+    # Metadata is anyone's JSON: finite positive numbers only, for the peak classes we know.
+    flops = {k: float(v) for k, v in gemm.items() if k in _CLASSES and _rate_ok(v)} if isinstance(gemm, Mapping) \
+        else {}
     bw = peaks.get("copy_bytes_per_s")
-    if not flops or not isinstance(bw, (int, float)) or bw <= 0:
+    if not flops or not _rate_ok(bw):
         return None
     if "bf16" in flops:
         flops.setdefault("fp16", flops["bf16"])
     op_us = peaks.get("op_us")
-    launch = float(op_us) if isinstance(op_us, (int, float)) and op_us > 0 else CPU_LAUNCH_US
-    name = str(metadata.get("device_name") or device) if metadata else device
+    launch = float(op_us) if _rate_ok(op_us) else CPU_LAUNCH_US
+    name = clip(str(metadata.get("device_name") or device), MAX_LABEL_CHARS) if metadata else device
     return Peaks(device=name, source="the runner's probes of this machine: matmul and copy",
                  flops=flops, bytes_per_s=float(bw), launch_us=launch,
                  note="measured ceilings, below the machine's theoretical peaks")
@@ -215,7 +228,7 @@ def parse_rate(text: str) -> float:
     the sentence to show."""
     m = _RATE.match(text)
     value = float(m.group(1)) * _SI[m.group(2)] if m else 0.0
-    if not m or not math.isfinite(value) or value <= 0:
+    if not m or not _rate_ok(value):
         raise ValueError(f"must be a positive rate such as 312T or 2.0e12, got {text!r}")
     return value
 
@@ -226,7 +239,7 @@ def with_overrides(peaks: Peaks, flops: float | None, bytes_per_s: float | None)
         return peaks
     new_flops = dict(peaks.flops)
     if flops is not None:
-        new_flops = {k: flops for k in ("fp32", "tf32", "bf16", "fp16", "fp8", "int8")}
+        new_flops = dict.fromkeys(_CLASSES, flops)
     bw = bytes_per_s if bytes_per_s is not None else peaks.bytes_per_s
     given = " and ".join(x for x, v in (("--peak-flops", flops), ("--peak-bw", bytes_per_s)) if v is not None)
     source = f"given by {given}" + (f"; the rest from {peaks.source}" if peaks.source and (flops is None

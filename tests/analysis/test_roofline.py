@@ -274,3 +274,20 @@ def test_fp32_compute_bound_names_the_faster_bf16_roof(builtin_logdir: Path) -> 
     apply_roofline(gpu, Peaks("gpu", "table", {"fp32": 1e13, "bf16": 8e13}, 1e18, launch_us=0.0))
     (g,) = [f for f in gpu.findings if f.id == "far-from-roof" and f.evidence.details["cause"] == "fp32"]
     assert "tensor cores unused" in g.explanation and "allow_tf32" in g.suggestion
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -1.0, 0, True, "30e9", None, [1], 1e300])
+def test_hostile_probe_figures_are_not_peaks(bad: object) -> None:
+    """Run metadata is anyone's JSON: a probe figure that is not a finite positive rate is no peak."""
+    good = {"device": "cpu", "copy_bytes_per_s": 30e9, "gemm_flops_per_s": {"fp32": 200e9}}
+    assert peaks_for("cpu", [], {"peaks": good}).known
+    assert not peaks_for("cpu", [], {"peaks": {**good, "copy_bytes_per_s": bad}}).known
+    assert not peaks_for("cpu", [], {"peaks": {**good, "gemm_flops_per_s": {"fp32": bad}}}).known
+    assert peaks_for("cpu", [], {"peaks": {**good, "op_us": bad}}).launch_us == CPU_LAUNCH_US
+    assert not peaks_for("cpu", [], {"peaks": bad}).known
+
+
+def test_a_hostile_device_name_is_clipped_and_unknown() -> None:
+    peaks = peaks_for("cuda", [{"name": "H" * 100_000, "numSms": [1], "totalGlobalMem": "80GB"}], None)
+    assert not peaks.known and len(peaks.device) <= 200 and len(peaks.note) < 400
+    assert peaks_for("cuda", [{"name": 7}], None).device == "7"
