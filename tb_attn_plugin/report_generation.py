@@ -8,7 +8,7 @@ import io as stdio
 import textwrap
 from collections.abc import Sequence
 
-from tb_attn_plugin.analysis.wording import duration, size
+from tb_attn_plugin.analysis.wording import duration, share, size
 from tb_attn_plugin.report import _cells, _num, _ratio, _si, printable
 from tb_attn_plugin.responses import CompareResponse
 from tb_attn_plugin.schema import Generation, GenerationPhase, LayerStats, RunSummary, WorkerSummary
@@ -51,6 +51,12 @@ def generation_lines(worker: WorkerSummary) -> list[str]:
            f"{g.reference})" if g.reference_bytes_per_s else "; no reference bandwidth recorded")
     lines.extend(_wrap(f"decode reads {size(g.read_bytes_per_token)} of K and V per step: "
                        f"{size(g.achieved_bytes_per_s)}/s over the core's time{ref}", 4))
+    for name, phase in (("prefill", g.prefill), ("decode", g.decode)):
+        r = phase.roof if phase is not None else None
+        if r is not None:
+            reach = f", {share(r.share)} of its ceiling" if r.share is not None else ""
+            lines.append(f"    roofline, {name}: {r.intensity:.3g} FLOP/B{reach}: {r.verdict}"
+                         if r.intensity is not None else f"    roofline, {name}: {r.verdict}")
     lines.extend(_layer_table(g))
     return lines
 

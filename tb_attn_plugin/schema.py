@@ -267,6 +267,7 @@ class GenerationPhase(msgspec.Struct, kw_only=True):
     launches: float
     flops: float
     layers: list[LayerStats]
+    roof: Roof | None = None  # attention over these steps under the roofline (their layers' roofs added up)
 
 
 class Generation(msgspec.Struct, kw_only=True):

@@ -411,6 +411,8 @@ export interface GenerationPhase {
   launches: number;
   flops: number;
   layers: LayerStats[];
+  /** attention over these steps under the roofline (their layers' roofs added up) */
+  roof: Roof | null;
 }
 
 /**

@@ -114,15 +114,11 @@ def apply_roofline(summary: WorkerSummary, peaks: Peaks) -> None:
     """Set every phase's and layer's ``roof`` and the summary's ``roofline`` (in place), and
     replace its far-from-roof findings with those of these peaks."""
     device = summary.device != "cpu"
-    run = _Terms()
-    for layer in summary.layers:
-        terms = _Terms()
-        for p in layer.phases:
-            pt = _phase_terms(p, peaks, device)
-            p.roof = _roof(pt, peaks)
-            terms.add(pt)
-        layer.roof = _roof(terms, peaks)
-        run.add(terms)
+    run = _roof_layers(summary.layers, peaks, device)
+    g = summary.generation
+    for part in (g.prefill, g.decode) if g is not None else ():
+        if part is not None:  # the prefill's and the decode steps' own layers: decode reads the whole cache
+            part.roof = _roof(_roof_layers(part.layers, peaks, device), peaks)
     summary.roofline = Roofline(
         device=peaks.device, source=peaks.source, clock="device" if device else "cpu",
         peak_flops={k: float(v) for k, v in peaks.flops.items()}, peak_bytes_per_s=peaks.bytes_per_s,
@@ -130,6 +126,20 @@ def apply_roofline(summary: WorkerSummary, peaks: Peaks) -> None:
     kept = [f for f in summary.findings if f.id != "far-from-roof"]
     summary.findings = sorted(kept + far_from_roof(summary),
                               key=lambda f: (SEVERITIES.index(f.severity), f.id, f.evidence.layers))
+
+
+def _roof_layers(layers: list[LayerStats], peaks: Peaks, device: bool) -> _Terms:
+    """Every phase's and layer's ``roof`` (in place); the layers' terms added up."""
+    run = _Terms()
+    for layer in layers:
+        terms = _Terms()
+        for p in layer.phases:
+            pt = _phase_terms(p, peaks, device)
+            p.roof = _roof(pt, peaks)
+            terms.add(pt)
+        layer.roof = _roof(terms, peaks)
+        run.add(terms)
+    return run
 
 
 def with_peaks(summary: WorkerSummary, flops: float | None, bytes_per_s: float | None) -> None:

@@ -113,3 +113,23 @@ def test_decode_scales_with_context_on_gpu() -> None:
     assert [p.seq for p in series.points] == [1032, 4104, 16392]  # the decode steps' mean contexts
     assert series.memory_fit is not None and series.memory_fit.k == pytest.approx(1.0, abs=1e-3)  # bytes ∝ context
     assert series.time_fit is not None and 0.3 < series.time_fit.k < 1.1  # launch latency at short contexts
+
+
+def test_decode_sits_under_the_memory_roof_and_prefill_under_the_compute_roof() -> None:
+    """On the H200 (table: 989.5 TFLOP/s bf16, 4.8 TB/s): a decode step's query against the whole
+    cache does 4·B·H·L·D FLOPs over about 2·B·H·L·D·2 bytes of K and V, about one FLOP per byte,
+    far under the 206 FLOP/B ridge; the prefill's 8192² scores put it far above."""
+    s = _summary("big/builtin/sdpa/gen-p8192-n16-static-bfloat16")
+    g = _gen(s)
+    assert s.roofline is not None and "H200 SXM" in s.roofline.source
+    assert g.prefill is not None and g.decode is not None
+    pre, dec = g.prefill.roof, g.decode.roof
+    assert pre is not None and pre.verdict == "compute-bound" and pre.intensity is not None and pre.intensity > 206
+    assert dec is not None and dec.verdict == "memory-bound" and dec.intensity is not None and dec.intensity < 4
+    (sdpa,) = [p for p in g.decode.layers[0].phases if p.phase == "sdpa"]
+    # the core reads K and V of the keys filled so far (P + 1 ... P + N over the steps: a mean of
+    # P + (N + 1) / 2) and q, and writes o
+    cache = 2 * B * H * (P + (N + 1) / 2) * D * BF16
+    assert sdpa.bytes == pytest.approx(cache + 2 * B * H * D * BF16, rel=1e-6)
+    assert sdpa.roof is not None and sdpa.roof.verdict == "memory-bound" and sdpa.roof.share is not None
+    assert 0.3 < sdpa.roof.share < 1.2  # a copy-like read of the cache: near the bandwidth roof
