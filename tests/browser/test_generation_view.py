@@ -27,6 +27,7 @@ from pages import (
     fmt_bytes,
     fmt_flops,
     fmt_ms,
+    fmt_share,
     fmt_us,
     one_unit,
     open_run,
@@ -181,6 +182,14 @@ def test_generation_view_matches_the_engine(generation_ui: TensorBoard, logdir: 
         expect(reference).to_contain_text(f"{fmt_bytes(g.reference_bytes_per_s)}/s")
         share = to_fixed(g.achieved_bytes_per_s / g.reference_bytes_per_s * 100, 1)
         expect(frame.get_by_test_id("gen-bandwidth")).to_contain_text(f"({share} % of the reference)")
+    # The prefill's and the decode steps' roofs, as the engine says (the Roofline tab has the peaks).
+    for role, phase in (("prefill", g.prefill), ("decode", g.decode)):
+        roof = phase.roof
+        assert roof is not None, role
+        stat_el = frame.get_by_test_id(f"gen-roof-{role}")
+        expect(stat_el.locator("b")).to_have_text(roof.verdict)
+        if roof.share is not None:
+            expect(stat_el).to_contain_text(f"{fmt_share(roof.share)} of its ceiling")
 
     # The per-layer tables over the prefill step and over the decode steps.
     for role, phase in (("prefill", g.prefill), ("decode", g.decode)):

@@ -7,7 +7,7 @@
 
 import { createChart, type EChart } from "../charts";
 import { h, replace } from "../dom";
-import { fmtBytes, fmtCount, fmtFlops, fmtShare, fmtUs } from "../format";
+import { fmtBytes, fmtCount, fmtFlops, fmtIntensity, fmtShare, fmtUs } from "../format";
 import { metric } from "../metrics";
 import type { Actions, State } from "../state";
 import type { Generation, GenerationPhase, LayerStats, TokenStats, WorkerSummary } from "../types";
@@ -265,6 +265,15 @@ export class GenerationView {
           : null,
         stat("gen-bandwidth", "achieved", `${fmtBytes(g.achieved_bytes_per_s)}/s`,
           "The bytes read per token over the K\u00b7V core's time (median over the decode steps)", share),
+        ...(["prefill", "decode"] as const).map((role) => {
+          const r = g[role]?.roof;
+          if (!r) return null;
+          const reach = r.share !== null ? `, ${fmtShare(r.share)} of its ceiling` : "";
+          const intensity = r.intensity !== null ? `${fmtIntensity(r.intensity)} FLOP/B` : "no bytes";
+          return stat(`gen-roof-${role}`, `${role} roofline`, r.verdict,
+            "Attention over these steps under the roofline (the Roofline tab has the peaks): FLOPs per byte moved, " +
+              "the share of its attainable ceiling, and what bounds it", `${intensity}${reach}`);
+        }),
       ),
       h("p", { class: "meta-line", attrs: { "data-testid": "gen-memory-check" } }, h("span", "stat-label", "memory check: "), g.kv_memory),
       h(
