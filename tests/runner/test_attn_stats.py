@@ -1,0 +1,138 @@
+"""Attention statistics per head (runner/attn_stats.py) against a direct O(S²) computation, with
+causal and non-causal attention, grouped-query heads, masks, and chunks that do not divide S."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+import torch
+
+from runner.attn_stats import head_stats, stat_names
+
+WINDOWS = (4, 8, 64)
+SINKS = (1, 4)
+TOP_K = 5
+
+
+def _direct(q: torch.Tensor, k: torch.Tensor, causal: bool, mask: torch.Tensor | None) -> dict[str, list[float]]:
+    """Every statistic from the whole (S, S) probability matrix, query by query, in float64."""
+    b, h, s, d = q.shape
+    k = k.repeat_interleave(h // k.shape[1], dim=1)
+    scores = (q.double() @ k.double().transpose(-1, -2)) / math.sqrt(d)
+    allowed = torch.ones(b, h, s, s, dtype=torch.bool)
+    if causal:
+        allowed &= torch.ones(s, s, dtype=torch.bool).tril()
+    if mask is not None:
+        allowed &= mask
+    p = torch.softmax(scores.masked_fill(~allowed, -math.inf), -1)
+    out: dict[str, list[float]] = {}
+    for head in range(h):
+        acc: dict[str, list[float]] = {}
+        for bi in range(b):
+            for i in range(s):
+                row = p[bi, head, i]
+                n = int(allowed[bi, head, i].sum())
+                if n > 1:
+                    nz = row[row > 0]
+                    acc.setdefault("entropy", []).append(float(-(nz * nz.log()).sum()) / math.log(n))
+                for kk in SINKS:
+                    acc.setdefault(f"sink_{kk}", []).append(float(row[:kk].sum()))
+                for w in WINDOWS:
+                    if w < s:
+                        acc.setdefault(f"window_{w}", []).append(
+                            float(sum(row[j] for j in range(s) if abs(i - j) < w)))
+                acc.setdefault(f"top_{TOP_K}", []).append(float(row.sort(descending=True).values[:TOP_K].sum()))
+                acc.setdefault("distance", []).append(float(sum(row[j] * abs(i - j) for j in range(s))))
+        for name, values in acc.items():
+            out.setdefault(name, []).append(sum(values) / len(values))
+    return out
+
+
+@pytest.mark.parametrize(("causal", "kv_heads", "chunk", "masked"), [
+    (True, 4, 7, False), (False, 4, 7, False), (True, 2, 64, False), (False, 1, 5, True), (True, 4, 3, True)])
+def test_statistics_equal_a_direct_computation(causal: bool, kv_heads: int, chunk: int, masked: bool) -> None:
+    gen = torch.Generator().manual_seed(0)
+    b, h, s, d = 2, 4, 23, 8
+    q = torch.randn(b, h, s, d, generator=gen) * 2
+    k = torch.randn(b, kv_heads, s, d, generator=gen) * 2
+    mask = torch.rand(b, 1, s, s, generator=gen) > 0.3 if masked else None
+    if mask is not None:
+        mask[..., 0] = True  # every query keeps a key
+    got = head_stats(q, k, causal=causal, mask=mask, chunk=chunk, windows=WINDOWS, sinks=SINKS, top_k=TOP_K).means()
+    want = _direct(q, k, causal, mask.expand(b, h, s, s) if mask is not None else None)
+    assert list(got) == stat_names(s, windows=WINDOWS, sinks=SINKS, top_k=TOP_K)  # window_64 >= S: left out
+    for name in want:
+        assert got[name] == pytest.approx(want[name], rel=1e-5, abs=1e-6), name
+
+
+def test_built_heads_are_told_apart() -> None:
+    """Heads built to be local (q·k peaks on the diagonal), a sink (every query on token 0) and
+    uniform (q = 0): their statistics say so."""
+    s, d = 256, 16
+    pos = torch.arange(s, dtype=torch.float32)
+    # local: rotary-like features whose dot product peaks at |i - j| = 0 and falls off fast
+    freqs = torch.linspace(0.05, 1.5, d // 2)
+    feats = torch.cat([torch.cos(pos[:, None] * freqs), torch.sin(pos[:, None] * freqs)], -1) * 6
+    sink_k = torch.zeros(s, d)
+    sink_k[0, 0] = 60.0
+    sink_q = torch.zeros(s, d)
+    sink_q[:, 0] = 1.0
+    q = torch.stack([feats, sink_q, torch.zeros(s, d)])[None]
+    k = torch.stack([feats, sink_k, torch.zeros(s, d)])[None]
+    stats = head_stats(q, k, causal=True, scale=1.0, chunk=64).means()
+    local, sink, uniform = 0, 1, 2
+    assert stats["window_64"][local] > 0.99 and stats["sink_1"][local] < 0.05
+    assert stats["sink_1"][sink] > 0.99 and stats["entropy"][sink] < 0.05
+    assert stats["entropy"][uniform] == pytest.approx(1.0, abs=1e-6)
+    assert stats["distance"][uniform] == pytest.approx(sum(i / 2 for i in range(s)) / s, rel=1e-6)
+    # causal and uniform: query i spreads over i + 1 keys, of which min(i + 1, 64) are in the window
+    assert stats["window_64"][uniform] == pytest.approx(sum(min(i + 1, 64) / (i + 1) for i in range(s)) / s)
+    assert stats["window_64"][local] > stats["window_64"][uniform] + 0.3
+
+
+def test_memory_stays_per_chunk() -> None:
+    """Chunks bound the scores held at once: S = 2048 with chunk 128 never forms an (S, S) matrix
+    (the largest tensor is B·H·128·S)."""
+    sizes: list[int] = []
+    real_softmax = torch.softmax
+
+    def spy(x: torch.Tensor, dim: int) -> torch.Tensor:
+        sizes.append(x.numel())
+        return real_softmax(x, dim)
+
+    q = torch.randn(1, 2, 2048, 8)
+    torch.softmax = spy  # type: ignore[assignment]
+    try:
+        head_stats(q, q, causal=True, chunk=128)
+    finally:
+        torch.softmax = real_softmax  # type: ignore[assignment]
+    assert sizes and max(sizes) == 2 * 128 * 2048
+
+
+def test_event_files_round_trip_and_other_tags_are_ignored(tmp_path: Path) -> None:
+    """Written with TensorBoard's writer, read back by the plugin's parser: the newest step of each
+    statistic; another tool's event file in the same directory is read past and left unchanged."""
+    from torch.utils.tensorboard import SummaryWriter
+
+    from runner.attn_stats import write_events
+    from tb_attn_plugin.head_events import parse_head_stats
+
+    other = SummaryWriter(log_dir=str(tmp_path))
+    other.add_scalar("loss", 1.5, 0)
+    other.add_scalar("attn_stats.entropy/not-a-head", 0.5, 0)
+    other.close()
+    (theirs,) = list(tmp_path.iterdir())
+    before = theirs.read_bytes()
+    write_events(str(tmp_path), {0: {"entropy": [0.25, 0.5], "window_64": [0.9, 0.1]}}, step=3)
+    write_events(str(tmp_path), {0: {"entropy": [0.75, 1.0]}, 1: {"entropy": [0.125]}}, step=7)
+    assert theirs.read_bytes() == before
+    files = sorted(p.read_bytes() for p in tmp_path.iterdir())
+    table, step = parse_head_stats(files)
+    assert step == 7
+    assert table == {0: {0: {"entropy": 0.75}, 1: {"entropy": 1.0}}, 1: {0: {"entropy": 0.125}}}
+    # a truncated file (still being written) gives what it holds so far
+    whole = max(files, key=len)
+    assert parse_head_stats([whole[: len(whole) - 3]])[1] in (3, 7, None)
+    assert parse_head_stats([b"not an event file at all"]) == ({}, None)
