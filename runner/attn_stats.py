@@ -21,10 +21,12 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
-__all__ = ["CHUNK", "SINKS", "STAT_NAMES", "TOP_K", "WINDOWS", "HeadStats", "head_stats", "stat_names"]
+__all__ = ["CHUNK", "SINKS", "STAT_NAMES", "TOP_K", "WINDOWS", "HeadStats", "collect", "collect_stats", "head_stats",
+           "stat_names", "write_events"]
 
 WINDOWS = (64, 128, 256, 512, 1024)
 SINKS = (1, 4)
@@ -145,3 +147,76 @@ def write_events(run_dir: str, layers: dict[int, dict[str, list[float]]], *, ste
     finally:
         writer.close()
     return path
+
+
+def _float_allowed(mask: torch.Tensor) -> torch.Tensor:
+    """Where an additive float mask lets attention through (masked: -inf or the dtype's lowest)."""
+    return mask > torch.finfo(mask.dtype).min / 2
+
+
+@torch.no_grad()
+def collect(model: torch.nn.Module, batches: Sequence[torch.Tensor], *, hf: bool) -> dict[int, dict[str, list[float]]]:
+    """Each attention block's statistics per head (layer -> stat -> one value per head) over the
+    batches of token ids: ``model`` runs them (an exact SDPA copy: ``accuracy.reference_model`` or
+    ``reference_copy``), and every ``F.scaled_dot_product_attention`` call inside an attention
+    module (``instrument.attention_modules``, numbered as the scopes number them) adds the
+    statistics of its q and k, under its mask, to that module's layer."""
+    import torch.nn.functional as F
+
+    from runner.instrument import attention_modules
+
+    modules = attention_modules(model)
+    current: list[int | None] = [None]
+    found: dict[int, HeadStats] = {}
+    real = F.scaled_dot_product_attention
+
+    def enter(i: int) -> Any:
+        def hook(module: torch.nn.Module, args: Any) -> None:
+            current[0] = i
+        return hook
+
+    def leave(module: torch.nn.Module, args: Any, out: Any) -> None:
+        current[0] = None
+
+    def sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask: torch.Tensor | None = None,
+             dropout_p: float = 0.0, is_causal: bool = False, scale: float | None = None, **kw: Any) -> torch.Tensor:
+        layer = current[0]
+        if layer is not None and q.dim() == 4 and k.dim() == 4 and q.shape[-2] == k.shape[-2]:
+            mask = attn_mask
+            if mask is not None and mask.dtype != torch.bool:
+                mask = _float_allowed(mask)
+            head_stats(q, k, causal=is_causal, mask=mask, scale=scale,
+                       into=found.setdefault(layer, HeadStats(q.shape[1])))
+        return real(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal, scale=scale, **kw)
+
+    hooks = [m.register_forward_pre_hook(enter(i)) for i, (_, m) in enumerate(modules)]
+    hooks += [m.register_forward_hook(leave) for _, m in modules]
+    was_training = model.training
+    model.eval()
+    setattr(F, "scaled_dot_product_attention", sdpa)  # noqa: B010 - its signature is torch's own, typed narrower
+    try:
+        for ids in batches:
+            if hf:
+                model(input_ids=ids, use_cache=False)
+            else:
+                model(ids)
+    finally:
+        setattr(F, "scaled_dot_product_attention", real)  # noqa: B010
+        for h in hooks:
+            h.remove()
+        model.train(was_training)
+    return {layer: stats.means() for layer, stats in sorted(found.items())}
+
+
+#: The batches' seed: the same tokens for every run of a configuration (not the profiled batch).
+STATS_SEED = 4321
+
+
+def collect_stats(model: torch.nn.Module, cfg: Any, *, hf: bool) -> dict[int, dict[str, list[float]]]:
+    """``collect`` over ``cfg.attn_stats`` batches of random token ids (cfg: the run's
+    ``ModelConfig``: batch, seq, vocab), on the model's device."""
+    device = next(model.parameters()).device
+    gen = torch.Generator().manual_seed(STATS_SEED)
+    batches = [torch.randint(cfg.vocab, (cfg.batch, cfg.seq), generator=gen).to(device)
+               for _ in range(cfg.attn_stats)]
+    return collect(model, batches, hf=hf)

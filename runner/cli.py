@@ -126,6 +126,13 @@ def build_parser() -> argparse.ArgumentParser:
                         "the analysis then infers attention")
     p.add_argument("--hf-config", action="append", default=[], metavar="KEY=VALUE",
                    help="override a Hugging Face config field (repeatable)")
+    p.add_argument("--attn-stats", nargs="?", type=int, const=2, default=0, metavar="BATCHES",
+                   help="measure each head's attention statistics (entropy, sinks, windows, top-k, distance) on "
+                        "BATCHES batches (default 2) outside the profiled steps, and write them as TensorBoard "
+                        "event files into the run. Random weights give meaningless statistics: use --checkpoint")
+    p.add_argument("--checkpoint", default=None, metavar="PATH",
+                   help="Hugging Face models: load the weights saved in this local directory (save_pretrained); "
+                        "nothing is downloaded")
     d = p.add_argument_group("torchrun")
     d.add_argument("--parallel", choices=PARALLEL, default=None,
                    help="ddp: data parallel; tp: attention heads split over ranks (builtin); none: each rank "
@@ -240,7 +247,7 @@ def plan_sweep(args: argparse.Namespace) -> list[RunSpec]:
             per_head=args.per_head,
             scopes=args.scopes, parallel=parallel, slow_rank=args.slow_rank, slow_ms=args.slow_ms,
             jitter_ms=args.jitter_ms, mask=mask, mask_seed=args.seed, compile=args.compile,
-            features=args.features, quant=args.quant,
+            features=args.features, quant=args.quant, attn_stats=args.attn_stats, checkpoint=args.checkpoint,
             prompt_len=prompt if generate else 0, new_tokens=new_tokens if generate else 0, kv_cache=cache,
         )
         check_model_spec(args.model, cfg, hf, world_size=ranks)

@@ -108,6 +108,10 @@ class ModelConfig:
     prompt_len: int = 0
     new_tokens: int = 0
     kv_cache: str = "dynamic"
+    # --attn-stats: attention statistics per head on attn_stats batches, outside the profiled steps
+    # (runner/attn_stats.py), written as TensorBoard event files into the run; 0: not measured.
+    attn_stats: int = 0
+    checkpoint: str | None = None  # --checkpoint: a Hugging Face model saved in this local directory
 
     def __post_init__(self) -> None:
         for name in ("layers", "heads", "d_model", "seq", "batch", "vocab"):
@@ -155,6 +159,12 @@ class ModelConfig:
             raise ConfigError("--compile fuses a whole block: it does not go with --per-head or --parallel tp")
         if self.mode == "generate":
             self._check_generate()
+        if isinstance(self.attn_stats, bool) or not isinstance(self.attn_stats, int) or not 0 <= self.attn_stats <= 64:
+            raise ConfigError(f"--attn-stats takes 1 to 64 batches, got {self.attn_stats!r}")
+        if self.attn_stats and self.mode == "generate":
+            raise ConfigError("--attn-stats measures whole sequences: use --mode training or inference")
+        if self.attn_stats and self.parallel == "tp":
+            raise ConfigError("--attn-stats needs every head on one rank: not with --parallel tp")
         if self.mask is not None and self.attn_mask:
             raise ConfigError("--attn-mask passes the causal mask as a tensor; --mask already passes its own")
         if not 0.0 <= self.dropout < 1.0:

@@ -33,6 +33,8 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 from runner.accuracy import measure_accuracy, reference_copy, reference_model
+from runner.attn_stats import collect_stats
+from runner.checkpoint import checkpoint_config, checkpoint_sizes, load_checkpoint
 from runner.config import APPROXIMATE_IMPLS, ConfigError, ModelConfig, check_world
 from runner.distributed import DistContext
 from runner.generate import Generation, builtin_generation, hf_generation
@@ -98,6 +100,8 @@ class Workload:
     #: (tensor-parallel ranks and generation; the call's None: no attention module ran).
     accuracy: Callable[[], dict[str, Any] | None] | None = None
     generation: Generation | None = None  # --mode generate: step() is one step of it (prefill or decode)
+    #: --attn-stats: each head's statistics (runner/attn_stats.py) on the exact copy, when called
+    attn_stats: Callable[[], dict[int, dict[str, list[float]]]] | None = None
 
 
 def check_model_spec(spec: str, cfg: ModelConfig, hf_overrides: dict[str, Any], *, world_size: int = 1) -> None:
@@ -125,6 +129,10 @@ def check_model_spec(spec: str, cfg: ModelConfig, hf_overrides: dict[str, Any], 
     if spec == "torch:encoder" or spec == "torch:mha":
         if cfg.impl.startswith("flex") or cfg.mask not in (None, "causal"):
             raise ConfigError(f"{spec} runs nn.MultiheadAttention: no flex_attention and no --mask")
+    if cfg.checkpoint is not None:
+        if not spec.startswith("hf:"):
+            raise ConfigError(f"--checkpoint loads a Hugging Face model: use --model hf:..., not {spec}")
+        checkpoint_config(_HF_FAMILIES[spec.split(":", 1)[1]][0], spec, cfg.checkpoint)
     if spec.startswith("hf:"):
         if cfg.impl == "flex-eager":
             raise ConfigError("Hugging Face's flex_attention path always compiles: use --impl flex")
@@ -226,6 +234,10 @@ def build_workload(
     if cfg.impl.startswith("flex") and cfg.mode == "training":
         _check_flex_backward(device)
     dtype = TORCH_DTYPES[cfg.dtype]
+    saved = None
+    if cfg.checkpoint is not None:  # its sizes before anything is drawn (the batch's vocabulary)
+        saved = checkpoint_config(_HF_FAMILIES[spec.split(":", 1)[1]][0], spec, cfg.checkpoint)
+        cfg = checkpoint_sizes(saved, cfg)
     seed = torch.initial_seed()
     # Data-parallel ranks train on different batches; tensor-parallel ranks share theirs.
     data = torch.Generator().manual_seed(seed + (rank if cfg.parallel == "ddp" else 0))
@@ -247,7 +259,10 @@ def build_workload(
         family = spec.split(":", 1)[1]
         config = _hf_config(spec, cfg, hf_overrides)
         transformers = importlib.import_module("transformers")
-        model = getattr(transformers, _HF_FAMILIES[family][1])(config)
+        if saved is not None and cfg.checkpoint is not None:  # the saved weights, with the implementation asked for
+            model = load_checkpoint(_HF_FAMILIES[family][1], cfg.checkpoint, saved, config._attn_implementation)
+        else:
+            model = getattr(transformers, _HF_FAMILIES[family][1])(config)
         causal = _HF_FAMILIES[family][2]
         # The family decides causality (BERT is not causal): a default causal mask goes with it.
         mask = cfg.mask if cfg.mask != "causal" else ("causal" if causal else None)
@@ -264,13 +279,15 @@ def build_workload(
         model = TorchEncoder(cfg) if spec == "torch:encoder" else MHAStack(cfg)
         needs_instrument = True
     model.to(device=device, dtype=dtype)
-    accuracy = None
+    accuracy = attn_stats = None
     if cfg.parallel != "tp" and cfg.mode != "generate":
         # Before any quantization: the exact weights. A copy that does not fit leaves the run
         # without an accuracy record, not without its profile.
         try:
             ref = reference_model(model) if isinstance(model, Transformer) else reference_copy(model)
             accuracy = functools.partial(measure_accuracy, model, ref, cfg, hf=spec.startswith("hf:"))
+            if cfg.attn_stats:
+                attn_stats = functools.partial(collect_stats, ref, cfg, hf=spec.startswith("hf:"))
         except RuntimeError as exc:  # torch.OutOfMemoryError is one
             if not is_out_of_memory(exc):
                 raise
@@ -317,6 +334,7 @@ def build_workload(
 
     return Workload(spec=spec, model=model, cfg=cfg, step=step, needs_instrument=needs_instrument and cfg.scopes,
                     optimizer=optimizer, runnable=runnable, accuracy=accuracy, generation=generation,
+                    attn_stats=attn_stats,
                     # A generation's causal mask is implied (a decode step's one query sees every key).
                     mask=None if generation is not None else _mask_metadata(spec, model, cfg))
 

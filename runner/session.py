@@ -29,6 +29,7 @@ import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.profiler import ProfilerActivity, profile, schedule
 
+from runner.attn_stats import stat_names, write_events
 from runner.config import ModelConfig, ProfileConfig
 from runner.distributed import DistContext, barrier, rank_metadata
 from runner.generate import generation_metadata
@@ -191,6 +192,24 @@ def _measure_accuracy(work: Workload, meta: dict[str, Any]) -> None:
         meta["accuracy"] = accuracy
 
 
+def _measure_attn_stats(work: Workload, run_dir: Path, meta: dict[str, Any], *, writer: bool) -> None:
+    """The heads' statistics (runner/attn_stats.py) on the exact copy, before the profiler starts,
+    written as a TensorBoard event file into the run (rank 0), and what was measured in the
+    metadata's ``attn_stats``."""
+    assert work.attn_stats is not None
+    try:
+        layers = work.attn_stats()
+    finally:
+        work.attn_stats = None
+    cfg = work.cfg
+    info: dict[str, Any] = {"batches": cfg.attn_stats, "batch": cfg.batch, "seq": cfg.seq, "layers": len(layers),
+                            "stats": stat_names(cfg.seq), "weights": "checkpoint" if cfg.checkpoint else "random",
+                            "event_file": None}
+    if writer and layers:
+        info["event_file"] = Path(write_events(str(run_dir), layers)).name
+    meta["attn_stats"] = info
+
+
 def _trace_names(run_dir: Path) -> list[str]:
     if not run_dir.is_dir():
         return []
@@ -216,6 +235,8 @@ def _profile(
     meta["config"] = work.cfg.to_dict()
     if work.mask is not None:
         meta["mask"] = work.mask
+    if work.attn_stats is not None:
+        _measure_attn_stats(work, run_dir, meta, writer=dist is None or dist.rank == 0)
     if work.accuracy is not None:
         _measure_accuracy(work, meta)
     if work.generation is not None:
