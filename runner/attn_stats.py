@@ -25,8 +25,8 @@ from typing import Any
 
 import torch
 
-__all__ = ["CHUNK", "SINKS", "STAT_NAMES", "TOP_K", "WINDOWS", "HeadStats", "collect", "collect_stats", "head_stats",
-           "stat_names", "write_events"]
+__all__ = ["CHUNK", "SINKS", "STAT_NAMES", "TOP_K", "WINDOWS", "HeadStats", "capture", "collect", "collect_stats",
+           "head_stats", "stat_names", "write_events"]
 
 WINDOWS = (64, 128, 256, 512, 1024)
 SINKS = (1, 4)
@@ -154,56 +154,87 @@ def _float_allowed(mask: torch.Tensor) -> torch.Tensor:
     return mask > torch.finfo(mask.dtype).min / 2
 
 
+class capture:
+    """While entered, every ``F.scaled_dot_product_attention`` call inside one of ``model``'s
+    attention modules (``instrument.attention_modules``, numbered as the scopes number them) adds
+    the statistics of its q and k, under its mask, to that module's layer: ``with capture(model)
+    as found: model(x)``, then ``found`` maps layer -> ``HeadStats``. Calls of other shapes (a KV
+    cache's decode) are left alone. A Hugging Face model on its eager path is switched to its SDPA
+    path while entered (the same weights: the same probabilities), and back."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        self.model = model
+        self.found: dict[int, HeadStats] = {}
+        self._hooks: list[Any] = []
+        self._real: Any = None
+        self._eager = False
+
+    def __enter__(self) -> dict[int, HeadStats]:
+        import torch.nn.functional as F
+
+        from runner.instrument import attention_modules
+
+        config = getattr(self.model, "config", None)
+        switch = getattr(self.model, "set_attn_implementation", None)
+        self._eager = getattr(config, "_attn_implementation", None) == "eager" and callable(switch)
+        if self._eager:
+            switch("sdpa")  # type: ignore[misc]
+        current: list[int | None] = [None]
+
+        def enter(i: int) -> Any:
+            def hook(module: torch.nn.Module, args: Any) -> None:
+                current[0] = i
+            return hook
+
+        def leave(module: torch.nn.Module, args: Any, out: Any) -> None:
+            current[0] = None
+
+        real = self._real = F.scaled_dot_product_attention
+        found = self.found
+
+        def sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask: torch.Tensor | None = None,
+                 dropout_p: float = 0.0, is_causal: bool = False, scale: float | None = None, **kw: Any
+                 ) -> torch.Tensor:
+            layer = current[0]
+            if layer is not None and q.dim() == 4 and k.dim() == 4 and q.shape[-2] == k.shape[-2]:
+                mask = attn_mask
+                if mask is not None and mask.dtype != torch.bool:
+                    mask = _float_allowed(mask)
+                head_stats(q.detach(), k.detach(), causal=is_causal, mask=mask, scale=scale,
+                           into=found.setdefault(layer, HeadStats(q.shape[1])))
+            return real(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal, scale=scale, **kw)
+
+        modules = attention_modules(self.model)
+        self._hooks = [m.register_forward_pre_hook(enter(i)) for i, (_, m) in enumerate(modules)]
+        self._hooks += [m.register_forward_hook(leave) for _, m in modules]
+        setattr(F, "scaled_dot_product_attention", sdpa)  # noqa: B010 - torch's own signature is typed narrower
+        return found
+
+    def __exit__(self, *exc: object) -> None:
+        import torch.nn.functional as F
+
+        setattr(F, "scaled_dot_product_attention", self._real)  # noqa: B010
+        for h in self._hooks:
+            h.remove()
+        if self._eager:
+            self.model.set_attn_implementation("eager")  # type: ignore[operator]
+
+
 @torch.no_grad()
 def collect(model: torch.nn.Module, batches: Sequence[torch.Tensor], *, hf: bool) -> dict[int, dict[str, list[float]]]:
     """Each attention block's statistics per head (layer -> stat -> one value per head) over the
-    batches of token ids: ``model`` runs them (an exact SDPA copy: ``accuracy.reference_model`` or
-    ``reference_copy``), and every ``F.scaled_dot_product_attention`` call inside an attention
-    module (``instrument.attention_modules``, numbered as the scopes number them) adds the
-    statistics of its q and k, under its mask, to that module's layer."""
-    import torch.nn.functional as F
-
-    from runner.instrument import attention_modules
-
-    modules = attention_modules(model)
-    current: list[int | None] = [None]
-    found: dict[int, HeadStats] = {}
-    real = F.scaled_dot_product_attention
-
-    def enter(i: int) -> Any:
-        def hook(module: torch.nn.Module, args: Any) -> None:
-            current[0] = i
-        return hook
-
-    def leave(module: torch.nn.Module, args: Any, out: Any) -> None:
-        current[0] = None
-
-    def sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask: torch.Tensor | None = None,
-             dropout_p: float = 0.0, is_causal: bool = False, scale: float | None = None, **kw: Any) -> torch.Tensor:
-        layer = current[0]
-        if layer is not None and q.dim() == 4 and k.dim() == 4 and q.shape[-2] == k.shape[-2]:
-            mask = attn_mask
-            if mask is not None and mask.dtype != torch.bool:
-                mask = _float_allowed(mask)
-            head_stats(q, k, causal=is_causal, mask=mask, scale=scale,
-                       into=found.setdefault(layer, HeadStats(q.shape[1])))
-        return real(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal, scale=scale, **kw)
-
-    hooks = [m.register_forward_pre_hook(enter(i)) for i, (_, m) in enumerate(modules)]
-    hooks += [m.register_forward_hook(leave) for _, m in modules]
+    batches of token ids, which ``model`` (an exact SDPA copy: ``accuracy.reference_model`` or
+    ``reference_copy``) runs in eval mode under ``capture``."""
     was_training = model.training
     model.eval()
-    setattr(F, "scaled_dot_product_attention", sdpa)  # noqa: B010 - its signature is torch's own, typed narrower
     try:
-        for ids in batches:
-            if hf:
-                model(input_ids=ids, use_cache=False)
-            else:
-                model(ids)
+        with capture(model) as found:
+            for ids in batches:
+                if hf:
+                    model(input_ids=ids, use_cache=False)
+                else:
+                    model(ids)
     finally:
-        setattr(F, "scaled_dot_product_attention", real)  # noqa: B010
-        for h in hooks:
-            h.remove()
         model.train(was_training)
     return {layer: stats.means() for layer, stats in sorted(found.items())}
 

@@ -124,8 +124,9 @@ _TRACED: tuple[tuple[ModuleType, str, str], ...] = (
 class Instrumentation:
     """Hooks and wrappers that scope a model's attention. Use through ``instrument()``."""
 
-    def __init__(self, model: nn.Module) -> None:
+    def __init__(self, model: nn.Module, *, attn_stats: bool = False) -> None:
         self.model = model
+        self.attn_stats = attn_stats
         self.blocks: list[Block] = []
         self.sdpa_calls = 0
         self._by_module: dict[int, Block] = {}
@@ -136,6 +137,23 @@ class Instrumentation:
         self._sdpa_original: Callable[..., Any] | None = None
         self._hf_patched: list[tuple[ModuleType, str, Callable[..., Any]]] = []
         self._fast_path_warned = False
+
+    def record_attn_stats(self, forward: Callable[[], Any], *, log_dir: str, step: int = 0
+                          ) -> dict[int, dict[str, list[float]]]:
+        """Run ``forward`` once without gradients, record each attention block's head statistics
+        (layer -> stat -> one value per head), and write them as TensorBoard summaries at ``step``
+        into ``log_dir`` (the run's directory: the Attention tab reads them there). Do it outside
+        the profiled steps: the statistics cost a forward and O(chunk x S) work per head."""
+        from runner.attn_stats import capture, write_events
+
+        if not self.attn_stats:
+            raise ValueError("record_attn_stats needs instrument(model, attn_stats=True)")
+        with torch.no_grad(), capture(self.model) as found:
+            forward()
+        layers = {layer: stats.means() for layer, stats in sorted(found.items())}
+        if layers:
+            write_events(log_dir, layers, step=step)
+        return layers
 
     # -- set-up ---------------------------------------------------------------------------
     def __enter__(self) -> Instrumentation:
@@ -365,11 +383,17 @@ def attention_modules(model: nn.Module) -> list[tuple[str, nn.Module]]:
     return found
 
 
-def instrument(model: nn.Module) -> Instrumentation:
+def instrument(model: nn.Module, *, attn_stats: bool = False) -> Instrumentation:
     """Context manager that scopes ``model``'s attention for ``torch.profiler`` traces.
 
     >>> with instrument(model) as inst, torch.profiler.profile(...) as prof:
     ...     model(x)
     >>> [b.name for b in inst.blocks]
+
+    ``attn_stats=True`` also lets it record each head's attention statistics with your weights
+    (runner/attn_stats.py), outside the profiled steps, as TensorBoard summaries in a run directory:
+
+    >>> with instrument(model, attn_stats=True) as inst:
+    ...     inst.record_attn_stats(lambda: model(batch), log_dir="runs/mine", step=global_step)
     """
-    return Instrumentation(model)
+    return Instrumentation(model, attn_stats=attn_stats)

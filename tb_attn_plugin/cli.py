@@ -2,6 +2,7 @@
 
     tb-attn summarize PATH [--run R] [--worker W] [--format table|json|csv] [--peak-flops F --peak-bw B]
     tb-attn compare PATH [--runs A,B] [--baseline A] [--format table|json] [--peak-flops F --peak-bw B]
+    tb-attn heads PATH [--run R] [--window W] [--threshold 0.99] [--format table|json|csv]
     tb-attn ranks PATH [--run R] [--margin 0.2] [--fail-on-straggler] [--format table|json]
     tb-attn gate [LOGDIR] --baseline RUN --candidate RUN [--max-time-regression 10%] [--max-memory-regression 10%]
 
@@ -102,6 +103,17 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--loss-tol", type=float, default=None, help="accuracy-cost: loss moved by more than this "
                    "(default 0.01)")
     t.add_argument("--format", choices=("table", "json", "csv"), default="table")
+    hd = sub.add_parser("heads", help="each head's cost next to its attention statistics (runner --attn-stats): "
+                        "which heads are local, which are sinks")
+    hd.add_argument("path", help="a logdir or a run directory (local path or fsspec URL)")
+    hd.add_argument("--run", help="only this run")
+    hd.add_argument("--worker", help="only this worker")
+    hd.add_argument("--window", type=int, default=None, metavar="W",
+                    help="the window of the local verdict (one recorded: 64, 128, 256, 512, 1024; default: the "
+                         "largest recorded up to 256)")
+    hd.add_argument("--threshold", type=float, default=None, metavar="SHARE",
+                    help="the share of a head's mass within W that makes it local (default 0.99)")
+    hd.add_argument("--format", choices=("table", "json", "csv"), default="table")
     r = sub.add_parser("ranks", help="multi-rank runs: attention per rank and layer, stragglers, collectives")
     r.add_argument("path", help="a logdir or a run directory (local path or fsspec URL)")
     r.add_argument("--run", help="only this run (default: every run with two or more workers)")
@@ -138,6 +150,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _ranks(args)
     if args.command == "strategies":
         return _strategies(args)
+    if args.command == "heads":
+        return _heads(args)
     from tb_attn_plugin.loader import Loader, prefetch_analysis
 
     prefetch_analysis()
@@ -248,6 +262,38 @@ def _strategies(args: argparse.Namespace) -> int:
         return _fail(f"no strategy named {args.baseline!r}; the runs have: {', '.join(names) or 'none'}")
     render = {"table": strategies_table, "json": report.json_text, "csv": strategies_csv}[args.format]
     sys.stdout.write(render(result))
+    failed = [(s.run, e) for s in summaries for e in s.errors]
+    for run, err in failed:
+        _stderr(f"{run}/{err.file}: {err.error}")
+    return 1 if failed else 0
+
+
+def _heads(args: argparse.Namespace) -> int:
+    from tb_attn_plugin.analysis.heads import with_window
+    from tb_attn_plugin.head_events import relocal
+    from tb_attn_plugin.loader import Loader
+    from tb_attn_plugin.report_heads import heads_csv, heads_runs, heads_table
+
+    if args.threshold is not None and not 0 < args.threshold <= 1:
+        return _fail(f"--threshold must be a share in (0, 1], got {args.threshold}")
+    try:
+        runs = _listed_runs(args.path, args.run)
+    except _Usage as exc:
+        return _fail(str(exc))
+    gc.disable()
+    loader = Loader()
+    summaries = [loader.summarize_run(r, worker=args.worker) for r in runs]
+    for s in summaries:
+        if s.attn_stats is not None and (args.window is not None or args.threshold is not None):
+            stats = with_window(s.attn_stats, args.window, args.threshold)
+            if stats is None:
+                return _fail(f"{s.run}: no window of {args.window} recorded (recorded: "
+                             f"{', '.join(x for x in s.attn_stats.stats if x.startswith('window_'))})")
+            relocal(s, stats)
+    views = heads_runs(summaries)
+    render = {"table": heads_table, "csv": heads_csv,
+              "json": lambda v: report.json_text(v if len(v) > 1 else v[0])}[args.format]
+    sys.stdout.write(render(views))
     failed = [(s.run, e) for s in summaries for e in s.errors]
     for run, err in failed:
         _stderr(f"{run}/{err.file}: {err.error}")

@@ -14,12 +14,16 @@ from __future__ import annotations
 import math
 import re
 import struct
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from typing import Any
 
-__all__ = ["EVENT_FILE_MARK", "MAX_VALUES", "HeadStatsTable", "parse_head_stats"]
+from tb_attn_plugin.schema import AttnStats, RunSummary
+from tb_attn_plugin.trace.events import TraceError
+from tb_attn_plugin.trace.io import FileInfo
 
-#: TensorBoard's event files are named ``events.out.tfevents.<time>.<host>...``.
-EVENT_FILE_MARK = "tfevents"
+__all__ = ["MAX_EVENT_FILE_BYTES", "MAX_VALUES", "HeadStatsReader", "HeadStatsTable", "attach_head_stats",
+           "parse_head_stats", "relocal"]
+
 MAX_VALUES = 1 << 20
 _TAG = re.compile(r"^attn_stats\.(?P<stat>[a-z_0-9]{1,40})/L(?P<layer>\d{1,4})\.H(?P<head>\d{1,4})$")
 
@@ -62,3 +66,89 @@ def parse_head_stats(files: Iterable[bytes]) -> tuple[HeadStatsTable, int | None
         if s == step:
             table.setdefault(layer, {}).setdefault(head, {})[stat] = v
     return table, step
+
+
+#: An event file larger than this is not read for statistics (a training run's own log can be
+#: hundreds of MB; the runner's statistics file is a few KB).
+MAX_EVENT_FILE_BYTES = 64 << 20
+
+
+class HeadStatsReader:
+    """Reads a run's event files for per-head statistics, caching each file's parse by its
+    version (path, size, mtime) in a small LRU."""
+
+    def __init__(self, max_files: int = 1024) -> None:
+        from tb_attn_plugin.cache import LRUCache
+
+        self._parsed: LRUCache[tuple[HeadStatsTable, int | None]] = LRUCache(max_entries=max_files)
+
+    def table(self, files: Iterable[FileInfo]) -> tuple[HeadStatsTable, int | None, list[str]]:
+        """The statistics of the newest step across the files, that step, and the files that held some."""
+        from tb_attn_plugin.trace import io
+
+        merged: HeadStatsTable = {}
+        best: int | None = None
+        used: list[str] = []
+        for info in files:
+            if info.size > MAX_EVENT_FILE_BYTES:
+                continue
+            key = (info.path, info.size, info.mtime)
+            got = self._parsed.get(key)
+            if got is None:
+                try:
+                    got = parse_head_stats([io.read_small(info.path, limit=MAX_EVENT_FILE_BYTES)])
+                except (TraceError, OSError):
+                    got = ({}, None)
+                self._parsed.put(key, got)
+            table, step = got
+            if step is None:
+                continue
+            used.append(info.path.rsplit("/", 1)[-1])
+            if best is None or step > best:
+                merged, best = {layer: dict(heads) for layer, heads in table.items()}, step
+            elif step == best:
+                for layer, heads in table.items():
+                    merged.setdefault(layer, {}).update(heads)
+        return merged, best, used
+
+
+def attach_head_stats(summary: RunSummary, reader: HeadStatsReader, files: Iterable[FileInfo],
+                      metadata: Mapping[str, Any] | None) -> None:
+    """The run summary's ``attn_stats`` and each worker's ``local-heads`` finding (on copies of the
+    workers' summaries: those are cached per file and shared)."""
+
+    from tb_attn_plugin.analysis.heads import attn_stats
+
+    table, step, used = reader.table(files)
+    if step is None:
+        return
+    info = metadata.get("attn_stats") if metadata else None
+    weights = str(info.get("weights", "unknown")) if isinstance(info, Mapping) else "unknown"
+    stats = attn_stats(table, step, weights=weights, files=used)
+    if stats is None:
+        return
+    relocal(summary, stats)
+
+
+def relocal(summary: RunSummary, stats: AttnStats) -> None:
+    """The run's ``attn_stats`` set to ``stats`` and each worker's ``local-heads`` finding redone."""
+    import msgspec
+
+    from tb_attn_plugin.analysis.findings import SEVERITIES
+    from tb_attn_plugin.analysis.heads import local_heads
+
+    summary.attn_stats = stats
+    metadata = summary.metadata
+    config = metadata.get("config") if metadata else None
+    seq = config.get("seq") if isinstance(config, Mapping) else None
+    causal = config.get("causal", True) if isinstance(config, Mapping) else True
+    workers = []
+    for w in summary.workers:
+        found = local_heads(w, stats, seq=seq if type(seq) is int and seq > 0 else None, causal=bool(causal))
+        kept = [f for f in w.findings if f.id != "local-heads"]
+        if found is not None or len(kept) != len(w.findings):
+            findings = sorted(kept + ([found] if found is not None else []),
+                              key=lambda f: (SEVERITIES.index(f.severity), f.id, f.evidence.layers))
+            w = msgspec.structs.replace(w, findings=findings)
+        workers.append(w)
+    summary.workers = workers

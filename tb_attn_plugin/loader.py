@@ -22,6 +22,7 @@ import msgspec
 
 from tb_attn_plugin import __version__
 from tb_attn_plugin.cache import DiskCache, Key, LRUCache
+from tb_attn_plugin.head_events import HeadStatsReader, attach_head_stats
 from tb_attn_plugin.names import parse_trace_name
 from tb_attn_plugin.schema import SUMMARY_SCHEMA, FileError, RunSummary, WorkerSummary
 from tb_attn_plugin.trace import io, scanned
@@ -179,6 +180,7 @@ class Loader:
                                                      max_bytes=self.cache_bytes - summary_bytes,
                                                      sizeof=lambda a: a.nbytes)
         self.failures: LRUCache[str] = LRUCache(max_entries=4096)
+        self.head_stats = HeadStatsReader()
         self._read_errors: dict[Key, tuple[str, float]] = {}
 
     def summaries_room(self, *, guess_bytes: int) -> int:
@@ -345,7 +347,10 @@ class Loader:
                 workers.append(got if got is not None else self.summarize_file(trace, metadata=metadata))
             except TraceError as exc:
                 errors.append(FileError(file=trace.name, error=str(exc)))
-        return RunSummary(run=run.name, metadata=metadata, workers=workers, errors=errors)
+        summary = RunSummary(run=run.name, metadata=metadata, workers=workers, errors=errors)
+        if run.event_files:
+            attach_head_stats(summary, self.head_stats, run.event_files, metadata)
+        return summary
 
     @staticmethod
     def metadata(run: Run) -> dict[str, object] | None:

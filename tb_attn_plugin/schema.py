@@ -15,6 +15,7 @@ import msgspec
 __all__ = [
     "SPREAD_KEYS",
     "SUMMARY_SCHEMA",
+    "AttnStats",
     "Backward",
     "Evidence",
     "FileError",
@@ -22,6 +23,7 @@ __all__ = [
     "Fit",
     "Generation",
     "GenerationPhase",
+    "HeadAttention",
     "HeadStats",
     "LayerMask",
     "LayerStats",
@@ -353,9 +355,33 @@ class FileError(msgspec.Struct, kw_only=True):
     error: str
 
 
+class HeadAttention(msgspec.Struct, kw_only=True):
+    """One head's attention statistics (runner/attn_stats.py), and what they make it."""
+
+    layer: int
+    head: int
+    values: dict[str, float]  # entropy, sink_1, sink_4, window_W..., top_32, distance (those recorded)
+    local: bool  # its mass within AttnStats.window tokens is at least AttnStats.threshold
+    sink: bool  # its mass on the first 4 tokens (sink_4) is at least 0.5
+
+
+class AttnStats(msgspec.Struct, kw_only=True):
+    """A run's per-head attention statistics, from its TensorBoard event files (docs/summary.md)."""
+
+    step: int  # the newest step recorded (training steps when recorded during training)
+    weights: str  # "checkpoint" or "random" (the runner's metadata), "unknown" for anyone else's
+    stats: list[str]  # the statistics recorded
+    window: int  # W of the local verdict (the largest recorded up to 256 by default)
+    threshold: float  # the share of mass within W that makes a head local (0.99 by default)
+    heads: list[HeadAttention]
+    files: list[str] = []  # the event files read
+    note: str = ""  # what the statistics mean here (random weights: nothing)
+
+
 class RunSummary(msgspec.Struct, kw_only=True):
     schema: str = SUMMARY_SCHEMA
     run: str
     metadata: dict[str, object] | None
     workers: list[WorkerSummary]
     errors: list[FileError]
+    attn_stats: AttnStats | None = None  # per-head attention statistics, where the run's event files hold some

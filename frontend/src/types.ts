@@ -104,6 +104,8 @@ export interface RunSummary {
   metadata: Record<string, unknown> | null;
   workers: WorkerSummary[];
   errors: FileError[];
+  /** per-head attention statistics, where the run's event files hold some */
+  attn_stats: AttnStats | null;
 }
 
 export interface WorkerSummary {
@@ -479,6 +481,37 @@ export interface Roofline {
 export interface FileError {
   file: string;
   error: string;
+}
+
+/** A run's per-head attention statistics, from its TensorBoard event files (docs/summary.md). */
+export interface AttnStats {
+  /** the newest step recorded (training steps when recorded during training) */
+  step: number;
+  /** "checkpoint" or "random" (the runner's metadata), "unknown" for anyone else's */
+  weights: string;
+  /** the statistics recorded */
+  stats: string[];
+  /** W of the local verdict (the largest recorded up to 256 by default) */
+  window: number;
+  /** the share of mass within W that makes a head local (0.99 by default) */
+  threshold: number;
+  heads: HeadAttention[];
+  /** the event files read */
+  files: string[];
+  /** what the statistics mean here (random weights: nothing) */
+  note: string;
+}
+
+/** One head's attention statistics (runner/attn_stats.py), and what they make it. */
+export interface HeadAttention {
+  layer: number;
+  head: number;
+  /** entropy, sink_1, sink_4, window_W..., top_32, distance (those recorded) */
+  values: Record<string, number>;
+  /** its mass within AttnStats.window tokens is at least AttnStats.threshold */
+  local: boolean;
+  /** its mass on the first 4 tokens (sink_4) is at least 0.5 */
+  sink: boolean;
 }
 
 export interface RanksResponse {

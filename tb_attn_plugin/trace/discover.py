@@ -24,7 +24,7 @@ from tb_attn_plugin.names import METADATA_FILE, parse_trace_name
 from tb_attn_plugin.trace.io import FileInfo
 
 # parse_trace_name is listed for trace.io, which still imports it from here.
-__all__ = ["Run", "TraceFile", "display_name", "find_runs", "parse_trace_name"]
+__all__ = ["EVENT_FILE_MARK", "MAX_EVENT_FILES", "Run", "TraceFile", "display_name", "find_runs", "parse_trace_name"]
 
 
 def display_name(name: str) -> str:
@@ -55,6 +55,12 @@ class TraceFile:
     mtime: float
 
 
+#: TensorBoard event files have this in their names (``events.out.tfevents.<time>.<host>...``).
+EVENT_FILE_MARK = "tfevents"
+#: Event files read per run: a run's statistics are in a few; a directory of thousands is not ours.
+MAX_EVENT_FILES = 64
+
+
 @dataclass(frozen=True, slots=True)
 class Run:
     name: str  # relative to the logdir, "/"-separated; "." for the logdir itself
@@ -62,6 +68,9 @@ class Run:
     files: tuple[TraceFile, ...]  # sorted by worker, then span
     metadata_path: str | None
     metadata_mtime: float | None = None  # from the listing, so that it needs no stat
+    #: TensorBoard event files in the run's directory (``*tfevents*``): where per-head attention
+    #: statistics are (``head_events``), next to whatever else other tools wrote there.
+    event_files: tuple[FileInfo, ...] = ()
 
     @property
     def workers(self) -> list[str]:
@@ -82,6 +91,7 @@ def find_runs(root: str, files: Iterable[FileInfo]) -> list[Run]:
     root_norm = _slashes(root).rstrip("/")
     by_dir: dict[str, list[TraceFile]] = {}
     metadata: dict[str, FileInfo] = {}
+    events: dict[str, list[FileInfo]] = {}
     for info in files:
         directory, name = _split(info.path)
         parsed = parse_trace_name(name)
@@ -91,6 +101,8 @@ def find_runs(root: str, files: Iterable[FileInfo]) -> list[Run]:
             )
         elif name == METADATA_FILE:
             metadata[directory] = info
+        elif EVENT_FILE_MARK in name:
+            events.setdefault(directory, []).append(info)
     runs = []
     for directory, traces in by_dir.items():
         rel = directory[len(root_norm):].strip("/") if directory.startswith(root_norm) else directory
@@ -98,5 +110,6 @@ def find_runs(root: str, files: Iterable[FileInfo]) -> list[Run]:
         traces.sort(key=lambda t: (t.worker, int(t.span) if t.span else -1, t.name))
         meta = metadata.get(directory)
         runs.append(Run(name=name, path=directory, files=tuple(traces),
-                        metadata_path=meta.path if meta else None, metadata_mtime=meta.mtime if meta else None))
+                        metadata_path=meta.path if meta else None, metadata_mtime=meta.mtime if meta else None,
+                        event_files=tuple(sorted(events.get(directory, ()), key=lambda f: f.path))[:MAX_EVENT_FILES]))
     return sorted(runs, key=lambda r: r.name)

@@ -136,3 +136,78 @@ def test_event_files_round_trip_and_other_tags_are_ignored(tmp_path: Path) -> No
     whole = max(files, key=len)
     assert parse_head_stats([whole[: len(whole) - 3]])[1] in (3, 7, None)
     assert parse_head_stats([b"not an event file at all"]) == ({}, None)
+
+
+class SyntheticAttention(torch.nn.Module):
+    """One attention block whose heads are built: head 0 local (q·k peaks on the diagonal), head 1
+    a sink (every query on token 0), head 2 uniform (q = 0). It calls SDPA as models do."""
+
+    def __init__(self, seq: int, d: int = 16) -> None:
+        super().__init__()
+        pos = torch.arange(seq, dtype=torch.float32)
+        freqs = torch.linspace(0.05, 1.5, d // 2)
+        feats = torch.cat([torch.cos(pos[:, None] * freqs), torch.sin(pos[:, None] * freqs)], -1) * 6
+        sink_k = torch.zeros(seq, d)
+        sink_k[0, 0] = 60.0
+        sink_q = torch.zeros(seq, d)
+        sink_q[:, 0] = 1.0
+        self.register_buffer("q", torch.stack([feats, sink_q, torch.zeros(seq, d)])[None])
+        self.register_buffer("k", torch.stack([feats, sink_k, torch.zeros(seq, d)])[None])
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        v = x[:, None].expand(-1, 3, -1, -1)
+        return torch.nn.functional.scaled_dot_product_attention(self.q, self.k, v, is_causal=True, scale=1.0)
+
+
+class SyntheticModel(torch.nn.Module):
+    def __init__(self, seq: int) -> None:
+        super().__init__()
+        self.blocks = torch.nn.ModuleList([SyntheticAttention(seq), SyntheticAttention(seq)])
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for b in self.blocks:
+            x = b(x).mean(1)
+        return x
+
+
+def test_a_model_of_built_heads_is_classified() -> None:
+    """Local, sink and uniform heads, captured at the model's own SDPA calls (runner.attn_stats.
+    capture) and judged by the analysis (analysis.heads.attn_stats)."""
+    from runner.attn_stats import capture
+    from tb_attn_plugin.analysis.heads import attn_stats
+
+    seq = 512
+    model = SyntheticModel(seq)
+    with torch.no_grad(), capture(model) as found:
+        model(torch.randn(1, seq, 16))
+    assert sorted(found) == [0, 1]
+    table = {layer: {h: {k: v[h] for k, v in s.means().items()} for h in range(3)} for layer, s in found.items()}
+    stats = attn_stats(table, 0, weights="checkpoint", files=["x"])
+    assert stats is not None and stats.window == 256
+    flags = {(h.layer, h.head): (h.local, h.sink) for h in stats.heads}
+    for layer in (0, 1):
+        assert flags[(layer, 0)] == (True, False)  # local
+        assert flags[(layer, 1)] == (False, True)  # a sink (its mass is on token 0, not in the window)
+        assert flags[(layer, 2)] == (False, False)  # uniform
+    assert torch.nn.functional.scaled_dot_product_attention.__name__ == "scaled_dot_product_attention"  # restored
+
+
+def test_instrument_records_a_hugging_face_models_statistics(tmp_path: Path) -> None:
+    """runner.instrument(model, attn_stats=True): an eager GPT-2 (its SDPA path while recording,
+    then eager again), the statistics written as an event file the plugin's parser reads back."""
+    transformers = pytest.importorskip("transformers")
+    from runner import instrument
+    from tb_attn_plugin.head_events import parse_head_stats
+
+    cfg = transformers.GPT2Config(n_embd=32, n_layer=2, n_head=4, vocab_size=64, n_positions=128,
+                                  attn_implementation="eager")
+    model = transformers.GPT2LMHeadModel(cfg).eval()
+    ids = torch.randint(64, (2, 96), generator=torch.Generator().manual_seed(0))
+    with instrument(model, attn_stats=True) as inst:
+        layers = inst.record_attn_stats(lambda: model(input_ids=ids), log_dir=str(tmp_path), step=5)
+    assert model.config._attn_implementation == "eager"
+    assert sorted(layers) == [0, 1] and all(len(v) == 4 for s in layers.values() for v in s.values())
+    table, step = parse_head_stats([p.read_bytes() for p in tmp_path.iterdir()])
+    assert step == 5 and table[1][3]["entropy"] == pytest.approx(layers[1]["entropy"][3], rel=1e-6)
+    with instrument(model) as plain, pytest.raises(ValueError, match="attn_stats=True"):
+        plain.record_attn_stats(lambda: None, log_dir=str(tmp_path))
