@@ -63,9 +63,10 @@ def heads_table(runs: Sequence[HeadsRun]) -> str:
                       "or runner.instrument(model, attn_stats=True))", ""]
             continue
         a = r.attn_stats
-        lines.append(f"run {printable(r.run)}: attention statistics at step {a.step} ({a.weights} weights); local: "
-                     f"at least {pct(a.threshold)} of the mass within {a.window} tokens; sink: at least half on the "
-                     "first 4 tokens")
+        local = (f"local: at least {pct(a.threshold)} of the mass within {a.window} tokens" if a.window is not None
+                 else "no window shorter than the sequence was recorded: no local verdict")
+        lines.append(f"run {printable(r.run)}: attention statistics at step {a.step} ({a.weights} weights); {local}; "
+                     "sink: at least half on the first 4 tokens")
         if a.note:
             lines.extend(textwrap.wrap(printable(a.note), width=100, initial_indent="  ", subsequent_indent="  "))
         for w in r.workers:

@@ -371,7 +371,7 @@ class AttnStats(msgspec.Struct, kw_only=True):
     step: int  # the newest step recorded (training steps when recorded during training)
     weights: str  # "checkpoint" or "random" (the runner's metadata), "unknown" for anyone else's
     stats: list[str]  # the statistics recorded
-    window: int  # W of the local verdict (the largest recorded up to 256 by default)
+    window: int | None  # W of the local verdict (the largest recorded up to 256); null: none recorded (S <= 64)
     threshold: float  # the share of mass within W that makes a head local (0.99 by default)
     heads: list[HeadAttention]
     files: list[str] = []  # the event files read

@@ -55,14 +55,14 @@ def attn_stats(table: Table, step: int, *, weights: str, files: list[str], windo
     """The run's ``AttnStats``; None without statistics, or when ``window`` was not recorded."""
     names = {name for heads in table.values() for values in heads.values() for name in values}
     w = _window(names, window)
-    if not names or w is None:
+    if not names or (window is not None and w is None):
         return None
     rows = []
     for layer in sorted(table):
         for head in sorted(table[layer]):
             values = dict(table[layer][head])
             rows.append(HeadAttention(layer=layer, head=head, values=values,
-                                      local=values.get(f"window_{w}", 0.0) >= threshold,
+                                      local=w is not None and values.get(f"window_{w}", 0.0) >= threshold,
                                       sink=values.get("sink_4", 0.0) >= SINK_MASS))
     note = ("Random weights: these statistics say nothing about a trained model. Record them with your own "
             "weights (runner --checkpoint, or runner.instrument(model, attn_stats=True)).") \
@@ -124,9 +124,9 @@ def local_heads(worker: WorkerSummary, stats: AttnStats, *, seq: int | None, cau
     attention time, and what a sliding window of W would save (``window_keeps`` against the
     share of pairs each head computes now)."""
     rows = [r for r in head_rows(worker, stats) if r.local]
-    if not rows:
-        return None
     w, device = stats.window, worker.device != "cpu"
+    if not rows or w is None:
+        return None
     by_layer = {layer.layer: layer for layer in worker.layers}
     keep = window_keeps(seq, w, causal=causal) if seq else None
     saved = 0.0
@@ -176,8 +176,9 @@ def with_window(stats: AttnStats, window: int | None, threshold: float | None) -
     ``--threshold``); None when that window was not recorded."""
     names = set(stats.stats)
     w = _window(names, window if window is not None else stats.window)
-    if w is None:
+    if w is None and window is not None:
         return None
     t = stats.threshold if threshold is None else threshold
-    heads = [msgspec.structs.replace(h, local=h.values.get(f"window_{w}", 0.0) >= t) for h in stats.heads]
+    heads = [msgspec.structs.replace(h, local=w is not None and h.values.get(f"window_{w}", 0.0) >= t)
+             for h in stats.heads]
     return msgspec.structs.replace(stats, window=w, threshold=t, heads=heads)
