@@ -24,8 +24,11 @@ from tb_attn_plugin.trace.io import FileInfo
 __all__ = ["MAX_EVENT_FILE_BYTES", "MAX_VALUES", "HeadStatsReader", "HeadStatsTable", "attach_head_stats",
            "parse_head_stats", "relocal"]
 
-MAX_VALUES = 1 << 20
-_TAG = re.compile(r"^attn_stats\.(?P<stat>[a-z_0-9]{1,40})/L(?P<layer>\d{1,4})\.H(?P<head>\d{1,4})$")
+#: Values kept per run: 16384 heads (``bounds.MAX_HEAD_ROWS``) of 16 statistics.
+MAX_VALUES = 1 << 18
+#: Our statistics only (runner/attn_stats.py): a file cannot grow the summary with names of its own.
+_TAG = re.compile(r"^attn_stats\.(?P<stat>entropy|distance|sink_\d{1,5}|window_\d{1,6}|top_\d{1,5})"
+                  r"/L(?P<layer>\d{1,4})\.H(?P<head>\d{1,4})$")
 
 #: layer -> head -> statistic -> value, at the newest step recorded.
 HeadStatsTable = dict[int, dict[int, dict[str, float]]]

@@ -211,3 +211,21 @@ def test_instrument_records_a_hugging_face_models_statistics(tmp_path: Path) -> 
     assert step == 5 and table[1][3]["entropy"] == pytest.approx(layers[1]["entropy"][3], rel=1e-6)
     with instrument(model) as plain, pytest.raises(ValueError, match="attn_stats=True"):
         plain.record_attn_stats(lambda: None, log_dir=str(tmp_path))
+
+
+def test_hostile_event_records_are_bounded(tmp_path: Path) -> None:
+    """Tags with names or numbers of their own, non-finite values and a lying length are skipped."""
+    from torch.utils.tensorboard import SummaryWriter
+
+    from tb_attn_plugin.head_events import parse_head_stats
+
+    w = SummaryWriter(log_dir=str(tmp_path))
+    w.add_scalar("attn_stats.entropy/L0.H0", 0.5, 1)
+    w.add_scalar("attn_stats.made_up_stat/L0.H0", 0.5, 1)
+    w.add_scalar("attn_stats.entropy/L99999.H0", 0.5, 1)
+    w.add_scalar("attn_stats.entropy/L1.H1", float("nan"), 1)
+    w.close()
+    (f,) = list(tmp_path.iterdir())
+    data = f.read_bytes()
+    table, step = parse_head_stats([data, b"\xff" * 8 + b"\x00" * 20])
+    assert (table, step) == ({0: {0: {"entropy": 0.5}}}, 1)
