@@ -362,7 +362,7 @@ class HeadAttention(msgspec.Struct, kw_only=True):
     head: int
     values: dict[str, float]  # entropy, sink_1, sink_4, window_W..., top_32, distance (those recorded)
     local: bool  # its mass within AttnStats.window tokens is at least AttnStats.threshold
-    sink: bool  # its mass on the first 4 tokens (sink_4) is at least 0.5
+    sink: bool  # its mass on the first 4 tokens (sink_4) is at least AttnStats.sink_mass
 
 
 class AttnStats(msgspec.Struct, kw_only=True):
@@ -373,6 +373,7 @@ class AttnStats(msgspec.Struct, kw_only=True):
     stats: list[str]  # the statistics recorded
     window: int | None  # W of the local verdict (the largest recorded up to 256); null: none recorded (S <= 64)
     threshold: float  # the share of mass within W that makes a head local (0.99 by default)
+    sink_mass: float = 0.5  # the mass on the first 4 tokens that makes a head a sink
     heads: list[HeadAttention]
     files: list[str] = []  # the event files read
     note: str = ""  # what the statistics mean here (random weights: nothing)

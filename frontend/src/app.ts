@@ -102,7 +102,7 @@ export class App implements Actions {
     this.loadViewData(false);
   }
 
-  patch(p: Partial<Pick<State, "chartMetric" | "columns" | "sort" | "headMetric" | "groupBy" | "phaseMetric" | "ranksSort">>): void {
+  patch(p: Partial<Pick<State, "chartMetric" | "columns" | "sort" | "headMetric" | "headStat" | "groupBy" | "phaseMetric" | "ranksSort">>): void {
     this.store.set(p);
   }
 

@@ -55,18 +55,25 @@ export function replace(el: Node, ...children: Child[]): void {
   append(el, ...children);
 }
 
-/** A <select> with text options (and their tooltips). */
+/** A <select> with text options (and their tooltips); options with a `group` go in an
+ * <optgroup> of that label, consecutive ones together. */
 export function select(
-  options: { value: string; label: string; title?: string }[],
+  options: { value: string; label: string; title?: string; group?: string }[],
   value: string,
   onChange: (value: string) => void,
   label?: string,
 ): HTMLSelectElement {
   const el = h("select", { attrs: { "aria-label": label ?? null } });
+  let group: HTMLOptGroupElement | null = null;
   for (const o of options) {
     const opt = h("option", o.title ? { title: o.title } : null, o.label);
     opt.value = o.value;
-    el.appendChild(opt);
+    if (o.group === undefined) group = null;
+    else if (!group || group.label !== o.group) {
+      group = h("optgroup", { attrs: { label: o.group } });
+      el.appendChild(group);
+    }
+    (group ?? el).appendChild(opt);
   }
   el.value = value;
   el.addEventListener("change", () => onChange(el.value));

@@ -1,7 +1,7 @@
 // The tab's state: one plain object, replaced by patches; views re-render from it. The only
 // thing persisted (sessionStorage, so it survives TensorBoard re-creating the iframe) is the
-// open run, the sub-view, the chosen metrics, the straggler margin, the compared runs and the
-// strategies view's runs and baseline.
+// open run, the sub-view, the chosen metrics and head statistic, the straggler margin, the
+// compared runs and the strategies view's runs and baseline.
 
 import type { HeadMetricKey, MetricKey } from "./metrics";
 import type {
@@ -61,6 +61,9 @@ export interface State {
   columns: MetricKey[] | null; // null: the trace's clock
   sort: { key: string; desc: boolean };
   headMetric: HeadMetricKey | null; // null: the trace's clock
+  /** An attention statistic the heads heatmap shows instead of headMetric ("entropy",
+   * "window_64"...), where the run has it (RunSummary.attn_stats); null: headMetric. */
+  headStat: string | null;
   selection: Selection | null;
   summary: Loadable<RunSummary>;
   drill: Loadable<Drilldown>;
@@ -96,6 +99,7 @@ interface Persisted {
   chartMetric?: MetricKey | null;
   columns?: MetricKey[] | null;
   headMetric?: HeadMetricKey | null;
+  headStat?: string | null;
   compare?: string[] | null;
   baseline?: string | null;
   groupBy?: GroupBy;
@@ -140,6 +144,7 @@ export function initialState(): State {
     columns: Array.isArray(p.columns) && p.columns.length ? p.columns : null,
     sort: { key: "layer", desc: false },
     headMetric: p.headMetric ?? null,
+    headStat: typeof p.headStat === "string" ? p.headStat : null,
     selection: null,
     summary: idle(),
     drill: idle(),
@@ -208,6 +213,7 @@ export class Store {
       chartMetric: s.chartMetric,
       columns: s.columns,
       headMetric: s.headMetric,
+      headStat: s.headStat,
       compare: s.compare,
       baseline: s.baseline,
       groupBy: s.groupBy,
@@ -231,7 +237,7 @@ export interface Actions {
   setTarget(worker: string | null, span: string | null): void;
   setStep(step: number | null): void;
   setTab(tab: Tab): void;
-  patch(p: Partial<Pick<State, "chartMetric" | "columns" | "sort" | "headMetric" | "groupBy" | "phaseMetric" | "ranksSort">>): void;
+  patch(p: Partial<Pick<State, "chartMetric" | "columns" | "sort" | "headMetric" | "headStat" | "groupBy" | "phaseMetric" | "ranksSort">>): void;
   select(sel: Selection | null): void;
   retry(): void;
   /** The ranks view's straggler margin (a fraction over the median): refetches ./ranks. */

@@ -223,5 +223,15 @@ table.roof-table .sw, table.compare-table .sw.symbol { vertical-align: -1px; }
 .roof-diamond { display: inline-block; width: 9px; height: 9px; transform: rotate(45deg); margin: 0 2px; }
 .roof-symbol { display: inline-block; width: 14px; text-align: center; color: #616161; }
 .caveat { font-style: italic; margin: 2px 0 8px; }
+.stats-banner { max-width: 1100px; }
+.warn.stats-banner { border-width: 1px 1px 1px 4px; border-color: #f9a825; font-weight: 500; }
+.mark-badge { display: inline-block; font-size: 10px; font-weight: 700; line-height: 12px; padding: 0 3px; border: 1px solid #212121; border-radius: 2px; background: #fff; color: #212121; }
+.head-scatter { margin-top: 18px; padding-top: 8px; border-top: 1px solid #e0e0e0; }
+.head-scatter .hint { max-width: 1100px; }
+.dot { display: inline-block; width: 10px; height: 10px; border-radius: 50%; border: 2px solid #616161; }
+.dot.filled { background: #616161; }
+.dot.diamond { border-radius: 1px; transform: rotate(45deg) scale(.85); }
+.dash-line { display: inline-block; width: 18px; border-top: 2px dashed #616161; }
+.ramp { display: inline-block; width: 80px; height: 10px; border-radius: 2px; }
 [hidden] { display: none !important; }
 `;

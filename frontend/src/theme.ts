@@ -118,6 +118,10 @@ html:has(.tb-attn.dark), body:has(.tb-attn.dark) { background: #202124; }
 .tb-attn.dark .finding { background: #292a2d; }
 .tb-attn.dark .finding .suggestion { color: #81c995; }
 .tb-attn.dark .notes { color: #ffcc80; }
+.tb-attn.dark .warn.stats-banner { border-color: #7a6a2a #7a6a2a #7a6a2a #f9a825; }
+.tb-attn.dark .head-scatter { border-top-color: #3c4043; }
+.tb-attn.dark .dot, .tb-attn.dark .dash-line { border-color: #bdbdbd; }
+.tb-attn.dark .dot.filled { background: #bdbdbd; }
 .tb-attn.dark .tabs { border-bottom-color: #5f6368; }
 .tb-attn.dark .tab { color: #a0a0a0; }
 .tb-attn.dark .tab:hover { color: #e0e0e0; }

@@ -491,10 +491,12 @@ export interface AttnStats {
   weights: string;
   /** the statistics recorded */
   stats: string[];
-  /** W of the local verdict (the largest recorded up to 256 by default) */
-  window: number;
+  /** W of the local verdict (the largest recorded up to 256); null: none recorded (S <= 64) */
+  window: number | null;
   /** the share of mass within W that makes a head local (0.99 by default) */
   threshold: number;
+  /** the mass on the first 4 tokens that makes a head a sink */
+  sink_mass: number;
   heads: HeadAttention[];
   /** the event files read */
   files: string[];
@@ -510,7 +512,7 @@ export interface HeadAttention {
   values: Record<string, number>;
   /** its mass within AttnStats.window tokens is at least AttnStats.threshold */
   local: boolean;
-  /** its mass on the first 4 tokens (sink_4) is at least 0.5 */
+  /** its mass on the first 4 tokens (sink_4) is at least AttnStats.sink_mass */
   sink: boolean;
 }
 

@@ -68,7 +68,7 @@ def attn_stats(table: Table, step: int, *, weights: str, files: list[str], windo
             "weights (runner --checkpoint, or runner.instrument(model, attn_stats=True)).") \
         if weights == "random" else ""
     return AttnStats(step=step, weights=weights, stats=sorted(names, key=_stat_order), window=w, threshold=threshold,
-                     heads=rows, files=files, note=note)
+                     sink_mass=SINK_MASS, heads=rows, files=files, note=note)
 
 
 def _stat_order(name: str) -> tuple[int, int, str]:
@@ -134,7 +134,9 @@ def local_heads(worker: WorkerSummary, stats: AttnStats, *, seq: int | None, cau
         layer = by_layer.get(r.layer)
         if layer is None or not layer.heads or keep is None or seq is None:
             continue
-        core_us = sum(p.device_us if device else p.cpu_us for p in layer.phases if p.phase in _CORE) / len(layer.heads)
+        # The head's own time where its scope measured it, else an even share of the layer's core.
+        core_us = r.time_us if not r.derived else \
+            sum(p.device_us if device else p.cpu_us for p in layer.phases if p.phase in _CORE) / len(layer.heads)
         # The pairs it computes now, as the FLOPs count them: every one unfused, the causal half fused.
         now = 1.0 if layer.backend in _UNFUSED or not causal else causal_fraction(seq, seq)
         saved += core_us * max(0.0, 1.0 - keep / now)
