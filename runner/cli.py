@@ -32,12 +32,13 @@ PROG = "tb-attn-run"
 RUNNER_EXTRA = ("torch", "tqdm")
 
 #: The demo: a small CPU sweep of four implementations at two lengths, one run with each head in
-#: its own scope (measured heads for the Heads view), a Hugging Face model, flex_attention against
+#: its own scope (measured heads for the Heads view, with their attention statistics: random
+#: weights, so the view says they mean nothing), a Hugging Face model, flex_attention against
 #: naive attention on one sliding-window mask, a compiled block, the strategies (exact, linear and
 #: int8 attention side by side, under strategies/), and generation with a KV cache (generation/).
 DEMO_ARGS: tuple[list[str], ...] = (
     ["--model", "builtin", "--size", "small", "--impl", "naive,naive-inplace,sdpa-math,sdpa", "--seq", "256,512"],
-    ["--model", "builtin", "--size", "small", "--impl", "naive", "--seq", "256", "--per-head"],
+    ["--model", "builtin", "--size", "small", "--impl", "naive", "--seq", "256", "--per-head", "--attn-stats"],
     ["--model", "hf:gpt2", "--size", "small", "--impl", "naive,sdpa", "--seq", "256"],
     # Sparse against dense on the same sliding-window mask, and a compiled block (inference:
     # flex_attention has no backward on CPU). Each compiles once, in its warm-up step; inductor
