@@ -6,7 +6,8 @@ A. Memory: ``runner.attn_stats.head_stats`` on q and k of (1, 8, 8192, 64) fp32,
    fp32 probability matrix (2 GiB), what an O(S²) computation would hold.
 B. Time: the runner's built-in model (4 layers, d_model 256, 8 heads, seq 512, batch 2, naive,
    inference), profiled with and without ``--attn-stats 2``, in one process, the two arms
-   alternating over ``--rounds`` rounds; each run's mean profiled step time from its summary.
+   alternating over ``--rounds`` rounds after one untimed run; each run's mean profiled step time
+   from its summary.
    The statistics run before the profiler starts, so the ratio should be 1 within noise.
 
     .venv/bin/python bench/attn_stats.py [--rounds 5] [--json OUT]
@@ -54,6 +55,8 @@ def step_times(rounds: int) -> dict[str, object]:
     prof = ProfileConfig(wait=0, warmup=1, active=5)
     times: dict[str, list[float]] = {"without": [], "with": []}
     with tempfile.TemporaryDirectory() as tmp:
+        # One untimed run first: a process's first profile pays for imports, allocator growth, first calls.
+        run_one(RunSpec(model="builtin", cfg=base, name="warmup"), Path(tmp), prof)
         for r in range(rounds):
             arms = ("without", "with") if r % 2 == 0 else ("with", "without")
             for arm in arms:
