@@ -67,20 +67,25 @@ def test_statistics_equal_a_direct_computation(causal: bool, kv_heads: int, chun
         assert got[name] == pytest.approx(want[name], rel=1e-5, abs=1e-6), name
 
 
-def test_built_heads_are_told_apart() -> None:
-    """Heads built to be local (q·k peaks on the diagonal), a sink (every query on token 0) and
-    uniform (q = 0): their statistics say so."""
-    s, d = 256, 16
-    pos = torch.arange(s, dtype=torch.float32)
-    # local: rotary-like features whose dot product peaks at |i - j| = 0 and falls off fast
+def built_qk(seq: int, d: int = 16) -> tuple[torch.Tensor, torch.Tensor]:
+    """q and k (1, 3, seq, d) of three built heads: 0 local (rotary-like features whose dot
+    product peaks at |i - j| = 0 and falls off fast), 1 a sink (every query on token 0), 2
+    uniform (q = 0). Attend with scale 1."""
+    pos = torch.arange(seq, dtype=torch.float32)
     freqs = torch.linspace(0.05, 1.5, d // 2)
     feats = torch.cat([torch.cos(pos[:, None] * freqs), torch.sin(pos[:, None] * freqs)], -1) * 6
-    sink_k = torch.zeros(s, d)
+    sink_k = torch.zeros(seq, d)
     sink_k[0, 0] = 60.0
-    sink_q = torch.zeros(s, d)
+    sink_q = torch.zeros(seq, d)
     sink_q[:, 0] = 1.0
-    q = torch.stack([feats, sink_q, torch.zeros(s, d)])[None]
-    k = torch.stack([feats, sink_k, torch.zeros(s, d)])[None]
+    zeros = torch.zeros(seq, d)
+    return torch.stack([feats, sink_q, zeros])[None], torch.stack([feats, sink_k, zeros])[None]
+
+
+def test_built_heads_are_told_apart() -> None:
+    """Heads built to be local, a sink and uniform: their statistics say so."""
+    s = 256
+    q, k = built_qk(s)
     stats = head_stats(q, k, causal=True, scale=1.0, chunk=64).means()
     local, sink, uniform = 0, 1, 2
     assert stats["window_64"][local] > 0.99 and stats["sink_1"][local] < 0.05
@@ -142,17 +147,11 @@ class SyntheticAttention(torch.nn.Module):
     """One attention block whose heads are built: head 0 local (q·k peaks on the diagonal), head 1
     a sink (every query on token 0), head 2 uniform (q = 0). It calls SDPA as models do."""
 
-    def __init__(self, seq: int, d: int = 16) -> None:
+    def __init__(self, seq: int) -> None:
         super().__init__()
-        pos = torch.arange(seq, dtype=torch.float32)
-        freqs = torch.linspace(0.05, 1.5, d // 2)
-        feats = torch.cat([torch.cos(pos[:, None] * freqs), torch.sin(pos[:, None] * freqs)], -1) * 6
-        sink_k = torch.zeros(seq, d)
-        sink_k[0, 0] = 60.0
-        sink_q = torch.zeros(seq, d)
-        sink_q[:, 0] = 1.0
-        self.register_buffer("q", torch.stack([feats, sink_q, torch.zeros(seq, d)])[None])
-        self.register_buffer("k", torch.stack([feats, sink_k, torch.zeros(seq, d)])[None])
+        q, k = built_qk(seq)
+        self.register_buffer("q", q)
+        self.register_buffer("k", k)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         v = x[:, None].expand(-1, 3, -1, -1)
