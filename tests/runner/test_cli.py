@@ -205,7 +205,8 @@ def test_default_schedule_profiles_five_active_steps() -> None:
 
 def test_the_demo_plans_one_per_head_run_beside_its_derived_twin(tmp_path: Path) -> None:
     """``--demo`` (nothing profiled here): the sweep README lists, with one per-head run whose
-    heads the Heads view shows measured, configured as the plain naive run it sits beside."""
+    heads the Heads view shows measured, with their statistics, configured as the plain naive run it
+    sits beside."""
     from runner.cli import DEMO_ARGS, build_parser, plan_sweep
 
     parser = build_parser()
@@ -223,4 +224,5 @@ def test_the_demo_plans_one_per_head_run_beside_its_derived_twin(tmp_path: Path)
     per_head = [s for s in specs.values() if s.cfg.per_head]
     assert [s.name for s in per_head] == ["builtin/naive-per-head/seq256"]
     twin = specs["builtin/naive/seq256"].cfg
-    assert per_head[0].cfg == type(twin)(**{**vars(twin), "per_head": True})
+    # ...and it records its heads' attention statistics (the Heads view's statistics, the scatter)
+    assert per_head[0].cfg == type(twin)(**{**vars(twin), "per_head": True, "attn_stats": 2})
