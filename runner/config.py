@@ -25,12 +25,18 @@ __all__ = [
     "ConfigError",
     "ModelConfig",
     "ProfileConfig",
+    "Unsupported",
     "check_world",
 ]
 
 
 class ConfigError(ValueError):
     """Invalid user input. The message is shown to the user as is."""
+
+
+class Unsupported(Exception):
+    """This model, implementation and device cannot run together; the message says why
+    (``runner.models`` re-exports it, where it is raised most)."""
 
 
 #: Attention implementations of the built-in transformer, in the order the demo shows them.

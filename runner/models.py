@@ -35,11 +35,12 @@ from torch.nn.parallel import DistributedDataParallel
 from runner.accuracy import measure_accuracy, reference_copy, reference_model
 from runner.attn_stats import collect_stats
 from runner.checkpoint import checkpoint_config, checkpoint_sizes, load_checkpoint
-from runner.config import APPROXIMATE_IMPLS, ConfigError, ModelConfig, check_world
+from runner.config import APPROXIMATE_IMPLS, ConfigError, ModelConfig, Unsupported, check_world
 from runner.distributed import DistContext
 from runner.generate import Generation, builtin_generation, hf_generation
 from runner.masks import MaskInfo, dense_mask, mask_info, mask_mod
 from runner.model import TORCH_DTYPES, Transformer
+from runner.quant import quantize_projections
 from runner.tensor_parallel import TensorParallel, shard_state_dict
 from runner.torch_models import MHAStack, TorchEncoder
 from tb_attn_plugin.masks import MaskSpec, parse_mask
@@ -78,10 +79,6 @@ GEMMA_DEFAULT_WINDOW = 4096
 MODEL_SPECS: tuple[str, ...] = ("builtin", *(f"hf:{f}" for f in _HF_FAMILIES), "torch:encoder", "torch:mha")
 #: The models ``--mode generate`` runs: causal language models whose KV cache it drives.
 GENERATE_MODELS: tuple[str, ...] = ("builtin", "hf:gpt2", "hf:llama")
-
-
-class Unsupported(Exception):
-    """This model, implementation and device cannot run together; the message says why."""
 
 
 @dataclass
@@ -360,36 +357,6 @@ def _mask_metadata(spec: str, model: nn.Module, cfg: ModelConfig) -> dict[str, A
 
 def _info(mask: MaskSpec, seq: int) -> MaskInfo:
     return mask_info(mask, dense_mask(mask_mod(mask, seq, causal=True), seq))
-
-
-#: Where each model family keeps its attention projections (module paths end so): --quant's targets.
-_PROJECTIONS = (".attn.qkv", ".attn.out_proj", ".attn.c_attn", ".attn.c_proj", ".q_proj", ".k_proj", ".v_proj",
-                ".o_proj", ".self.query", ".self.key", ".self.value", ".output.dense")
-
-
-def quantize_projections(model: nn.Module, scheme: str, device: torch.device) -> None:
-    """--quant: the attention's q/k/v and output projections quantized by torchao (int8: int8
-    weights, activations quantized per token at run time). Raises ``Unsupported`` with the
-    reason where torchao is missing or cannot run here."""
-    try:
-        from torchao.quantization import Int8DynamicActivationInt8WeightConfig, quantize_
-    except ImportError as exc:
-        raise Unsupported(f"--quant {scheme} needs torchao (pip install torchao): {exc}") from None
-
-    def target(module: nn.Module, fqn: str) -> bool:
-        return isinstance(module, nn.Linear) and ("." + fqn).endswith(_PROJECTIONS)
-
-    if not any(target(m, name) for name, m in model.named_modules()):
-        raise Unsupported(f"--quant {scheme}: no nn.Linear attention projection in {type(model).__name__}")
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # torchao's deprecation notices
-            quantize_(model, Int8DynamicActivationInt8WeightConfig(), filter_fn=target)
-            probe = next(m for name, m in model.named_modules() if target(m, name))
-            probe(torch.zeros(1, 16, probe.in_features, device=device, dtype=probe.weight.dtype))
-    except (RuntimeError, NotImplementedError, TypeError, AssertionError) as exc:
-        reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        raise Unsupported(f"--quant {scheme} on {device.type}: {reason}") from None
 
 
 def is_out_of_memory(exc: BaseException) -> bool:

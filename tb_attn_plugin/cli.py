@@ -177,6 +177,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         render = tokens_csv
     sys.stdout.write(render(summaries))
+    return _file_errors(summaries)
+
+
+def _file_errors(summaries: Sequence[RunSummary]) -> int:
+    """Each trace that could not be read, a line on stderr; 1 if any."""
     failed = [(s.run, e) for s in summaries for e in s.errors]
     for run, err in failed:
         _stderr(f"{run}/{err.file}: {err.error}")
@@ -214,12 +219,10 @@ def _compare(args: argparse.Namespace) -> int:
 
 def _apply_peaks(summaries: Sequence[RunSummary], args: argparse.Namespace) -> None:
     """Every worker's roofline under ``--peak-flops``/``--peak-bw``, where given."""
-    if args.peak_flops is None and args.peak_bw is None:
-        return
-    from tb_attn_plugin.analysis.roofline import with_peaks
+    if args.peak_flops is not None or args.peak_bw is not None:
+        from tb_attn_plugin.analysis.roofline import with_peaks
 
-    for run in summaries:
-        for worker in run.workers:
+        for worker in (w for run in summaries for w in run.workers):
             with_peaks(worker, args.peak_flops, args.peak_bw)
 
 
@@ -269,8 +272,6 @@ def _strategies(args: argparse.Namespace) -> int:
 
 
 def _heads(args: argparse.Namespace) -> int:
-    from tb_attn_plugin.analysis.heads import with_window
-    from tb_attn_plugin.head_events import relocal
     from tb_attn_plugin.loader import Loader
     from tb_attn_plugin.report_heads import heads_csv, heads_runs, heads_table
 
@@ -283,21 +284,14 @@ def _heads(args: argparse.Namespace) -> int:
     gc.disable()
     loader = Loader()
     summaries = [loader.summarize_run(r, worker=args.worker) for r in runs]
-    for s in summaries:
-        if s.attn_stats is not None and (args.window is not None or args.threshold is not None):
-            stats = with_window(s.attn_stats, args.window, args.threshold)
-            if stats is None:
-                return _fail(f"{s.run}: no window of {args.window} recorded (recorded: "
-                             f"{', '.join(x for x in s.attn_stats.stats if x.startswith('window_'))})")
-            relocal(s, stats)
-    views = heads_runs(summaries)
+    try:
+        views = heads_runs(summaries, window=args.window, threshold=args.threshold)
+    except ValueError as exc:
+        return _fail(str(exc))
     render = {"table": heads_table, "csv": heads_csv,
               "json": lambda v: report.json_text(v if len(v) > 1 else v[0])}[args.format]
     sys.stdout.write(render(views))
-    failed = [(s.run, e) for s in summaries for e in s.errors]
-    for run, err in failed:
-        _stderr(f"{run}/{err.file}: {err.error}")
-    return 1 if failed else 0
+    return _file_errors(summaries)
 
 
 def _ranks(args: argparse.Namespace) -> int:

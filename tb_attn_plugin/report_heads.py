@@ -36,9 +36,22 @@ class HeadsRun(msgspec.Struct, kw_only=True):
     workers: list[HeadsWorker]
 
 
-def heads_runs(summaries: Sequence[RunSummary]) -> list[HeadsRun]:
+def heads_runs(summaries: Sequence[RunSummary], *, window: int | None = None, threshold: float | None = None
+               ) -> list[HeadsRun]:
+    """Each run's heads; with ``window`` or ``threshold`` (``tb-attn heads --window/--threshold``)
+    the local verdicts and ``local-heads`` findings redone for them (the summaries are changed).
+    Raises ValueError for a window a run did not record."""
+    from tb_attn_plugin.analysis.heads import with_window
+    from tb_attn_plugin.head_events import relocal
+
     out = []
     for s in summaries:
+        if s.attn_stats is not None and (window is not None or threshold is not None):
+            redone = with_window(s.attn_stats, window, threshold)
+            if redone is None:
+                recorded = ", ".join(x for x in s.attn_stats.stats if x.startswith("window_"))
+                raise ValueError(f"{s.run}: no window of {window} recorded (recorded: {recorded or 'none'})")
+            relocal(s, redone)
         stats = s.attn_stats
         workers = [] if stats is None else [
             HeadsWorker(worker=w.worker, span=w.span, clock="device" if w.device != "cpu" else "cpu",
