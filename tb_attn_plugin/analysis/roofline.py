@@ -270,17 +270,17 @@ def _cause(key: str, fars: list[_Far], rl: Roofline) -> tuple[str, str]:
                 "Use a fused kernel that keeps the scores on chip and reads Q, K and V once: "
                 "F.scaled_dot_product_attention with its flash or memory-efficient backend (runner: --impl sdpa).")
     if key == "fp32":
+        # Far below even the fp32 roof: the kernels are the first cause; the faster roof of
+        # bf16/tf32 (tensor cores, or a CPU's bf16 matrix units) is what fp32 leaves on top of it.
         fp32 = rl.peak_flops["fp32"]
         fast = max(rl.peak_flops.get(k, 0.0) for k in ("tf32", "bf16"))
-        if rl.clock == "device":
-            return (f"compute-bound in fp32, which leaves the tensor cores unused: the fp32 roof is {_flops(fp32)}, "
-                    f"the bf16 one {fast / fp32:.0f}x higher",
-                    "Run attention in bf16 (torch.autocast(device_type='cuda', dtype=torch.bfloat16)) or allow "
-                    "TF32 (torch.backends.cuda.matmul.allow_tf32 = True), then measure again.")
-        return (f"compute-bound in fp32, while this machine's bf16 matmul ran {fast / fp32:.1f}x faster "
-                f"({_flops(fast)} against {_flops(fp32)}, the runner's probes)",
-                "Try bf16 (torch.autocast(device_type='cpu', dtype=torch.bfloat16)) and measure again: the "
-                "probe says the machine has the bf16 matrix units for it.")
+        units = "tensor cores" if rl.clock == "device" else "bf16 matrix units (the runner's probe)"
+        autocast = "cuda" if rl.clock == "device" else "cpu"
+        tf32 = " or allow TF32 (torch.backends.cuda.matmul.allow_tf32 = True)" if rl.clock == "device" else ""
+        return (f"compute-bound, yet its kernels run far below the fp32 roof of {_flops(fp32)}; and fp32 leaves "
+                f"the {units} unused, whose roof is {fast / fp32:.1f}x higher ({_flops(fast)})",
+                "Look at its kernels and their operands' copies in the drill-down first; then run attention in "
+                f"bf16 (torch.autocast(device_type='{autocast}', dtype=torch.bfloat16)){tf32} and measure again.")
     return (f"{key} and far below that roof",
             "Look at the kernels in the drill-down: a layout that forces copies, little work per kernel, or "
             "no fused kernel for these shapes.")
