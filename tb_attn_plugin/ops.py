@@ -274,7 +274,7 @@ COMPOSITE_OPS = frozenset({SDPA_OP, SDPA_MATH_OP, *MATMUL_WRAPPER_OPS, "aten::ma
 NO_TRAFFIC_OPS = LAYOUT_OPS | MASK_MAKING_OPS | COMPOSITE_OPS | frozenset({
     "aten::expand", "aten::resolve_conj", "aten::resolve_neg", "aten::empty", "aten::empty_like",
     "aten::empty_strided", "aten::new_empty", "aten::new_empty_strided", "aten::new_zeros", "aten::detach",
-    "aten::lift_fresh", "aten::scalar_tensor", "aten::item", "aten::_local_scalar_dense", "aten::set_",
+    "aten::detach_", "aten::lift_fresh", "aten::scalar_tensor", "aten::item", "aten::_local_scalar_dense", "aten::set_",
     "aten::result_type", "aten::is_nonzero", "aten::size", "aten::_unsafe_view", "aten::view_as",
     "aten::_has_compatible_shallow_copy_type", "aten::record_stream", "aten::zero_", "aten::fill_"})
 
