@@ -1,14 +1,15 @@
 """``tb-attn``: attention summaries of torch.profiler traces in the terminal and in CI.
 
-    tb-attn summarize PATH [--run R] [--worker W] [--format table|json|csv] [--peak-flops F --peak-bw B]
-    tb-attn compare PATH [--runs A,B] [--baseline A] [--format table|json] [--peak-flops F --peak-bw B]
+    tb-attn summarize PATH [--run R] [--worker W] [--format table|json|csv] [--peak-flops F --peak-bw B] [MANY]
+    tb-attn compare PATH [--runs A,B] [--baseline A] [--format table|json] [--peak-flops F --peak-bw B] [MANY]
     tb-attn heads PATH [--run R] [--window W] [--threshold 0.99] [--format table|json|csv]
-    tb-attn ranks PATH [--run R] [--margin 0.2] [--fail-on-straggler] [--format table|json]
+    tb-attn ranks PATH [--run R] [--margin 0.2] [--fail-on-straggler] [--format table|json] [MANY]
     tb-attn gate [LOGDIR] --baseline RUN --candidate RUN [--max-time-regression 10%] [--max-memory-regression 10%]
 
-PATH is a logdir, a run directory or one trace file (local or an fsspec URL). Exit codes of
-summarize, compare and ranks: 0 when every selected trace was read, 1 when some trace could not
-be read (its error is printed, the others are still reported; ranks: also a straggler with
+MANY: ``--jobs N --executor dask://HOST:PORT --ranks 0-7,512 --cache-dir DIR|URL --cache-max-mb MB
+--no-progress`` (``cli_batch``). PATH is a logdir, a run directory or one trace file (local or an
+fsspec URL). Exit codes of summarize, compare and ranks: 0 when every selected trace was read,
+1 when some trace could not be read (its error is printed, the others are still reported; ranks: also a straggler with
 ``--fail-on-straggler``), 2 for bad usage (nothing to read, an unknown run or worker). gate: 0
 when attention did not regress, 1 when it did, 2 for bad usage or when any trace of either
 run cannot be read: a run missing a worker is not the run that was profiled, so it must not
@@ -27,7 +28,7 @@ import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, NoReturn
 
-from tb_attn_plugin import report
+from tb_attn_plugin import cli_batch, report
 
 if TYPE_CHECKING:  # the CLI imports the engine lazily: `tb-attn --help` stays fast
     from tb_attn_plugin.schema import RunSummary
@@ -82,16 +83,17 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--format", choices=("table", "json", "csv"), default="table")
     s.add_argument("--tokens", action="store_true",
                    help="with --format csv: one row per generation step (prefill, decode) instead of per layer x phase")
-    s.add_argument("--cache-dir", help="keep summaries in this local directory between invocations")
     s.add_argument("--max-trace-mb", type=_mebibytes, default=4096,
                    help="refuse traces larger than this, uncompressed (default 4096)")
     _peak_flags(s)
+    cli_batch.add_flags(s)
     c = sub.add_parser("compare", help="runs side by side with ratios to a baseline, and scaling with seq")
     c.add_argument("path", help="a logdir (local path or fsspec URL)")
     c.add_argument("--runs", help="comma-separated run names (default: every run)")
     c.add_argument("--baseline", help="the run the ratios are against (default: the first)")
     c.add_argument("--format", choices=("table", "json"), default="table")
     _peak_flags(c)
+    cli_batch.add_flags(c)
     t = sub.add_parser("strategies", help="attention strategies side by side: time, memory, error and speed-up "
                        "per implementation and length, with fitted crossovers")
     t.add_argument("path", help="a logdir (local path or fsspec URL)")
@@ -121,6 +123,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="a straggler's attention time exceeds the median over ranks by more than this (default 0.2)")
     r.add_argument("--fail-on-straggler", action="store_true", help="exit 1 when a straggler is found")
     r.add_argument("--format", choices=("table", "json"), default="table")
+    cli_batch.add_flags(r)
     g = sub.add_parser("gate", help="fail (exit 1) when attention got slower or hungrier than a baseline; "
                        "exit 2 when a trace of either run cannot be read")
     g.add_argument("path", nargs="?", help="a log directory: --baseline and --candidate are then run names in it, "
@@ -152,11 +155,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _strategies(args)
     if args.command == "heads":
         return _heads(args)
-    from tb_attn_plugin.loader import Loader, prefetch_analysis
+    from tb_attn_plugin.loader import prefetch_analysis
 
-    prefetch_analysis()
+    if args.jobs == 1 and args.executor is None:
+        prefetch_analysis()  # a thread: only where no pool of processes is forked
     try:
-        runs = _listed_runs(args.path, args.run)
+        runs = _listed_runs(args.path, args.run, args.ranks)
     except _Usage as exc:
         return _fail(str(exc))
     if args.worker is not None:
@@ -166,8 +170,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     # A short-lived process that builds large numpy columns and no reference cycles: the cyclic
     # garbage collector only costs time here.
     gc.disable()
-    loader = Loader(cache_dir=args.cache_dir, max_trace_bytes=args.max_trace_mb << 20)
-    summaries = [loader.summarize_run(r, worker=args.worker) for r in runs]
+    try:
+        summaries = cli_batch.summaries(args, {"max_trace_bytes": args.max_trace_mb << 20}, runs,
+                                        worker=args.worker, path=args.path)
+    except ValueError as exc:
+        return _fail(str(exc))
     _apply_peaks(summaries, args)
     render = {"table": report.summary_table, "json": report.summary_json, "csv": report.summary_csv}[args.format]
     if args.tokens:
@@ -190,18 +197,19 @@ def _file_errors(summaries: Sequence[RunSummary]) -> int:
 
 def _compare(args: argparse.Namespace) -> int:
     from tb_attn_plugin.analysis.compare import compare, scaling
-    from tb_attn_plugin.loader import Loader
     from tb_attn_plugin.trace.events import TraceError
 
     try:
-        runs = _picked_runs(args.path, args.runs)
+        runs = cli_batch.select(_picked_runs(args.path, args.runs), args)
     except (_Usage, TraceError) as exc:
         return _fail(str(exc))
     if args.baseline is not None and args.baseline.strip("/") not in {r.name for r in runs}:
         return _fail(f"the baseline {args.baseline!r} is not one of the runs")
     gc.disable()
-    loader = Loader()
-    summaries = [loader.summarize_run(r) for r in runs]
+    try:
+        summaries = cli_batch.summaries(args, {}, runs, path=args.path)
+    except ValueError as exc:
+        return _fail(str(exc))
     _apply_peaks(summaries, args)
     try:
         result = compare(summaries, baseline=args.baseline.strip("/") if args.baseline else None)
@@ -296,7 +304,6 @@ def _heads(args: argparse.Namespace) -> int:
 
 def _ranks(args: argparse.Namespace) -> int:
     from tb_attn_plugin.analysis.ranks import ranks
-    from tb_attn_plugin.loader import Loader
 
     if not 0 <= args.margin <= 10:
         return _fail("--margin must be in 0..10 (a fraction: 0.2 is 20%)")
@@ -308,9 +315,14 @@ def _ranks(args: argparse.Namespace) -> int:
         runs = [r for r in runs if len(r.workers) > 1]
         if not runs:
             return _fail(f"no run with two or more workers (ranks) under {args.path}")
+    runs = cli_batch.select(runs, args)
+    if not runs:
+        return _fail(f"no trace of ranks {args.ranks.spec} in the selected runs")
     gc.disable()
-    loader = Loader()
-    views = [ranks(loader.summarize_run(r), margin=args.margin) for r in runs]
+    try:
+        views = [ranks(s, margin=args.margin) for s in cli_batch.summaries(args, {}, runs, path=args.path)]
+    except ValueError as exc:
+        return _fail(str(exc))
     if args.format == "json":
         sys.stdout.write(report.json_text(views if len(views) > 1 else views[0]))
     else:
@@ -368,8 +380,9 @@ class _Usage(Exception):
     """Input that the command cannot work on: printed as one line, exit code 2."""
 
 
-def _listed_runs(path: str, run: str | None) -> list[Run]:
-    """The runs under ``path``, or the one named ``run``. Raises _Usage when there are none."""
+def _listed_runs(path: str, run: str | None, ranks: object = None) -> list[Run]:
+    """The runs under ``path``, or the one named ``run``, with only the traces of ``ranks``
+    (a ``ranksel.RankSet``) where given. Raises _Usage when there are none."""
     from tb_attn_plugin.loader import resolve_runs
     from tb_attn_plugin.trace.events import TraceError
 
@@ -383,6 +396,13 @@ def _listed_runs(path: str, run: str | None) -> list[Run]:
         runs = [r for r in runs if r.name == run.strip("/")]
         if not runs:
             raise _Usage(f"no run named {run!r} under {path}")
+    if ranks is not None:
+        from tb_attn_plugin.ranksel import RankSet, select_ranks
+
+        assert isinstance(ranks, RankSet)
+        runs = [r for r in (select_ranks(r, ranks) for r in runs) if r.files]
+        if not runs:
+            raise _Usage(f"no trace of ranks {ranks.spec} under {path}")
     return runs
 
 

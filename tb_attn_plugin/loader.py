@@ -25,11 +25,10 @@ from typing import TYPE_CHECKING, NamedTuple
 
 import msgspec
 
-from tb_attn_plugin import __version__
-from tb_attn_plugin.cache import DiskCache, Key, LRUCache
+from tb_attn_plugin.cache import Key, LRUCache
 from tb_attn_plugin.head_events import HeadStatsReader, attach_head_stats
 from tb_attn_plugin.names import parse_trace_name
-from tb_attn_plugin.schema import SUMMARY_SCHEMA, FileError, RunSummary, WorkerSummary
+from tb_attn_plugin.schema import FileError, RunSummary, WorkerSummary
 from tb_attn_plugin.trace import io, scanned
 from tb_attn_plugin.trace import parallel as parallel_decode
 from tb_attn_plugin.trace.decode import decode
@@ -135,7 +134,7 @@ def resolve_runs(path: str) -> list[Run]:
     worker, span = parsed if parsed is not None else (name.split(".", 1)[0] or name, None)
     directory = path.rstrip("/").rsplit("/", 1)[0] if "/" in path.rstrip("/") else "."
     trace = TraceFile(path=info.path, name=display_name(name), worker=display_name(worker), span=span,
-                      size=info.size, mtime=info.mtime)
+                      size=info.size, mtime=info.mtime, etag=info.etag)
     return [Run(name=display_name(name), path=directory, files=(trace,), metadata_path=None)]
 
 
@@ -143,12 +142,14 @@ class Parsed(NamedTuple):
     """A trace file's summary and analysis, from one parse (or the caches)."""
 
     summary: WorkerSummary
-    analysis: Analysis
+    analysis: Analysis | None  # None: the summary came from the summary cache (``parse(summary_only=True)``)
 
 
 @dataclass
 class Loader:
-    """Summarizes runs, caching per-file summaries in memory (and optionally on disk).
+    """Summarizes runs, caching per-file summaries in memory (and optionally in a summary cache,
+    ``cache_dir``: a local directory or an fsspec URL, bounded by ``cache_max_bytes`` locally;
+    ``summary_cache``).
 
     With ``keep_analyses`` > 0 it also keeps that many analyzed traces (events and their
     attribution) for the tab's drill-down, memory and timeline views. ``cache_bytes`` bounds
@@ -175,9 +176,14 @@ class Loader:
     #: The user's peaks (FLOP/s, bytes/s) for every roofline, in place of the trace's
     #: (``--tb_attn_peak_flops``/``--tb_attn_peak_bw``; None: the trace's own).
     peaks: tuple[float | None, float | None] = (None, None)
+    cache_max_bytes: int | None = None
 
     def __post_init__(self) -> None:
-        self.disk = DiskCache(self.cache_dir, namespace=f"{SUMMARY_SCHEMA}-{__version__}") if self.cache_dir else None
+        from tb_attn_plugin.summary_cache import SummaryCache
+
+        self.disk = SummaryCache(self.cache_dir, max_bytes=self.cache_max_bytes) if self.cache_dir else None
+        #: Why the summary cache is no longer written (the first write that failed), or None.
+        self.cache_error: str | None = None
         summary_bytes = min(64 << 20, self.cache_bytes // 8)
         self.memory: LRUCache[WorkerSummary] = LRUCache(max_entries=1 << 16, max_bytes=summary_bytes,
                                                         sizeof=_summary_nbytes)
@@ -292,21 +298,35 @@ class Loader:
         cached = self.memory.get(key)
         if cached is not None:
             return cached
-        if self.disk is not None:
-            raw = self.disk.get(key)
-            if raw is not None:
-                try:
-                    summary = msgspec.msgpack.decode(raw, type=WorkerSummary)
-                    self.memory.put(key, summary)
-                    return summary
-                except (msgspec.DecodeError, msgspec.ValidationError):
-                    pass
+        cached = self.from_summary_cache([trace]).get(trace)
+        if cached is not None:
+            return cached
         return self._summarize(trace, self.analyze_file(trace), metadata)
 
-    def parse(self, trace: TraceFile, *, metadata: dict[str, object] | None = None, keep: bool = True) -> Parsed:
+    def from_summary_cache(self, traces: list[TraceFile]) -> dict[TraceFile, WorkerSummary]:
+        """The summaries of ``traces`` that the summary cache holds (in one batch of reads on
+        object stores), kept in memory too; damaged entries are misses."""
+        if self.disk is None or not traces:
+            return {}
+        found: dict[TraceFile, WorkerSummary] = {}
+        for trace, payload in self.disk.get_many(traces).items():
+            summary = self.disk.decode(payload)
+            if summary is not None:
+                self._with_peaks(summary)
+                self.memory.put(_key(trace), summary)
+                found[trace] = summary
+        return found
+
+    def parse(self, trace: TraceFile, *, metadata: dict[str, object] | None = None, keep: bool = True,
+              summary_only: bool = False) -> Parsed:
         """The file's summary and analysis, from the caches or one parse that yields both: the
         plugin's background job, which a summary request and a view request of one file share.
-        ``keep``: cache the analysis (else the caller does). Raises TraceError."""
+        ``keep``: cache the analysis (else the caller does). ``summary_only``: a summary from the
+        summary cache will do (no analysis then). Raises TraceError."""
+        if summary_only:
+            summary = self.memory.get(_key(trace)) or self.from_summary_cache([trace]).get(trace)
+            if summary is not None:
+                return Parsed(summary, None)
         analysis = self.analyze_file(trace, keep=keep)
         summary = self.memory.get(_key(trace))
         return Parsed(summary if summary is not None else self._summarize(trace, analysis, metadata), analysis)
@@ -319,17 +339,31 @@ class Loader:
 
                 summary = summarize_trace(analysis, file=trace.name, worker=trace.worker, span=trace.span,
                                           metadata=metadata)
-                if self.peaks != (None, None):
-                    from tb_attn_plugin.analysis.roofline import with_peaks
-
-                    with_peaks(summary, *self.peaks)
         except TraceError as exc:
             self._fail(key, exc)
             raise
+        if self.disk is not None and self.cache_error is None:  # as the trace has it: peaks are the reader's
+            from tb_attn_plugin.summary_cache import CacheWriteError
+
+            try:
+                self.disk.put(trace, msgspec.msgpack.encode(summary))
+            except CacheWriteError as exc:  # a cache that cannot be written is only slower
+                self.cache_error = str(exc)
+                _log.warning("%s; summaries are not cached", exc)
+        self._with_peaks(summary)
         self.memory.put(key, summary)
-        if self.disk is not None:
-            self.disk.put(key, msgspec.msgpack.encode(summary))
         return summary
+
+    def adopt(self, trace: TraceFile, summary: WorkerSummary) -> None:
+        """Keeps a summary made elsewhere (a worker process, another machine) as this loader's own."""
+        self._with_peaks(summary)
+        self.memory.put(_key(trace), summary)
+
+    def _with_peaks(self, summary: WorkerSummary) -> None:
+        if self.peaks != (None, None):
+            from tb_attn_plugin.analysis.roofline import with_peaks
+
+            with_peaks(summary, *self.peaks)
 
     def summarize_run(self, run: Run, *, worker: str | None = None,
                       metadata: dict[str, object] | EllipsisType | None = ...,

@@ -69,9 +69,15 @@ class AttentionLoader(base_plugin.TBLoader):
                                 "trace's device table or the runner's probes")
         group.add_argument("--tb_attn_peak_bw", default=None, metavar="RATE",
                            help="the roofline's peak memory bandwidth in bytes/s (e.g. 2.0T)")
+        group.add_argument("--tb_attn_cache_dir", default=None, metavar="DIR|URL",
+                           help="the summary cache (a directory or an fsspec URL such as s3://team/tb-attn-cache/) "
+                                "that `tb-attn summarize --cache-dir` fills: summaries found there are not parsed")
+        group.add_argument("--tb_attn_cache_max_mb", type=int, default=None, metavar="MB",
+                           help="bound a local --tb_attn_cache_dir to this size, evicting the least recently used")
 
     def fix_flags(self, flags: argparse.Namespace) -> None:
-        for name in ("tb_attn_cache_mb", "tb_attn_max_trace_mb", "tb_attn_parse_workers", "tb_attn_parse_timeout_s"):
+        for name in ("tb_attn_cache_mb", "tb_attn_max_trace_mb", "tb_attn_parse_workers", "tb_attn_parse_timeout_s",
+                     "tb_attn_cache_max_mb"):
             value = getattr(flags, name, None)
             if value is not None and value < 1:
                 raise base_plugin.FlagsError(f"--{name} must be at least 1, got {value}")
@@ -79,6 +85,14 @@ class AttentionLoader(base_plugin.TBLoader):
         if prefetch is not None and prefetch < 0:
             raise base_plugin.FlagsError(f"--tb_attn_prefetch_files must be at least 0, got {prefetch}")
         _peaks(flags)  # a bad rate stops TensorBoard at start-up, with its flag named
+        cache, logdir = getattr(flags, "tb_attn_cache_dir", None), getattr(flags, "logdir", None)
+        if cache and logdir:
+            from tb_attn_plugin.summary_cache import check_outside
+
+            try:
+                check_outside(str(cache), str(logdir))
+            except ValueError as exc:
+                raise base_plugin.FlagsError(f"--tb_attn_cache_dir: {exc}") from None
 
     def load(self, context: base_plugin.TBContext) -> AttentionPlugin:
         return AttentionPlugin(context)
@@ -114,6 +128,9 @@ class AttentionPlugin(base_plugin.TBPlugin):
         prefetch = getattr(flags, "tb_attn_prefetch_files", None)
         self._prefetch_files: int | None = DEFAULT_PREFETCH_FILES if prefetch is None else prefetch
         self._peaks = _peaks(flags)
+        self._cache_dir: str | None = getattr(flags, "tb_attn_cache_dir", None) or None
+        cache_max_mb = getattr(flags, "tb_attn_cache_max_mb", None)
+        self._cache_max_bytes = None if cache_max_mb is None else int(cache_max_mb) << 20
         self._service: Service | None = None
         self._service_lock = threading.Lock()
 
@@ -133,7 +150,8 @@ class AttentionPlugin(base_plugin.TBPlugin):
                     self._service = Service(self._logdir, cache_bytes=self._cache_mb << 20,
                                             max_trace_bytes=self._max_trace_mb << 20,
                                             parse_workers=self._parse_workers, parse_timeout_s=self._parse_timeout_s,
-                                            prefetch_files=self._prefetch_files, peaks=self._peaks)
+                                            prefetch_files=self._prefetch_files, peaks=self._peaks,
+                                            cache_dir=self._cache_dir, cache_max_bytes=self._cache_max_bytes)
                 service = self._service
         return service
 

@@ -90,18 +90,23 @@ class Service:
     a thread of its own (``prefetch``), at most ``prefetch_files`` of them: None is as many as
     fit in the summary cache (``prefetch.budget``); 0, the default, none. The plugin passes
     ``--tb_attn_prefetch_files``, which is None unless set. ``peaks``: the user's peak FLOP/s and
-    bytes/s for every roofline (``--tb_attn_peak_flops``, ``--tb_attn_peak_bw``).
+    bytes/s for every roofline (``--tb_attn_peak_flops``, ``--tb_attn_peak_bw``). ``cache_dir``:
+    the summary cache (``--tb_attn_cache_dir``, a directory or an fsspec URL, bounded locally by
+    ``cache_max_bytes``), read before any trace is parsed: summaries a batch job put there cost
+    no parse.
     """
 
     def __init__(self, logdir: str, *, scan_ttl_s: float = 5.0, relist_min_s: float = 1.0, keep_analyses: int = 256,
                  cache_bytes: int = 1 << 30, max_trace_bytes: int | None = 4 << 30,
                  parse_workers: int = 2, wait_s: float = 0.5, parse_timeout_s: float | None = 600.0,
-                 prefetch_files: int | None = 0, peaks: tuple[float | None, float | None] = (None, None)) -> None:
+                 prefetch_files: int | None = 0, peaks: tuple[float | None, float | None] = (None, None),
+                 cache_dir: str | None = None, cache_max_bytes: int | None = None) -> None:
         self.logdir = logdir
         self.registry = Registry(logdir, scan_ttl_s=scan_ttl_s, relist_min_s=relist_min_s)
         self.wait_s = wait_s
         self.loader = Loader(keep_analyses=keep_analyses, cache_bytes=cache_bytes, max_trace_bytes=max_trace_bytes,
-                             parse_timeout_s=parse_timeout_s, peaks=peaks)
+                             parse_timeout_s=parse_timeout_s, peaks=peaks, cache_dir=cache_dir,
+                             cache_max_bytes=cache_max_bytes)
         self.jobs = Jobs(parse_workers)
         self.prefetch_files = prefetch_files
         self._prefetch = Prefetch()
@@ -157,19 +162,22 @@ class Service:
 
     # -- background parsing ---------------------------------------------------------------
     def _parse(self, trace: TraceFile, metadata: dict[str, object] | None, *,
-               background: bool = False) -> Future[Parsed]:
+               background: bool = False, summary_only: bool = False) -> Future[Parsed]:
         """The job that parses ``trace`` (started if need be): one per file, whoever needs its
         summary or its analysis; the loader caches both. ``background``: a parse ahead of clicks,
         in the jobs' background lane, whose analysis is kept only where the cache has room,
-        unless a user asked for the file meanwhile."""
+        unless a user asked for the file meanwhile. ``summary_only``: a summary from the summary
+        cache will do (``--tb_attn_cache_dir``): then the job parses nothing, and its result has
+        no analysis."""
         key = _file_key(trace)
 
         def job() -> Parsed:
             self._confine(trace)
             if not background:
-                return self.loader.parse(trace, metadata=metadata)
-            parsed = self.loader.parse(trace, metadata=metadata, keep=False)
-            self.loader.keep_analysis(trace, parsed.analysis, spare=self.jobs.background(key))
+                return self.loader.parse(trace, metadata=metadata, summary_only=summary_only)
+            parsed = self.loader.parse(trace, metadata=metadata, keep=False, summary_only=summary_only)
+            if parsed.analysis is not None:
+                self.loader.keep_analysis(trace, parsed.analysis, spare=self.jobs.background(key))
             return parsed
 
         return self.jobs.submit(key, job, background=background)
@@ -182,7 +190,7 @@ class Service:
                                    or self.loader.cached_summary(trace) is not None
                                    or self.loader.cached_failure(trace) is not None)
         for run, trace in todo:
-            self._parse(trace, self.metadata(run), background=True)
+            self._parse(trace, self.metadata(run), background=True, summary_only=True)
         return len(todo)
 
     def _confine(self, trace: TraceFile) -> None:
@@ -205,6 +213,7 @@ class Service:
         metadata = [self.metadata(run) for run, _ in wanted]
         known: dict[TraceFile, WorkerSummary | TraceError] = {}
         jobs: dict[TraceFile, Future[Parsed]] = {}
+        misses: dict[TraceFile, dict[str, object] | None] = {}
         files = 0
         for (run, worker), meta in zip(wanted, metadata, strict=True):
             for trace in run.files:
@@ -219,8 +228,13 @@ class Service:
                 if summary is not None:
                     known[trace] = summary
                 else:
-                    jobs[trace] = self._parse(trace, meta)
-        self._await(list(jobs.values()), [run.name for run, _ in wanted], files)
+                    misses[trace] = meta
+        names = [run.name for run, _ in wanted]
+        known.update(self._from_summary_cache(misses, names, files))
+        for trace, meta in misses.items():
+            if trace not in known:
+                jobs[trace] = self._parse(trace, meta, summary_only=True)
+        self._await(list(jobs.values()), names, files)
         for trace, job in jobs.items():
             failure = job.exception()
             if failure is not None and not isinstance(failure, TraceError):
@@ -228,6 +242,20 @@ class Service:
             known[trace] = failure if failure is not None else job.result().summary
         return [self.loader.summarize_run(run, worker=worker, metadata=meta, known=known)
                 for (run, worker), meta in zip(wanted, metadata, strict=True)]
+
+    def _from_summary_cache(self, misses: dict[TraceFile, dict[str, object] | None], runs: list[str],
+                            files: int) -> dict[TraceFile, WorkerSummary]:
+        """The summaries of ``misses`` in the summary cache, read in one batch (a job: a thousand
+        ranks' entries on S3 are one batch of requests, not a thousand parses). Files whose own job
+        already runs are left to it."""
+        fresh = [t for t in misses if not self.jobs.running(_file_key(t))]
+        if self.loader.disk is None or not fresh:
+            return {}
+        key = ("summary-cache", *(_file_key(t) for t in fresh))
+        batch: Future[dict[TraceFile, WorkerSummary]] = self.jobs.submit(
+            key, lambda: self.loader.from_summary_cache(fresh))
+        self._await([batch], runs, files)
+        return batch.result()
 
     # -- routes ---------------------------------------------------------------------------
     def runs_response(self, *, refresh: bool) -> RunsResponse:
@@ -278,10 +306,14 @@ class Service:
         trace = self.trace_file(run, worker, span)
         with http_errors(trace.name):
             analysis = self.loader.analysis_or_none(trace)
-            if analysis is None:
+            for _ in range(2):  # the second: the job joined read only the summary cache
+                if analysis is not None:
+                    break
                 job = self._parse(trace, self.metadata(run))
                 self._await([job], [run.name], 1)
                 analysis = job.result().analysis
+        if analysis is None:
+            raise Loading([run.name], 1, 1)
         return run, trace, analysis
 
     def _view(self, run_name: str, worker: str | None, span: str | None, params: tuple[object, ...],

@@ -144,7 +144,7 @@ def test_disk_cache_outside_the_logdir(tmp_path: Path, builtin_logdir: Path) -> 
     cache = tmp_path / "cache"
     (r,) = resolve_runs(str(run))
     a = Loader(cache_dir=str(cache)).summarize_run(r).workers[0]
-    assert any(cache.rglob("*.bin"))
+    assert any(cache.rglob("*.tba"))
     b = Loader(cache_dir=str(cache)).summarize_run(r).workers[0]  # a new process would see the same
     assert a == b
     assert sorted(p.name for p in run.iterdir()) == before  # nothing written into the logdir

@@ -53,6 +53,7 @@ class TraceFile:
     span: str | None
     size: int
     mtime: float
+    etag: str = ""  # an object store's version tag, where the listing gives one (summary cache keys)
 
 
 #: TensorBoard event files have this in their names (``events.out.tfevents.<time>.<host>...``).
@@ -97,7 +98,8 @@ def find_runs(root: str, files: Iterable[FileInfo]) -> list[Run]:
         parsed = parse_trace_name(name)
         if parsed is not None:
             by_dir.setdefault(directory, []).append(
-                TraceFile(info.path, display_name(name), display_name(parsed[0]), parsed[1], info.size, info.mtime)
+                TraceFile(info.path, display_name(name), display_name(parsed[0]), parsed[1], info.size, info.mtime,
+                          info.etag)
             )
         elif name == METADATA_FILE:
             metadata[directory] = info

@@ -39,8 +39,9 @@ except ImportError:  # pragma: no cover - isal is installed wherever it has a wh
 _INFLATE_ERRORS: tuple[type[BaseException], ...] = (zlib.error, _inflate.error)
 
 __all__ = [
-    "CHUNK_BYTES", "FileChunks", "FileInfo", "find_after", "has_trace_file", "inside", "is_dir", "is_plain_local_file",
-    "is_url", "join", "list_tree", "raw_chunks", "read_chunks", "read_many", "read_range", "read_small", "stat",
+    "CHUNK_BYTES", "FileChunks", "FileInfo", "filesystem", "find_after", "has_trace_file", "inside", "is_dir",
+    "is_plain_local_file", "is_url", "join", "list_tree", "raw_chunks", "read_chunks", "read_many", "read_range",
+    "read_small", "stat",
 ]
 
 CHUNK_BYTES = 4 << 20
@@ -52,6 +53,7 @@ class FileInfo:
     path: str  # local path or URL
     size: int
     mtime: float
+    etag: str = ""  # an object store's version tag (S3's ETag), where the listing gives one
 
 
 def is_url(path: str) -> bool:
@@ -138,6 +140,21 @@ def _mtime(info: dict[str, Any]) -> float:
     return 0.0
 
 
+def _etag(info: dict[str, Any]) -> str:
+    """The object's version tag (S3 ``ETag``, GCS ``md5Hash``/``generation``, Azure ``etag``), or "";
+    clipped: it goes into cache keys, never into paths."""
+    for key in ("ETag", "etag", "md5Hash", "generation"):
+        value = info.get(key)
+        if value is not None and value != "":
+            return str(value).strip('"')[:128]
+    return ""
+
+
+def filesystem(url: str) -> tuple[Any, str]:
+    """The fsspec filesystem of ``url`` and the path in it (for the summary cache's writes)."""
+    return _fs(url)
+
+
 def is_dir(path: str) -> bool:
     """Whether ``path`` is a directory (a prefix that holds objects, on object stores). Raises
     ReadError when the storage cannot answer, rather than calling the logdir empty."""
@@ -176,7 +193,7 @@ def stat(path: str) -> FileInfo:
             info = fs.info(p)
         except _storage_errors() as exc:
             raise ReadError(f"cannot read {path}: {_describe(exc)}") from None
-        return FileInfo(path, int(info.get("size") or 0), _mtime(info))
+        return FileInfo(path, int(info.get("size") or 0), _mtime(info), _etag(info))
     local = _strip_file_scheme(path)
     try:
         st = os.stat(local)
@@ -208,7 +225,7 @@ def list_tree(root: str, *, follow_symlinks: bool = False) -> list[FileInfo]:
             rel = name[len(base):]
             if any(part.startswith(".") for part in rel.split("/")):
                 continue
-            out.append(FileInfo(f"{root.rstrip('/')}/{rel}", int(info.get("size") or 0), _mtime(info)))
+            out.append(FileInfo(f"{root.rstrip('/')}/{rel}", int(info.get("size") or 0), _mtime(info), _etag(info)))
         return out
     local = _strip_file_scheme(root)
     out = []

@@ -1,0 +1,126 @@
+"""The CLI's many-file options, shared by ``summarize``, ``compare`` and ``ranks``.
+
+    --jobs N                 processes on this machine (default: its cores)
+    --executor dask://H:P    the files on a Dask cluster instead (also DASK_SCHEDULER_ADDRESS)
+    --ranks 0-7,512          only these ranks' traces (``ranksel``)
+    --cache-dir DIR|URL      the shared summary cache (``summary_cache``)
+    --cache-max-mb N         its size bound, for a local directory
+    --no-progress            no progress bar (none is drawn when stderr is not a terminal anyway)
+
+An executor that cannot be used (no scheduler at that address, dask not installed) is a warning,
+and the files are summarized on this machine instead: nothing is lost, only time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import sys
+from collections.abc import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import concurrent.futures as cf
+
+    from tb_attn_plugin.schema import RunSummary
+    from tb_attn_plugin.trace.discover import Run
+
+__all__ = ["add_flags", "select", "summaries"]
+
+
+def _jobs(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a whole number of processes, at least 1, got {text!r}")
+    return value
+
+
+def _ranks(text: str) -> object:
+    from tb_attn_plugin.ranksel import parse_ranks
+
+    try:
+        return parse_ranks(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _megabytes(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a whole number of MiB, at least 1, got {text!r}")
+    return value
+
+
+def add_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--jobs", type=_jobs, default=None, metavar="N",
+                        help="summarize the files in N processes (default: the machine's cores)")
+    parser.add_argument("--executor", default=None, metavar="URL",
+                        help="dask://HOST:PORT: summarize the files on that Dask cluster (default: this machine; "
+                             "DASK_SCHEDULER_ADDRESS when set)")
+    parser.add_argument("--ranks", type=_ranks, default=None, metavar="SPEC",
+                        help="only these ranks' traces, e.g. 0-7,512 (ranks from the file names, else the workers' "
+                             "order)")
+    parser.add_argument("--cache-dir", default=None, metavar="DIR|URL",
+                        help="keep summaries in this directory or fsspec URL (e.g. s3://team/tb-attn-cache/), shared "
+                             "with other runs of tb-attn and with TensorBoard's --tb_attn_cache_dir")
+    parser.add_argument("--cache-max-mb", type=_megabytes, default=None, metavar="MB",
+                        help="bound a local --cache-dir to this size, evicting the least recently used summaries")
+    parser.add_argument("--no-progress", action="store_true", help="draw no progress bar on the terminal")
+
+
+def select(runs: Sequence[Run], args: argparse.Namespace) -> list[Run]:
+    """The runs with only the ``--ranks`` selected (runs left with no trace dropped)."""
+    if args.ranks is None:
+        return list(runs)
+    from tb_attn_plugin.ranksel import select_ranks
+
+    picked = [select_ranks(run, args.ranks) for run in runs]
+    return [run for run in picked if run.files]
+
+
+@contextlib.contextmanager
+def _executor(args: argparse.Namespace, warn: Callable[[str], None]) -> Iterator[cf.Executor | None]:
+    from tb_attn_plugin.fanout import ExecutorUnavailable, dask_executor, executor_address
+
+    address = executor_address(args.executor)  # ValueError: checked by summaries' caller
+    with contextlib.ExitStack() as stack:
+        executor = None
+        if address is not None:
+            try:
+                executor = stack.enter_context(dask_executor(address))
+            except ExecutorUnavailable as exc:
+                warn(f"{exc}; summarizing on this machine instead")
+        yield executor
+
+
+def summaries(args: argparse.Namespace, loader_kwargs: dict[str, object], runs: Sequence[Run], *,
+              worker: str | None = None, path: str | None = None) -> list[RunSummary]:
+    """Every run summarized as the flags say. Raises ValueError for a bad ``--executor`` or a cache
+    directory inside the logdir ``path``."""
+    from tb_attn_plugin.fanout import default_jobs, executor_address, summarize_runs
+    from tb_attn_plugin.loader import Loader
+
+    executor_address(args.executor)  # a bad --executor is a usage error before anything runs
+    if args.cache_dir is not None and path is not None:
+        from tb_attn_plugin.summary_cache import check_outside
+
+        check_outside(args.cache_dir, path)
+    if args.cache_max_mb is not None and args.cache_dir is None:
+        raise ValueError("--cache-max-mb bounds --cache-dir: give both")
+    loader = Loader(cache_dir=args.cache_dir, cache_max_bytes=None if args.cache_max_mb is None
+                    else args.cache_max_mb << 20, **loader_kwargs)  # type: ignore[arg-type]
+
+    def warn(message: str) -> None:
+        from tb_attn_plugin import report
+
+        print(f"tb-attn: warning: {report.printable(message)}", file=sys.stderr)
+
+    with _executor(args, warn) as executor:
+        return summarize_runs(runs, loader, worker=worker, jobs=args.jobs or default_jobs(), executor=executor,
+                              progress=False if args.no_progress else None, warn=warn)

@@ -1,0 +1,250 @@
+"""Many trace files summarized at once: in this process, a pool of processes, or a Dask cluster.
+
+``summarize_runs`` is what ``tb-attn summarize|compare|ranks`` and the Python API call. The
+files of the runs are one task each: first the loader's caches (memory, then the summary cache
+in one batch of reads), then the rest
+
+- in this process, one after another (``jobs=1``, or a single file: it keeps its own split over
+  the cores, ``loader.load_events``);
+- in a pool of ``jobs`` processes (``--jobs N``), largest files first, each worker reading its
+  file and returning the compact summary (msgpack bytes), as a file's own split does inside it;
+- or on any ``concurrent.futures.Executor``: a Dask cluster's (``--executor dask://HOST:PORT``,
+  ``dask_executor``), whose workers read each file from its path or URL (local paths only where
+  the workers share the file system) and write the shared summary cache themselves.
+
+Every run's summary is then assembled here from the per-file summaries, in the listing's order,
+exactly as the serial path assembles it: the output is byte for byte the same.
+
+Nothing is lost to a failing executor. A task whose worker died (Dask retries it on another
+worker first), a pool that broke, or a worker that cannot read a local path: the file is
+summarized in this process instead, with one warning line saying why. A cache that cannot be
+written costs speed only, and is said once.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import logging
+import multiprocessing
+import os
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+import msgspec
+
+from tb_attn_plugin.loader import Loader
+from tb_attn_plugin.progress import Progress
+from tb_attn_plugin.schema import RunSummary, WorkerSummary
+from tb_attn_plugin.trace import io
+from tb_attn_plugin.trace.discover import Run, TraceFile
+from tb_attn_plugin.trace.events import ReadError, TraceError
+
+__all__ = ["ExecutorUnavailable", "Task", "dask_executor", "default_jobs", "executor_address", "summarize_runs",
+           "summarize_task"]
+
+_log = logging.getLogger(__name__)
+Warn = Callable[[str], None]
+
+
+def default_jobs() -> int:
+    """The cores this process may run on."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+class Task(msgspec.Struct, frozen=True):
+    """What a worker needs to summarize one file (plain data: it travels to other machines)."""
+
+    path: str
+    name: str
+    worker: str
+    span: str | None
+    size: int
+    mtime: float
+    etag: str
+    metadata: dict[str, Any] | None
+    max_trace_bytes: int | None
+    cache_dir: str | None
+    cache_max_bytes: int | None
+
+    def trace(self) -> TraceFile:
+        return TraceFile(self.path, self.name, self.worker, self.span, self.size, self.mtime, self.etag)
+
+
+class Outcome(msgspec.Struct, frozen=True):
+    """A task's result: the summary (msgpack) or the file's error; and the cache's, if any."""
+
+    summary: bytes | None = None
+    error: str | None = None
+    read_error: bool = False  # the storage failed, not the file
+    cache_error: str | None = None
+
+
+_WORKER_LOADERS: dict[tuple[Any, ...], Loader] = {}
+
+
+def summarize_task(task: bytes) -> bytes:
+    """Runs on a worker: one file's summary as an encoded ``Outcome``. A worker keeps one loader
+    per configuration, so its summary cache's state (the size bound, a failed write) lasts."""
+    t = msgspec.msgpack.decode(task, type=Task)
+    config = (t.max_trace_bytes, t.cache_dir, t.cache_max_bytes)
+    loader = _WORKER_LOADERS.get(config)
+    if loader is None:
+        loader = _WORKER_LOADERS[config] = Loader(cache_dir=t.cache_dir, max_trace_bytes=t.max_trace_bytes,
+                                                  cache_max_bytes=t.cache_max_bytes, cache_bytes=64 << 20)
+    trace = t.trace()
+    try:
+        summary = loader.summarize_file(trace, metadata=t.metadata)
+    except TraceError as exc:
+        out = Outcome(error=str(exc), read_error=isinstance(exc, ReadError), cache_error=loader.cache_error)
+    else:
+        out = Outcome(summary=msgspec.msgpack.encode(summary), cache_error=loader.cache_error)
+    return msgspec.msgpack.encode(out)
+
+
+class ExecutorUnavailable(Exception):
+    """The executor asked for cannot be used (no scheduler there, dask not installed)."""
+
+
+def executor_address(spec: str | None, env: dict[str, str] | os._Environ[str] = os.environ) -> str | None:
+    """The Dask scheduler's address from ``--executor`` (``dask://HOST:PORT``, or ``dask`` for
+    ``DASK_SCHEDULER_ADDRESS``), or from ``DASK_SCHEDULER_ADDRESS`` when no executor is named;
+    None: this machine's processes. Raises ValueError for anything else."""
+    if spec is None or spec == "dask":
+        address = env.get("DASK_SCHEDULER_ADDRESS", "").strip()
+        if not address and spec == "dask":
+            raise ValueError("--executor dask needs DASK_SCHEDULER_ADDRESS, or name the scheduler: dask://HOST:PORT")
+        spec = address or None
+        if spec is None:
+            return None
+    if spec == "local":
+        return None
+    for scheme in ("dask://", "tcp://", "tls://", "ucx://", "inproc://"):
+        if spec.startswith(scheme):
+            rest = spec[len(scheme):].rstrip("/")
+            if not rest:
+                break
+            return f"tcp://{rest}" if scheme == "dask://" else f"{scheme}{rest}"
+    raise ValueError(f"unknown executor {spec!r}: use local, or dask://HOST:PORT for a Dask scheduler")
+
+
+@contextmanager
+def dask_executor(address: str, *, timeout_s: float = 10.0) -> Iterator[cf.Executor]:
+    """A ``concurrent.futures`` executor on the Dask cluster at ``address`` (each task retried
+    twice on another worker when its worker dies). Raises ExecutorUnavailable."""
+    try:
+        from distributed import Client
+    except ImportError:
+        raise ExecutorUnavailable("a Dask executor needs dask.distributed: pip install 'tb-attn[dask]'") from None
+    try:
+        client = Client(address, timeout=timeout_s, set_as_default=False)
+    except (OSError, TimeoutError, ValueError) as exc:
+        raise ExecutorUnavailable(f"cannot reach the Dask scheduler at {address}: "
+                                  f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from None
+    try:
+        yield client.get_executor(pure=False, retries=2)
+    finally:
+        client.close()
+
+
+def _local_pool(workers: int) -> cf.ProcessPoolExecutor:
+    """Processes forked where this process runs no other thread (fast, nothing re-imported),
+    else started by a fork server (safe beside threads: a notebook, TensorBoard)."""
+    from tb_attn_plugin.trace.parallel import may_fork
+
+    method = "fork" if may_fork() else "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() \
+        else "spawn"
+    return cf.ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context(method))
+
+
+def summarize_runs(runs: Sequence[Run], loader: Loader, *, worker: str | None = None, jobs: int = 1,
+                   executor: cf.Executor | None = None, progress: bool | None = None,
+                   warn: Warn | None = None) -> list[RunSummary]:
+    """Every run's summary (each limited to ``worker``), its files summarized by ``jobs``
+    processes of this machine or on ``executor``. ``progress``: draw a bar on stderr (None: when
+    stderr is a terminal). ``warn``: where the warnings go (default: the log)."""
+    say = warn or _log.warning
+    metadata = [loader.metadata(run) for run in runs]
+    wanted = [(trace, meta) for run, meta in zip(runs, metadata, strict=True) for trace in run.files
+              if worker is None or trace.worker == worker]
+    bar = Progress(len(wanted), sum(t.size for t, _ in wanted), enabled=False if progress is False else None)
+    known: dict[TraceFile, WorkerSummary | TraceError] = {}
+    todo = [(t, m) for t, m in wanted if loader.cached_summary(t) is None]
+    bar.advance(sum(t.size for t, _ in wanted) - sum(t.size for t, _ in todo), len(wanted) - len(todo))
+    hits = loader.from_summary_cache([t for t, _ in todo])
+    if hits:
+        bar.advance(sum(t.size for t in hits), len(hits))
+        todo = [(t, m) for t, m in todo if t not in hits]
+    try:
+        if executor is not None and todo:
+            _fan_out(todo, loader, executor, known, bar, say, local=False)
+        elif jobs > 1 and len(todo) > 1:
+            with _local_pool(min(jobs, len(todo))) as pool:
+                _fan_out(todo, loader, pool, known, bar, say, local=True)
+        for trace, meta in todo:
+            if trace not in known:
+                _here(trace, meta, loader, known)
+                bar.advance(trace.size)
+    finally:
+        bar.close()
+    if loader.cache_error is not None:
+        say(f"{loader.cache_error}; summaries are not cached")
+    return [loader.summarize_run(run, worker=worker, metadata=meta, known=known)
+            for run, meta in zip(runs, metadata, strict=True)]
+
+
+def _here(trace: TraceFile, meta: dict[str, object] | None, loader: Loader,
+          known: dict[TraceFile, WorkerSummary | TraceError]) -> None:
+    try:
+        known[trace] = loader.summarize_file(trace, metadata=meta)
+    except TraceError as exc:
+        known[trace] = exc
+
+
+def _fan_out(todo: list[tuple[TraceFile, dict[str, object] | None]], loader: Loader, executor: cf.Executor,
+             known: dict[TraceFile, WorkerSummary | TraceError], bar: Progress, say: Warn, *, local: bool) -> None:
+    """Submits the files (largest first) and takes their outcomes as they come; a file whose task
+    failed for the executor's sake is left out of ``known``, for the caller to summarize here."""
+    futures: dict[cf.Future[bytes], TraceFile] = {}
+    for trace, meta in sorted(todo, key=lambda tm: -tm[0].size):
+        task = Task(trace.path, trace.name, trace.worker, trace.span, trace.size, trace.mtime, trace.etag, meta,
+                    loader.max_trace_bytes, loader.cache_dir, loader.cache_max_bytes)
+        try:
+            futures[executor.submit(summarize_task, msgspec.msgpack.encode(task))] = trace
+        except Exception as exc:  # a pool already broken, a client closed under us
+            say(f"cannot hand {trace.name} to the executor ({_why(exc)}); summarizing it here")
+            break
+    lost: dict[str, int] = {}
+    cache_said = False
+    for future in cf.as_completed(futures):
+        trace = futures[future]
+        try:
+            out = msgspec.msgpack.decode(future.result(), type=Outcome)
+        except Exception as exc:  # the worker died (after Dask's retries), the pool broke, a bad install
+            why = _why(exc)
+            lost[why] = lost.get(why, 0) + 1
+            continue
+        if out.cache_error is not None and not cache_said and loader.cache_error is None:
+            cache_said = True
+            loader.cache_error = out.cache_error  # said once, at the end
+        if out.summary is not None:
+            summary = msgspec.msgpack.decode(out.summary, type=WorkerSummary)
+            loader.adopt(trace, summary)
+            known[trace] = summary
+        elif out.read_error and not local and not io.is_url(trace.path):
+            lost[_UNSHARED] = lost.get(_UNSHARED, 0) + 1
+            continue
+        else:
+            known[trace] = ReadError(out.error or "") if out.read_error else TraceError(out.error or "")
+        bar.advance(trace.size)
+    for why, count in lost.items():
+        say(f"{count} file{'s' if count > 1 else ''} could not be summarized by the executor ({why}); "
+            "summarizing them here")
+
+
+_UNSHARED = "a worker could not read a local path: workers read local paths only on a shared file system"
+
+
+def _why(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
