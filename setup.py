@@ -13,6 +13,10 @@ PROFILER_TAB = ["torch-tb-profiler>=0.4.3"]
 S3 = ["s3fs>=2024.1"]
 # --quant: the attention projections quantized by torchao (int8 weights and activations).
 QUANT = ["torchao>=0.10"]
+# The Python API's DataFrames (tb_attn.load): pandas is imported by that API only, never by the tab.
+NOTEBOOK = ["pandas>=2"]
+# Summaries fanned out to a Dask cluster (--executor dask://HOST:PORT, executor= in the API).
+DASK = ["dask[distributed]>=2024.1"]
 
 # The Kineto event scanner, an accelerator of the decoder (tb_attn_plugin/trace/scanned.py). Optional:
 # where it cannot be compiled the install goes on and the decoder takes its pure path, with the
@@ -27,9 +31,10 @@ setup(
     long_description=open("README.md", encoding="utf-8").read(),
     long_description_content_type="text/markdown",
     python_requires=">=3.11",
-    packages=find_packages(include=["runner", "runner.*", "tb_attn_plugin", "tb_attn_plugin.*"]),
+    packages=find_packages(include=["runner", "runner.*", "tb_attn", "tb_attn.*", "tb_attn_plugin",
+                                    "tb_attn_plugin.*"]),
     ext_modules=[SCANNER],
-    package_data={"runner": ["py.typed"], "tb_attn_plugin": ["py.typed", "static/*", "static/**/*"]},
+    package_data={"runner": ["py.typed"], "tb_attn": ["py.typed"], "tb_attn_plugin": ["py.typed", "static/*", "static/**/*"]},
     install_requires=[
         "tensorboard>=2.21",
         "protobuf",
@@ -44,11 +49,13 @@ setup(
         "profiler-tab": PROFILER_TAB,
         "s3": S3,
         "quant": QUANT,
+        "notebook": NOTEBOOK,
+        "dask": DASK,
         "gcs": ["gcsfs>=2024.1"],
         "azure": ["adlfs>=2024.1"],
         # The suite profiles real models and runs beside torch-tb-profiler, so it needs both.
-        "test": [*RUNNER, *PROFILER_TAB, *S3, *QUANT, "pytest", "hypothesis", "ruff", "mypy", "playwright",
-                 "moto[server]>=5", "boto3"],
+        "test": [*RUNNER, *PROFILER_TAB, *S3, *QUANT, *NOTEBOOK, *DASK, "pytest", "hypothesis", "ruff", "mypy",
+                 "playwright", "moto[server]>=5", "boto3", "nbclient", "nbformat", "ipykernel"],
     },
     entry_points={
         "console_scripts": [

@@ -1,0 +1,1 @@
+"""placeholder: the notebook API (tb_attn.load) is being written."""
