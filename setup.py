@@ -34,7 +34,8 @@ setup(
     packages=find_packages(include=["runner", "runner.*", "tb_attn", "tb_attn.*", "tb_attn_plugin",
                                     "tb_attn_plugin.*"]),
     ext_modules=[SCANNER],
-    package_data={"runner": ["py.typed"], "tb_attn": ["py.typed"], "tb_attn_plugin": ["py.typed", "static/*", "static/**/*"]},
+    package_data={"runner": ["py.typed"], "tb_attn": ["py.typed"],
+                  "tb_attn_plugin": ["py.typed", "static/*", "static/**/*"]},
     install_requires=[
         "tensorboard>=2.21",
         "protobuf",
