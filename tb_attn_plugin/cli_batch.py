@@ -59,7 +59,8 @@ def _megabytes(text: str) -> int:
 
 def add_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--jobs", type=_jobs, default=None, metavar="N",
-                        help="summarize the files in N processes (default: the machine's cores)")
+                        help="summarize the files in N processes (default: one per core, where there are 16 MB or "
+                             "more to parse)")
     parser.add_argument("--executor", default=None, metavar="URL",
                         help="dask://HOST:PORT: summarize the files on that Dask cluster (default: this machine; "
                              "DASK_SCHEDULER_ADDRESS when set)")
@@ -103,7 +104,7 @@ def summaries(args: argparse.Namespace, loader_kwargs: dict[str, object], runs: 
               worker: str | None = None, path: str | None = None) -> list[RunSummary]:
     """Every run summarized as the flags say. Raises ValueError for a bad ``--executor`` or a cache
     directory inside the logdir ``path``."""
-    from tb_attn_plugin.fanout import default_jobs, executor_address, summarize_runs
+    from tb_attn_plugin.fanout import executor_address, summarize_runs
     from tb_attn_plugin.loader import Loader
 
     executor_address(args.executor)  # a bad --executor is a usage error before anything runs
@@ -122,5 +123,5 @@ def summaries(args: argparse.Namespace, loader_kwargs: dict[str, object], runs: 
         print(f"tb-attn: warning: {report.printable(message)}", file=sys.stderr)
 
     with _executor(args, warn) as executor:
-        return summarize_runs(runs, loader, worker=worker, jobs=args.jobs or default_jobs(), executor=executor,
+        return summarize_runs(runs, loader, worker=worker, jobs=args.jobs, executor=executor,
                               progress=False if args.no_progress else None, warn=warn)

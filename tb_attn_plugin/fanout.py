@@ -40,8 +40,8 @@ from tb_attn_plugin.trace import io
 from tb_attn_plugin.trace.discover import Run, TraceFile
 from tb_attn_plugin.trace.events import ReadError, TraceError
 
-__all__ = ["ExecutorUnavailable", "Task", "dask_executor", "default_jobs", "executor_address", "summarize_runs",
-           "summarize_task"]
+__all__ = ["AUTO_POOL_BYTES", "ExecutorUnavailable", "Task", "dask_executor", "default_jobs", "executor_address",
+           "summarize_runs", "summarize_task"]
 
 _log = logging.getLogger(__name__)
 Warn = Callable[[str], None]
@@ -157,12 +157,19 @@ def _local_pool(workers: int) -> cf.ProcessPoolExecutor:
     return cf.ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context(method))
 
 
-def summarize_runs(runs: Sequence[Run], loader: Loader, *, worker: str | None = None, jobs: int = 1,
+#: With no ``jobs`` given, a pool is started only for this much to parse: below it, starting the
+#: processes (about 0.1 s forked, a second or more from a fork server) costs more than it saves.
+AUTO_POOL_BYTES = 16 << 20
+
+
+def summarize_runs(runs: Sequence[Run], loader: Loader, *, worker: str | None = None, jobs: int | None = None,
                    executor: cf.Executor | None = None, progress: bool | None = None,
                    warn: Warn | None = None) -> list[RunSummary]:
     """Every run's summary (each limited to ``worker``), its files summarized by ``jobs``
-    processes of this machine or on ``executor``. ``progress``: draw a bar on stderr (None: when
-    stderr is a terminal). ``warn``: where the warnings go (default: the log)."""
+    processes of this machine (None: one per core where there are two files or more and
+    ``AUTO_POOL_BYTES`` to parse, else this process) or on ``executor``. ``progress``: draw a
+    bar on stderr (None: when stderr is a terminal). ``warn``: where the warnings go (default:
+    the log)."""
     say = warn or _log.warning
     metadata = [loader.metadata(run) for run in runs]
     wanted = [(trace, meta) for run, meta in zip(runs, metadata, strict=True) for trace in run.files
@@ -175,6 +182,8 @@ def summarize_runs(runs: Sequence[Run], loader: Loader, *, worker: str | None = 
     if hits:
         bar.advance(sum(t.size for t in hits), len(hits))
         todo = [(t, m) for t, m in todo if t not in hits]
+    if jobs is None:
+        jobs = default_jobs() if sum(t.size for t, _ in todo) >= AUTO_POOL_BYTES else 1
     try:
         if executor is not None and todo:
             _fan_out(todo, loader, executor, known, bar, say, local=False)

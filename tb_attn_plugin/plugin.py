@@ -23,6 +23,7 @@ from tensorboard.plugins import base_plugin
 from werkzeug import wrappers
 
 if TYPE_CHECKING:
+    from tb_attn_plugin.ranksel import RankSet
     from tb_attn_plugin.service import Service
 
 __all__ = ["STATIC_DIR", "AttentionLoader", "AttentionPlugin"]
@@ -210,7 +211,8 @@ class AttentionPlugin(base_plugin.TBPlugin):
         return http_util.Respond(request, _to_json(self.service.summary(run, worker, span)), _JSON)
 
     def _serve_ranks(self, request: wrappers.Request) -> wrappers.Response:
-        body = self.service.ranks(_required(request, "run"), margin=_float(request, "margin"))
+        body = self.service.ranks(_required(request, "run"), margin=_float(request, "margin"),
+                                  selection=_rank_selection(request))
         return http_util.Respond(request, _to_json(body), _JSON)
 
     def _serve_drilldown(self, request: wrappers.Request) -> wrappers.Response:
@@ -310,6 +312,19 @@ def _required(request: wrappers.Request, name: str) -> str:
     if not value:
         raise errors.InvalidArgumentError(f"missing argument {name!r}")
     return value
+
+
+def _rank_selection(request: wrappers.Request) -> RankSet | None:
+    """``ranks=0-7,512`` (``ranksel``); absent or empty: every rank."""
+    raw = request.args.get("ranks")
+    if not raw:
+        return None
+    from tb_attn_plugin.ranksel import parse_ranks
+
+    try:
+        return parse_ranks(raw)
+    except ValueError as exc:
+        raise errors.InvalidArgumentError(str(exc)) from None
 
 
 def _required_int(request: wrappers.Request, name: str) -> int:

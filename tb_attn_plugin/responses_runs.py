@@ -259,3 +259,5 @@ class RanksResponse(msgspec.Struct, kw_only=True):
     heads_complete: bool  # each layer's heads are 0..head_count-1, with no gap
     warnings: list[str]  # e.g. two workers claiming one rank
     errors: list[FileError]
+    ranks_total: int = 0  # the workers (ranks) the run has in all, selected or not
+    ranks_selected: str | None = None  # the rank selection read (normalized, "0-7,512"); None: every rank

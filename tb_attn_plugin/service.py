@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, wait
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 from tensorboard import errors
@@ -44,6 +44,9 @@ from tb_attn_plugin.schema import RunSummary, WorkerSummary, to_json
 from tb_attn_plugin.trace import io
 from tb_attn_plugin.trace.discover import Run, TraceFile, display_name
 from tb_attn_plugin.trace.events import ReadError, TraceError
+
+if TYPE_CHECKING:
+    from tb_attn_plugin.ranksel import RankSet
 
 __all__ = ["Loading", "Service", "http_errors"]
 
@@ -294,12 +297,24 @@ class Service:
                 raise errors.NotFoundError(f"no span {span!r} in run {run_name!r}")
         return summary
 
-    def ranks(self, run_name: str, *, margin: float | None) -> RanksResponse:
+    def ranks(self, run_name: str, *, margin: float | None, selection: RankSet | None = None) -> RanksResponse:
+        """The ranks view of the run, of only the ranks in ``selection`` (None: every rank): the
+        other ranks' traces are never read, so a few ranks of a thousand load in a few parses."""
         from tb_attn_plugin.analysis.ranks import DEFAULT_MARGIN, ranks
+        from tb_attn_plugin.ranksel import file_ranks, select_ranks
 
         if margin is not None and not 0 <= margin <= 10:
             raise errors.InvalidArgumentError("margin must be in 0..10 (a fraction: 0.2 is 20%)")
-        return ranks(self.summary(run_name, None, None), margin=DEFAULT_MARGIN if margin is None else margin)
+        run = self.run(run_name)
+        picked = select_ranks(run, selection)
+        if selection is not None and not picked.files:
+            have = _spec(file_ranks(run).values())
+            raise errors.NotFoundError(f"run {run_name!r} has no trace of ranks {selection.spec}"
+                                       + (f" (its ranks are {have})" if have else " (it has no traces)"))
+        (summary,) = self._summaries([(picked, None)])
+        view = ranks(summary, margin=DEFAULT_MARGIN if margin is None else margin)
+        return msgspec.structs.replace(view, ranks_total=len(run.workers),
+                                       ranks_selected=None if selection is None else selection.spec)
 
     def _analysis(self, run_name: str, worker: str | None, span: str | None) -> tuple[Run, TraceFile, Analysis]:
         run = self.run(run_name)
@@ -409,6 +424,17 @@ class Service:
 def _incomplete(message: str) -> bool:
     """Whether a failure may only mean that the file is still being written."""
     return "truncated" in message or message.startswith("empty file")
+
+
+def _spec(ranks: Iterable[int]) -> str:
+    """Ranks as a selection names them (``RankSet.spec``): ``0-15,32``."""
+    ranges: list[list[int]] = []
+    for rank in sorted(set(ranks)):
+        if ranges and rank == ranges[-1][1] + 1:
+            ranges[-1][1] = rank
+        else:
+            ranges.append([rank, rank])
+    return ",".join(str(lo) if lo == hi else f"{lo}-{hi}" for lo, hi in ranges)
 
 
 def _file_key(trace: TraceFile) -> tuple[str, int, float]:

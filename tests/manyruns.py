@@ -68,3 +68,21 @@ def write_many_runs(logdir: Path, source: Path, indices: range | list[int]) -> l
         (target / "tb_attn_run.json").write_text(json.dumps(meta, indent=2))
         out.append(run)
     return out
+
+
+def write_ranked_run(target: Path, source: Path, ranks: int, *, world_size: int | None = None) -> list[Path]:
+    """One run of ``ranks`` traces in ``target``: the runner run ``source``'s trace once per rank,
+    named ``host_rank<r>.<span>.pt.trace.json`` and with ``"distributedInfo": {"rank": r, ...}``
+    put first in its JSON object (written as text: the rest of the file is unchanged)."""
+    (trace,) = [f for f in source.iterdir() if ".pt.trace.json" in f.name]
+    raw = trace.read_bytes()
+    start = raw.index(b"{") + 1
+    target.mkdir(parents=True, exist_ok=True)
+    shutil.copy2(source / "tb_attn_run.json", target / "tb_attn_run.json")
+    out = []
+    for r in range(ranks):
+        info = json.dumps({"rank": r, "world_size": world_size or ranks, "backend": "gloo"})
+        path = target / f"host_rank{r}.{1000 + r}.pt.trace.json"
+        path.write_bytes(raw[:start] + b'\n  "distributedInfo": ' + info.encode() + b"," + raw[start:])
+        out.append(path)
+    return out

@@ -129,7 +129,8 @@ def median_over_ranks(values: list[float]) -> float:
 
 
 def ranks(run: RunSummary, *, margin: float = DEFAULT_MARGIN) -> RanksResponse:
-    """The ranks view of ``run`` (every worker of it; one row per worker, spans averaged)."""
+    """The ranks view of ``run`` (every worker of it; one row per worker, spans averaged).
+    ``ranks_total`` counts the rows; a caller that read only some ranks sets the run's own count."""
     if margin < 0:
         raise ValueError("margin must be >= 0")
     by_worker: dict[str, list[WorkerSummary]] = defaultdict(list)
@@ -167,7 +168,7 @@ def ranks(run: RunSummary, *, margin: float = DEFAULT_MARGIN) -> RanksResponse:
         stragglers=stragglers, heads=heads, head_count=head_count,
         heads_sharded=bool(owners) and len(rows) > 1 and all(n == 1 for n in owners.values()),
         heads_complete=bool(per_layer) and all(v == set(range(len(v))) for v in per_layer.values()),
-        warnings=warnings, errors=run.errors,
+        warnings=warnings, errors=run.errors, ranks_total=len(rows),
     )
 
 
