@@ -1,0 +1,67 @@
+"""--tb_attn_cache_dir: the tab reads summaries that ``tb-attn summarize --cache-dir`` put there,
+under its own peaks, parses only for the views that need events, and never takes a cache inside
+the logdir."""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+from tensorboard.plugins import base_plugin
+
+from tb_attn_plugin import loader as loader_module
+from tb_attn_plugin.cli import main
+from tb_attn_plugin.plugin import AttentionLoader, AttentionPlugin
+
+
+def _plugin(logdir: Path, *argv: str) -> AttentionPlugin:
+    parser = argparse.ArgumentParser()
+    loader = AttentionLoader()
+    loader.define_flags(parser)
+    flags = parser.parse_args(list(argv))
+    flags.logdir = str(logdir)
+    loader.fix_flags(flags)
+    plugin = loader.load(base_plugin.TBContext(logdir=str(logdir), flags=flags))
+    assert isinstance(plugin, AttentionPlugin)
+    plugin.service.wait_s = 30
+    return plugin
+
+
+def test_the_tab_reads_the_cli_s_cache_under_its_own_peaks(tmp_path: Path, builtin_logdir: Path,
+                                                            monkeypatch: pytest.MonkeyPatch,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    logdir, cache = tmp_path / "logdir", tmp_path / "cache"
+    for run in ("naive", "sdpa"):
+        shutil.copytree(builtin_logdir / run, logdir / run)
+    assert main(["summarize", str(logdir), "--format", "json", "--cache-dir", str(cache)]) == 0
+    capsys.readouterr()
+    parses: list[str] = []
+    real = loader_module.load_events
+
+    def counting(path: str, **kwargs: Any) -> Any:
+        parses.append(path)
+        return real(path, **kwargs)
+
+    monkeypatch.setattr(loader_module, "load_events", counting)
+    plugin = _plugin(logdir, "--tb_attn_cache_dir", str(cache), "--tb_attn_cache_max_mb", "64",
+                     "--tb_attn_peak_flops", "2.5T", "--tb_attn_peak_bw", "100 GB/s")
+    assert plugin.service.loader.cache_max_bytes == 64 << 20
+    worker = plugin.service.summary("naive", None, None).workers[0]
+    assert parses == []  # from the cache
+    assert worker.roofline is not None and worker.roofline.source == "given by --peak-flops and --peak-bw"
+    assert worker.roofline.peak_flops["fp32"] == 2.5e12  # the cache holds the trace's own; the tab's applied
+    plugin.service.drilldown("naive", None, None, layer=0, phase=None, backward=False, profiler_installed=False)
+    assert len(parses) == 1  # a view of events parses the trace, once
+    plugin.service.summary("sdpa", None, None)
+    assert len(parses) == 1
+
+
+def test_cache_flags_are_checked_at_start_up(tmp_path: Path) -> None:
+    with pytest.raises(base_plugin.FlagsError, match="--tb_attn_cache_dir: the cache directory .* is inside the log"):
+        _plugin(tmp_path, "--tb_attn_cache_dir", str(tmp_path / "cache"))
+    with pytest.raises(base_plugin.FlagsError, match="--tb_attn_cache_max_mb must be at least 1"):
+        _plugin(tmp_path, "--tb_attn_cache_max_mb", "0")
+    assert not (tmp_path / "cache").exists()
