@@ -14,14 +14,11 @@ and the files are summarized on this machine instead: nothing is lost, only time
 from __future__ import annotations
 
 import argparse
-import contextlib
 import sys
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    import concurrent.futures as cf
-
     from tb_attn_plugin.schema import RunSummary
     from tb_attn_plugin.trace.discover import Run
 
@@ -85,29 +82,14 @@ def select(runs: Sequence[Run], args: argparse.Namespace) -> list[Run]:
     return [run for run in picked if run.files]
 
 
-@contextlib.contextmanager
-def _executor(args: argparse.Namespace, warn: Callable[[str], None]) -> Iterator[cf.Executor | None]:
-    from tb_attn_plugin.fanout import ExecutorUnavailable, dask_executor, executor_address
-
-    address = executor_address(args.executor)  # ValueError: checked by summaries' caller
-    with contextlib.ExitStack() as stack:
-        executor = None
-        if address is not None:
-            try:
-                executor = stack.enter_context(dask_executor(address))
-            except ExecutorUnavailable as exc:
-                warn(f"{exc}; summarizing on this machine instead")
-        yield executor
-
-
 def summaries(args: argparse.Namespace, loader_kwargs: dict[str, object], runs: Sequence[Run], *,
               worker: str | None = None, path: str | None = None) -> list[RunSummary]:
     """Every run summarized as the flags say. Raises ValueError for a bad ``--executor`` or a cache
     directory inside the logdir ``path``."""
-    from tb_attn_plugin.fanout import executor_address, summarize_runs
+    from tb_attn_plugin.fanout import executor_address, open_executor, summarize_runs
     from tb_attn_plugin.loader import Loader
 
-    executor_address(args.executor)  # a bad --executor is a usage error before anything runs
+    address = executor_address(args.executor)  # a bad --executor is a usage error before anything runs
     if args.cache_dir is not None and path is not None:
         from tb_attn_plugin.summary_cache import check_outside
 
@@ -122,6 +104,6 @@ def summaries(args: argparse.Namespace, loader_kwargs: dict[str, object], runs: 
 
         print(f"tb-attn: warning: {report.printable(message)}", file=sys.stderr)
 
-    with _executor(args, warn) as executor:
+    with open_executor(address, warn) as executor:
         return summarize_runs(runs, loader, worker=worker, jobs=args.jobs, executor=executor,
                               progress=False if args.no_progress else None, warn=warn)

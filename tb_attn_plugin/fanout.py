@@ -28,7 +28,7 @@ import logging
 import multiprocessing
 import os
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from typing import Any
 
 import msgspec
@@ -41,7 +41,7 @@ from tb_attn_plugin.trace.discover import Run, TraceFile
 from tb_attn_plugin.trace.events import ReadError, TraceError
 
 __all__ = ["AUTO_POOL_BYTES", "ExecutorUnavailable", "Task", "dask_executor", "default_jobs", "executor_address",
-           "summarize_runs", "summarize_task"]
+           "open_executor", "summarize_runs", "summarize_task"]
 
 _log = logging.getLogger(__name__)
 Warn = Callable[[str], None]
@@ -145,6 +145,33 @@ def dask_executor(address: str, *, timeout_s: float = 10.0) -> Iterator[cf.Execu
         yield client.get_executor(pure=False, retries=2)
     finally:
         client.close()
+
+
+@contextmanager
+def open_executor(spec: object, warn: Warn) -> Iterator[cf.Executor | None]:
+    """The executor ``spec`` names, for ``summarize_runs``: None (this machine's processes), any
+    ``concurrent.futures.Executor`` as it is, a ``distributed.Client``'s executor, or one on the Dask
+    scheduler that a string names (``executor_address``; closed on exit). A scheduler that cannot be
+    reached is a warning, and None: the files are summarized on this machine instead. Raises
+    ValueError for a string that names no executor, TypeError for anything else."""
+    if spec is None or isinstance(spec, cf.Executor):
+        yield spec
+        return
+    if hasattr(spec, "get_executor"):
+        yield spec.get_executor(pure=False, retries=2)
+        return
+    if not isinstance(spec, str):
+        raise TypeError(f"executor takes a concurrent.futures.Executor, a distributed.Client or 'dask://HOST:PORT', "
+                        f"not {type(spec).__name__}")
+    address = executor_address(spec)
+    with ExitStack() as stack:
+        executor = None
+        if address is not None:
+            try:
+                executor = stack.enter_context(dask_executor(address))
+            except ExecutorUnavailable as exc:
+                warn(f"{exc}; summarizing on this machine instead")
+        yield executor
 
 
 def _local_pool(workers: int) -> cf.ProcessPoolExecutor:
