@@ -315,12 +315,14 @@ def _ranks(args: argparse.Namespace) -> int:
         runs = [r for r in runs if len(r.workers) > 1]
         if not runs:
             return _fail(f"no run with two or more workers (ranks) under {args.path}")
+    total = {r.name: len(r.workers) for r in runs}
     runs = cli_batch.select(runs, args)
     if not runs:
         return _fail(f"no trace of ranks {args.ranks.spec} in the selected runs")
     gc.disable()
     try:
-        views = [ranks(s, margin=args.margin) for s in cli_batch.summaries(args, {}, runs, path=args.path)]
+        views = [cli_batch.sampled(ranks(s, margin=args.margin), total[s.run], args)
+                 for s in cli_batch.summaries(args, {}, runs, path=args.path)]
     except ValueError as exc:
         return _fail(str(exc))
     if args.format == "json":

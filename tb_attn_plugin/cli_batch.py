@@ -19,10 +19,11 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from tb_attn_plugin.responses import RanksResponse
     from tb_attn_plugin.schema import RunSummary
     from tb_attn_plugin.trace.discover import Run
 
-__all__ = ["add_flags", "select", "summaries"]
+__all__ = ["add_flags", "sampled", "select", "summaries"]
 
 
 def _jobs(text: str) -> int:
@@ -80,6 +81,14 @@ def select(runs: Sequence[Run], args: argparse.Namespace) -> list[Run]:
 
     picked = [select_ranks(run, args.ranks) for run in runs]
     return [run for run in picked if run.files]
+
+
+def sampled(view: RanksResponse, total: int, args: argparse.Namespace) -> RanksResponse:
+    """The ranks view with the run's rank count and the ``--ranks`` selection, as the tab's has them."""
+    import msgspec
+
+    return msgspec.structs.replace(view, ranks_total=total,
+                                   ranks_selected=None if args.ranks is None else args.ranks.spec)
 
 
 def summaries(args: argparse.Namespace, loader_kwargs: dict[str, object], runs: Sequence[Run], *,

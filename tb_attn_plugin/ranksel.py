@@ -12,6 +12,7 @@ them), a worker's rank is its position among the run's workers in sorted order. 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterable
 
 from tb_attn_plugin.analysis.ranks import MAX_WORLD_SIZE, rank_of
 from tb_attn_plugin.trace.discover import Run
@@ -29,6 +30,17 @@ class RankSet:
 
     def __contains__(self, rank: object) -> bool:
         return isinstance(rank, int) and any(lo <= rank <= hi for lo, hi in self.ranges)
+
+    @classmethod
+    def of(cls, ranks: Iterable[int]) -> RankSet:
+        """The ranks given, as runs of consecutive ranks."""
+        ranges: list[tuple[int, int]] = []
+        for rank in sorted(set(ranks)):
+            if ranges and rank == ranges[-1][1] + 1:
+                ranges[-1] = (ranges[-1][0], rank)
+            else:
+                ranges.append((rank, rank))
+        return cls(tuple(ranges))
 
     @property
     def spec(self) -> str:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, wait
 from typing import TYPE_CHECKING, Any
 
@@ -301,14 +301,14 @@ class Service:
         """The ranks view of the run, of only the ranks in ``selection`` (None: every rank): the
         other ranks' traces are never read, so a few ranks of a thousand load in a few parses."""
         from tb_attn_plugin.analysis.ranks import DEFAULT_MARGIN, ranks
-        from tb_attn_plugin.ranksel import file_ranks, select_ranks
+        from tb_attn_plugin.ranksel import RankSet, file_ranks, select_ranks
 
         if margin is not None and not 0 <= margin <= 10:
             raise errors.InvalidArgumentError("margin must be in 0..10 (a fraction: 0.2 is 20%)")
         run = self.run(run_name)
         picked = select_ranks(run, selection)
         if selection is not None and not picked.files:
-            have = _spec(file_ranks(run).values())
+            have = RankSet.of(file_ranks(run).values()).spec
             raise errors.NotFoundError(f"run {run_name!r} has no trace of ranks {selection.spec}"
                                        + (f" (its ranks are {have})" if have else " (it has no traces)"))
         (summary,) = self._summaries([(picked, None)])
@@ -424,17 +424,6 @@ class Service:
 def _incomplete(message: str) -> bool:
     """Whether a failure may only mean that the file is still being written."""
     return "truncated" in message or message.startswith("empty file")
-
-
-def _spec(ranks: Iterable[int]) -> str:
-    """Ranks as a selection names them (``RankSet.spec``): ``0-15,32``."""
-    ranges: list[list[int]] = []
-    for rank in sorted(set(ranks)):
-        if ranges and rank == ranges[-1][1] + 1:
-            ranges[-1][1] = rank
-        else:
-            ranges.append([rank, rank])
-    return ",".join(str(lo) if lo == hi else f"{lo}-{hi}" for lo, hi in ranges)
 
 
 def _file_key(trace: TraceFile) -> tuple[str, int, float]:

@@ -165,7 +165,9 @@ def test_the_cli_reads_only_the_selected_ranks(logdir: Path, capsys: pytest.Capt
     (run,) = json.loads(out)["runs"]
     assert [w["rank"] for w in run["workers"]] == [2, 3, 7]
     code, out, err = _cli(capsys, "ranks", str(logdir / "ranked"), "--format", "json", "--ranks", "0-1")
-    assert code == 0 and [r["rank"] for r in json.loads(out)["ranks"]] == [0, 1]
+    view = json.loads(out)
+    assert code == 0 and [r["rank"] for r in view["ranks"]] == [0, 1]
+    assert view["ranks_total"] == RANKS and view["ranks_selected"] == "0-1"  # as the tab's /ranks says
     code, out, err = _cli(capsys, "summarize", str(logdir / "ranked"), "--ranks", "100-200")
     assert code == 2 and out == "" and err == f"tb-attn: error: no trace of ranks 100-200 under {logdir / 'ranked'}\n"
 

@@ -31,7 +31,9 @@ ROOT = Path(__file__).resolve().parent.parent
 TRACE = SHARED_TRACES / "gpu" / "tracelens_h100_bert-small_sdpa-flash.json.gz"
 #: What the base install must neither install nor import: the [runner] and [profiler-tab] extras.
 HEAVY = ("torch", "transformers", "tqdm", "torch_tb_profiler")
-_SOURCES = ("setup.py", "pyproject.toml", "README.md", "runner", "tb_attn_plugin")
+#: Nor these: the [notebook] and [dask] extras.
+OPTIONAL = ("pandas", "dask", "distributed")
+_SOURCES = ("setup.py", "pyproject.toml", "README.md", "runner", "tb_attn", "tb_attn_plugin")
 
 # Imports the tab's plugin and the CLI, summarizes a trace, then reports which heavy modules
 # were imported and where the package came from (stdout: one JSON line; stderr: the summary).
@@ -74,7 +76,8 @@ def base_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_base_install_has_none_of_the_extras(base_venv: Path) -> None:
     probe = _run([str(base_venv / "bin" / "python"), "-c",
                   "import importlib.util, json, sys; "
-                  "print(json.dumps([m for m in sys.argv[1:] if importlib.util.find_spec(m) is not None]))", *HEAVY],
+                  "print(json.dumps([m for m in sys.argv[1:] if importlib.util.find_spec(m) is not None]))", *HEAVY,
+                  *OPTIONAL],
                  cwd=base_venv)
     assert probe.returncode == 0, probe.stderr
     assert json.loads(probe.stdout) == []
@@ -85,6 +88,25 @@ def test_summarize_a_shared_trace_without_torch(base_venv: Path) -> None:
     assert cli.returncode == 0, cli.stderr
     workers = [w for run in json.loads(cli.stdout)["runs"] for w in run["workers"]]
     assert [w["backend"] for w in workers] == ["flash"]
+
+
+_API_PROBE = """
+import json, sys, tb_attn
+r = tb_attn.load(sys.argv[1])
+try:
+    r.phases()
+    frames = "no error"
+except ImportError as exc:
+    frames = str(exc)
+print(json.dumps({"workers": len(r.runs[0].workers), "frames": frames, "pandas": "pandas" in sys.modules}))
+"""
+
+
+def test_the_api_loads_without_pandas_and_names_the_extra(base_venv: Path) -> None:
+    probe = _run([str(base_venv / "bin" / "python"), "-c", _API_PROBE, str(TRACE)], cwd=base_venv)
+    assert probe.returncode == 0, probe.stderr[-3000:]
+    assert json.loads(probe.stdout) == {"workers": 1, "pandas": False,
+                                        "frames": "tb_attn's DataFrames need pandas: pip install 'tb-attn[notebook]'"}
 
 
 _SCANNER_PROBE = ("import json; from tb_attn_plugin.trace import scanned; "

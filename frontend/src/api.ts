@@ -149,8 +149,9 @@ export const api = {
   /** `baseline` is a strategy ("sdpa", "performer M=64"); null: the server's rule (naive, else the first exact one). */
   strategies: (runs: string[], baseline: string | null, signal?: AbortSignal) =>
     getJsonAt<StrategiesResponse>("strategies", runsUrl("strategies", runs, { baseline }), signal),
-  ranks: (run: string, margin: number | null, signal?: AbortSignal) =>
-    getJson<RanksResponse>("ranks", { run, margin }, signal),
+  /** `ranks`: a rank selection ("0-7,512"); null: every rank. */
+  ranks: (run: string, margin: number | null, ranks: string | null, signal?: AbortSignal) =>
+    getJson<RanksResponse>("ranks", { run, margin, ranks }, signal),
 };
 
 /**

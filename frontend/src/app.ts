@@ -1,10 +1,21 @@
 // The controller: owns the state, fetches what the current view needs (discarding responses
 // that a newer request superseded), and re-renders the views on every change.
 
-import { api, errorText, Latest, type Target } from "./api";
+import { api, ApiError, errorText, Latest, type Target } from "./api";
 import { h } from "./dom";
-import { idle, initialState, Store, type Actions, type Loadable, type Selection, type State, type Tab } from "./state";
-import type { RunEntry } from "./types";
+import {
+  idle,
+  initialState,
+  rankSelection,
+  Store,
+  withRankSelection,
+  type Actions,
+  type Loadable,
+  type Selection,
+  type State,
+  type Tab,
+} from "./state";
+import type { RanksResponse, RunEntry } from "./types";
 import { CompareView } from "./views/compare";
 import { currentWorker, RunView } from "./views/run";
 import { RunsView } from "./views/runs";
@@ -71,6 +82,7 @@ export class App implements Actions {
       memory: idle(),
       timeline: idle(),
       ranks: idle(),
+      ranksFilterError: null,
     });
     if (run === null) {
       this.runView.dispose();
@@ -109,6 +121,15 @@ export class App implements Actions {
   setMargin(margin: number): void {
     this.store.set({ ranksMargin: margin });
     this.loadRanks(false);
+  }
+
+  setRanks(spec: string | null): void {
+    const s = this.store.get();
+    if (s.run === null) return;
+    const text = spec?.trim() || null;
+    const before = rankSelection(s);
+    this.store.set({ ranksSel: withRankSelection(s.ranksSel, s.run, text), ranksFilterError: null });
+    this.loadRanks(false, before);
   }
 
   openWorker(worker: string): void {
@@ -351,22 +372,45 @@ export class App implements Actions {
       .catch((err) => this.store.set({ strategiesData: { status: "error", data: null, error: errorText(err), key } }));
   }
 
-  /** The ranks view of the open run at the chosen margin; the shown data stays until the new arrives. */
-  private loadRanks(force: boolean): void {
+  /** The ranks view of the open run at the chosen margin, of its selected ranks; the shown data
+   * stays until the new arrives. A selection the server refuses (400: it does not parse; 404: it
+   * names no trace) is not an error of the view: the filter shows the server's message, and the
+   * view goes back to the selection and the data it showed (`before`: the selection before this
+   * one, where no data was shown yet). */
+  private loadRanks(force: boolean, before: string | null = null): void {
     const s = this.store.get();
     const run = s.run;
     if (run === null || s.tab !== "ranks") return;
     const margin = s.ranksMargin;
-    const key = JSON.stringify([run, margin]);
+    const spec = rankSelection(s);
+    const key = ranksKey(run, margin, spec);
     if (!force && s.ranks.key === key && s.ranks.status !== "error") return;
-    const keep = s.ranks.data?.run === run;
-    this.store.set({ ranks: { status: "loading", data: keep ? s.ranks.data : null, error: null, key } });
+    const shown = s.ranks.data?.run === run ? s.ranks.data : null;
+    this.store.set({ ranks: { status: "loading", data: shown, error: null, key } });
     this.ranksReq
-      .run((signal) => api.ranks(run, margin, signal))
+      .run((signal) => api.ranks(run, margin, spec, signal))
       .then((r) => {
-        if (!r.stale) this.store.set({ ranks: { status: "ok", data: r.value, error: null, key } });
+        if (r.stale) return;
+        // The server's spelling of the selection ("3,0-2" is "0-3") is the one remembered.
+        const sel = r.value.ranks_selected;
+        this.store.set({
+          ranks: { status: "ok", data: r.value, error: null, key: ranksKey(run, margin, sel) },
+          ranksSel: withRankSelection(this.store.get().ranksSel, run, sel),
+          ranksFilterError: null,
+        });
       })
-      .catch((err) => this.store.set({ ranks: { status: "error", data: null, error: errorText(err), key } }));
+      .catch((err) => {
+        if (spec !== null && err instanceof ApiError && (err.status === 400 || err.status === 404)) {
+          const back = shown ? shown.ranks_selected : before;
+          this.store.set({
+            ranksSel: withRankSelection(this.store.get().ranksSel, run, back),
+            ranksFilterError: err.message,
+            ranks: shown ? { status: "ok", data: shown, error: null, key: ranksKey(run, shown.margin, back) } : idle<RanksResponse>(),
+          });
+          return;
+        }
+        this.store.set({ ranks: { status: "error", data: null, error: errorText(err), key } });
+      });
   }
 
   private loadDrill(force: boolean): void {
@@ -409,4 +453,8 @@ export class App implements Actions {
     else if (onStrategies) this.strategiesView.update(s);
     else this.runsView.update(s);
   }
+}
+
+function ranksKey(run: string, margin: number, spec: string | null): string {
+  return JSON.stringify([run, margin, spec]);
 }

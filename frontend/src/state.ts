@@ -1,7 +1,7 @@
 // The tab's state: one plain object, replaced by patches; views re-render from it. The only
 // thing persisted (sessionStorage, so it survives TensorBoard re-creating the iframe) is the
-// open run, the sub-view, the chosen metrics and head statistic, the straggler margin, the
-// compared runs and the strategies view's runs and baseline.
+// open run, the sub-view, the chosen metrics and head statistic, the straggler margin and the
+// rank selection of each run, the compared runs and the strategies view's runs and baseline.
 
 import type { HeadMetricKey, MetricKey } from "./metrics";
 import type {
@@ -24,6 +24,12 @@ export const TABS: Tab[] = ["layers", "heads", "memory", "timeline", "roofline",
 /** The straggler margins the ranks view offers (fractions over the median); the server's default is 0.2. */
 export const MARGINS: number[] = [0.05, 0.1, 0.2, 0.5, 1];
 export const DEFAULT_MARGIN = 0.2;
+/** Runs with this many workers or more get the ranks view's rank filter (./ranks?ranks=0-7,512). */
+export const RANK_FILTER_MIN = 8;
+/** ... and from this many, a hint that a selection loads faster (every trace is read otherwise). */
+export const RANK_FILTER_HINT = 64;
+/** The rank selections remembered, one per run, the most recent kept. */
+const MAX_RANK_SELECTIONS = 32;
 
 export type GroupBy = "impl" | "seq" | "dtype" | "none";
 export const GROUP_BY: GroupBy[] = ["impl", "seq", "dtype", "none"];
@@ -72,6 +78,10 @@ export interface State {
   /** The ranks view (./ranks) of the open run, for `ranksMargin`. */
   ranks: Loadable<RanksResponse>;
   ranksMargin: number;
+  /** Each run's rank selection ("0-7,512", as the server normalized it); a run absent: every rank. */
+  ranksSel: Record<string, string>;
+  /** Why the server refused the last selection applied (400: does not parse; 404: no such trace). */
+  ranksFilterError: string | null;
   /** The ranks table's sort: "rank", "worker", a RanksResponse column ("attention_best", "step", ...), "L<n>", "heads". */
   ranksSort: { key: string; desc: boolean };
   /** Runs ticked in the runs list, in the order they were picked. */
@@ -105,6 +115,7 @@ interface Persisted {
   groupBy?: GroupBy;
   phaseMetric?: PhaseMetric | null;
   ranksMargin?: number;
+  ranksSel?: Record<string, string>;
   strategies?: string[] | null;
   strategyBaseline?: string | null;
 }
@@ -117,6 +128,28 @@ function loadPersisted(): Persisted {
   } catch {
     return {}; // storage disabled: start fresh
   }
+}
+
+/** The open run's rank selection; null: every rank. */
+export function rankSelection(s: State): string | null {
+  return s.run === null ? null : (s.ranksSel[s.run] ?? null);
+}
+
+/** `sel` with `run`'s selection set to `spec` (null: removed), the oldest dropped past the bound. */
+export function withRankSelection(sel: Record<string, string>, run: string, spec: string | null): Record<string, string> {
+  const out = { ...sel };
+  delete out[run]; // re-added last: the most recent
+  if (spec !== null) out[run] = spec;
+  const runs = Object.keys(out);
+  for (const r of runs.slice(0, Math.max(0, runs.length - MAX_RANK_SELECTIONS))) delete out[r];
+  return out;
+}
+
+function rankSelections(value: unknown): Record<string, string> {
+  if (!value || typeof value !== "object" || Array.isArray(value)) return {};
+  const out: Record<string, string> = {};
+  for (const [run, spec] of Object.entries(value as Record<string, unknown>)) if (typeof spec === "string" && spec) out[run] = spec;
+  return out;
 }
 
 /** The time figure a chart shows until one is picked: device time on a trace with kernels. */
@@ -155,6 +188,8 @@ export function initialState(): State {
       typeof p.ranksMargin === "number" && Number.isFinite(p.ranksMargin) && p.ranksMargin >= 0 && p.ranksMargin <= 10
         ? p.ranksMargin
         : DEFAULT_MARGIN,
+    ranksSel: rankSelections(p.ranksSel),
+    ranksFilterError: null,
     ranksSort: { key: "rank", desc: false },
     picked: compare ? [...compare] : strategies ? [...strategies] : [],
     baseline: compare && typeof p.baseline === "string" && compare.includes(p.baseline) ? p.baseline : null,
@@ -219,6 +254,7 @@ export class Store {
       groupBy: s.groupBy,
       phaseMetric: s.phaseMetric,
       ranksMargin: s.ranksMargin,
+      ranksSel: s.ranksSel,
       strategies: s.strategies,
       strategyBaseline: s.strategyBaseline,
     };
@@ -242,6 +278,9 @@ export interface Actions {
   retry(): void;
   /** The ranks view's straggler margin (a fraction over the median): refetches ./ranks. */
   setMargin(margin: number): void;
+  /** The ranks view's rank selection ("0-7,512"; null or blank: every rank): refetches ./ranks. A
+   * selection the server refuses is reported in `ranksFilterError`, and the one before it kept. */
+  setRanks(spec: string | null): void;
   /** Leaves the ranks view for one worker's own overview (its first span). */
   openWorker(worker: string): void;
   /** Ticks or unticks runs in the runs list. */

@@ -183,6 +183,13 @@ table.strategies-table td.speedup.worse { color: #c62828; }
 ul.crossovers { margin: 2px 0 6px; padding-left: 0; list-style: none; font-size: 12px; color: #424242; }
 ul.crossovers li { margin: 2px 0; }
 .ranks h3 { margin: 16px 0 4px; }
+.rank-filter { margin-top: -4px; }
+.rank-filter input.rank-filter-input { width: 180px; font-family: ui-monospace, SFMono-Regular, Menlo, Consolas, monospace; font-size: 12px; }
+.rank-filter button.clear { border: 1px solid #ccc; background: #fff; border-radius: 3px; padding: 2px 10px; }
+.rank-filter button.clear:hover:not(:disabled) { background: #f5f5f5; }
+.rank-filter button.clear:disabled { color: #9e9e9e; cursor: default; }
+.rank-filter .hint { margin: 0; }
+.rank-filter-error { color: #b71c1c; font-size: 12px; }
 .stragglers ul { margin: 4px 0 2px; padding-left: 18px; }
 .stragglers li { margin: 2px 0; }
 .badge.straggler { background: #ffebee; color: #b71c1c; border: 1px solid #ef9a9a; margin-left: 6px; font-weight: 600; }

@@ -102,6 +102,10 @@ html:has(.tb-attn.dark), body:has(.tb-attn.dark) { background: #202124; }
 .tb-attn.dark select, .tb-attn.dark input, .tb-attn.dark .back, .tb-attn.dark .chip, .tb-attn.dark .more-runs button {
   background: #303134; border-color: #5f6368; color: #e0e0e0; }
 .tb-attn.dark .back:hover, .tb-attn.dark .more-runs button:hover { background: #3c4043; }
+.tb-attn.dark .rank-filter button.clear { background: #303134; border-color: #5f6368; color: #e0e0e0; }
+.tb-attn.dark .rank-filter button.clear:hover:not(:disabled) { background: #3c4043; }
+.tb-attn.dark .rank-filter button.clear:disabled { color: #757575; }
+.tb-attn.dark .rank-filter-error { color: #f28b82; }
 .tb-attn.dark .secondary { background: #303134; border-color: #fb8c00; color: #ffb74d; }
 .tb-attn.dark .secondary:disabled { background: #303134; border-color: #5f6368; color: #757575; }
 .tb-attn.dark .chip.on { background: rgba(251,140,0,.18); border-color: #fb8c00; color: #ffb74d; }

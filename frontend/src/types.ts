@@ -550,6 +550,10 @@ export interface RanksResponse {
   /** e.g. two workers claiming one rank */
   warnings: string[];
   errors: FileError[];
+  /** the workers (ranks) the run has in all, selected or not */
+  ranks_total: number;
+  /** the rank selection read (normalized, "0-7,512"); None: every rank */
+  ranks_selected: string | null;
 }
 
 /** One worker (rank) of a run; means per step over its spans. */

@@ -114,6 +114,17 @@ def open_tab(page: Page, url: str) -> Frame:
     return frame
 
 
+def reload_tab(page: Page) -> Frame:
+    """Reloads TensorBoard's page; returns the tab's new iframe (which opens on the view its
+    session remembered, not necessarily the runs list)."""
+    page.reload()
+    deadline = time.monotonic() + 30
+    while (frame := next((f for f in page.frames if TAB_FRAME in f.url), None)) is None:
+        assert time.monotonic() < deadline, "no tab after the reload"
+        page.wait_for_timeout(50)
+    return frame
+
+
 def open_run(frame: Frame, run: str) -> None:
     """Clicks the run in the runs list and waits for its overview (or its error)."""
     frame.get_by_role("button", name=f"Open run {run}", exact=True).click()

@@ -60,7 +60,7 @@ def test_the_tab_reads_the_cli_s_cache_under_its_own_peaks(tmp_path: Path, built
 
 
 def test_cache_flags_are_checked_at_start_up(tmp_path: Path) -> None:
-    with pytest.raises(base_plugin.FlagsError, match="--tb_attn_cache_dir: the cache directory .* is inside the log"):
+    with pytest.raises(base_plugin.FlagsError, match=r"--tb_attn_cache_dir: the cache directory .* is inside the log"):
         _plugin(tmp_path, "--tb_attn_cache_dir", str(tmp_path / "cache"))
     with pytest.raises(base_plugin.FlagsError, match="--tb_attn_cache_max_mb must be at least 1"):
         _plugin(tmp_path, "--tb_attn_cache_max_mb", "0")

@@ -2,17 +2,19 @@
 // chosen margin, every rank's attention time (in its fastest step, and per layer) with the "All
 // ranks" aggregate (views/ranks_table.ts), attention / collectives / other per rank, the
 // collectives by name, and the layer x global head map that puts tensor-parallel shards back
-// together. The banner, the table and the map name their figures in the server's words
-// (metric_label, means_label, heads_label, median_label), so that they read as the CLI does.
+// together; a run of many ranks can be limited to some of them (views/ranks_filter.ts). The
+// banner, the table and the map name their figures in the server's words (metric_label,
+// means_label, heads_label, median_label), so that they read as the CLI does.
 
 import { stackedMax, valueAxis } from "../axes";
 import { createChart, esc, swatch, TOOLTIP_BASE, type EChart } from "../charts";
 import { append, h, replace, select } from "../dom";
 import { fmtCount, fmtShare, fmtUs } from "../format";
-import { MARGINS, type Actions, type State } from "../state";
+import { MARGINS, rankSelection, type Actions, type State } from "../state";
 import { INK } from "../theme";
 import type { RankRow, RanksResponse, Straggler } from "../types";
 import { errorBox, loadingBox, note } from "./common";
+import { RankFilter } from "./ranks_filter";
 import { GlobalHeadsMap } from "./ranks_heads";
 import { metricColumn, ranksTable } from "./ranks_table";
 
@@ -37,6 +39,7 @@ export class RanksView {
   private readonly tableEl: HTMLElement;
   private readonly chartEl: HTMLElement;
   private readonly headsMap = new GlobalHeadsMap();
+  private readonly filter: RankFilter;
   private chart: { chart: EChart; dispose: () => void } | null = null;
   private last: Record<string, unknown> = {};
 
@@ -45,7 +48,8 @@ export class RanksView {
     this.body = h("div");
     this.tableEl = h("div", { class: "table-wrap", dataset: { testid: "ranks-table" } });
     this.chartEl = h("div", { class: "chart", style: { height: "240px" }, dataset: { testid: "ranks-chart" } });
-    this.el = h("section", "ranks", this.toolbar, this.body);
+    this.filter = new RankFilter(actions);
+    this.el = h("section", "ranks", this.toolbar, this.filter.el, this.body);
   }
 
   update(s: State): void {
@@ -59,11 +63,21 @@ export class RanksView {
     const dataChanged = [changed("data", l.data), changed("error", l.error)].some(Boolean);
     const statusChanged = changed("status", l.status);
     const sortChanged = changed("sort", s.ranksSort);
+    const refusedChanged = changed("refused", s.ranksFilterError);
     if ([dataChanged, statusChanged, changed("margin", s.ranksMargin)].some(Boolean)) this.renderToolbar(s);
+    this.filter.update(s);
     if (l.status === "error" || !l.data) {
-      if (dataChanged || statusChanged) {
+      if (dataChanged || statusChanged || refusedChanged) {
         this.disposeCharts();
-        replace(this.body, l.status === "error" ? errorBox("Could not load the ranks:", l.error ?? "") : loadingBox("every rank of the run"));
+        const sel = rankSelection(s);
+        replace(
+          this.body,
+          l.status === "error"
+            ? errorBox("Could not load the ranks:", l.error ?? "")
+            : l.status === "idle" && s.ranksFilterError
+              ? note("No ranks loaded: correct the selection above, or show all ranks.")
+              : loadingBox(sel === null ? "every rank of the run" : `ranks ${sel} of the run`),
+        );
       }
       return;
     }
@@ -74,6 +88,7 @@ export class RanksView {
   dispose(): void {
     this.disposeCharts();
     this.last = {};
+    this.filter.reset();
   }
 
   private disposeCharts(): void {

@@ -80,7 +80,7 @@ export class RunView {
     const onRanks = s.tab === "ranks" && multi;
     const topChanged = [diff("run", s.run), diff("entry", entry), diff("worker", s.worker), diff("span", s.span), diff("step", s.step), diff("ws", ws), diff("onRanks", onRanks)];
     if (topChanged.some(Boolean)) this.renderTop(s, entry, ws, onRanks);
-    const cardChanged = [diff("summary", s.summary.data), diff("summaryErr", s.summary.error), diff("summaryStatus", s.summary.status), diff("ws2", ws), diff("onRanks2", onRanks)];
+    const cardChanged = [diff("summary", s.summary.data), diff("summaryErr", s.summary.error), diff("summaryStatus", s.summary.status), diff("ws2", ws), diff("onRanks2", onRanks), diff("rankSel", shownRanks(s))];
     if (cardChanged.some(Boolean)) this.renderCard(s, entry, ws, onRanks);
     const generating = !!ws?.generation;
     const attention = !!ws?.roofline;
@@ -205,7 +205,9 @@ export class RunView {
       if (!sum.data.workers.length && !sum.data.errors.length) children.push(note("This run has no trace files."));
     }
     // The ranks view is about every worker: one worker's figures would read as the run's.
-    if (ws && onRanks) children.push(h("div", "muted small", `All ${entry?.workers.length ?? 0} workers below; pick one in the worker selector for its own overview.`));
+    const sel = shownRanks(s);
+    const below = sel === null ? `All ${entry?.workers.length ?? 0} workers below` : `Ranks ${sel} of the ${entry?.workers.length ?? 0} workers below`;
+    if (ws && onRanks) children.push(h("div", "muted small", `${below}; pick one in the worker selector for its own overview.`));
     else if (ws) children.push(...this.stats(ws));
     replace(this.card, ...children);
   }
@@ -355,3 +357,7 @@ export class RunView {
   }
 }
 
+/** The rank selection the ranks view shows (the server's answer, not a selection still asked for); null: every rank. */
+function shownRanks(s: State): string | null {
+  return s.ranks.data?.run === s.run ? (s.ranks.data?.ranks_selected ?? null) : null;
+}
