@@ -44,17 +44,6 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {report.printable(message)}\n")
 
 
-def _mebibytes(text: str) -> int:
-    """A size limit in MiB, at least 1: 0 would refuse every trace, and a negative one too."""
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be a whole number of MiB, at least 1, got {text!r}")
-    return value
-
-
 def _rate(text: str) -> float:
     """A peak rate (``analysis.peaks.parse_rate``: "312T", "2.0e12", "1.9 TB/s")."""
     from tb_attn_plugin.analysis.peaks import parse_rate
@@ -83,7 +72,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--format", choices=("table", "json", "csv"), default="table")
     s.add_argument("--tokens", action="store_true",
                    help="with --format csv: one row per generation step (prefill, decode) instead of per layer x phase")
-    s.add_argument("--max-trace-mb", type=_mebibytes, default=4096,
+    s.add_argument("--max-trace-mb", type=cli_batch.whole("MiB"), default=4096,
                    help="refuse traces larger than this, uncompressed (default 4096)")
     _peak_flags(s)
     cli_batch.add_flags(s)
@@ -160,8 +149,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.jobs == 1 and args.executor is None:
         prefetch_analysis()  # a thread: only where no pool of processes is forked
     try:
-        runs = _listed_runs(args.path, args.run, args.ranks)
-    except _Usage as exc:
+        runs = cli_batch.select(_listed_runs(args.path, args.run), args, args.path)
+    except (_Usage, ValueError) as exc:
         return _fail(str(exc))
     if args.worker is not None:
         runs = [r for r in runs if args.worker in r.workers]
@@ -200,8 +189,8 @@ def _compare(args: argparse.Namespace) -> int:
     from tb_attn_plugin.trace.events import TraceError
 
     try:
-        runs = cli_batch.select(_picked_runs(args.path, args.runs), args)
-    except (_Usage, TraceError) as exc:
+        runs = cli_batch.select(_picked_runs(args.path, args.runs), args, args.path)
+    except (_Usage, TraceError, ValueError) as exc:
         return _fail(str(exc))
     if args.baseline is not None and args.baseline.strip("/") not in {r.name for r in runs}:
         return _fail(f"the baseline {args.baseline!r} is not one of the runs")
@@ -316,11 +305,9 @@ def _ranks(args: argparse.Namespace) -> int:
         if not runs:
             return _fail(f"no run with two or more workers (ranks) under {args.path}")
     total = {r.name: len(r.workers) for r in runs}
-    runs = cli_batch.select(runs, args)
-    if not runs:
-        return _fail(f"no trace of ranks {args.ranks.spec} in the selected runs")
     gc.disable()
     try:
+        runs = cli_batch.select(runs, args, args.path)
         views = [cli_batch.sampled(ranks(s, margin=args.margin), total[s.run], args)
                  for s in cli_batch.summaries(args, {}, runs, path=args.path)]
     except ValueError as exc:
@@ -382,9 +369,8 @@ class _Usage(Exception):
     """Input that the command cannot work on: printed as one line, exit code 2."""
 
 
-def _listed_runs(path: str, run: str | None, ranks: object = None) -> list[Run]:
-    """The runs under ``path``, or the one named ``run``, with only the traces of ``ranks``
-    (a ``ranksel.RankSet``) where given. Raises _Usage when there are none."""
+def _listed_runs(path: str, run: str | None) -> list[Run]:
+    """The runs under ``path``, or the one named ``run``. Raises _Usage when there are none."""
     from tb_attn_plugin.loader import resolve_runs
     from tb_attn_plugin.trace.events import TraceError
 
@@ -398,13 +384,6 @@ def _listed_runs(path: str, run: str | None, ranks: object = None) -> list[Run]:
         runs = [r for r in runs if r.name == run.strip("/")]
         if not runs:
             raise _Usage(f"no run named {run!r} under {path}")
-    if ranks is not None:
-        from tb_attn_plugin.ranksel import RankSet, select_ranks
-
-        assert isinstance(ranks, RankSet)
-        runs = [r for r in (select_ranks(r, ranks) for r in runs) if r.files]
-        if not runs:
-            raise _Usage(f"no trace of ranks {ranks.spec} under {path}")
     return runs
 
 

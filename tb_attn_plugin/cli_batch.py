@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -23,17 +23,22 @@ if TYPE_CHECKING:
     from tb_attn_plugin.schema import RunSummary
     from tb_attn_plugin.trace.discover import Run
 
-__all__ = ["add_flags", "sampled", "select", "summaries"]
+__all__ = ["add_flags", "sampled", "select", "summaries", "whole"]
 
 
-def _jobs(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be a whole number of processes, at least 1, got {text!r}")
-    return value
+def whole(unit: str) -> Callable[[str], int]:
+    """An argparse type: a whole number of ``unit``, at least 1."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = 0
+        if value < 1:
+            raise argparse.ArgumentTypeError(f"must be a whole number of {unit}, at least 1, got {text!r}")
+        return value
+
+    return parse
 
 
 def _ranks(text: str) -> object:
@@ -45,18 +50,8 @@ def _ranks(text: str) -> object:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
-def _megabytes(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be a whole number of MiB, at least 1, got {text!r}")
-    return value
-
-
 def add_flags(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--jobs", type=_jobs, default=None, metavar="N",
+    parser.add_argument("--jobs", type=whole("processes"), default=None, metavar="N",
                         help="summarize the files in N processes (default: one per core, where there are 16 MB or "
                              "more to parse)")
     parser.add_argument("--executor", default=None, metavar="URL",
@@ -68,19 +63,22 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cache-dir", default=None, metavar="DIR|URL",
                         help="keep summaries in this directory or fsspec URL (e.g. s3://team/tb-attn-cache/), shared "
                              "with other runs of tb-attn and with TensorBoard's --tb_attn_cache_dir")
-    parser.add_argument("--cache-max-mb", type=_megabytes, default=None, metavar="MB",
+    parser.add_argument("--cache-max-mb", type=whole("MiB"), default=None, metavar="MB",
                         help="bound a local --cache-dir to this size, evicting the least recently used summaries")
     parser.add_argument("--no-progress", action="store_true", help="draw no progress bar on the terminal")
 
 
-def select(runs: Sequence[Run], args: argparse.Namespace) -> list[Run]:
-    """The runs with only the ``--ranks`` selected (runs left with no trace dropped)."""
+def select(runs: Sequence[Run], args: argparse.Namespace, path: str) -> list[Run]:
+    """The runs with only the ``--ranks`` selected (runs left with no trace dropped). Raises
+    ValueError when no trace is left."""
     if args.ranks is None:
         return list(runs)
     from tb_attn_plugin.ranksel import select_ranks
 
-    picked = [select_ranks(run, args.ranks) for run in runs]
-    return [run for run in picked if run.files]
+    picked = [run for run in (select_ranks(run, args.ranks) for run in runs) if run.files]
+    if not picked:
+        raise ValueError(f"no trace of ranks {args.ranks.spec} under {path}")
+    return picked
 
 
 def sampled(view: RanksResponse, total: int, args: argparse.Namespace) -> RanksResponse:

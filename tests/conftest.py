@@ -26,6 +26,7 @@ from helpers import (
     torchrun,
 )
 
+from tb_attn_plugin import loader as loader_module
 from tb_attn_plugin import plugin as plugin_module
 from tb_attn_plugin.trace.decode import decode_bytes
 from tb_attn_plugin.trace.events import Events
@@ -55,6 +56,20 @@ def trace_events(trace_bytes: Callable[[str], bytes]) -> Callable[[str], Events]
         return decode_bytes(trace_bytes(name))
 
     return load
+
+
+@pytest.fixture
+def decodes(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The trace paths the loader reads and decodes (``loader.load_events``), in order."""
+    seen: list[str] = []
+    real = loader_module.load_events
+
+    def counting(path: str, **kwargs: object) -> object:
+        seen.append(path)
+        return real(path, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(loader_module, "load_events", counting)
+    return seen
 
 
 @pytest.fixture(scope="session")

@@ -11,7 +11,6 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from tb_attn_plugin import loader as loader_module
 from tb_attn_plugin.loader import Loader, resolve_runs
 from tb_attn_plugin.summary_cache import SummaryCache, check_outside, engine_version
 from tb_attn_plugin.trace.discover import TraceFile
@@ -29,28 +28,14 @@ def _trace(run: Path) -> TraceFile:
     return trace
 
 
-@pytest.fixture
-def parses(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """The traces the loader reads and decodes, in order."""
-    seen: list[str] = []
-    real = loader_module.load_events
-
-    def counting(path: str, **kwargs: object) -> object:
-        seen.append(path)
-        return real(path, **kwargs)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(loader_module, "load_events", counting)
-    return seen
-
-
 def test_a_second_loader_reads_the_cache_and_parses_nothing(run_copy: Path, tmp_path: Path,
-                                                           parses: list[str]) -> None:
+                                                           decodes: list[str]) -> None:
     cache = tmp_path / "cache"
     trace = _trace(run_copy)
     first = Loader(cache_dir=str(cache)).summarize_file(trace)
-    assert len(parses) == 1
+    assert len(decodes) == 1
     second = Loader(cache_dir=str(cache)).summarize_file(trace)  # as another process would
-    assert len(parses) == 1 and second == first
+    assert len(decodes) == 1 and second == first
     assert len(list(cache.rglob("*.tba"))) == 1
     assert not list(cache.rglob(".tmp-*"))  # written whole, renamed into place
 
@@ -86,7 +71,7 @@ def test_the_engine_version_follows_the_source(tmp_path: Path, monkeypatch: pyte
 
 
 @pytest.mark.parametrize("damage", ["truncate", "flip", "empty", "foreign", "valid digest, bad summary"])
-def test_a_damaged_entry_is_recomputed_and_rewritten(run_copy: Path, tmp_path: Path, parses: list[str],
+def test_a_damaged_entry_is_recomputed_and_rewritten(run_copy: Path, tmp_path: Path, decodes: list[str],
                                                      damage: str) -> None:
     cache_dir = tmp_path / "cache"
     trace = _trace(run_copy)
@@ -109,10 +94,10 @@ def test_a_damaged_entry_is_recomputed_and_rewritten(run_copy: Path, tmp_path: P
         entry.write_bytes(header + hashlib.sha256(payload).digest() + payload)
     loader = Loader(cache_dir=str(cache_dir))
     again = loader.summarize_file(trace)
-    assert again == good and len(parses) == 2  # recomputed
+    assert again == good and len(decodes) == 2  # recomputed
     assert loader.disk is not None and loader.disk.corrupt == 1
     assert entry.read_bytes() == raw  # and written again, whole
-    assert Loader(cache_dir=str(cache_dir)).summarize_file(trace) == good and len(parses) == 2
+    assert Loader(cache_dir=str(cache_dir)).summarize_file(trace) == good and len(decodes) == 2
 
 
 def test_an_unwritable_cache_is_said_once_and_costs_nothing_else(run_copy: Path, tmp_path: Path,

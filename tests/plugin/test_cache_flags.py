@@ -1,5 +1,5 @@
 """--tb_attn_cache_dir: the tab reads summaries that ``tb-attn summarize --cache-dir`` put there,
-under its own peaks, parses only for the views that need events, and never takes a cache inside
+under its own peaks, decodes only for the views that need events, and never takes a cache inside
 the logdir."""
 
 from __future__ import annotations
@@ -7,12 +7,10 @@ from __future__ import annotations
 import argparse
 import shutil
 from pathlib import Path
-from typing import Any
 
 import pytest
 from tensorboard.plugins import base_plugin
 
-from tb_attn_plugin import loader as loader_module
 from tb_attn_plugin.cli import main
 from tb_attn_plugin.plugin import AttentionLoader, AttentionPlugin
 
@@ -30,33 +28,25 @@ def _plugin(logdir: Path, *argv: str) -> AttentionPlugin:
     return plugin
 
 
-def test_the_tab_reads_the_cli_s_cache_under_its_own_peaks(tmp_path: Path, builtin_logdir: Path,
-                                                            monkeypatch: pytest.MonkeyPatch,
+def test_the_tab_reads_the_cli_s_cache_under_its_own_peaks(tmp_path: Path, builtin_logdir: Path, decodes: list[str],
                                                             capsys: pytest.CaptureFixture[str]) -> None:
     logdir, cache = tmp_path / "logdir", tmp_path / "cache"
     for run in ("naive", "sdpa"):
         shutil.copytree(builtin_logdir / run, logdir / run)
     assert main(["summarize", str(logdir), "--format", "json", "--cache-dir", str(cache)]) == 0
     capsys.readouterr()
-    parses: list[str] = []
-    real = loader_module.load_events
-
-    def counting(path: str, **kwargs: Any) -> Any:
-        parses.append(path)
-        return real(path, **kwargs)
-
-    monkeypatch.setattr(loader_module, "load_events", counting)
+    decodes.clear()  # the CLI's own parses
     plugin = _plugin(logdir, "--tb_attn_cache_dir", str(cache), "--tb_attn_cache_max_mb", "64",
                      "--tb_attn_peak_flops", "2.5T", "--tb_attn_peak_bw", "100 GB/s")
     assert plugin.service.loader.cache_max_bytes == 64 << 20
     worker = plugin.service.summary("naive", None, None).workers[0]
-    assert parses == []  # from the cache
+    assert decodes == []  # from the cache
     assert worker.roofline is not None and worker.roofline.source == "given by --peak-flops and --peak-bw"
     assert worker.roofline.peak_flops["fp32"] == 2.5e12  # the cache holds the trace's own; the tab's applied
     plugin.service.drilldown("naive", None, None, layer=0, phase=None, backward=False, profiler_installed=False)
-    assert len(parses) == 1  # a view of events parses the trace, once
+    assert len(decodes) == 1  # a view of events decodes the trace, once
     plugin.service.summary("sdpa", None, None)
-    assert len(parses) == 1
+    assert len(decodes) == 1
 
 
 def test_cache_flags_are_checked_at_start_up(tmp_path: Path) -> None:

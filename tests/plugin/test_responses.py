@@ -16,7 +16,6 @@ from tensorboard import errors
 from webtools import BASE, get, get_json, plugin_client
 
 from devtools.gen_types import TYPES_TS, render
-from tb_attn_plugin import loader as loader_module
 from tb_attn_plugin import responses
 from tb_attn_plugin.analysis.compare import BaselineError
 from tb_attn_plugin.analysis.views import ViewError
@@ -219,20 +218,6 @@ def test_a_trace_gone_since_the_listing_is_a_404(tmp_path: Path, logdir: Path) -
 
 
 # -- the loader is the only per-file cache --------------------------------------------------
-@pytest.fixture
-def decodes(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """The paths decoded, in order."""
-    seen: list[str] = []
-    real = loader_module.load_events
-
-    def counting(path: str, **kwargs: Any) -> Any:
-        seen.append(path)
-        return real(path, **kwargs)
-
-    monkeypatch.setattr(loader_module, "load_events", counting)
-    return seen
-
-
 def test_parse_yields_summary_and_analysis_from_one_decode(logdir: Path, decodes: list[str]) -> None:
     (run,) = [r for r in resolve_runs(str(logdir)) if r.name == "naive/seq16"]
     (trace,) = run.files

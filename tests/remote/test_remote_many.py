@@ -19,7 +19,6 @@ from manyruns import write_ranked_run
 from remotetools import BUCKET, LocalS3, client_of
 from webtools import BASE, get_json
 
-from tb_attn_plugin import loader as loader_module
 from tb_attn_plugin import report
 from tb_attn_plugin.cli import main
 from tb_attn_plugin.fanout import summarize_runs
@@ -45,7 +44,7 @@ def ranked(s3: LocalS3, builtin_logdir: Path, tmp_path_factory: pytest.TempPathF
 def cluster(s3: LocalS3) -> Iterator[Any]:
     """Two worker processes on loopback; they inherit the environment that points s3fs at moto."""
     cluster = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
-                                       dashboard_address=None, silence_logs=logging.ERROR)
+                                       dashboard_address="127.0.0.1:0", silence_logs=logging.ERROR)
     try:
         yield cluster
     finally:
@@ -63,21 +62,9 @@ def _serial(local: Path) -> str:
     return report.summary_json(summarize_runs(resolve_runs(str(local)), Loader(), jobs=1, progress=False))
 
 
-def _parses(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    seen: list[str] = []
-    real = loader_module.load_events
-
-    def counting(path: str, **kwargs: Any) -> Any:
-        seen.append(path)
-        return real(path, **kwargs)
-
-    monkeypatch.setattr(loader_module, "load_events", counting)
-    return seen
-
-
 def test_a_dask_cluster_fills_the_shared_cache_and_the_tab_parses_nothing(
         s3: LocalS3, ranked: Path, cluster: Any, no_cache: None, capsys: pytest.CaptureFixture[str],
-        monkeypatch: pytest.MonkeyPatch) -> None:
+        decodes: list[str]) -> None:
     logdir_before = s3.listing(BUCKET, "jobs/")
     code = main(["summarize", JOB, "--format", "json", "--executor", cluster.scheduler_address.replace("tcp", "dask"),
                  "--cache-dir", CACHE])
@@ -87,11 +74,11 @@ def test_a_dask_cluster_fills_the_shared_cache_and_the_tab_parses_nothing(
     assert len(s3.listing(BUCKET, "tb-attn-cache/")) == RANKS  # the workers wrote every entry
     assert s3.listing(BUCKET, "jobs/") == logdir_before  # the logdir is never written
 
-    parses = _parses(monkeypatch)
+    decodes.clear()  # the CLI's own (none: the workers parsed)
     client, _ = client_of(JOB, cache_dir=CACHE)
     summary = get_json(client, f"{BASE}/summary?run=.")
     ranks = get_json(client, f"{BASE}/ranks?run=.")
-    assert parses == []  # read from the cache: zero parses
+    assert decodes == []  # read from the cache: zero parses
     assert len(summary["workers"]) == RANKS and summary["errors"] == []
     assert sorted(r["rank"] for r in ranks["ranks"]) == list(range(RANKS))
     assert json.loads(out)["runs"][0]["workers"] == summary["workers"]
@@ -101,7 +88,7 @@ def test_a_dask_cluster_fills_the_shared_cache_and_the_tab_parses_nothing(
     s3.client.put_object(Bucket=BUCKET, Key=key, Body=s3.get(BUCKET, key)[: size // 2])
     fresh, _ = client_of(JOB, cache_dir=CACHE)
     assert get_json(fresh, f"{BASE}/summary?run=.") == summary
-    assert len(parses) == 1
+    assert len(decodes) == 1
     assert s3.listing(BUCKET, "tb-attn-cache/")[key] == (etag, size)  # written whole again
 
 
