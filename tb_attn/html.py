@@ -18,6 +18,8 @@ from tb_attn_plugin.schema import RunSummary
 __all__ = ["findings_html", "overview_html", "overview_text"]
 
 _FINDING_COLUMNS = ("severity", "title", "explanation", "suggestion")
+#: Rows a table shows at most (a 1,000-rank job has 1,000 workers): the rest are counted, and in the frames.
+MAX_ROWS = 32
 
 
 def _e(value: object) -> str:
@@ -29,8 +31,10 @@ def _row(cells: Sequence[object], *, tag: str = "td") -> str:
                             for c in cells) + "</tr>"
 
 
-def _table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
-    return "<table>" + _row(header, tag="th") + "".join(_row(r) for r in rows) + "</table>"
+def _table(header: Sequence[str], rows: Sequence[Sequence[object]], frame: str) -> str:
+    more = len(rows) - MAX_ROWS
+    tail = f"<p>... and {more} more: <code>{frame}</code></p>" if more > 0 else ""
+    return "<table>" + _row(header, tag="th") + "".join(_row(r) for r in rows[:MAX_ROWS]) + "</table>" + tail
 
 
 def _n(count: int, noun: str) -> str:
@@ -49,7 +53,7 @@ def findings_html(runs: Sequence[RunSummary]) -> str:
             for r in runs for w in r.workers for f in w.findings]
     if not rows:
         return ""
-    return f"<h4>Findings ({len(rows)})</h4>" + _table(("run", "worker", *_FINDING_COLUMNS), rows)
+    return f"<h4>Findings ({len(rows)})</h4>" + _table(("run", "worker", *_FINDING_COLUMNS), rows, "r.findings()")
 
 
 def overview_html(runs: Sequence[RunSummary], source: str) -> str:
@@ -58,11 +62,12 @@ def overview_html(runs: Sequence[RunSummary], source: str) -> str:
                for r in runs for w in r.workers]
     parts = [f"<div><p><strong>tb-attn summaries</strong> of <code>{_e(source)}</code>: {_e(_counts(runs))}</p>"]
     if workers:
-        parts.append(_table(("run", "worker", "span", "device", "backend", "layers", "steps", "headline"), workers))
+        parts.append(_table(("run", "worker", "span", "device", "backend", "layers", "steps", "headline"), workers,
+                            "r.workers()"))
     parts.append(findings_html(runs))
     errors = [(r.run, e.file, e.error) for r in runs for e in r.errors]
     if errors:
-        parts.append("<h4>Unreadable traces</h4>" + _table(("run", "file", "error"), errors))
+        parts.append("<h4>Unreadable traces</h4>" + _table(("run", "file", "error"), errors, "r.errors()"))
     return "".join(parts) + "</div>"
 
 
@@ -76,4 +81,6 @@ def overview_text(runs: Sequence[RunSummary], source: str) -> str:
                          f"{_n(w.step_count, 'step')}, {_n(len(w.findings), 'finding')}): "
                          f"{w.headline or 'no attention found'}")
         lines.extend(f"  {r.run} / {e.file}: unreadable: {e.error}" for e in r.errors)
+    if len(lines) > MAX_ROWS + 1:
+        lines = [*lines[:MAX_ROWS + 1], f"  ... and {len(lines) - MAX_ROWS - 1} more lines: r.workers(), r.errors()"]
     return "\n".join(printable(line) for line in lines)

@@ -10,6 +10,7 @@ import msgspec
 import pytest
 
 import tb_attn
+from tb_attn import html as html_module
 from tb_attn_plugin.schema import Evidence, FileError, Finding, RunSummary
 
 HOSTILE = "<script>alert('x')</script>"
@@ -74,3 +75,18 @@ def test_repr_is_a_few_printable_lines(hostile: tb_attn.Summaries) -> None:
 def test_an_empty_result() -> None:
     empty = tb_attn.Summaries([RunSummary(run="r", metadata=None, workers=[], errors=[])])
     assert "1 run, 0 worker traces" in repr(empty) and "Findings" not in empty._repr_html_()
+
+
+def test_a_thousand_ranks_show_a_bounded_overview(hostile: tb_attn.Summaries) -> None:
+    """A many-rank job's overview lists the first workers and findings and counts the rest."""
+    (run,) = hostile.runs
+    worker = run.workers[0]
+    many = msgspec.structs.replace(run, workers=[msgspec.structs.replace(worker, worker=f"host_rank{r}")
+                                                 for r in range(1000)])
+    big = tb_attn.Summaries([many], source="/logs/job")
+    html = big._repr_html_()
+    assert html.count("host_rank") == 2 * html_module.MAX_ROWS  # the workers' table and the findings'
+    assert f"... and {1000 - html_module.MAX_ROWS} more: <code>r.workers()</code>" in html
+    assert f"... and {1000 * len(worker.findings) - html_module.MAX_ROWS} more: <code>r.findings()</code>" in html
+    lines = repr(big).splitlines()
+    assert len(lines) == html_module.MAX_ROWS + 2 and lines[-1].startswith("  ... and 969 more lines")  # 1,000 workers and 1 error, less 32
