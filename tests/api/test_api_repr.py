@@ -89,4 +89,5 @@ def test_a_thousand_ranks_show_a_bounded_overview(hostile: tb_attn.Summaries) ->
     assert f"... and {1000 - html_module.MAX_ROWS} more: <code>r.workers()</code>" in html
     assert f"... and {1000 * len(worker.findings) - html_module.MAX_ROWS} more: <code>r.findings()</code>" in html
     lines = repr(big).splitlines()
-    assert len(lines) == html_module.MAX_ROWS + 2 and lines[-1].startswith("  ... and 969 more lines")  # 1,000 + 1 error - 32
+    assert len(lines) == html_module.MAX_ROWS + 2
+    assert lines[-1].startswith("  ... and 969 more lines")  # 1,000 workers + 1 error - 32
