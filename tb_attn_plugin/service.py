@@ -9,9 +9,8 @@ that turns the engine's errors into them.
 
 from __future__ import annotations
 
-import contextlib
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import Future, wait
 from typing import TYPE_CHECKING, Any
 
@@ -20,9 +19,9 @@ from tensorboard import errors
 
 from tb_attn_plugin.analysis import views
 from tb_attn_plugin.analysis.analyze import Analysis
-from tb_attn_plugin.analysis.compare import BaselineError
 from tb_attn_plugin.analysis.drilldown import drilldown as drilldown_view
 from tb_attn_plugin.cache import LRUCache
+from tb_attn_plugin.http_status import Loading, http_errors
 from tb_attn_plugin.jobs import Jobs
 from tb_attn_plugin.loader import Loader, Parsed
 from tb_attn_plugin.prefetch import Prefetch, budget, cached_figures
@@ -30,7 +29,6 @@ from tb_attn_plugin.profiler_link import profiler_link
 from tb_attn_plugin.registry import Registry
 from tb_attn_plugin.responses import (
     CompareResponse,
-    LoadingResponse,
     RanksResponse,
     RunEntry,
     RunsResponse,
@@ -51,36 +49,7 @@ if TYPE_CHECKING:
 __all__ = ["Loading", "Service", "http_errors"]
 
 _RECENT_S = 60.0  # an incomplete trace modified this recently is still being written
-RETRY_AFTER_MS = 300  # how soon a client polls a route that answered "loading"
 POLL_RUNS_MS = 1000  # how soon a client lists the runs again while their figures are parsed in the background
-
-
-class Loading(Exception):
-    """A route's traces are still being parsed in the background: answer 202 and be polled."""
-
-    def __init__(self, runs: list[str], pending: int, files: int) -> None:
-        super().__init__(f"parsing {pending} of {files} trace files")
-        self.runs, self.pending, self.files = runs, pending, files
-
-    def body(self) -> LoadingResponse:
-        return LoadingResponse(runs=self.runs, pending=self.pending, files=self.files, retry_after_ms=RETRY_AFTER_MS)
-
-
-@contextlib.contextmanager
-def http_errors(file: str | None = None) -> Iterator[None]:
-    """The one place where the engine's errors become HTTP errors, as a ``with`` block or a
-    decorator (``@http_errors()``): something the trace lacks (``views.ViewError``: an unknown
-    step, layer or phase) and a trace that cannot be read (``TraceError``; "cannot read FILE: ..."
-    when ``file`` is given) are 404s, a baseline that cannot be one is a 400. Anything else is a
-    bug and stays a 500."""
-    try:
-        yield
-    except views.ViewError as exc:
-        raise errors.NotFoundError(str(exc)) from None
-    except TraceError as exc:
-        raise errors.NotFoundError(f"cannot read {file}: {exc}" if file is not None else str(exc)) from None
-    except BaselineError as exc:
-        raise errors.InvalidArgumentError(str(exc)) from None
 
 
 class Service:

@@ -187,7 +187,7 @@ def test_the_mapping_is_written_once() -> None:
     ``http_errors`` does."""
     engine = ("ViewError", "TraceError", "ReadError", "BaselineError")
     places = set()
-    for name in ("service.py", "plugin.py"):
+    for name in ("service.py", "plugin.py", "http_status.py"):
         tree = ast.parse((PACKAGE / name).read_text(encoding="utf-8"))
         parents = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
         for node in ast.walk(tree):
@@ -202,7 +202,7 @@ def test_the_mapping_is_written_once() -> None:
                     guards.append(ast.unparse(scope.test))
             if any(e in g for g in guards for e in engine):
                 places.add(f"{name}:{scope.name}")
-    assert places == {"service.py:http_errors"}
+    assert places == {"http_status.py:http_errors"}
 
 
 def test_a_trace_gone_since_the_listing_is_a_404(tmp_path: Path, logdir: Path) -> None:
