@@ -38,6 +38,7 @@ from tb_attn_plugin.trace.events import Events, ReadError, TraceError
 
 if TYPE_CHECKING:
     from tb_attn_plugin.analysis.analyze import Analysis
+    from tb_attn_plugin.summary_cache import SummaryCache
 
 __all__ = ["DEFAULT_MAX_TRACE_BYTES", "Loader", "Parsed", "load_events", "parse_metadata", "prefetch_analysis",
            "resolve_runs"]
@@ -180,9 +181,12 @@ class Loader:
     cache_max_bytes: int | None = None
 
     def __post_init__(self) -> None:
-        from tb_attn_plugin.summary_cache import SummaryCache
+        self.disk: SummaryCache | None = None
+        if self.cache_dir:  # imported only then: a module imported on a request thread while another
+            # plugin forks (torch-tb-profiler's workers) would leave its import lock held in the child
+            from tb_attn_plugin.summary_cache import SummaryCache
 
-        self.disk = SummaryCache(self.cache_dir, max_bytes=self.cache_max_bytes) if self.cache_dir else None
+            self.disk = SummaryCache(self.cache_dir, max_bytes=self.cache_max_bytes)
         #: Why the summary cache is no longer written (the first write that failed), or None.
         self.cache_error: str | None = None
         summary_bytes = min(64 << 20, self.cache_bytes // 8)
