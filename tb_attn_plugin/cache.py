@@ -1,20 +1,18 @@
-"""A bounded cache of per-file results, keyed by (path, size, mtime), optionally on local disk.
+"""A bounded cache of per-file results in memory, keyed by (path, size, mtime).
 
 A file that changes (new size or mtime) gets a new key, so a stale entry is never served. The
-memory cache is an LRU bounded by entry count and by approximate bytes. The disk cache, when
-given a directory, stores encoded summaries there; it never writes into the logdir.
+cache is an LRU bounded by entry count and by approximate bytes. Summaries kept across processes
+and machines are the summary cache's (``summary_cache.py``).
 """
 
 from __future__ import annotations
 
-import os
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
-from pathlib import Path
 from typing import Generic, TypeVar
 
-__all__ = ["DiskCache", "Key", "LRUCache"]
+__all__ = ["Key", "LRUCache"]
 
 Key = tuple[str, int, float]  # a file version: (path, size, mtime)
 V = TypeVar("V")
@@ -68,36 +66,3 @@ class LRUCache(Generic[V]):
     @property
     def nbytes(self) -> int:
         return self._bytes
-
-
-class DiskCache:
-    """Encoded values in a local directory, one file per key, written atomically."""
-
-    def __init__(self, directory: str | os.PathLike[str], *, namespace: str) -> None:
-        self.directory = Path(directory)
-        self.namespace = namespace
-
-    def _path(self, key: Key) -> Path:
-        import hashlib  # only with a disk cache: keeps the CLI's start-up short
-
-        digest = hashlib.sha256(repr((self.namespace, *key)).encode()).hexdigest()
-        return self.directory / digest[:2] / f"{digest}.bin"
-
-    def get(self, key: Key) -> bytes | None:
-        try:
-            return self._path(key).read_bytes()
-        except OSError:
-            return None
-
-    def put(self, key: Key, data: bytes) -> None:
-        import tempfile
-
-        path = self._path(key)
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-            os.replace(tmp, path)
-        except OSError:
-            return  # a cache that cannot write is only slower

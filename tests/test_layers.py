@@ -70,8 +70,8 @@ def test_vocabulary_imports_nothing_of_ours() -> None:
 
 
 def test_only_trace_io_opens_files() -> None:
-    """Of the logdir's files; ``cache.py`` keeps the CLI's own ``--cache-dir`` and ``plugin.py``
-    serves the package's static assets."""
+    """Of the logdir's files; ``summary_cache.py`` writes and trims a local ``--cache-dir`` (its
+    entries are read through ``trace.io``) and ``plugin.py`` serves the package's static assets."""
     opening: set[str] = set()
     for path in sorted(PACKAGE.rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
@@ -82,4 +82,4 @@ def test_only_trace_io_opens_files() -> None:
                     isinstance(f, ast.Attribute) and f.attr in {"open", "listdir", "scandir", "walk", "read_bytes",
                                                                 "read_text", "write_bytes", "write_text"}):
                 opening.add(str(path.relative_to(PACKAGE)))
-    assert opening == {"trace/io.py", "cache.py", "plugin.py"}
+    assert opening == {"trace/io.py", "summary_cache.py", "plugin.py"}
