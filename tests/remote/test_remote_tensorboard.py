@@ -6,6 +6,7 @@ The endpoint is given the tool-specific way here (the other tests use ``AWS_ENDP
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -63,6 +64,9 @@ class _TensorBoard:
         try:
             code = self.proc.wait(timeout=20)
         except subprocess.TimeoutExpired:
+            for pid in [*_children(self.proc.pid), *children]:  # a child stuck after a fork holds the pipe open
+                with contextlib.suppress(OSError):
+                    os.kill(pid, signal.SIGKILL)
             self.proc.kill()
             self.proc.wait()
             raise
