@@ -63,7 +63,6 @@ import hashlib
 import json
 import math
 import os
-import platform
 import re
 import shutil
 import signal
@@ -74,8 +73,6 @@ import tempfile
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
-from datetime import UTC, datetime
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -791,40 +788,20 @@ def markdown(logdir: Logdir, jobs: Sequence[Job], results: dict[str, Result], ch
     return "\n".join(lines) + "\n"
 
 
-def _version(dist: str) -> str:
-    try:
-        return metadata.version(dist)
-    except metadata.PackageNotFoundError:
-        return "not installed"
-
-
 def environment(hta_py: str) -> dict[str, Any]:
-    mem_kib = 0
-    cpu = platform.processor()
-    with open("/proc/meminfo") as f:
-        for line in f:
-            if line.startswith("MemTotal:"):
-                mem_kib = int(line.split()[1])
-    with open("/proc/cpuinfo") as f:
-        for line in f:
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
-    dirty = subprocess.run(["git", "status", "--porcelain"], cwd=ROOT, capture_output=True, text=True)
+    """The machine as ``analysis_speed`` records it, with this bench's versions and HTA's venv."""
+    from analysis_speed import _version
+    from analysis_speed import environment as machine
+
     hta = subprocess.run([hta_py, "-c", "import importlib.metadata as m, platform; "
                                         "print(m.version('HolisticTraceAnalysis'), m.version('pandas'), "
                                         "platform.python_version())"], capture_output=True, text=True)
     hta_v = hta.stdout.split() if hta.returncode == 0 else ["not installed"] * 3
-    return {
-        "date": datetime.now(UTC).isoformat(timespec="seconds"),
-        "cpus": os.cpu_count(), "memory_gib": round(mem_kib / (1 << 20), 1), "cpu": cpu,
-        "python": platform.python_version(), "platform": platform.platform(),
-        "git": commit.stdout.strip() + ("-dirty" if dirty.stdout.strip() else ""),
-        "versions": {**{d: _version(d) for d in ("tb-attn", "dask", "distributed", "msgspec", "numpy")},
-                     "HolisticTraceAnalysis": hta_v[0], "pandas (HTA's venv)": hta_v[1] if len(hta_v) > 1 else "",
-                     "python (HTA's venv)": hta_v[2] if len(hta_v) > 2 else ""},
-    }
+    env = machine()
+    env["versions"] = {**{d: _version(d) for d in ("tb-attn", "dask", "distributed", "msgspec", "numpy")},
+                       "HolisticTraceAnalysis": hta_v[0], "pandas (HTA's venv)": hta_v[1] if len(hta_v) > 1 else "",
+                       "python (HTA's venv)": hta_v[2] if len(hta_v) > 2 else ""}
+    return env
 
 
 def _ints(text: str) -> list[int]:
