@@ -108,7 +108,8 @@ def ranks_table(view: RanksResponse) -> str:
     rows = _cells(rows)
     widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
     fmt = "  ".join(f"{{:<{w}}}" if i < 2 or i >= len(widths) - 2 else f"{{:>{w}}}" for i, w in enumerate(widths))
-    lines = [f"{view.run}: {len(view.ranks)} ranks",
+    sampled = f" of {view.ranks_total} (--ranks {view.ranks_selected})" if view.ranks_selected else ""
+    lines = [f"{view.run}: {len(view.ranks)} ranks{sampled}",
              f"fastest: {view.metric_label} (the straggler metric)",
              f"other columns: {view.means_label}",
              f"median: {view.median_label}",
