@@ -169,7 +169,7 @@ def test_the_cli_reads_only_the_selected_ranks(logdir: Path, capsys: pytest.Capt
     assert code == 0 and [r["rank"] for r in view["ranks"]] == [0, 1]
     assert view["ranks_total"] == RANKS and view["ranks_selected"] == "0-1"  # as the tab's /ranks says
     code, out, err = _cli(capsys, "ranks", str(logdir / "ranked"), "--ranks", "1,0")
-    assert code == 0 and out.startswith(f"ranked: 2 ranks of {RANKS} (--ranks 0-1)\n")
+    assert code == 0 and out.startswith(f".: 2 ranks of {RANKS} (--ranks 0-1)\n")
     code, out, err = _cli(capsys, "summarize", str(logdir / "ranked"), "--ranks", "100-200")
     assert code == 2 and out == "" and err == f"tb-attn: error: no trace of ranks 100-200 under {logdir / 'ranked'}\n"
 
