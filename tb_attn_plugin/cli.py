@@ -224,8 +224,7 @@ def _apply_peaks(summaries: Sequence[RunSummary], args: argparse.Namespace) -> N
 
 
 def _picked_runs(path: str, names: str | None) -> list[Run]:
-    """The runs under ``path``, or those of the comma-separated ``names`` in their order. Raises
-    ``_Usage`` for a name that is not a run, or no runs at all."""
+    """The runs under ``path``, or those of the comma-separated ``names``; _Usage for none or an unknown one."""
     from tb_attn_plugin.loader import resolve_runs
 
     runs = resolve_runs(path)
