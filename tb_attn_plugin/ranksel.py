@@ -80,10 +80,12 @@ def file_ranks(run: Run) -> dict[str, int]:
     """Each worker's rank as the names tell it: from every worker's name where each has a rank in
     it (and no two share one), else the workers' positions in sorted order."""
     workers = run.workers
+    first_file: dict[str, str] = {}
+    for f in run.files:
+        first_file.setdefault(f.worker, f.name)
     named: dict[str, int] = {}
     for worker in workers:
-        files = [f.name for f in run.files if f.worker == worker]
-        rank, _ = rank_of(None, worker, files[0] if files else "")
+        rank, _ = rank_of(None, worker, first_file.get(worker, ""))
         if rank is None:
             break
         named[worker] = rank
