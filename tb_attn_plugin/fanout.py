@@ -67,6 +67,7 @@ class Task(msgspec.Struct, frozen=True):
     max_trace_bytes: int | None
     cache_dir: str | None
     cache_max_bytes: int | None
+    cache_missed: bool = False  # the caller found no entry for it just now: the worker does not ask again
 
     def trace(self) -> TraceFile:
         return TraceFile(self.path, self.name, self.worker, self.span, self.size, self.mtime, self.etag)
@@ -94,6 +95,8 @@ def summarize_task(task: bytes) -> bytes:
         loader = _WORKER_LOADERS[config] = Loader(cache_dir=t.cache_dir, max_trace_bytes=t.max_trace_bytes,
                                                   cache_max_bytes=t.cache_max_bytes, cache_bytes=64 << 20)
     trace = t.trace()
+    if t.cache_missed:
+        loader.known_miss(trace)
     try:
         with _roomy_malloc():
             summary = loader.summarize_file(trace, metadata=t.metadata)
@@ -288,7 +291,7 @@ def _fan_out(todo: list[tuple[TraceFile, dict[str, object] | None]], loader: Loa
     futures: dict[cf.Future[bytes], TraceFile] = {}
     for trace, meta in sorted(todo, key=lambda tm: -tm[0].size):
         task = Task(trace.path, trace.name, trace.worker, trace.span, trace.size, trace.mtime, trace.etag, meta,
-                    loader.max_trace_bytes, loader.cache_dir, loader.cache_max_bytes)
+                    loader.max_trace_bytes, loader.cache_dir, loader.cache_max_bytes, loader.disk is not None)
         try:
             futures[executor.submit(summarize_task, msgspec.msgpack.encode(task))] = trace
         except Exception as exc:  # a pool already broken, a client closed under us

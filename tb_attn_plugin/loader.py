@@ -189,6 +189,9 @@ class Loader:
             self.disk = SummaryCache(self.cache_dir, max_bytes=self.cache_max_bytes)
         #: Why the summary cache is no longer written (the first write that failed), or None.
         self.cache_error: str | None = None
+        #: File versions the summary cache was just found not to hold: the parse that follows does
+        #: not ask it again (one read per miss, not two).
+        self.cache_misses: set[Key] = set()
         summary_bytes = min(64 << 20, self.cache_bytes // 8)
         self.memory: LRUCache[WorkerSummary] = LRUCache(max_entries=1 << 16, max_bytes=summary_bytes,
                                                         sizeof=_summary_nbytes)
@@ -311,16 +314,25 @@ class Loader:
     def from_summary_cache(self, traces: list[TraceFile]) -> dict[TraceFile, WorkerSummary]:
         """The summaries of ``traces`` that the summary cache holds (in one batch of reads on
         object stores), kept in memory too; damaged entries are misses."""
-        if self.disk is None or not traces:
+        asked = [t for t in traces if _key(t) not in self.cache_misses]
+        self.cache_misses.difference_update(_key(t) for t in traces)
+        if self.disk is None or not asked:
             return {}
         found: dict[TraceFile, WorkerSummary] = {}
-        for trace, payload in self.disk.get_many(traces).items():
+        for trace, payload in self.disk.get_many(asked).items():
             summary = self.disk.decode(payload)
             if summary is not None:
                 self._with_peaks(summary)
                 self.memory.put(_key(trace), summary)
                 found[trace] = summary
+        if len(self.cache_misses) > 1 << 16:
+            self.cache_misses.clear()
+        self.cache_misses.update(_key(t) for t in asked if t not in found)
         return found
+
+    def known_miss(self, trace: TraceFile) -> None:
+        """The summary cache holds nothing for ``trace`` (another process just asked it)."""
+        self.cache_misses.add(_key(trace))
 
     def parse(self, trace: TraceFile, *, metadata: dict[str, object] | None = None, keep: bool = True,
               summary_only: bool = False) -> Parsed:

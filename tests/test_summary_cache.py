@@ -142,3 +142,27 @@ def test_the_cache_is_never_inside_the_logdir(tmp_path: Path) -> None:
     check_outside(str(tmp_path / "cache"), str(tmp_path / "logdir"))
     check_outside("s3://team/tb-attn-cache", "s3://team/runs")
     check_outside("s3://team/runs-cache", "s3://team/runs")  # a sibling prefix, not inside
+
+
+def test_each_entry_is_read_once_per_miss(tmp_path: Path, builtin_logdir: Path,
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """A batch finds the misses; the parses that follow do not ask the cache again."""
+    from tb_attn_plugin.fanout import summarize_runs
+    from tb_attn_plugin.trace import io
+
+    for run in ("naive", "sdpa"):
+        shutil.copytree(builtin_logdir / run, tmp_path / "logdir" / run)
+    asked: list[str] = []
+    real = io.read_many
+
+    def counting(paths: list[str], **kwargs: object) -> object:
+        asked.extend(p for p in paths if p.endswith(".tba"))
+        return real(paths, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(io, "read_many", counting)
+    runs = resolve_runs(str(tmp_path / "logdir"))
+    summarize_runs(runs, Loader(cache_dir=str(tmp_path / "cache")), jobs=1, progress=False)
+    assert len(asked) == 2 == len(set(asked))
+    asked.clear()
+    summarize_runs(runs, Loader(cache_dir=str(tmp_path / "cache")), jobs=1, progress=False)
+    assert len(asked) == 2  # the second time: both found, in the one batch
