@@ -21,9 +21,11 @@ is documented in ``docs/runner.md`` ("Masks")::
   from the draw (the run metadata), not from the spec.
 
 Positions are aligned at the top left, as PyTorch's ``is_causal`` does when the query and key
-lengths differ. Every mask but ``block`` keeps one contiguous run of keys per query (``key_ranges``), so
-counts are exact integers summed over queries (``kept_pairs``), checked pair by pair against the
-definitions above in ``tests/test_masks.py``. The analysis takes a mask's kept share from the run
+lengths differ. Every mask but ``block`` keeps one contiguous run of keys per query, so its kept
+pairs are exact integers (``kept_pairs``), checked pair by pair against the definitions above in
+``tests/test_masks.py``. They are computed in closed form, in time independent of the lengths: the
+lengths and the mask's value come from run metadata, which anyone can write, and a sequence of
+2^31 tokens must cost what 512 does. The analysis takes a mask's kept share from the run
 metadata, where the runner measured it on the mask itself, and from ``kept_pairs`` where the
 metadata names a mask without one.
 """
@@ -31,17 +33,24 @@ metadata names a mask without one.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
+from itertools import pairwise
 
-import numpy as np
-
-__all__ = ["BLOCK_SIZE", "MASK_KINDS", "MaskSpec", "kept_pairs", "key_ranges", "parse_mask"]
+__all__ = ["BLOCK_SIZE", "MASK_KINDS", "MAX_VALUE", "MaskSpec", "kept_pairs", "parse_mask"]
 
 MASK_KINDS: tuple[str, ...] = ("causal", "sliding", "document", "prefix", "block")
 #: ``flex_attention``'s default block size (queries and keys), the granularity it skips work at.
 BLOCK_SIZE = 128
 #: Longest spec text read; anything longer is not a mask spec.
 _MAX_SPEC = 64
+#: The largest window, document count or prefix a spec may name (a context length's bound,
+#: ``scopes.MAX_CONTEXT`` - 1): a larger one is a bad spec, not a number to compute with.
+MAX_VALUE = (1 << 31) - 1
+#: Documents counted one by one when the query and key lengths differ (equal lengths, the
+#: analysis's case, take a closed form): past this many, ``kept_pairs`` gives None.
+_MAX_DOCUMENTS = 1 << 16
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,8 +95,8 @@ def parse_mask(text: str, *, causal: bool = True) -> MaskSpec:
         value = int(arg.strip())
     except ValueError:
         raise ValueError(f"{kind}:{_PLACEHOLDER[kind]} needs a whole number, got {arg!r}") from None
-    if value <= 0:
-        raise ValueError(f"{kind}:{_PLACEHOLDER[kind]} must be > 0, got {value}")
+    if not 0 < value <= MAX_VALUE:
+        raise ValueError(f"{kind}:{_PLACEHOLDER[kind]} must be in 1..{MAX_VALUE}, got {_clip_digits(value)}")
     if kind == "prefix" and not causal:
         raise ValueError("prefix:P is causal after the prefix: drop --no-causal")
     return MaskSpec(kind, value)
@@ -96,35 +105,87 @@ def parse_mask(text: str, *, causal: bool = True) -> MaskSpec:
 _PLACEHOLDER = {"sliding": "W", "document": "N", "prefix": "P", "block": "DENSITY"}
 
 
-def key_ranges(spec: MaskSpec, sq: int, sk: int, *, causal: bool) -> tuple[np.ndarray, np.ndarray]:
-    """For each query, the keys it sees as one range ``[lo, hi)``: every mask here keeps a
-    contiguous run of keys per query (not ``block``)."""
-    i = np.arange(sq, dtype=np.int64)
-    if spec.kind == "causal":
-        lo, hi = np.zeros_like(i), i + 1
-    elif spec.kind == "sliding":
-        w = int(spec.value)  # type: ignore[arg-type]
-        lo, hi = i - w + 1, (i + 1 if causal else i + w)
-    elif spec.kind == "document":
-        n = int(spec.value)  # type: ignore[arg-type]
-        doc = i * n // sq
-        lo, hi = -(-doc * sk // n), -(-(doc + 1) * sk // n)  # keys j with j * n // sk == doc
-        if causal:
-            hi = np.minimum(hi, i + 1)
-    elif spec.kind == "prefix":
-        lo, hi = np.zeros_like(i), np.maximum(i + 1, int(spec.value))  # type: ignore[arg-type]
-    else:
-        raise ValueError("a block mask is a random draw: it has no key ranges of its own")
-    lo = np.clip(lo, 0, sk)
-    return lo, np.clip(hi, lo, sk)
+def _clip_digits(value: int) -> str:
+    text = str(value)
+    return text if len(text) <= 24 else f"{text[:12]}…({len(text)} digits)"
 
 
 def kept_pairs(spec: MaskSpec, sq: int, sk: int, *, causal: bool) -> int | None:
     """The (query, key) pairs ``spec`` keeps for ``sq`` queries and ``sk`` keys; None for a block
-    mask (its share comes from its draw)."""
+    mask (its share comes from its draw), and for a document mask over lengths that differ with
+    more than ``_MAX_DOCUMENTS`` documents holding queries. Constant time otherwise."""
     if spec.kind == "block":
         return None
     if sq <= 0 or sk <= 0:
         return 0
-    lo, hi = key_ranges(spec, sq, sk, causal=causal)
-    return int((hi - lo).sum())
+    if spec.kind == "document":
+        return _document_pairs(int(spec.value), sq, sk, causal=causal)  # type: ignore[arg-type]
+    lo, hi, kinks = _key_range(spec, sk, causal=causal)
+    return _sum_counts(lo, hi, 0, sq, kinks)
+
+
+KeyBound = Callable[[int], int]
+
+
+def _key_range(spec: MaskSpec, sk: int, *, causal: bool) -> tuple[KeyBound, KeyBound, list[int]]:
+    """Query i's keys as ``[lo(i), hi(i))``, each a clipped linear function of i, and the
+    queries at which either may bend."""
+    def clip(x: int) -> int:
+        return min(max(x, 0), sk)
+
+    if spec.kind == "causal":
+        return (lambda i: 0), (lambda i: clip(i + 1)), [sk - 1]
+    value = int(spec.value)  # type: ignore[arg-type]
+    if spec.kind == "sliding":
+        reach = 1 if causal else value  # keys up to i (causal), or up to i + W - 1
+        return ((lambda i: clip(i - value + 1)), (lambda i: clip(i + reach)),
+                [value - 1, sk + value - 1, -reach, sk - reach])
+    if spec.kind == "prefix":
+        return (lambda i: 0), (lambda i: clip(max(i + 1, value))), [value - 1, sk - 1]
+    raise ValueError(f"no key range for a {spec.kind} mask")
+
+
+def _sum_counts(lo: KeyBound, hi: KeyBound, start: int, end: int, kinks: list[int]) -> int:
+    """Σ over queries i in [start, end) of hi(i) - lo(i) (at least 0), where both are linear
+    between ``kinks``: an arithmetic series per stretch, (first + last) · n / 2."""
+    cuts = sorted({start, end, *(k for k in kinks if start < k < end)})
+    total = 0
+    for a, b in pairwise(cuts):
+        first, last = max(hi(a) - lo(a), 0), max(hi(b - 1) - lo(b - 1), 0)
+        total += (first + last) * (b - a) // 2
+    return total
+
+
+def _constant(value: int, i: int) -> int:
+    return value
+
+
+def _within(lo: int, hi: int, i: int) -> int:
+    """Causal keys up to query i, within a document's keys [lo, hi)."""
+    return min(max(i + 1, lo), hi)
+
+
+def _document_pairs(n: int, sq: int, sk: int, *, causal: bool) -> int | None:
+    """Pairs within documents: query i is in document i·n // sq, key j in j·n // sk, so document
+    d holds the positions [⌈d·len/n⌉, ⌈(d+1)·len/n⌉)."""
+    if sq == sk:  # r documents of a + 1 tokens, n - r of a: whatever n, two terms
+        a, r = divmod(sq, n)
+        if causal:
+            return r * (a + 1) * (a + 2) // 2 + (n - r) * a * (a + 1) // 2
+        return r * (a + 1) ** 2 + (n - r) * a**2
+    if min(n, sq) > _MAX_DOCUMENTS:
+        return None
+
+    def bounds(d: int, length: int) -> tuple[int, int]:
+        return -(-d * length // n), -(-(d + 1) * length // n)
+
+    docs = range(n) if n <= sq else sorted({i * n // sq for i in range(sq)})
+    total = 0
+    for d in docs:
+        q0, q1 = bounds(d, sq)
+        k0, k1 = bounds(d, sk)
+        if not causal:
+            total += (q1 - q0) * (k1 - k0)
+            continue
+        total += _sum_counts(partial(_constant, k0), partial(_within, k0, k1), q0, q1, [k0 - 1, k1 - 1])
+    return total

@@ -5,8 +5,10 @@ from __future__ import annotations
 import itertools
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from tb_attn_plugin.masks import MaskSpec, kept_pairs, parse_mask
+from tb_attn_plugin.masks import MAX_VALUE, MaskSpec, kept_pairs, parse_mask
 
 
 def allows(spec: MaskSpec, q: int, k: int, *, causal: bool, sq: int, sk: int) -> bool:
@@ -77,3 +79,22 @@ def test_causal_only_masks_refuse_no_causal() -> None:
         with pytest.raises(ValueError, match="causal"):
             parse_mask(text, causal=False)
     assert parse_mask("sliding:4", causal=False) == MaskSpec("sliding", 4)
+
+
+@settings(max_examples=300, deadline=None, database=None, derandomize=True)
+@given(kind=st.sampled_from(["causal", "sliding", "document", "prefix"]), value=st.integers(1, 70),
+       sq=st.integers(1, 48), sk=st.integers(1, 48), causal=st.booleans())
+def test_the_closed_forms_match_a_pair_by_pair_count_at_any_shape(kind: str, value: int, sq: int, sk: int,
+                                                                   causal: bool) -> None:
+    if kind in ("causal", "prefix"):
+        causal = True
+    spec = MaskSpec(kind, None if kind == "causal" else value)
+    assert kept_pairs(spec, sq, sk, causal=causal) == brute(spec, sq, sk, causal)
+
+
+def test_values_past_a_context_length_are_bad_specs() -> None:
+    assert parse_mask(f"sliding:{MAX_VALUE}") == MaskSpec("sliding", MAX_VALUE)
+    for text in (f"sliding:{MAX_VALUE + 1}", "document:99999999999999999999", "prefix:" + "9" * 50):
+        with pytest.raises(ValueError, match=r"must be in 1\.\.2147483647") as info:
+            parse_mask(text)
+        assert len(str(info.value)) < 140

@@ -22,6 +22,7 @@ import msgspec
 from tb_attn_plugin.analysis.flops import causal_fraction
 from tb_attn_plugin.analysis.query import new_finding
 from tb_attn_plugin.analysis.wording import duration, pct
+from tb_attn_plugin.masks import MaskSpec, kept_pairs
 from tb_attn_plugin.schema import AttnStats, Finding, HeadAttention, WorkerSummary
 
 __all__ = ["LOCAL_THRESHOLD", "LOCAL_WINDOW", "SINK_MASS", "HeadRow", "attn_stats", "head_rows", "local_heads",
@@ -109,13 +110,10 @@ def head_rows(worker: WorkerSummary, stats: AttnStats) -> list[HeadRow]:
 
 def window_keeps(seq: int, window: int, *, causal: bool) -> float:
     """The share of all S² (query, key) pairs a sliding window of ``window`` keys keeps."""
-    if seq <= 0:
+    if seq <= 0 or window <= 0:
         return 0.0
-    w = min(window, seq)
-    if causal:
-        kept = w * (w + 1) // 2 + (seq - w) * w  # query i keeps min(i + 1, W)
-    else:
-        kept = sum(min(i, w - 1) + min(seq - 1 - i, w - 1) + 1 for i in range(seq))
+    # Constant time: ``seq`` is the run metadata's, which anyone can write.
+    kept = kept_pairs(MaskSpec("sliding", window), seq, seq, causal=causal) or 0
     return kept / (seq * seq)
 
 

@@ -29,6 +29,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from tb_attn_plugin.analysis.bounds import clip
 from tb_attn_plugin.analysis.flops import BACKWARD_FACTOR, flop_rate
 from tb_attn_plugin.masks import kept_pairs, parse_mask
 from tb_attn_plugin.schema import LayerMask, LayerStats, PhaseStats, WorkerSummary
@@ -43,48 +44,77 @@ DENSE_WORK_BACKENDS = frozenset({"naive", "sdpa-math", "flex-eager", "cpu-flash"
                                  "rocm-flash"})
 #: The largest batch, head count, length or width believed from the metadata.
 _MAX_DIM = 1 << 31
+#: How much of a bad spec a note repeats.
+_MAX_SPEC_SHOWN = 64
 #: A layer counts as dense work when its counted core ops reach this share of the dense work.
 DENSE_SHARE = 0.8
 #: The runner's dtypes: (peak class, bytes per element).
 _DTYPES = {"float32": ("fp32", 4), "bfloat16": ("bf16", 2), "float16": ("fp16", 2)}
 
 
-def layer_masks(metadata: Mapping[str, Any] | None, layers: list[int]) -> dict[int, dict[str, Any]]:
-    """Each layer's mask entry (spec, kept, blocks) from the run metadata; {} without one."""
+def layer_masks(metadata: Mapping[str, Any] | None, layers: list[int],
+                notes: list[str] | None = None) -> dict[int, dict[str, Any]]:
+    """Each layer's mask entry (spec, kept, blocks) from the run metadata; {} without one.
+    ``notes`` gets one line per mask entry that names a mask the analysis cannot use (a bad spec,
+    a share outside (0, 1]): it is ignored, as if the metadata named none."""
     meta = metadata or {}
     mask = meta.get("mask")
     config = meta.get("config")
     seq = config.get("seq") if isinstance(config, Mapping) else None
     causal = not (isinstance(config, Mapping) and config.get("causal") is False)
-    base = _entry(mask, seq, causal)
+    unused: list[str] = []
+    base = _entry(mask, seq, causal, unused, "mask")
     if base is None or not isinstance(mask, Mapping):
+        _note(notes, unused)
         return {}
     overrides = mask.get("layers") if isinstance(mask.get("layers"), Mapping) else {}
     out: dict[int, dict[str, Any]] = {}
     for layer in layers:
-        own = _entry(overrides.get(str(layer)), seq, causal) if isinstance(overrides, Mapping) else None
+        own = _entry(overrides.get(str(layer)), seq, causal, unused, f"mask of layer {layer}") \
+            if isinstance(overrides, Mapping) else None
         out[layer] = own if own is not None else base
+    _note(notes, unused)
     return out
 
 
-def _entry(entry: Any, seq: Any, causal: bool) -> dict[str, Any] | None:
-    """A valid mask entry, its kept share counted from the spec (``masks.kept_pairs``) where the
-    metadata gives none; None where it names no mask, or claims shares outside (0, 1]."""
+def _note(notes: list[str] | None, unused: list[str]) -> None:
+    if notes is not None and unused:
+        more = f" (and {len(unused) - 1} more)" if len(unused) > 1 else ""
+        notes.append(f"Run metadata ignored: {unused[0]}{more}.")
+
+
+def _entry(entry: Any, seq: Any, causal: bool, unused: list[str], what: str) -> dict[str, Any] | None:
+    """A valid mask entry, its kept share counted from the spec (``masks.kept_pairs``, constant
+    time whatever ``seq`` claims) where the metadata gives none; None where it names no mask, and
+    also, with a line in ``unused``, where it names one that cannot be used."""
     if not isinstance(entry, Mapping):
         return None
+    raw = entry.get("spec")
     try:
-        spec = parse_mask(str(entry.get("spec")))
-    except ValueError:
+        if not isinstance(raw, str):
+            raise ValueError("not a mask spec")
+        spec = parse_mask(raw)
+    except ValueError as exc:
+        unused.append(f"the {what} {clip(repr(raw), _MAX_SPEC_SHOWN)} ({clip(str(exc), _MAX_SPEC_SHOWN * 2)})")
         return None
     kept, blocks = entry.get("kept"), entry.get("blocks")
     if kept is None and type(seq) is int and 0 < seq <= _MAX_DIM:
         pairs = kept_pairs(spec, seq, seq, causal=causal)
         kept = pairs / seq**2 if pairs is not None else None
-    if not (isinstance(kept, (int, float)) and 0.0 < kept <= 1.0):
+    if kept is None:
+        unused.append(f"the {what} {spec} (no kept share, and no sequence length in 1..{_MAX_DIM} to count one)")
         return None
-    if blocks is not None and not (isinstance(blocks, (int, float)) and 0.0 < blocks <= 1.0):
+    if not _share(kept):
+        unused.append(f"the {what} {spec} (a kept share of {clip(repr(kept), 40)}, not in (0, 1])")
+        return None
+    if blocks is not None and not _share(blocks):
+        unused.append(f"the {what} {spec} (a block share of {clip(repr(blocks), 40)}, not in (0, 1])")
         return None
     return {"spec": str(spec), "kept": float(kept), "blocks": blocks}
+
+
+def _share(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and 0.0 < value <= 1.0
 
 
 def _shapes(metadata: Mapping[str, Any], layer: LayerStats) -> tuple[int, int, int, int] | None:
@@ -110,7 +140,7 @@ def apply_masks(summary: WorkerSummary, metadata: Mapping[str, Any] | None) -> N
     in a ``LayerMask`` are per forward call of the block, times per profiled step."""
     if not metadata:
         return
-    masks = layer_masks(metadata, [layer.layer for layer in summary.layers])
+    masks = layer_masks(metadata, [layer.layer for layer in summary.layers], summary.notes)
     widest = max((float(m["kept"]) for m in masks.values()), default=0.0)
     mixed = len({str(m["spec"]) for m in masks.values()}) > 1
     config = metadata.get("config")
