@@ -18,12 +18,21 @@ from __future__ import annotations
 from collections import Counter
 from functools import cached_property
 
+import msgspec
 import numpy as np
 
 from tb_attn_plugin.analysis.analyze import Analysis, analyze
 from tb_attn_plugin.analysis.attribute import Attribution
 from tb_attn_plugin.analysis.backend import detect_backend
-from tb_attn_plugin.analysis.bounds import BAD_HEAD_COUNT, HeadRowBudget, check_steps, clip, fold_diagnostics, tally
+from tb_attn_plugin.analysis.bounds import (
+    BAD_HEAD_COUNT,
+    MAX_PHASE_NAMES,
+    HeadRowBudget,
+    check_steps,
+    clip,
+    fold_diagnostics,
+    tally,
+)
 from tb_attn_plugin.analysis.collectives import collectives
 from tb_attn_plugin.analysis.findings import find
 from tb_attn_plugin.analysis.flops import flop_rate
@@ -43,7 +52,7 @@ from tb_attn_plugin.scopes import MAX_HEADS, PHASES, parse_scope
 from tb_attn_plugin.trace.events import Events
 from tb_attn_plugin.trace.kineto import BACKWARD_PREFIX, Kind
 
-__all__ = ["summarize", "summarize_analysis", "summarize_trace"]
+__all__ = ["summarize", "summarize_analysis", "summarize_trace", "typed"]
 
 _EMPTY = np.empty(0, np.int64)
 _KV_STATE = PHASES.index("kv_state")
@@ -71,7 +80,15 @@ def summarize_trace(analysis: Analysis, *, file: str, worker: str, span: str | N
     summary.findings = find(analysis, summary, metadata=metadata)
     apply_roofline(summary, peaks_for(summary.device, analysis.events.meta.device_properties, metadata))
     summary.headline = headline(summary)
-    return summary
+    return typed(summary)
+
+
+def typed(summary: WorkerSummary) -> WorkerSummary:
+    """The summary with every value of its declared type, as a worker process, Dask or the summary
+    cache hands it back after msgpack (an empty ``sum()`` is the int 0 where a float is declared):
+    so serial, ``--jobs N``, Dask and cached summaries print byte for byte alike. About 1% of a
+    summary's time (2 ms for an 800 KB summary)."""
+    return msgspec.msgpack.decode(msgspec.msgpack.encode(summary), type=WorkerSummary)
 
 
 class _Summarizer:
@@ -124,7 +141,7 @@ class _Summarizer:
         out = {k: spread(v) for k, v in per_step.items()}
         return {k: v for k, v in out.items() if v is not None}
 
-    def _names(self, idx: np.ndarray, top: int = 5) -> list[str]:
+    def _names(self, idx: np.ndarray, top: int = MAX_PHASE_NAMES) -> list[str]:
         totals: Counter[str] = Counter()
         for nid, d in zip(self.ev.name[idx].tolist(), self.ev.dur[idx].tolist(), strict=True):
             totals[self.ev.names[nid]] += d
