@@ -12,7 +12,7 @@ TORCH  ?= auto
 PY  := $(VENV)/bin/python
 BIN := $(VENV)/bin
 
-.PHONY: setup demo demo-runs serve test lint typecheck pytest bench clean frontend frontend-deps frontend-check browser-deps
+.PHONY: setup demo demo-runs serve test lint typecheck pytest bench clean frontend frontend-deps frontend-check browser-deps sanitize
 
 # The stamp is rebuilt when the package's requirements or the pinned torch change. A plain
 # torch==2.13.0 would get the CUDA build even without a GPU (a 5.6 GB venv instead of 1.8 GB):
@@ -80,6 +80,14 @@ browser-deps:
 
 bench: setup
 	$(PY) bench/runner_overhead.py
+
+## sanitize: the compiled scanner built with AddressSanitizer and UBSan into build/sanitize/ (the build in
+## the source tree is left alone), and its differential and fuzz tests run with it (devtools/sanitize.py).
+SANITIZE_CC ?= gcc
+sanitize: setup
+	CC=$(SANITIZE_CC) $(PY) -m devtools.sanitize build
+	LD_PRELOAD="$$($(SANITIZE_CC) -print-file-name=libasan.so)" ASAN_OPTIONS=detect_leaks=0 \
+		UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 PYTHONMALLOC=malloc $(PY) -m devtools.sanitize test -q
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache

@@ -8,17 +8,19 @@ Two cases, each on a real ``tensorboard --logdir`` (``devtools.tbserver``, our p
   ``/summary`` of the real runs, for ``--duration`` seconds. Before issue 23 every unknown name
   re-listed the logdir under the registry lock. Target: the legitimate clients' p95 under 100 ms.
 - ``gzip-bomb``: ``--bomb-mb`` (1 MB) of gzip holding about a GiB of whitespace between two
-  events, beside a normal run, served with ``--tb_attn_cache_mb 64``. After a warm-up summary of
-  the normal run, the server's resident memory is read from ``/proc``; then the bomb's summary is
-  asked for while a legitimate client keeps asking for the normal run. Reported: the peak
-  resident memory (VmHWM) over the warm-up level, against the target of the cache bound plus
-  100 MiB, and the legitimate client's latencies meanwhile.
+  events (``--bomb-kind whitespace``) or one event's name of about a GiB (``name``), beside a
+  normal run, served with ``--tb_attn_cache_mb 64``. After a warm-up summary of the normal run,
+  the server's resident memory is read from ``/proc``; then the bomb's summary is asked for while
+  a legitimate client keeps asking for the normal run. Reported: the peak resident memory
+  (VmHWM) over the warm-up level, against the target of the cache bound plus 100 MiB, what the
+  server keeps after the request (VmRSS over the warm-up level), and the legitimate client's
+  latencies meanwhile.
 
 ``--repo DIR`` serves the plugin from another checkout (for example a worktree of an older
 commit, ``git worktree add /tmp/old REV``) for a before/after in one run. Run from the
 repository root::
 
-    python bench/hostile.py [--case unknown-names|gzip-bomb|all] [--duration 15] [--json OUT]
+    python bench/hostile.py [--case unknown-names|gzip-bomb|all] [--bomb-kind whitespace|name] [--json OUT]
 """
 
 from __future__ import annotations
@@ -40,11 +42,11 @@ from urllib.parse import quote
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from devtools.bombs import write_whitespace_bomb  # noqa: E402
+from devtools.bombs import BOMBS  # noqa: E402
 from devtools.loadgen import Request, percentile, run_load  # noqa: E402
 from devtools.tbserver import TensorBoard  # noqa: E402
 
-TRACE = ROOT / "tests" / "analysis" / "traces" / "steps.json"
+TRACE = ROOT / "tests" / "traces" / "steps.json"
 API = "data/plugin/tb_attn/"
 
 
@@ -124,7 +126,7 @@ def gzip_bomb(work: Path, args: argparse.Namespace) -> dict[str, Any]:
     (logdir / "bomb").mkdir()
     shutil.copy(TRACE, logdir / "normal" / "host.1.pt.trace.json")
     path = logdir / "bomb" / "host.1.pt.trace.json.gz"
-    uncompressed = write_whitespace_bomb(path, stored_mib=args.bomb_mb)
+    uncompressed = BOMBS[args.bomb_kind](path, stored_mib=args.bomb_mb)
     cache_mb = 64
     with _server(logdir, args.repo, "--tb_attn_cache_mb", str(cache_mb)) as tb:
         assert tb.pid is not None
@@ -146,10 +148,11 @@ def gzip_bomb(work: Path, args: argparse.Namespace) -> dict[str, Any]:
         after = _memory_kib(tb.pid)
     growth_mib = (after["VmHWM"] - before["VmRSS"]) / 1024
     return {
-        "case": "gzip-bomb", "stored_mib": round(path.stat().st_size / 2**20, 2),
+        "case": "gzip-bomb", "kind": args.bomb_kind, "stored_mib": round(path.stat().st_size / 2**20, 2),
         "uncompressed_mib": round(uncompressed / 2**20), "status": status, "seconds": round(seconds, 2),
         "rss_before_mib": round(before["VmRSS"] / 1024), "peak_after_mib": round(after["VmHWM"] / 1024),
         "peak_growth_mib": round(growth_mib, 1), "target_growth_mib": cache_mb + 100,
+        "kept_after_mib": round((after["VmRSS"] - before["VmRSS"]) / 1024, 1),
         "legit_during": {"requests": len(legit), "p50_ms": percentile(legit, 50), "p95_ms": percentile(legit, 95),
                          "max_ms": round(max(legit), 1) if legit else None},
     }
@@ -163,6 +166,8 @@ def main() -> None:
     p.add_argument("--clients", type=int, default=2)
     p.add_argument("--duration", type=float, default=15.0)
     p.add_argument("--bomb-mb", type=float, default=1.0, help="the bomb's stored size in MiB (default 1)")
+    p.add_argument("--bomb-kind", choices=sorted(BOMBS), default="whitespace",
+                   help="what the bomb holds: whitespace between two events, or one event's name")
     p.add_argument("--repo", help="serve the plugin from this checkout instead (PYTHONPATH)")
     p.add_argument("--json", help="also write the results here")
     args = p.parse_args()

@@ -22,6 +22,7 @@ import re
 
 import numpy as np
 
+from tb_attn_plugin.analysis.bounds import MAX_COLLECTIVE_KINDS as MAX_KINDS
 from tb_attn_plugin.schema import CollectiveStats
 from tb_attn_plugin.trace.events import Events
 from tb_attn_plugin.trace.kineto import Kind
@@ -32,7 +33,6 @@ _ANNOTATION_RE = re.compile(r"^(?:nccl|gloo|rccl|mpi|ucc|xccl):(?P<op>[a-z_]+)$"
 _C10D_RE = re.compile(r"^c10d::_?(?P<op>[a-z_]+?)_*$")
 _KERNEL_RE = re.compile(r"^(?:nccl|rccl)(?:Dev)?Kernel_(?P<op>[A-Za-z]+)")
 GENERIC = "collective"  # record_param_comms with nothing more specific inside
-MAX_KINDS = 32
 OTHER = "other collectives"
 KINDS_MERGED = f"collective kinds past {MAX_KINDS - 1} (summed as {OTHER!r})"
 #: c10d op and kernel spellings -> the annotations' names.

@@ -19,6 +19,7 @@ import numpy.typing as npt
 
 from tb_attn_plugin.analysis import wording
 from tb_attn_plugin.analysis.attribute import Attribution
+from tb_attn_plugin.analysis.bounds import MAX_EVIDENCE_NAMES as MAX_NAMES
 from tb_attn_plugin.analysis.bounds import clip
 from tb_attn_plugin.analysis.flops import elem_bytes
 from tb_attn_plugin.analysis.nesting import EPS_US
@@ -34,7 +35,6 @@ __all__ = ["HALF_DTYPES", "MAX_NAMES", "RuleQuery", "TraceQuery", "ancestors", "
 I64 = npt.NDArray[np.int64]
 B = npt.NDArray[np.bool_]
 
-MAX_NAMES = 8  # op and kernel names in a finding's evidence
 #: Profiler ``Input type`` strings and run-metadata dtypes -> one name per dtype.
 _DTYPES = {"c10::BFloat16": "bfloat16", "c10::Half": "float16", "float": "float32", "double": "float64",
            "bfloat16": "bfloat16", "bf16": "bfloat16", "float16": "float16", "fp16": "float16", "half": "float16",

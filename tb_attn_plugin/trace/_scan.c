@@ -13,7 +13,9 @@
  *
  * Names, categories and shape triples are deduplicated here (keyed by Python's randomized
  * bytes hash, so hostile input cannot force collisions) and returned once each, in order of
- * first appearance; events carry their index.
+ * first appearance; events carry their index. A complete event's name is clipped as
+ * ``Builder.intern`` clips it (to MAX_NAME_CHARS characters), so a long name is neither hashed
+ * per event nor copied whole.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -24,6 +26,10 @@
 #define UNSET INT64_MIN
 #define MAX_DEPTH 64
 #define MAX_EXACT_INT 9007199254740992LL /* 2**53 */
+/* coerce.MAX_NAME_CHARS (a test checks they agree): a longer name keeps its first
+ * MAX_NAME_CHARS - 1 characters (code points) and ends in ELLIPSIS. */
+#define MAX_NAME_CHARS 2000
+static const char ELLIPSIS[] = "\xe2\x80\xa6"; /* U+2026, in UTF-8 */
 
 /* -- growable columns ---------------------------------------------------------------------- */
 typedef struct {
@@ -57,7 +63,8 @@ typedef struct {
     Py_ssize_t count, cap;
     int32_t *slots;  /* open addressing, -1 empty */
     Py_ssize_t nslots;
-    int parts;       /* 1 for names and categories, 2 for tracks, 3 for shape triples */
+    int parts;       /* 1 for categories, 2 for names and tracks, 3 for shape triples */
+    int joined;      /* names: each key is returned as one byte string, its parts joined */
 } Set;
 
 /* Python's randomized bytes hash (SipHash): public from 3.14, private before. */
@@ -475,6 +482,24 @@ static int read_args(Lex *l, Args *a) {
     }
 }
 
+/* The length of the part of ``s`` (``n`` bytes of valid UTF-8) that a clipped name keeps: all of it
+ * where it has at most MAX_NAME_CHARS characters (``*clipped`` 0), else its first MAX_NAME_CHARS - 1
+ * characters (``*clipped`` 1). */
+static Py_ssize_t clipped_name(const char *s, Py_ssize_t n, int *clipped) {
+    *clipped = 0;
+    if (n <= MAX_NAME_CHARS) return n; /* no more characters than bytes */
+    Py_ssize_t chars = 0, keep = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (((unsigned char)s[i] & 0xC0) == 0x80) continue; /* a continuation byte */
+        if (chars == MAX_NAME_CHARS - 1) keep = i;
+        if (++chars > MAX_NAME_CHARS) {
+            *clipped = 1;
+            return keep;
+        }
+    }
+    return n;
+}
+
 /* -- the batch ---------------------------------------------------------------------------- */
 typedef struct {
     Col x_ts, x_dur, x_name, x_cat, x_track, x_ext, x_ext_lc, x_corr, x_seq, x_shape;
@@ -535,7 +560,9 @@ done:
     int32_t ti = set_index(&o->tracks, &track);
     if (ti < 0) return NOMEM;
     if (ph[0] == 'X') {
-        Key nk = {{name, NULL, NULL}, {namen, 0, 0}, 0};
+        int clipped;
+        Py_ssize_t keep = clipped_name(name, namen, &clipped);
+        Key nk = {{name, clipped ? ELLIPSIS : "", NULL}, {keep, clipped ? (Py_ssize_t)sizeof ELLIPSIS - 1 : 0, 0}, 0};
         int32_t ni = set_index(&o->names, &nk), ci = -1, si = -1;
         if (ni < 0) return NOMEM;
         if (cat) {
@@ -590,6 +617,12 @@ static PyObject *set_list(Set *s) {
         PyObject *item;
         if (s->parts == 1) {
             item = PyBytes_FromStringAndSize(k->p[0], k->n[0]);
+        } else if (s->joined) {
+            item = PyBytes_FromStringAndSize(NULL, k->n[0] + k->n[1]);
+            if (item) {
+                memcpy(PyBytes_AS_STRING(item), k->p[0], k->n[0]);
+                memcpy(PyBytes_AS_STRING(item) + k->n[0], k->p[1], k->n[1]);
+            }
         } else if (s->parts == 2) {
             item = PyTuple_New(2);
             for (int j = 0; item && j < 2; j++) {
@@ -639,9 +672,9 @@ static void out_free(Out *o) {
 PyDoc_STRVAR(scan_doc,
 "scan(text) -> (x_columns, memory_columns, names, categories, tracks, shape_triples) or None\n\n"
 "The complete (\"X\") and memory events of a JSON array of trace events, as little-endian\n"
-"column bytes, with names, categories, (pid, tid) pairs and (Input Dims, Input type, Concrete\n"
-"Inputs) triples\n"
-"once each in order of first appearance. None where the pure path must decode the batch.");
+"column bytes, with names (clipped to MAX_NAME_CHARS characters), categories, (pid, tid) pairs\n"
+"and (Input Dims, Input type, Concrete Inputs) triples once each in order of first appearance.\n"
+"None where the pure path must decode the batch.");
 
 static PyObject *scan(PyObject *self, PyObject *arg) {
     (void)self;
@@ -649,8 +682,9 @@ static PyObject *scan(PyObject *self, PyObject *arg) {
     if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0) return NULL;
     Out o;
     memset(&o, 0, sizeof o);
-    o.names.parts = o.cats.parts = 1;
-    o.tracks.parts = 2;
+    o.cats.parts = 1;
+    o.names.parts = o.tracks.parts = 2;
+    o.names.joined = 1;
     o.shapes.parts = 3;
     Lex l = {(const unsigned char *)view.buf, (const unsigned char *)view.buf + view.len, NULL};
     /* Without the GIL, so that batches scan in several threads at once (trace/decode.py) and a
@@ -678,4 +712,8 @@ static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT, "_scan", "The Kineto event scanner (see scanned.py).", -1, methods, NULL, NULL, NULL, NULL,
 };
 
-PyMODINIT_FUNC PyInit__scan(void) { return PyModule_Create(&module); }
+PyMODINIT_FUNC PyInit__scan(void) {
+    PyObject *m = PyModule_Create(&module);
+    if (m && PyModule_AddIntConstant(m, "MAX_NAME_CHARS", MAX_NAME_CHARS) < 0) Py_CLEAR(m);
+    return m;
+}

@@ -2,8 +2,10 @@
 sizes beyond any real trace's are unusable like non-finite ones (``MAX_TIME_US``, ``MAX_SIZE``),
 so the analyses' int64 and float arithmetic cannot overflow; shapes are reduced to lists of
 integers in range; an integer of thousands of digits reads as an infinite float instead of
-failing (``loads``); and no string keeps a lone surrogate (``clean_text``: ``\\ud800`` is valid JSON,
-but no UTF-8 encoder takes the string it decodes to, so a response carrying it failed).
+failing (``loads``); no string keeps a lone surrogate (``clean_text``: ``\\ud800`` is valid JSON,
+but no UTF-8 encoder takes the string it decodes to, so a response carrying it failed); and no
+string kept is longer than ``MAX_NAME_CHARS`` (``clip``: a name of a gigabyte is a name of 2000
+characters, in the decoder as in the summary).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from tb_attn_plugin.trace.events import OpShapes, TraceError
 
 __all__ = [
     "EMPTY_RAW",
+    "MAX_NAME_CHARS",
     "MAX_SIZE",
     "MAX_TIME_US",
     "as_float",
@@ -27,6 +30,7 @@ __all__ = [
     "as_raw",
     "clean_text",
     "clean_tree",
+    "clip",
     "flag",
     "int_or_none",
     "loads",
@@ -40,14 +44,26 @@ _INT64_MAX = 2**63 - 1
 #: a real trace: treated as unusable, so sums and products downstream stay finite and in int64.
 MAX_TIME_US = 1e20
 MAX_SIZE = 2**53
+#: Longer names (kernels of deep templates run to about 1000 characters), and any other string the
+#: decoder keeps, are clipped where they are interned, and so in the summary.
+MAX_NAME_CHARS = 2000
+_MAX_ID_DIGITS = 4000  # a longer pid or tid of digits stays text (int() refuses 4300 digits and more)
 _MAX_RANK = 64  # sizes of one input (PyTorch tensors have at most 64 dimensions)
 _MAX_INPUTS = 4096  # inputs of one op
 
 
 def as_id(value: int | str) -> int | str:
+    """A pid or tid: a string of ASCII digits is that number ("25738" and 25738 are one thread)."""
     if isinstance(value, str):
-        return int(value) if value.isdigit() else clean_text(value)
+        if value.isascii() and value.isdigit() and len(value) <= _MAX_ID_DIGITS:
+            return int(value)
+        return clean_text(clip(value))
     return value
+
+
+def clip(text: str, limit: int = MAX_NAME_CHARS) -> str:
+    """``text`` cut to at most ``limit`` characters (code points), ending in "…" where it was cut."""
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
@@ -62,14 +78,14 @@ def clean_text(text: str) -> str:
 
 
 def clean_tree(value: Any) -> Any:
-    """``value`` (decoded JSON) with every string in it cleaned, keys included. In place and
-    without recursion: a value may nest as deeply as ``json.loads`` managed."""
+    """``value`` (decoded JSON) with every string in it cleaned and clipped, keys included. In place
+    and without recursion: a value may nest as deeply as ``json.loads`` managed."""
     stack = [value]
     while stack:
         node = stack.pop()
         if isinstance(node, dict):
-            if not all(k.isascii() for k in node):
-                items = [(clean_text(k), v) for k, v in node.items()]
+            if not all(k.isascii() and len(k) <= MAX_NAME_CHARS for k in node):
+                items = [(clean_text(clip(k)), v) for k, v in node.items()]
                 node.clear()
                 node.update(items)  # two keys that clean to one: the last wins, as with duplicate keys
             children: Iterable[tuple[Any, Any]] = node.items()
@@ -79,7 +95,7 @@ def clean_tree(value: Any) -> Any:
             continue
         for k, v in children:
             if isinstance(v, str):
-                node[k] = clean_text(v)  # an existing key or index: the container does not change size
+                node[k] = clean_text(clip(v))  # an existing key or index: the container does not change size
             elif isinstance(v, (dict, list)):
                 stack.append(v)
     return value
@@ -116,7 +132,7 @@ def _sizes(value: Any) -> list[int]:
 def _text(value: Any) -> str:
     """A type name or concrete input as text ("" for a value nested too deeply to format)."""
     try:
-        return clean_text(str(value))
+        return clean_text(clip(str(value)))
     except RecursionError:
         return ""
 

@@ -6,7 +6,9 @@ column by column, so memory stays near the size of the columns, not of the docum
 that msgspec rejects (``NaN``, numbers out of range, strings where numbers belong) is rolled
 back and decoded again leniently (the values through ``coerce``); events with unusable times
 are dropped and counted in ``Events.diagnostics``. Names, tracks and shapes are interned as
-first seen, so ids do not depend on batching, and two builders (two halves of a file) merge.
+first seen, so ids do not depend on batching, and two builders (two halves of a file) merge. A
+name is interned clipped to ``MAX_NAME_CHARS`` characters: names that differ only after that are
+one name.
 """
 
 from __future__ import annotations
@@ -22,11 +24,13 @@ import numpy as np
 
 from tb_attn_plugin.ops import SHAPE_OPS
 from tb_attn_plugin.trace.coerce import (
+    MAX_NAME_CHARS,
     MAX_SIZE,
     MAX_TIME_US,
     as_id,
     clean_text,
     clean_tree,
+    clip,
     flag,
     loads,
     nested_too_deeply,
@@ -50,7 +54,10 @@ from tb_attn_plugin.trace.kineto import (
 )
 from tb_attn_plugin.trace.scanned import add_scanned, or_minus_one, usable_memory
 
-__all__ = ["Builder", "add_batch", "add_loaded"]
+__all__ = ["CLIPPED_NAMES", "Builder", "add_batch", "add_loaded"]
+
+#: The diagnostic that counts the names clipped to ``MAX_NAME_CHARS`` characters (each once).
+CLIPPED_NAMES = f"names longer than {MAX_NAME_CHARS} characters (clipped)"
 
 # Field readers: map() with these runs in C, several times faster than a comprehension per field.
 _TS, _DUR, _NAME, _CAT, _ARGS, _PH = (attrgetter(f) for f in ("ts", "dur", "name", "cat", "args", "ph"))
@@ -68,7 +75,8 @@ class Builder:
 
     def __init__(self) -> None:
         self.names: list[str] = []
-        self.name_ids: dict[str, int] = {}  # also maps each name as written to the id of its cleaned form
+        # Also maps each name as written (if not clipped) to the id of its cleaned form.
+        self.name_ids: dict[str, int] = {}
         self.aliases: list[str] = []  # the names as written that differ from their cleaned form
         self.shape_name: dict[int, bool] = {}
         self.tracks: list[tuple[int | str, int | str]] = []
@@ -98,10 +106,7 @@ class Builder:
 
     def merge(self, other: dict[str, Any]) -> None:
         """Append an exported builder's events, re-numbering its names, tracks and shapes."""
-        name_map = []
-        for name in other["names"]:
-            nid = self.name_ids.get(name)
-            name_map.append(self.intern(name) if nid is None else nid)
+        name_map = [self.name_id(name) for name in other["names"]]
         track_map = []
         for key in other["tracks"]:
             tr = self.norm_ids.get(key)
@@ -129,17 +134,29 @@ class Builder:
 
     def intern(self, name: str) -> int:
         """The id of a name not seen before (as written). A name cleaned of lone surrogates is
-        the same name as one written with U+FFFD, so that the analyses see one op, not two."""
-        clean = clean_text(name)
+        the same name as one written with U+FFFD, so that the analyses see one op, not two; a
+        name longer than ``MAX_NAME_CHARS`` is the same name as any other with its first
+        ``MAX_NAME_CHARS - 1`` characters, and is not kept as written."""
+        clean = clean_text(clip(name))
         nid = self.name_ids.get(clean)
         if nid is None:
             nid = self.name_ids[clean] = len(self.names)
             self.names.append(clean)
             self.shape_name[nid] = clean in SHAPE_OPS
-        if clean is not name:
+        if clean is not name and len(name) <= MAX_NAME_CHARS:
             self.name_ids[name] = nid
             self.aliases.append(name)
         return nid
+
+    def name_id(self, name: str) -> int:
+        """The id of a name as written, interned if new."""
+        nid = self.name_ids.get(name)
+        return self.intern(name) if nid is None else nid
+
+    def count_category(self, category: str | None, n: int) -> None:
+        """Count ``n`` events of a category the analyses do not read (none, "" and "Trace" are not counted)."""
+        if category not in ("Trace", None, ""):
+            self.count(f"category {clip(category)!r}", n)
 
     def new_track(self, key: tuple[int | str, int | str]) -> int:
         """A track id for (pid, tid); "25738" and 25738 are the same thread (2021 traces mix them)."""
@@ -197,10 +214,15 @@ class Builder:
     def _kinds(self, xs: list[WireEvent]) -> np.ndarray:
         kinds = self.kinds
         cats = list(map(_CAT, xs))
+        local = {}
         for cat in set(cats):
-            if cat not in kinds:
-                kinds[cat] = int(kind_of(cat))
-        return np.fromiter(map(kinds.__getitem__, cats), np.int8, len(cats))
+            kind = kinds.get(cat)
+            if kind is None:
+                kind = int(kind_of(cat))
+                if cat is None or len(cat) <= MAX_NAME_CHARS:  # no category is that long: not kept
+                    kinds[cat] = kind
+            local[cat] = kind
+        return np.fromiter(map(local.__getitem__, cats), np.int8, len(cats))
 
     def _add_complete(self, xs: list[WireEvent]) -> None:
         kind = self._kinds(xs)
@@ -223,14 +245,11 @@ class Builder:
         other = kind == int(Kind.OTHER)
         if other.any():
             for cat, n in Counter(xs[i].cat for i in np.flatnonzero(other).tolist()).items():
-                if cat not in ("Trace", None, ""):
-                    self.count(f"category {cat!r}", n)
+                self.count_category(cat, n)
         names = list(map(_NAME, xs))
-        name_ids = self.name_ids
-        for name in dict.fromkeys(names):  # first-appearance order, so ids do not depend on batching
-            if name not in name_ids:
-                self.intern(name)
-        nids = np.fromiter(map(name_ids.__getitem__, names), np.int32, len(names))
+        # First-appearance order, so ids do not depend on batching.
+        ids = {name: self.name_id(name) for name in dict.fromkeys(names)}
+        nids = np.fromiter(map(ids.__getitem__, names), np.int32, len(names))
         keys = list(map(_TRACK, xs))
         track_ids = self.track_ids
         for track_key in dict.fromkeys(keys):
@@ -294,6 +313,9 @@ class Builder:
             m[col].frombytes(values.astype(m[col].typecode, copy=False).tobytes())
 
     def finish(self, top: dict[str, Any]) -> Events:
+        clipped = sum(1 for n in self.names if len(n) == MAX_NAME_CHARS and n.endswith("…"))
+        if clipped:  # counted here, once: names are the same however the trace was batched or split
+            self.count(CLIPPED_NAMES, clipped)
         x = {k: np.frombuffer(v, dtype=v.typecode) if len(v) else np.empty(0, v.typecode) for k, v in self.x.items()}
         m = {k: np.frombuffer(v, dtype=v.typecode) if len(v) else np.empty(0, v.typecode) for k, v in self.m.items()}
         starts = [a.min() for a in (x["ts"], m["ts"]) if a.size]

@@ -4,16 +4,17 @@ cannot hold raw newlines, so ``\\n  {`` marks event starts and nothing else. We 
 stream there into batches of a few MB, each appended to compact columns as it comes (by the
 compiled scanner in worker threads, ``scanned``, else by ``columns``), so memory stays near the
 size of the columns, not of the document; the keys before and after the events are read as the
-header and trailer. Other layouts (minified JSON,
-a bare event array) fall back to decoding the whole document at once. Input that is not a trace
-raises ``TraceError`` with a clear message, never anything else, hostile input included
-(nesting deeper than Python's recursion limit, integers of thousands of digits, invalid UTF-8),
-and whitespace costs no memory however much of it there is (``filler``).
+header and trailer. Other layouts (minified JSON, a bare event array) fall back to decoding the
+whole document at once (``whole``). Input that is not a trace raises ``TraceError`` with a clear
+message, never anything else, hostile input included (nesting deeper than Python's recursion
+limit, integers of thousands of digits, invalid UTF-8); whitespace costs no memory however much
+of it there is, nor a string however long it is (``filler``); and bytes after the end of a whole
+document are ignored and counted in the diagnostics (``whole.JUNK``), not taken for a document
+still being written.
 """
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Iterable, Iterator
 from typing import Any
@@ -21,11 +22,12 @@ from typing import Any
 import msgspec
 
 from tb_attn_plugin.trace.coerce import loads, nested_too_deeply
-from tb_attn_plugin.trace.columns import Builder, add_batch, add_loaded
+from tb_attn_plugin.trace.columns import Builder, add_batch
 from tb_attn_plugin.trace.events import Events, TraceError
 from tb_attn_plugin.trace.filler import Filler, run_end
 from tb_attn_plugin.trace.scanned import Pipeline
 from tb_attn_plugin.trace.scanned import available as scanned_available
+from tb_attn_plugin.trace.whole import JUNK, TRUNCATED, finish, json_end, load_object, top_decoder, whole
 
 __all__ = ["decode", "decode_bytes"]
 
@@ -35,70 +37,6 @@ _HEADER_LIMIT = 64 << 20  # a header larger than this is not Kineto's layout
 #: Events are decoded a batch of about this many bytes at a time (measured on a 103 MB trace:
 #: 2 MB 0.21 s, 4 MB 0.195 s, 8 MB 0.22 s, 16 MB 0.28 s with the scanner's threads on 2 cores).
 BATCH_BYTES = 4 << 20
-_top_decoder = msgspec.json.Decoder(dict[str, msgspec.Raw])
-
-
-# -- document layouts ---------------------------------------------------------------------
-_TRUNCATED = "truncated trace: the JSON ends early (is it still being written?)"
-
-
-def _load_object(text: bytes, what: str) -> dict[str, Any]:
-    try:
-        value = loads(text)
-    except json.JSONDecodeError as exc:
-        # A cut inside a string reports where the string starts, not where the text ends.
-        if exc.pos >= len(text.rstrip()) or exc.msg.startswith("Unterminated string"):
-            raise TraceError(_TRUNCATED) from None
-        raise TraceError(f"invalid JSON in the trace {what}: {exc}") from None
-    except RecursionError as exc:
-        raise TraceError(f"invalid JSON in the trace {what}: nested too deeply to read ({exc})") from None
-    except ValueError as exc:
-        raise TraceError(f"invalid JSON in the trace {what}: {exc}") from None
-    if not isinstance(value, dict):
-        raise TraceError(f"the trace {what} is not a JSON object")
-    return value
-
-
-def _whole(document: bytes) -> Events:
-    """Any layout: decode the whole document (memory ~ a few times its size). The stream's
-    callers pass what ``_document`` held: filler squeezed out, and at most ``max_bytes``."""
-    stripped = document.strip()
-    if not stripped:
-        raise TraceError("empty file")
-    builder = Builder()
-    if stripped[:1] == b"[":
-        add_batch(builder, stripped)
-        return _finish(builder, {})
-    if stripped[:1] != b"{":
-        raise TraceError("not JSON: a trace is a JSON object with traceEvents")
-    try:
-        # Fast path: top-level values as raw slices, the events through the typed decoder.
-        raw = _top_decoder.decode(stripped)
-    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
-        raw = None
-    if raw is not None and "traceEvents" in raw:
-        events_raw = raw.pop("traceEvents")
-        try:
-            top = {k: loads(bytes(v)) for k, v in raw.items()}
-        except (ValueError, RecursionError):
-            top = None
-        with memoryview(events_raw) as text:
-            if top is not None and text[:1] == b"[":
-                add_batch(builder, text)
-                return _finish(builder, top)
-    top = _load_object(stripped, "document")
-    events = top.pop("traceEvents", None)
-    if events is None:
-        raise TraceError("not a trace: the JSON object has no traceEvents")
-    builder = Builder()
-    add_loaded(builder, events)
-    return _finish(builder, top)
-
-
-def _finish(builder: Builder, top: dict[str, Any]) -> Events:
-    if not builder.x["name"] and not builder.m["ts"]:
-        raise TraceError("the trace has no events")
-    return builder.finish(top)
 
 
 def decode(chunks: Iterable[bytes], *, batch_bytes: int = BATCH_BYTES) -> Events:
@@ -107,10 +45,24 @@ def decode(chunks: Iterable[bytes], *, batch_bytes: int = BATCH_BYTES) -> Events
     if isinstance(opened, Events):
         return opened
     builder, header, rest = opened
-    return _finish(builder, {**header, **_closing(builder, rest)})
+    return finish(builder, {**header, **(rest.counted(builder) if isinstance(rest, _Ended)
+                                         else _closing(builder, rest))})
 
 
-def _open(chunks: Iterable[bytes], batch_bytes: int) -> tuple[Builder, dict[str, Any], bytearray] | Events:
+class _Ended(Exception):
+    """The document ended inside a batch (junk with event starts in it follows: a second trace,
+    say): the keys it closed with, and how many bytes followed it."""
+
+    def __init__(self, trailer: dict[str, Any], junk: int) -> None:
+        super().__init__("the trace's JSON ended inside a batch")
+        self.trailer, self.junk = trailer, junk
+
+    def counted(self, builder: Builder) -> dict[str, Any]:
+        builder.count(JUNK, self.junk)
+        return self.trailer
+
+
+def _open(chunks: Iterable[bytes], batch_bytes: int) -> tuple[Builder, dict[str, Any], bytearray | _Ended] | Events:
     """Read the header and decode every whole batch; return what is left at the end of the
     stream (or, for a layout other than Kineto's, the whole document decoded)."""
     it: Iterator[bytes] = iter(chunks)
@@ -137,17 +89,17 @@ def _header(it: Iterator[bytes]) -> tuple[dict[str, Any], bytearray] | Events:
         if len(buf) > _HEADER_LIMIT:
             break
     if match is None:
-        return _whole(_document(buf, it))
+        return whole(_document(buf, it))
     header_text = bytes(buf[: match.start()]).rstrip().rstrip(b",").strip()
     if not header_text.startswith(b"{"):
-        return _whole(_document(buf, it))
+        return whole(_document(buf, it))
     rest = bytearray(buf[match.end():])
     filler = Filler()
     seen = bool(rest.strip())
     while not seen:  # whitespace only so far: look at each new chunk once, not at all of it again
         following = next(it, None)
         if following is None:
-            raise TraceError(_TRUNCATED)
+            raise TraceError(TRUNCATED)
         rest += following
         filler.squeeze(rest)
         seen = bool(following.strip())
@@ -157,8 +109,8 @@ def _header(it: Iterator[bytes]) -> tuple[dict[str, Any], bytearray] | Events:
         del buf[match.end():]
         buf += rest
         del rest
-        return _whole(_document(buf, it))
-    header = _load_object(header_text + b"}", "header") if header_text != b"{" else {}
+        return whole(_document(buf, it))
+    header = load_object(header_text + b"}", "header") if header_text != b"{" else {}
     return header, rest
 
 
@@ -180,50 +132,107 @@ def _document(buf: bytearray, it: Iterator[bytes]) -> bytes:
     return document
 
 
-def _batches(builder: Builder, it: Iterator[bytes], rest: bytearray, batch_bytes: int) -> bytearray:
-    """Decode whole batches of events as the stream comes; return what is left at its end."""
+def _batches(builder: Builder, it: Iterator[bytes], rest: bytearray, batch_bytes: int) -> bytearray | _Ended:
+    """Decode whole batches of events as the stream comes; return what is left at its end, or,
+    where the document ended inside a batch, how (the rest of the stream read and counted)."""
     searched = 0  # rest[:searched] holds no event start but the one at 0, if any
     filler = Filler()
     pipeline = Pipeline(builder, _unscanned) if scanned_available() else None
-    for chunk in it:
-        rest += chunk
-        if len(rest) < batch_bytes:
-            continue
-        low = max(searched - len(_EVENT_START) + 1, 0)  # a start ending before ``searched`` was seen
-        cut = rest.rfind(_EVENT_START, low) if rest.find(b"\n", low) >= 0 else -1  # memchr skips filler fast
-        if cut <= 0:
-            # One event larger than a batch, or whitespace: read on, holding the event only.
-            filler.squeeze(rest)
-            searched = len(rest)
-            continue
-        if pipeline is None:
-            _add_batch_in_place(builder, rest, cut)
-        else:
-            pipeline.submit(_batch_text(rest, cut))
-        del rest[:cut]
-        filler.dropped(cut)
-        searched = 0
-    if pipeline is not None:
-        pipeline.finish()
+    batched = 0  # rest[:batched] is being added as a batch
+    check_at = 2 * batch_bytes  # held this long without an event start: whether the document ended is checked
+    try:
+        for chunk in it:
+            rest += chunk
+            if len(rest) < batch_bytes:
+                continue
+            low = max(searched - len(_EVENT_START) + 1, 0)  # a start ending before ``searched`` was seen
+            cut = rest.rfind(_EVENT_START, low) if rest.find(b"\n", low) >= 0 else -1  # memchr skips filler fast
+            if cut <= 0:
+                # One event larger than a batch, or whitespace, or junk after the end: read on,
+                # holding the event only (junk is found at twice a batch, then at each doubling).
+                filler.squeeze(rest)
+                searched = len(rest)
+                if len(rest) >= check_at:
+                    check_at = 2 * len(rest)
+                    _end_in(builder, rest, pipeline)
+                continue
+            batched = cut
+            if pipeline is None:
+                _add_batch_in_place(builder, rest, cut)
+            else:
+                pipeline.submit(_batch_text(rest, cut))
+            del rest[:cut]
+            batched = 0
+            filler.dropped(cut)
+            searched = 0
+        if pipeline is not None:
+            pipeline.finish()
+    except _Ended as ended:
+        # Junk: the rest of that batch, the batches after it (their bytes are in flight, or in
+        # ``rest`` still), and the rest of the stream, which is read to count it.
+        in_flight = sum(len(text) for text, _ in pipeline.pending) if pipeline is not None else 0
+        ended.junk += in_flight + len(rest) - batched + sum(map(len, it))
+        return ended
     return rest
 
 
+def _end_in(builder: Builder, rest: bytearray, pipeline: Pipeline | None) -> None:
+    """Raise ``_Ended`` if the document ends in ``rest`` (the bytes after the last batch), the
+    events and keys before its end read and ``rest`` emptied; else nothing."""
+    end = json_end(_OPENING + rest)
+    if end is None or end >= len(_OPENING) + len(rest):
+        return
+    if pipeline is not None:
+        pipeline.finish()  # the batches before it first
+    junk = len(_OPENING) + len(rest) - end
+    trailer = _tail(builder, bytes(rest[: end - len(_OPENING)]))
+    rest.clear()
+    raise _Ended(trailer, junk)
+
+
 def _unscanned(builder: Builder, text: bytes) -> None:
-    add_batch(builder, text, scan=False)
+    _add_or_end(builder, text, scan=False)
+
+
+def _add_or_end(builder: Builder, text: bytes | memoryview, *, scan: bool = True) -> None:
+    """``add_batch``; where the batch does not decode because the document ends inside it, its
+    last events and the document's trailing keys are read, and ``_Ended`` raised."""
+    mark = builder.mark()
+    try:
+        add_batch(builder, text, scan=scan)
+    except TraceError:
+        builder.rollback(mark)
+        document = _OPENING[:-1] + bytes(text)  # the batch is an array: "[" and the events
+        end = json_end(document)
+        if end is None or end >= len(document):
+            raise
+        raise _Ended(_tail(builder, document[len(_OPENING): end]), len(document) - end) from None
 
 
 def _closing(builder: Builder, rest: bytearray) -> dict[str, Any]:
-    """The last events, the closing ``]`` and the document's trailing keys (``rest`` is used up).
+    """The last events, the closing ``]`` and the document's trailing keys (``rest`` is used up);
+    junk after the document's end is counted (``JUNK``) and ignored.
 
     ``rest`` is at most a batch and a chunk, or one event larger than those, with filler squeezed
-    out by ``_batches``: the copies ``_tail`` makes of it (and its fallbacks) are bounded so."""
-    end = _last_non_space(rest, len(rest)) + 1
-    if rest[end - 1: end] != b"}":
-        raise TraceError(_TRUNCATED)
-    del rest[end:]
+    out and strings clipped by ``_batches``: the copies ``_tail`` makes of it (and its fallbacks)
+    are bounded so."""
+    del rest[_last_non_space(rest, len(rest)) + 1:]
     tail = bytes(rest)
     rest.clear()
-    return _tail(builder, tail)
+    mark = builder.mark()
+    try:
+        if tail.endswith(b"}"):
+            return _tail(builder, tail)
+        failure = TraceError(TRUNCATED)
+    except TraceError as exc:
+        builder.rollback(mark)
+        failure = exc
+    end = json_end(_OPENING + tail)
+    if end is None or end >= len(_OPENING) + len(tail):
+        raise failure
+    trailer = _tail(builder, tail[: end - len(_OPENING)])
+    builder.count(JUNK, len(_OPENING) + len(tail) - end)
+    return trailer
 
 
 # -- parts at once ----------------------------------------------------------------------------
@@ -236,13 +245,18 @@ def _closing(builder: Builder, rest: bytearray) -> dict[str, Any]:
 def decode_first_part(chunks: Iterable[bytes], *, batch_bytes: int = BATCH_BYTES
                       ) -> tuple[Builder, dict[str, Any]] | None:
     """Decode from the start of the file to the first cut (an event start). None: not Kineto's
-    layout."""
+    layout, or the document ends before the cut."""
     opened = _open(chunks, batch_bytes)
     if isinstance(opened, Events):
         return None
     builder, header, rest = opened
-    if rest.strip():
-        add_batch(builder, _as_array(memoryview(rest)))
+    try:
+        if isinstance(rest, _Ended):
+            raise rest
+        if rest.strip():
+            _add_or_end(builder, _as_array(memoryview(rest)))
+    except _Ended:
+        return None  # the document ends in this part: one process reads it
     return builder, header
 
 
@@ -250,6 +264,8 @@ def decode_middle_part(chunks: Iterable[bytes], *, batch_bytes: int = BATCH_BYTE
     """Decode the events between two cuts; the result pickles."""
     builder = Builder()
     rest = _batches(builder, iter(chunks), bytearray(), batch_bytes)
+    if isinstance(rest, _Ended):
+        raise TraceError("the trace's JSON ends before the file does")  # one process reads it
     if rest.strip():
         add_batch(builder, _as_array(memoryview(rest)))
     return {"builder": builder.export(), "trailer": None}
@@ -260,7 +276,7 @@ def decode_last_part(chunks: Iterable[bytes], *, batch_bytes: int = BATCH_BYTES)
     the result pickles."""
     builder = Builder()
     rest = _batches(builder, iter(chunks), bytearray(), batch_bytes)
-    trailer = _closing(builder, rest)
+    trailer = rest.counted(builder) if isinstance(rest, _Ended) else _closing(builder, rest)
     return {"builder": builder.export(), "trailer": trailer}
 
 
@@ -270,7 +286,7 @@ def merge_parts(first: Builder, header: dict[str, Any], others: list[dict[str, A
         raise ValueError("the last part must end the file")
     for part in others:
         first.merge(part["builder"])
-    return _finish(first, {**header, **others[-1]["trailer"]})
+    return finish(first, {**header, **others[-1]["trailer"]})
 
 
 _SPACE = frozenset(b" \t\r\n")
@@ -283,12 +299,12 @@ def _add_batch_in_place(builder: Builder, rest: bytearray, cut: int) -> None:
     last = _last_non_space(rest, cut)
     if rest[0] not in _SPACE or rest[last] != ord(","):
         with memoryview(rest) as view:
-            add_batch(builder, _as_array(view[:cut]))
+            _add_or_end(builder, _as_array(view[:cut]))
         return
     rest[0] = ord("[")
     rest[last] = ord("]")
     with memoryview(rest) as view, view[: last + 1] as body:
-        add_batch(builder, body)
+        _add_or_end(builder, body)
 
 
 def _batch_text(rest: bytearray, cut: int) -> bytes:
@@ -342,7 +358,7 @@ def _tail(builder: Builder, tail: bytes) -> dict[str, Any]:
             continue
         keys = (m.group("keys") or b"").strip()
         try:
-            trailer = _load_object(b"{" + keys + b"}", "trailer") if keys else {}
+            trailer = load_object(b"{" + keys + b"}", "trailer") if keys else {}
         except TraceError:
             continue
         body = tail[:pos].strip()
@@ -353,12 +369,15 @@ def _tail(builder: Builder, tail: bytes) -> dict[str, Any]:
             error = error or exc  # the events before the outermost candidate are broken
             continue
         return trailer
-    raise error or TraceError(_TRUNCATED)
+    raise error or TraceError(TRUNCATED)
+
+
+_OPENING = b'{"traceEvents":['  # what the tail of a trace in Kineto's layout completes
 
 
 def _tail_as_document(builder: Builder, tail: bytes) -> dict[str, Any] | None:
     try:
-        raw = _top_decoder.decode(b'{"traceEvents":[' + tail)
+        raw = top_decoder.decode(_OPENING + tail)
     except (msgspec.DecodeError, msgspec.ValidationError):
         return None
     except RecursionError as exc:

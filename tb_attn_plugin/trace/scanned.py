@@ -1,13 +1,13 @@
 """The fast path of the column builder: a batch read by the compiled Kineto event scanner
 (``_scan.c``) and appended to a ``Builder`` in numpy, with no Python object per event.
 
-The scanner returns the complete and memory events' fields as columns, and names, categories
-and shape triples once each; this module applies exactly the rules of ``Builder.add`` (which
-events are kept, what is counted, in which order names, tracks and shapes are interned), so the
-columns are the same as the pure path's (``tests/trace/test_scanned.py`` checks them on every
-trace and on mutated ones). Where the scanner is not built (no compiler at install, a platform
-without wheels) or ``TB_ATTN_PURE_DECODE=1``, or for a batch it does not accept, the pure path
-decodes the batch.
+The scanner returns the complete and memory events' fields as columns, and names (clipped as
+``Builder.intern`` clips them), categories and shape triples once each; this module applies
+exactly the rules of ``Builder.add`` (which events are kept, what is counted, in which order
+names, tracks and shapes are interned), so the columns are the same as the pure path's
+(``tests/trace/test_scanned.py`` checks them on every trace and on mutated ones). Where the
+scanner is not built (no compiler at install, a platform without wheels) or
+``TB_ATTN_PURE_DECODE=1``, or for a batch it does not accept, the pure path decodes the batch.
 """
 
 from __future__ import annotations
@@ -163,15 +163,10 @@ def _complete(builder: Builder, x: dict[str, np.ndarray], names: list[str], cats
     if other.any():
         counts = np.bincount(cat[other] + 1, minlength=len(cats) + 1)
         for c in _first_seen(cat[other]).tolist():
-            label = cats[c] if c >= 0 else None
-            if label not in ("Trace", None, ""):
-                builder.count(f"category {label!r}", int(counts[c + 1]))
+            builder.count_category(cats[c] if c >= 0 else None, int(counts[c + 1]))
     name_table = np.full(len(names), -1, np.int32)
-    name_ids = builder.name_ids
     for i in _first_seen(nid).tolist():  # first-appearance order, so ids do not depend on batching
-        name = names[i]
-        got = name_ids.get(name)
-        name_table[i] = builder.intern(name) if got is None else got
+        name_table[i] = builder.name_id(names[i])
     nids = name_table[nid]
     tracks = _tracks(builder, x["track"], track_keys)
     device = np.isin(kind, DEVICE_KINDS)

@@ -123,8 +123,8 @@ def test_the_largest_head_range_in_bounds_is_kept(head_rows: list[int]) -> None:
 
 @pytest.mark.parametrize("scope", [
     "tbattn.v1/L2147483648/softmax", "tbattn.v1/L0/H2147483648/softmax", f"tbattn.v1/L{MAX_LAYERS}/softmax",
-    "tbattn.v1/L0/H99999999999999999999/softmax", "tbattn.v1/L" + "9" * 5000 + "/softmax",
-    "tbattn.v1/L0/H1-" + "9" * 5000 + "/softmax",
+    "tbattn.v1/L0/H99999999999999999999/softmax", "tbattn.v1/L" + "9" * 1900 + "/softmax",
+    "tbattn.v1/L0/H1-" + "9" * 1900 + "/softmax",
 ])
 def test_a_layer_or_head_out_of_range_is_a_diagnostic(scope: str) -> None:
     summary = _summary(_trace(scope))
@@ -135,10 +135,20 @@ def test_a_layer_or_head_out_of_range_is_a_diagnostic(scope: str) -> None:
 
 
 @pytest.mark.parametrize("step", ["ProfilerStep#99999999999999999999", "ProfilerStep#2147483648",
-                                  "ProfilerStep#" + "9" * 5000])
+                                  "ProfilerStep#" + "9" * 1900])
 def test_a_step_number_out_of_range_is_a_diagnostic(step: str) -> None:
     summary = _summary(_trace(extra=[_x(step, 200, 10), _x("tbattn.v1/L1", 201, 5)]))
     assert _diagnostic(summary, "ProfilerStep") == 1
+    _legit_layer_1(summary)
+
+
+@pytest.mark.parametrize("name", ["tbattn.v1/L" + "9" * 5000 + "/softmax", "ProfilerStep#" + "9" * 5000])
+def test_a_name_longer_than_the_limit_is_clipped_where_it_is_read(name: str) -> None:
+    """Clipped to ``MAX_NAME_CHARS`` characters when decoded, the name is no scope or step (it
+    ends in "…"), and the clipping is a diagnostic."""
+    summary = _summary(_trace(extra=[_x(name, 200, 10), _x("tbattn.v1/L1", 201, 5)]))
+    assert _diagnostic(summary, "characters (clipped)") == 1
+    assert not any("out of range" in k or "ProfilerStep" in k for k in summary.diagnostics)
     _legit_layer_1(summary)
 
 

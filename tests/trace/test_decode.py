@@ -20,6 +20,7 @@ from tb_attn_plugin.trace import decode as decode_module
 from tb_attn_plugin.trace.decode import decode, decode_bytes
 from tb_attn_plugin.trace.events import Events, TraceError
 from tb_attn_plugin.trace.kineto import Kind, kind_of
+from tb_attn_plugin.trace.whole import JUNK
 
 TraceBytes = Callable[[str], bytes]
 
@@ -52,13 +53,13 @@ def minified(data: bytes) -> bytes:
 def spy_whole(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """Counts calls of the whole-document fallback."""
     calls: list[int] = []
-    whole = decode_module._whole
+    whole = decode_module.whole
 
     def spy(document: bytes) -> Events:
         calls.append(len(document))
         return whole(document)
 
-    monkeypatch.setattr(decode_module, "_whole", spy)
+    monkeypatch.setattr(decode_module, "whole", spy)
     return calls
 
 
@@ -170,7 +171,7 @@ def test_shapes_kept_only_for_ops_the_analysis_reads(trace_bytes: TraceBytes) ->
          b'    "args": {\n      "name": "python"\n    }\n  }\n  ]\n}', "no events"),
         (b'{"traceEvents": [', "truncated"),
         (b'{"traceEvents": [{"ph": "X", "name": "\xff", "ts": 1, "dur": 1}]}', "invalid JSON"),
-        (b'{"traceEvents": [{"ph": "X", "name": "a", "ts": 1, "dur": 1}]} trailing', "invalid JSON"),
+        (b'{"traceEvents": [{"ph": "X", "name": "a", "ts": 1, "dur": 1}] trailing}', "invalid JSON"),
         (b'{"traceEvents": ' + b"[" * 20_000, "invalid JSON"),
         (b"[" * 20_000 + b"]" * 20_000, "invalid JSON"),
         (b'{\n  "traceEvents": [\n  {\n    "ph": "X", "name": "a", "ts": 1, "dur": 1, "args": '
@@ -184,6 +185,54 @@ def test_not_a_trace(data: bytes, message: str) -> None:
         decode_bytes(data)
     with pytest.raises(TraceError, match=message):
         decode(chunked(data, 7), batch_bytes=64)
+
+
+#: What a finished trace may be followed by: a log line, zeros left by a crash, bytes that are not
+#: UTF-8, brackets, the start of another document, the whole trace again.
+_JUNK = [b" trailing", b"\x00" * 300, b"\nINFO: profiling done\n", b"\xff\xfe\x00", b"}", b"]}", b'{"traceEvents": [',
+         b'\n"unterminated', b"AGAIN"]
+
+
+@pytest.mark.parametrize("junk", _JUNK, ids=lambda j: repr(j[:12]))
+@pytest.mark.parametrize("name", ["nesting", "odd_values", "threads_minified", "steps_bare_array"])
+def test_junk_after_a_whole_trace_is_ignored_and_counted(trace_bytes: TraceBytes, name: str, junk: bytes) -> None:
+    """A trace that ends, followed by anything: the trace as it is, and the bytes after its end
+    counted in the diagnostics; not "truncated", which the tab shows as a trace still being
+    written (odd_values has NaN, which the end is found past too)."""
+    data = trace_bytes(name).rstrip()
+    junk = data if junk == b"AGAIN" else junk  # in small batches: the end is inside one of them
+    for got, want in ((decode_bytes(data + junk), decode_bytes(data)),
+                      (decode(chunked(data + junk, 7), batch_bytes=64), decode(chunked(data, 7), batch_bytes=64))):
+        assert got.diagnostics.pop(JUNK) == pytest.approx(len(junk.rstrip()), abs=1)
+        assert_same(got, want)
+
+
+@pytest.mark.parametrize("parts", [2, 3])
+def test_parts_of_a_trace_written_twice_are_read_by_one_process(trace_bytes: TraceBytes, parts: int) -> None:
+    """Cut in parts (``trace.parallel``), a file holding a trace twice: a part in which the first
+    copy ends declines (None, or TraceError from a worker) so that one process reads the file; a
+    last part that holds only junk after the end reads its trailer and counts the junk."""
+    data = trace_bytes("nesting").rstrip()
+    twice = data + data
+    starts = [i for i in range(len(twice)) if twice.startswith(b"\n  {", i)]
+    cuts = sorted({starts[len(starts) * k // parts] for k in range(1, parts)})
+    bounds = [0, *cuts, len(twice)]
+    ends_first = bounds[1] > len(data)
+    first = decode_module.decode_first_part([twice[: bounds[1]]], batch_bytes=64)
+    assert (first is None) == ends_first
+    for a, b in itertools.pairwise(bounds[1:-1]):
+        if a < len(data) < b:
+            with pytest.raises(TraceError):
+                decode_module.decode_middle_part([twice[a:b]], batch_bytes=64)
+    assert decode(chunked(twice, 7), batch_bytes=64).diagnostics[JUNK] == pytest.approx(len(data), abs=1)
+
+
+def test_a_trace_cut_short_after_junk_like_bytes_is_still_truncated() -> None:
+    """Brackets that close inside a string are no end: a document cut inside its events is truncated."""
+    data = b'{\n  "traceEvents": [\n  {"ph": "X", "name": "]}", "ts": 1, "dur": 1},\n  {"ph": "X", "name": "a'
+    for got in (lambda: decode_bytes(data), lambda: decode(chunked(data, 5), batch_bytes=32)):
+        with pytest.raises(TraceError, match="truncated"):
+            got()
 
 
 def test_truncated_mid_events(trace_bytes: TraceBytes) -> None:
@@ -295,3 +344,14 @@ def test_module_events_kept_other_python_functions_dropped() -> None:
     ))
     assert sorted(events.names) == ["aten::mm", "nn.Module: Attention_0"]
     assert events.diagnostics == {}
+
+
+@pytest.mark.parametrize("layout", ["kineto", "minified"])
+def test_a_pid_of_digits_that_is_no_number_is_text(layout: str) -> None:
+    """A pid or tid of digits that ``int()`` refuses (a superscript two, 5000 digits) raised a
+    ValueError out of the decoder; it is a thread's name, clipped like any other string."""
+    pids = ["²", "9" * 5000, "25738"]
+    events = [{"ph": "X", "name": "a", "pid": pid, "tid": 1, "ts": i, "dur": 1} for i, pid in enumerate(pids)]
+    indent = 2 if layout == "kineto" else None
+    ev = decode_bytes(json.dumps({"traceEvents": events}, indent=indent, ensure_ascii=False).encode())
+    assert [t.pid for t in ev.tracks] == ["²", "9" * 1999 + "…", 25738]

@@ -1,7 +1,9 @@
-"""Filler squeezed out while decoding: JSON meaning kept, strings untouched, each byte read once.
+"""Filler squeezed out and long strings clipped while decoding: JSON meaning kept, strings
+untouched up to the limit and cut only past it, each byte read once.
 
 ``test_hostile_json.py`` bounds the memory of whole files in subprocesses; these tests check, on
-small random documents, that what ``Filler`` does to a buffer changes nothing a reader sees.
+small random documents, that what ``Filler`` does to a buffer changes nothing a reader sees but
+the strings past ``STRING_BYTES``, and that no name changes for it.
 """
 
 from __future__ import annotations
@@ -15,8 +17,9 @@ from typing import Any
 import pytest
 
 from tb_attn_plugin.trace import filler as filler_module
+from tb_attn_plugin.trace.coerce import clip
 from tb_attn_plugin.trace.decode import decode, decode_bytes
-from tb_attn_plugin.trace.filler import _FILLER_RUN, Filler
+from tb_attn_plugin.trace.filler import _FILLER_RUN, STRING_BYTES, Filler
 
 _WS = " \n\t\r"
 
@@ -116,12 +119,141 @@ class _Counting:
 
 def test_strings_are_read_once_however_many_runs_they_hold(monkeypatch: pytest.MonkeyPatch) -> None:
     """A name of 20,000 runs of spaces (which look like filler until read as a string): its
-    bytes are scanned once in all, not once per run (which would be quadratic)."""
+    bytes are scanned once in all, not once per run (which would be quadratic). It is kept clipped."""
     name = ("x" + " " * (2 * _FILLER_RUN)) * 20_000
     event = '  {"ph": "X", "cat": "cpu_op", "name": %s, "pid": 1, "tid": 1, "ts": 1, "dur": 1}'
     data = ('{\n  "traceEvents": [\n' + event % json.dumps(name) + ",\n" + event % '"b"' + "\n  ]\n}\n").encode()
     for k in ("_OUTSIDE", "_INSIDE"):
         monkeypatch.setattr(filler_module, k, _Counting(getattr(filler_module, k), len(data)))
     events = decode((data[i: i + (1 << 20)] for i in range(0, len(data), 1 << 20)), batch_bytes=1 << 20)
-    assert sorted(events.names, key=len) == ["b", name]
+    assert sorted(events.names, key=len) == ["b", clip(name)]
     assert filler_module._INSIDE.consumed > 0  # the runs were seen, and found to be in a string
+
+
+# -- long strings ------------------------------------------------------------------------------
+#: Pieces of string content as JSON writes them: escapes of every length, UTF-8 of 2 to 4 bytes,
+#: a surrogate pair, and spaces (content, never filler).
+_PIECES = ["a", "é", "€", "😀", '\\"', "\\\\", "\\n", "\\/", "\\u00e9", "\\ud83d\\ude00", " "]
+_STRING = re.compile(rb'"((?:[^"\\]|\\.)*)"', re.DOTALL)
+
+
+def _content(r: random.Random, limit: int) -> str:
+    """String content (JSON-escaped) of about a random length around ``limit``."""
+    size = r.choice([r.randrange(limit // 2), limit - r.randrange(16), limit + r.randrange(16), r.randrange(6 * limit)])
+    parts: list[str] = []
+    n = 0
+    while n < size:
+        piece = r.choice(_PIECES) if r.random() < 0.7 else r.choice(_PIECES) * r.randrange(1, 3 * _FILLER_RUN)
+        parts.append(piece)
+        n += len(piece.encode())
+    return "".join(parts)
+
+
+def _long_strings_document(r: random.Random, limit: int, events: int) -> bytes:
+    """A trace in Kineto's layout whose strings, keys aside, are long, with filler between tokens."""
+    def text() -> str:
+        return '"' + _content(r, limit) + '"'
+
+    body = (",\n  ").join(
+        "{" + _ws(r) + '"ph": "X", "name":' + _ws(r) + text() + ', "args": {"k": ' + text() + _ws(r) + "}}"
+        for _ in range(events))
+    return ('{"schemaVersion": 1, "x": ' + text() + "," + _ws(r) + '"traceEvents": [\n  ' + body + _ws(r) + "]"
+            + _ws(r) + ', "traceName": ' + text() + "}").encode()
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_long_strings_are_cut_at_the_limit_and_stay_valid_json(seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With a limit of 48 bytes: each string of at most 48 bytes is kept, each longer one keeps a
+    prefix of 34 to 48 bytes (as written) that decodes to a prefix of the string, whatever the
+    chunks, escapes, multi-byte characters and pairs at the cut."""
+    monkeypatch.setattr(filler_module, "STRING_BYTES", 48)
+    monkeypatch.setattr(filler_module, "_STRIDE", 32)  # _STRIDE + _SAMPLE <= STRING_BYTES
+    monkeypatch.setattr(filler_module, "_SAMPLE", 8)
+    r = random.Random(seed)
+    data = _long_strings_document(r, 48, 20)
+    squeezed = _squeezed(data, r)
+    json.loads(squeezed)  # valid JSON, valid UTF-8
+    assert squeezed.count(b"\n  {") == data.count(b"\n  {")
+    before, after = _STRING.findall(data), _STRING.findall(squeezed)
+    assert len(before) == len(after)
+    clipped = 0
+    for raw, kept in zip(before, after, strict=True):
+        if len(raw) <= 48:
+            assert kept == raw
+            continue
+        clipped += 1
+        assert 48 - 14 <= len(kept) <= 48 and raw.startswith(kept)
+        whole, part = json.loads(b'"' + raw + b'"'), json.loads(b'"' + kept + b'"')
+        assert whole.startswith(part)
+    assert clipped
+
+
+@pytest.mark.parametrize("pure", [False, True], ids=["scanner", "pure"])
+@pytest.mark.parametrize("seed", range(6))
+def test_clipping_while_reading_changes_no_name(seed: int, pure: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Names of about ``STRING_BYTES`` and more, read in small chunks and batches (each event
+    larger than a batch, so each is clipped as it arrives), are the names decoding the whole
+    document at once gives: cut to ``MAX_NAME_CHARS`` characters either way."""
+    if pure:
+        monkeypatch.setenv("TB_ATTN_PURE_DECODE", "1")
+    r = random.Random(seed)
+    prefix = _content(r, 9000)  # names sharing it share their clipped form
+    names = ['"' + (prefix if r.random() < 0.5 else "") + _content(r, STRING_BYTES) + '"' for _ in range(8)]
+    events = [f'{{"ph": "X", "cat": "cpu_op", "name": {n}, "pid": 1, "tid": 1, "ts": {i}, "dur": 1}}'
+              for i, n in enumerate(names)]
+    data = ('{\n  "traceEvents": [\n  ' + ",\n  ".join(events) + '\n  ],\n  "traceName": ' + names[0]
+            + "\n}\n").encode()
+    whole = decode_bytes(data)
+    read = decode(_chunks(data, r), batch_bytes=4096)
+    assert read.names == whole.names and read.name.tolist() == whole.name.tolist()
+    assert max(map(len, whole.names)) == 2000 and whole.meta.extra.keys() == read.meta.extra.keys()
+
+
+_HEAD = b'{\n  "schemaVersion": 1,\n  "traceEvents": [\n'
+_EVENT = b'  {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 1, "dur": 1}'
+
+
+def _placed(where: str, string: Iterator[bytes]) -> Iterator[bytes]:
+    """A trace with one long string (``string``, its content in pieces) at ``where``."""
+    minified = where.startswith("minified")
+    pieces = {
+        "op name": (_HEAD + _EVENT + b',\n  {"ph": "X", "name": "', b'", "ts": 2, "dur": 1}\n  ]\n}\n'),
+        "skipped argument": (_HEAD + _EVENT + b',\n  {"ph": "X", "name": "b", "args": {"x": "', b'"}, "ts": 2}\n  ]}'),
+        "header": (b'{\n  "deviceProperties": [{"name": "', b'"}],\n  "traceEvents": [\n' + _EVENT + b"\n  ]\n}\n"),
+        "trailer": (_HEAD + _EVENT + b'\n  ],\n  "traceName": "', b'"\n}\n'),
+        "minified op name": (b'{"traceEvents":[{"ph":"X","name":"aten::mm","ts":1,"dur":1},{"ph":"X","name":"',
+                             b'","ts":2,"dur":1}]}'),
+        "minified array": (b'[{"ph":"X","name":"aten::mm","ts":1,"dur":1},{"ph":"X","name":"a","args":{"x":"',
+                           b'"},"ts":2,"dur":1}]'),
+    }
+    head, tail = pieces[where]
+    yield head
+    yield from string
+    yield tail
+    assert minified or head.startswith(b"{\n")
+
+
+@pytest.mark.parametrize("where", ["op name", "skipped argument", "header", "trailer", "minified op name",
+                                   "minified array"])
+def test_a_long_string_is_never_held_whole(where: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """32 MiB of a string in 1 MiB chunks, wherever it is: the buffer the framing holds stays
+    under a batch, a chunk and ``STRING_BYTES`` (measured after each squeeze), and the string's
+    first characters are read."""
+    held: list[int] = []
+    squeeze = Filler.squeeze
+
+    def measured(self: Filler, buf: bytearray) -> None:
+        squeeze(self, buf)
+        held.append(len(buf))
+
+    monkeypatch.setattr(Filler, "squeeze", measured)
+    block = ("é€😀" * (1 << 18))[: (1 << 20) // 9 * 3].encode()  # whole characters: 1 MiB or a little less
+    events = decode(_placed(where, iter([block] * 32)), batch_bytes=1 << 20)
+    assert held and max(held) < (2 << 20) + STRING_BYTES, max(held)
+    if where.endswith("op name"):
+        assert max(map(len, events.names)) == 2000
+        assert max(events.names, key=len).startswith("é€😀é€😀") and max(events.names, key=len).endswith("…")
+    if where == "header":
+        assert len(events.meta.device_properties[0]["name"]) == 2000
+    if where == "trailer":
+        assert "traceName" not in events.meta.extra  # kept only when short (meta.extra): read and dropped

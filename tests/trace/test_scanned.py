@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 from devtools.corpus import TRACES as CORPUS_TRACES
 from tb_attn_plugin.trace import decode as decode_module
 from tb_attn_plugin.trace import io, scanned
+from tb_attn_plugin.trace.coerce import MAX_NAME_CHARS, clip
 from tb_attn_plugin.trace.columns import Builder, add_batch
 from tb_attn_plugin.trace.decode import decode
 from tb_attn_plugin.trace.events import Events, TraceError
@@ -127,6 +128,28 @@ def test_what_the_scanner_takes_and_what_it_leaves(text: bytes, taken: bool) -> 
     assert fast == pure
 
 
+def test_the_scanner_clips_names_as_the_builder_interns_them() -> None:
+    """Names over ``MAX_NAME_CHARS`` characters keep their first ``MAX_NAME_CHARS - 1`` and "…",
+    counted in characters (code points) whatever their bytes; names equal once clipped are one
+    name, also where one was written with its "…"; the scanner's limit is the builder's."""
+    assert scanned._scan.MAX_NAME_CHARS == MAX_NAME_CHARS
+    n = MAX_NAME_CHARS
+    names = ["a" * (n + 1), "a" * (n - 1) + "…", "a" * (n - 1) + "b" * 50, "é" * n, "é" * (n + 1), "😀" * (n + 1),
+             "€" * (n - 1) + "😀", "x" * 3 * n, "a" * n, "nn.Module: " + "m" * n]
+    events = [{"ph": "X", "cat": "python_function" if i == len(names) - 1 else "cpu_op", "name": name, "pid": 1,
+               "tid": 1, "ts": i, "dur": 1} for i, name in enumerate(names * 2)]
+    text = json.dumps(events, ensure_ascii=False).encode()
+    got = scanned._scan.scan(text)
+    assert got is not None
+    assert {n.decode() for n in got[2]} == {clip(n) for n in names}  # the scanner's own names (once each)
+    fast, pure = _both(text)
+    assert fast == pure
+    assert fast["names"] == [
+        "a" * (n - 1) + "…", "é" * n, "é" * (n - 1) + "…", "😀" * (n - 1) + "…", "€" * (n - 1) + "😀",
+        "x" * (n - 1) + "…", "a" * n, "nn.Module: " + "m" * (n - 12) + "…"]
+    assert np.frombuffer(fast["x"]["name"], np.int32).tolist() == [0, 0, 0, 1, 2, 3, 4, 5, 6, 7] * 2
+
+
 _SPELLINGS = ["External id", "external id", "correlation", "Sequence number", "Bytes", "Total Allocated",
               "Device Type", "Device Id", "Input Dims", "Input type", "Concrete Inputs", "Record function id"]
 _ODD = st.one_of(
@@ -150,13 +173,18 @@ _EVENT = st.fixed_dictionaries(
     })
 
 
+#: Names about ``MAX_NAME_CHARS`` characters long, of characters of 1 to 4 bytes in UTF-8, some
+#: ending in the ellipsis a clipped name ends in.
+_LONG_NAME = st.builds(lambda c, n, tail: c * n + tail, st.sampled_from(["a", "é", "€", "😀", "a€"]),
+                       st.integers(MAX_NAME_CHARS - 4, MAX_NAME_CHARS + 2) | st.sampled_from([1000, 3000]),
+                       st.sampled_from(["", "…", "x", "b…"]))
 _INT64 = st.one_of(st.integers(-(2**63) + 1, 2**63 - 1), st.integers(-3, 300), st.none())
 #: Events of the declared types, with edge values: batches the scanner takes.
 _TYPED_EVENT = st.fixed_dictionaries(
     {"ph": st.sampled_from(["X", "X", "X", "i", "M"]),
      "name": st.one_of(st.sampled_from(["aten::mm", "[memory]", "nn.Module: Linear_0", "py", "ProfilerStep#1"]),
                        st.text(st.characters(blacklist_categories=("Cs", "Cc"), blacklist_characters='"\\'),
-                               max_size=6)),
+                               max_size=6), _LONG_NAME),
      "ts": st.one_of(st.floats(-1e21, 1e21, allow_nan=False), st.integers(-(2**53), 2**53),
                      st.decimals(-10**15, 10**15, places=3, allow_nan=False, allow_infinity=False).map(float))},
     optional={
@@ -183,6 +211,9 @@ def test_generated_events_give_what_the_pure_path_gives(events: list[dict[str, A
     setup = [b'[{"ph": "X", "name": "py", "cat": "cpu_op", "pid": 7, "tid": 7, "ts": 0, "dur": 1}]'] if earlier else []
     fast, pure = _both(text, setup)
     assert fast == pure
+    got = scanned._scan.scan(text)
+    if got is not None:  # the scanner clips names itself (the builder would hide it if it did not)
+        assert all(clip(name) == name for name in (n.decode() for n in got[2]))
 
 
 def _batch() -> bytes:
