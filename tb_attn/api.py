@@ -257,7 +257,7 @@ def _summarize(runs: Sequence[Run], worker: str | None, jobs: int | None, execut
     from tb_attn_plugin.loader import Loader
 
     with open_executor(executor, warn) as pool:
-        return summarize_runs(runs, Loader(cache_dir=cache_dir), worker=worker, jobs=jobs, executor=pool,
+        return summarize_runs(runs, Loader(cache_dir=cache_dir, warn=warn), worker=worker, jobs=jobs, executor=pool,
                               progress=progress, warn=warn)
 
 

@@ -103,13 +103,14 @@ def summaries(args: argparse.Namespace, loader_kwargs: dict[str, object], runs: 
         check_outside(args.cache_dir, path)
     if args.cache_max_mb is not None and args.cache_dir is None:
         raise ValueError("--cache-max-mb bounds --cache-dir: give both")
-    loader = Loader(cache_dir=args.cache_dir, cache_max_bytes=None if args.cache_max_mb is None
-                    else args.cache_max_mb << 20, **loader_kwargs)  # type: ignore[arg-type]
 
     def warn(message: str) -> None:
         from tb_attn_plugin import report
 
         print(f"tb-attn: warning: {report.printable(message)}", file=sys.stderr)
+
+    loader = Loader(cache_dir=args.cache_dir, cache_max_bytes=None if args.cache_max_mb is None
+                    else args.cache_max_mb << 20, warn=warn, **loader_kwargs)  # type: ignore[arg-type]
 
     with open_executor(address, warn) as executor:
         return summarize_runs(runs, loader, worker=worker, jobs=args.jobs, executor=executor,

@@ -93,7 +93,8 @@ def summarize_task(task: bytes) -> bytes:
     loader = _WORKER_LOADERS.get(config)
     if loader is None:
         loader = _WORKER_LOADERS[config] = Loader(cache_dir=t.cache_dir, max_trace_bytes=t.max_trace_bytes,
-                                                  cache_max_bytes=t.cache_max_bytes, cache_bytes=64 << 20)
+                                                  cache_max_bytes=t.cache_max_bytes, cache_bytes=64 << 20,
+                                                  warn=False)  # the caller says it, from the outcome
     trace = t.trace()
     if t.cache_missed:
         loader.known_miss(trace)
@@ -270,8 +271,10 @@ def summarize_runs(runs: Sequence[Run], loader: Loader, *, worker: str | None = 
                 bar.advance(trace.size)
     finally:
         bar.close()
-    if loader.cache_error is not None:
-        say(f"{loader.cache_error}; summaries are not cached")
+    if loader.cache_error is not None and loader.disk is not None:  # found here or by a worker: said once
+        from tb_attn_plugin.summary_cache import warn_once
+
+        warn_once(loader.disk.root, f"{loader.cache_error}; summaries are not cached", say)
     return [loader.summarize_run(run, worker=worker, metadata=meta, known=known)
             for run, meta in zip(runs, metadata, strict=True)]
 

@@ -19,15 +19,15 @@ import json
 import logging
 import os
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from types import EllipsisType
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, Literal, NamedTuple
 
 import msgspec
 
 from tb_attn_plugin.cache import Key, LRUCache
-from tb_attn_plugin.head_events import HeadStatsReader, attach_head_stats
+from tb_attn_plugin.head_events import EventStats, HeadStatsReader, attach_head_stats
 from tb_attn_plugin.names import parse_trace_name
 from tb_attn_plugin.schema import FileError, RunSummary, WorkerSummary
 from tb_attn_plugin.trace import io, scanned
@@ -35,6 +35,7 @@ from tb_attn_plugin.trace import parallel as parallel_decode
 from tb_attn_plugin.trace.decode import decode
 from tb_attn_plugin.trace.discover import Run, TraceFile, display_name, find_runs
 from tb_attn_plugin.trace.events import Events, ReadError, TraceError
+from tb_attn_plugin.trace.io import FileInfo
 
 if TYPE_CHECKING:
     from tb_attn_plugin.analysis.analyze import Analysis
@@ -166,7 +167,8 @@ class Loader:
 
     The CLI calls ``summarize_run``. The plugin's service runs ``parse`` in background jobs for
     the files that ``summary_or_none``/``analysis_or_none`` cannot answer from the caches, then
-    hands the jobs' results to ``summarize_run``: the loader is the only per-file cache.
+    hands the jobs' results to ``summarize_run``: the loader is the only per-file cache. The run's
+    event files (per-head statistics) are read in jobs of their own (``head_stats``, ``head_events``).
     """
 
     cache_dir: str | None = None
@@ -179,6 +181,9 @@ class Loader:
     #: (``--tb_attn_peak_flops``/``--tb_attn_peak_bw``; None: the trace's own).
     peaks: tuple[float | None, float | None] = (None, None)
     cache_max_bytes: int | None = None
+    #: Where the summary cache's warning (it cannot be written) goes, once per process and cache:
+    #: None, the log; False, nowhere (a worker, whose outcome carries ``cache_error`` to its caller).
+    warn: Callable[[str], None] | Literal[False] | None = None
 
     def __post_init__(self) -> None:
         self.disk: SummaryCache | None = None
@@ -360,16 +365,30 @@ class Loader:
             self._fail(key, exc)
             raise
         if self.disk is not None and self.cache_error is None:  # as the trace has it: peaks are the reader's
+            from tb_attn_plugin.analysis.bounds import out_of_bounds
             from tb_attn_plugin.summary_cache import CacheWriteError
 
+            broken = out_of_bounds(summary)
             try:
-                self.disk.put(trace, msgspec.msgpack.encode(summary))
+                if broken is None:  # else no reader would take it (a bug: the summary is served all the same)
+                    self.disk.put(trace, msgspec.msgpack.encode(summary))
+                else:
+                    _log.info("the summary of %s is not cached: %s", trace.name, broken)
             except CacheWriteError as exc:  # a cache that cannot be written is only slower
-                self.cache_error = str(exc)
-                _log.warning("%s; summaries are not cached", exc)
+                self.cache_unwritable(str(exc))
         self._with_peaks(summary)
         self.memory.put(key, summary)
         return summary
+
+    def cache_unwritable(self, error: str) -> None:
+        """The summary cache cannot be written (``error`` says where and why): it is not written
+        again, and that is said once per process and cache, however many threads find it (``warn``)."""
+        if self.cache_error is None:
+            self.cache_error = error
+        if self.disk is not None and self.warn is not False:
+            from tb_attn_plugin.summary_cache import warn_once
+
+            warn_once(self.disk.root, f"{error}; summaries are not cached", self.warn or _log.warning)
 
     def adopt(self, trace: TraceFile, summary: WorkerSummary) -> None:
         """Keeps a summary made elsewhere (a worker process, another machine) as this loader's own."""
@@ -384,10 +403,13 @@ class Loader:
 
     def summarize_run(self, run: Run, *, worker: str | None = None,
                       metadata: dict[str, object] | EllipsisType | None = ...,
-                      known: Mapping[TraceFile, WorkerSummary | TraceError] | None = None) -> RunSummary:
+                      known: Mapping[TraceFile, WorkerSummary | TraceError] | None = None,
+                      head_stats: Mapping[FileInfo, EventStats] | EllipsisType | None = ...) -> RunSummary:
         """Every trace of the run (or of one worker). ``metadata``: the run's, if the caller has
         it already (the plugin caches it; ``...``: read it here). ``known``: files already
-        summarized or failed (the plugin's jobs), used as they are; the others are summarized."""
+        summarized or failed (the plugin's jobs), used as they are; the others are summarized.
+        ``head_stats``: the statistics of the run's event files (the plugin's jobs; ``...``: read
+        them here; None: leave them out)."""
         workers: list[WorkerSummary] = []
         errors: list[FileError] = []
         if isinstance(metadata, EllipsisType):
@@ -404,8 +426,10 @@ class Loader:
             except TraceError as exc:
                 errors.append(FileError(file=trace.name, error=str(exc)))
         summary = RunSummary(run=run.name, metadata=metadata, workers=workers, errors=errors)
-        if run.event_files:
-            attach_head_stats(summary, self.head_stats, run.event_files, metadata)
+        if run.event_files and head_stats is not None:
+            stats = head_stats if not isinstance(head_stats, EllipsisType) else \
+                {f: self.head_stats.read(f, timeout_s=self.parse_timeout_s) for f in run.event_files}
+            attach_head_stats(summary, [(f, stats[f]) for f in run.event_files if f in stats], metadata)
         return summary
 
     @staticmethod

@@ -147,19 +147,20 @@ def test_the_cache_is_never_inside_the_logdir(tmp_path: Path) -> None:
 def test_each_entry_is_read_once_per_miss(tmp_path: Path, builtin_logdir: Path,
                                           monkeypatch: pytest.MonkeyPatch) -> None:
     """A batch finds the misses; the parses that follow do not ask the cache again."""
+    from tb_attn_plugin import summary_cache
     from tb_attn_plugin.fanout import summarize_runs
-    from tb_attn_plugin.trace import io
 
     for run in ("naive", "sdpa"):
         shutil.copytree(builtin_logdir / run, tmp_path / "logdir" / run)
     asked: list[str] = []
-    real = io.read_many
+    real = summary_cache._read_entry
 
-    def counting(paths: list[str], **kwargs: object) -> object:
-        asked.extend(p for p in paths if p.endswith(".tba"))
-        return real(paths, **kwargs)  # type: ignore[arg-type]
+    def counting(root: int, key: str, **kwargs: bool) -> bytes | None:
+        asked.append(key)
+        return real(root, key, **kwargs)
 
-    monkeypatch.setattr(io, "read_many", counting)
+    monkeypatch.setattr(summary_cache, "_read_entry", counting)
+    (tmp_path / "cache").mkdir()  # else nothing is read: there is no cache yet
     runs = resolve_runs(str(tmp_path / "logdir"))
     summarize_runs(runs, Loader(cache_dir=str(tmp_path / "cache")), jobs=1, progress=False)
     assert len(asked) == 2 == len(set(asked))

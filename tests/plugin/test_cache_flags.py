@@ -5,7 +5,9 @@ the logdir."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import shutil
+import threading
 from pathlib import Path
 
 import pytest
@@ -55,3 +57,30 @@ def test_cache_flags_are_checked_at_start_up(tmp_path: Path) -> None:
     with pytest.raises(base_plugin.FlagsError, match="--tb_attn_cache_max_mb must be at least 1"):
         _plugin(tmp_path, "--tb_attn_cache_max_mb", "0")
     assert not (tmp_path / "cache").exists()
+
+
+def test_an_unwritable_cache_is_one_warning_from_the_tab(tmp_path: Path, caplog: pytest.LogCaptureFixture,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two parse jobs that fail to write at once both passed the loader's check before writing,
+    and each said so: the warning is said once per process and cache, whoever finds it first."""
+    from helpers import HAND_TRACES
+
+    from tb_attn_plugin.summary_cache import CacheWriteError, SummaryCache
+
+    run = tmp_path / "logdir" / "run"
+    run.mkdir(parents=True)
+    for worker in ("a", "b"):
+        shutil.copy(HAND_TRACES / "steps.json", run / f"{worker}_1.1.pt.trace.json")
+    both = threading.Barrier(2, timeout=10)
+
+    def failing(self: SummaryCache, trace: object, payload: bytes) -> None:
+        with contextlib.suppress(threading.BrokenBarrierError):
+            both.wait()  # both jobs inside the write at once
+        raise CacheWriteError(f"cannot write the summary cache at {self.root}: No space left on device")
+
+    monkeypatch.setattr(SummaryCache, "put", failing)
+    plugin = _plugin(tmp_path / "logdir", "--tb_attn_cache_dir", str(tmp_path / "cache"),
+                     "--tb_attn_parse_workers", "2")
+    assert len(plugin.service.summary("run", None, None).workers) == 2
+    assert not both.broken
+    assert sum("cannot write the summary cache" in m for m in caplog.messages) == 1

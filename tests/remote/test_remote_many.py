@@ -127,3 +127,35 @@ def test_an_unwritable_cache_url_is_one_warning(s3: LocalS3, ranked: Path, capsy
     assert err.startswith("tb-attn: warning: cannot write the summary cache at s3://no-such-bucket/cache: ")
     assert err.endswith("; summaries are not cached\n") and err.count("\n") == 1
     assert out.replace(JOB, "LOGDIR") == _serial(ranked).replace(str(ranked), "LOGDIR")
+
+
+def test_forged_entries_in_the_bucket_are_refused_and_rewritten(
+        s3: LocalS3, ranked: Path, no_cache: None, capsys: pytest.CaptureFixture[str], decodes: list[str]) -> None:
+    """A writer of the bucket forges two entries under valid digests: one over the byte bound (not
+    downloaded past it: one ranged GET), one past the head-row bound. The tab parses those two
+    traces, serves what the serial path prints, and writes both entries again."""
+    import hashlib
+
+    import msgspec
+
+    from tb_attn_plugin.analysis.bounds import MAX_HEAD_ROWS, MAX_SUMMARY_BYTES
+    from tb_attn_plugin.schema import WorkerSummary
+
+    assert main(["summarize", JOB, "--format", "json", "--jobs", "1", "--cache-dir", CACHE]) == 0
+    capsys.readouterr()
+    (big, big_meta), (rows, rows_meta) = sorted(s3.listing(BUCKET, "tb-attn-cache/").items())[:2]
+    head = len(b"tb-attn-summary/1\n") + 32
+    summary = msgspec.msgpack.decode(s3.get(BUCKET, rows)[head:], type=WorkerSummary)
+    summary.layers[0].heads = [summary.layers[0].heads[0]] * (MAX_HEAD_ROWS + 1)
+    large = msgspec.msgpack.decode(s3.get(BUCKET, big)[head:], type=WorkerSummary)
+    large.notes = ["n" * (MAX_SUMMARY_BYTES // 3)] * 4  # a summary in all else
+    for key, payload in ((big, msgspec.msgpack.encode(large)), (rows, msgspec.msgpack.encode(summary))):
+        body = s3.get(BUCKET, key)[:head - 32] + hashlib.sha256(payload).digest() + payload
+        s3.client.put_object(Bucket=BUCKET, Key=key, Body=body)
+    decodes.clear()
+    client, _ = client_of(JOB, cache_dir=CACHE)
+    served = get_json(client, f"{BASE}/summary?run=.")
+    assert len(decodes) == 2
+    assert json.loads(_serial(ranked))["runs"][0]["workers"] == served["workers"]
+    listing = s3.listing(BUCKET, "tb-attn-cache/")
+    assert (listing[big], listing[rows]) == (big_meta, rows_meta)  # written whole again
