@@ -87,7 +87,7 @@ def cached_figures(loader: Loader, run: Run,
         known[trace] = summary if summary is not None else TraceError(failure or "")
     if not known:
         return None, None
-    whole = loader.summarize_run(run, metadata=metadata, known=known)
+    whole = loader.summarize_run(run, metadata=metadata, known=known, head_stats=None)  # figures need none
     figures = run_figures(whole)
     if figures is not None:
         return figures, None

@@ -13,6 +13,7 @@ loader and the one job queue, and what stands apart already lives apart (``http_
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, wait
@@ -25,6 +26,7 @@ from tb_attn_plugin.analysis import views
 from tb_attn_plugin.analysis.analyze import Analysis
 from tb_attn_plugin.analysis.drilldown import drilldown as drilldown_view
 from tb_attn_plugin.cache import LRUCache
+from tb_attn_plugin.head_events import UNREADABLE, EventStats
 from tb_attn_plugin.http_status import Loading, http_errors
 from tb_attn_plugin.jobs import Jobs
 from tb_attn_plugin.loader import Loader, Parsed
@@ -33,6 +35,7 @@ from tb_attn_plugin.profiler_link import profiler_link
 from tb_attn_plugin.registry import Registry
 from tb_attn_plugin.responses import (
     CompareResponse,
+    MetadataResponse,
     RanksResponse,
     RunEntry,
     RunsResponse,
@@ -42,10 +45,12 @@ from tb_attn_plugin.responses import (
     StrategiesResponse,
     WorkerEntry,
 )
+from tb_attn_plugin.run_info import run_info
 from tb_attn_plugin.schema import RunSummary, WorkerSummary, to_json
 from tb_attn_plugin.trace import io
 from tb_attn_plugin.trace.discover import Run, TraceFile, display_name
 from tb_attn_plugin.trace.events import ReadError, TraceError
+from tb_attn_plugin.trace.io import FileInfo
 
 if TYPE_CHECKING:
     from tb_attn_plugin.ranksel import RankSet
@@ -206,18 +211,40 @@ class Service:
                 else:
                     misses[trace] = meta
         names = [run.name for run, _ in wanted]
+        stats, reads = self._head_stats([run for run, _ in wanted])
+        files += len(stats) + len(reads)
         known.update(self._from_summary_cache(misses, names, files))
         for trace, meta in misses.items():
             if trace not in known:
                 jobs[trace] = self._parse(trace, meta, summary_only=True)
-        self._await(list(jobs.values()), names, files)
+        self._await([*jobs.values(), *reads.values()], names, files)
         for trace, job in jobs.items():
             failure = job.exception()
             if failure is not None and not isinstance(failure, TraceError):
                 raise failure  # a bug: a 500
             known[trace] = failure if failure is not None else job.result().summary
-        return [self.loader.summarize_run(run, worker=worker, metadata=meta, known=known)
+        stats.update((info, job.result()) for info, job in reads.items())
+        return [self.loader.summarize_run(run, worker=worker, metadata=meta, known=known, head_stats=stats)
                 for (run, worker), meta in zip(wanted, metadata, strict=True)]
+
+    def _head_stats(self, runs: list[Run]) -> tuple[dict[FileInfo, EventStats], dict[FileInfo, Future[EventStats]]]:
+        """The statistics of the runs' event files already read, and a job reading each of the
+        others: one per file version, shared like a trace's parse (``head_events``)."""
+        done: dict[FileInfo, EventStats] = {}
+        reads: dict[FileInfo, Future[EventStats]] = {}
+        for info in {info: None for run in runs for info in run.event_files}:
+            got = self.loader.head_stats.cached(info)
+            if got is not None:
+                done[info] = got
+            else:
+                reads[info] = self.jobs.submit(("head-stats", info.path, info.size, info.mtime),
+                                               functools.partial(self._read_events, info))
+        return done, reads
+
+    def _read_events(self, info: FileInfo) -> EventStats:
+        if not io.inside(self.logdir, info.path):  # its directory became a link out of the logdir
+            return EventStats({}, None, {UNREADABLE: 1})
+        return self.loader.head_stats.read(info, timeout_s=self.loader.parse_timeout_s)
 
     def _from_summary_cache(self, misses: dict[TraceFile, dict[str, object] | None], runs: list[str],
                             files: int) -> dict[TraceFile, WorkerSummary]:
@@ -251,13 +278,19 @@ class Service:
             for f in run.files:
                 workers.setdefault(f.worker, []).append(SpanEntry(span=f.span, file=f.name, size=f.size, mtime=f.mtime))
             out.append(RunEntry(run=run.name, group=run.name.rsplit("/", 1)[0] if "/" in run.name else "",
-                                metadata=metadata, status=status, error=error,
+                                info=run_info(metadata), status=status, error=error,
                                 workers=[WorkerEntry(worker=w, spans=spans) for w, spans in workers.items()],
                                 figures=figures, figures_error=figures_error,
                                 parsing=any(self.jobs.running(_file_key(f)) for f in run.files)))
         return RunsResponse(logdir=self.logdir, runs=out, listing_error=self.registry.listing_error,
                             retry_after_s=retry_after_s,
                             poll_after_ms=POLL_RUNS_MS if any(r.parsing for r in out) else None)
+
+    def metadata_response(self, run_name: str) -> MetadataResponse:
+        """The run's whole metadata file (``/runs`` carries a few fields of it): read at the
+        listing, so no trace is parsed."""
+        run = self.run(run_name)
+        return MetadataResponse(run=run.name, metadata=self.metadata(run))
 
     def summary(self, run_name: str, worker: str | None, span: str | None) -> RunSummary:
         run = self.run(run_name)
