@@ -169,6 +169,7 @@ class AttentionPlugin(base_plugin.TBPlugin):
         static = {"/index.js": self._serve_index, "/static/*": self._serve_static}
         data = {
             "/runs": self._serve_runs,
+            "/metadata": self._serve_metadata,
             "/summary": self._serve_summary,
             "/ranks": self._serve_ranks,
             "/drilldown": self._serve_drilldown,
@@ -205,6 +206,9 @@ class AttentionPlugin(base_plugin.TBPlugin):
     def _serve_runs(self, request: wrappers.Request) -> wrappers.Response:
         refresh = request.args.get("refresh") in ("1", "true")
         return http_util.Respond(request, _to_json(self.service.runs_response(refresh=refresh)), _JSON)
+
+    def _serve_metadata(self, request: wrappers.Request) -> wrappers.Response:
+        return http_util.Respond(request, _to_json(self.service.metadata_response(_required(request, "run"))), _JSON)
 
     def _serve_summary(self, request: wrappers.Request) -> wrappers.Response:
         run, worker, span = _required(request, "run"), request.args.get("worker"), request.args.get("span")

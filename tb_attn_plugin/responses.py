@@ -59,14 +59,17 @@ __all__ = [
     "Drilldown",
     "LoadingResponse",
     "MemoryResponse",
+    "MetadataResponse",
     "RanksResponse",
     "RunFigures",
+    "RunInfo",
     "RunsResponse",
     "ScalingResponse",
     "TimelineResponse",
 ]
 
-RUNS_SCHEMA = "tb-attn.runs/1"
+RUNS_SCHEMA = "tb-attn.runs/2"
+METADATA_SCHEMA = "tb-attn.metadata/1"
 
 
 # -- 202 ------------------------------------------------------------------------------------
@@ -120,10 +123,36 @@ class RunFigures(msgspec.Struct, kw_only=True):
     prefill_us: float | None = None  # a generation's prefill step: its attention time on ``clock``
 
 
+class RunInfo(msgspec.Struct, kw_only=True):
+    """What the runs list shows of a run's metadata (the runner's ``tb_attn_run.json``,
+    docs/runner.md), built by ``run_info.run_info``: each field a string of at most 200
+    characters (``error`` 500), one cut there ending with "…" and named in ``clipped``, or an
+    integer in range; null where the metadata lacks the field or holds anything else there.
+    ``/metadata`` sends one run's whole file."""
+
+    model: str | None
+    impl: str | None  # the metadata's "impl", else its config's
+    seq: int | None  # the config's sequence length, 1 to 2^31 - 1
+    batch: int | None  # the config's batch size, 1 to 2^31 - 1
+    dtype: str | None  # the metadata's "dtype", else its config's
+    mode: str | None  # the config's: "training", "inference" or "generate"
+    device: str | None
+    device_name: str | None
+    user: str | None
+    host: str | None
+    started_at: str | None  # ISO 8601, as the runner wrote it
+    torch_version: str | None
+    parallel: str | None  # "none", "ddp" or "tp"
+    world_size: int | None  # ranks, 1 to 2^20
+    status: str | None  # the runner's: "running", "ok", "failed", "unsupported" or "interrupted"
+    error: str | None  # the runner's error
+    clipped: dict[str, int]  # each field cut here, with its length in the metadata (characters)
+
+
 class RunEntry(msgspec.Struct, kw_only=True):
     run: str
     group: str  # the run's path without its last part
-    metadata: dict[str, object] | None  # the runner's tb_attn_run.json (docs/runner.md); any field may be missing
+    info: RunInfo | None  # a few fields of the run's metadata, clipped; null: the run has none (or it is unreadable)
     status: RunStatus  # "running": the runner's metadata says the run is still being written
     error: str | None  # with status "error": why no trace could be read
     workers: list[WorkerEntry]
@@ -139,6 +168,15 @@ class RunsResponse(msgspec.Struct, kw_only=True):
     listing_error: str | None  # the last listing failed (a storage error): ``runs`` is the one before
     retry_after_s: float | None = None  # refresh answered by an older listing (rate limit): ask again in s
     poll_after_ms: int | None = None  # some run's figures are being parsed: list again after this long
+
+
+# -- /metadata ------------------------------------------------------------------------------
+class MetadataResponse(msgspec.Struct, kw_only=True):
+    """One run's whole metadata file, which ``/runs`` sends only a few fields of (``RunInfo``)."""
+
+    schema: str = METADATA_SCHEMA
+    run: str
+    metadata: dict[str, object] | None  # the runner's tb_attn_run.json (docs/runner.md); null: none, or unreadable
 
 
 # -- /drilldown -----------------------------------------------------------------------------
@@ -304,9 +342,10 @@ class TimelineResponse(msgspec.Struct, kw_only=True):
 
 
 #: Each JSON route's body (``/trace`` sends the file itself); any of them may answer 202 with a
-#: ``LoadingResponse`` instead, except ``/runs``.
+#: ``LoadingResponse`` instead, except ``/runs`` and ``/metadata``.
 ROUTES: dict[str, type[msgspec.Struct]] = {
     "/runs": RunsResponse,
+    "/metadata": MetadataResponse,
     "/summary": RunSummary,
     "/ranks": RanksResponse,
     "/drilldown": Drilldown,

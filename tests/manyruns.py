@@ -14,6 +14,7 @@ import shutil
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 USERS = ("alice", "bob", "carol", "dave", "erin", "frank", "grace", "heidi", "ivan", "judy")
 MODELS = ("builtin", "gpt2", "llama", "bert", "mha")
@@ -86,3 +87,58 @@ def write_ranked_run(target: Path, source: Path, ranks: int, *, world_size: int 
         path.write_bytes(raw[:start] + b'\n  "distributedInfo": ' + info.encode() + b"," + raw[start:])
         out.append(path)
     return out
+
+
+#: The largest run metadata file the plugin reads (docs/limits.md); a larger one is ignored.
+METADATA_LIMIT = 1 << 20
+#: The metadata fields the runs list shows, each made long and odd by ``hostile_metadata``.
+SHOWN = ("model", "impl", "dtype", "device", "device_name", "user", "host", "started_at", "torch_version",
+         "status", "error", "parallel")
+#: Markup, a bidi override, control characters (escaped by JSON to 6 bytes each), non-ASCII and
+#: an astral character: one repeat of a hostile string.
+ODD = "<b>x</b>\u202e\x01\t\u00e9\U0001f600 "
+
+
+def hostile_metadata(i: int, template: dict[str, Any]) -> bytes:
+    """The ``i``-th of four hostile ``tb_attn_run.json`` files built on a real one
+    (``template``), each 95% to 100% of ``METADATA_LIMIT``, so that the plugin
+    reads it: 0, a model string that fills the file; 1, every field the runs list shows tens of
+    kilobytes of ``ODD``, and numbers that are not (a sequence length of 1e308, a string batch,
+    a boolean world size); 2, a config 20,000 keys wide, the model an object, and thousands of
+    keys at the top; 3, lists and objects 200 levels deep, in the model and the config too."""
+    meta: dict[str, Any] = dict(template)
+    kind = i % 4
+    if kind == 0:
+        meta["model"] = ""
+    elif kind == 1:
+        for key in SHOWN:
+            meta[key] = ""
+        meta["config"] = {**template.get("config", {}), "seq": 1e308, "batch": "2", "mode": ODD * 5}
+        meta["world_size"] = True
+    elif kind == 2:
+        meta["config"] = {**{f"k{k:05d}": k for k in range(20_000)}, "seq": {"value": 512}}
+        meta["model"] = {"name": "builtin", "layers": list(range(1000))}
+    else:
+        deep: Any = "bottom"
+        for _ in range(200):
+            deep = {"a": [deep]}
+        meta["model"] = deep
+        meta["config"] = {"seq": deep, "impl": [deep]}
+        meta["blocks"] = []
+    fixed = len(json.dumps(meta).encode())
+    room = METADATA_LIMIT - 64 - fixed
+    if kind == 0:
+        meta["model"] = "m" * room
+    elif kind == 1:
+        repeats = room // len(SHOWN) // len(json.dumps(ODD).encode())
+        for key in SHOWN:
+            meta[key] = key + ODD * repeats
+    elif kind == 2:
+        step = len(', "w00000": 99999')
+        meta.update({f"w{k:05d}": k for k in range(room // step)})
+    else:
+        chain = len(json.dumps(deep)) + 2
+        meta["blocks"] = [deep] * (room // chain)
+    body = json.dumps(meta).encode()
+    assert METADATA_LIMIT * 95 // 100 <= len(body) <= METADATA_LIMIT, (kind, len(body))
+    return body

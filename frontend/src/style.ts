@@ -34,7 +34,7 @@ table.runs tr.group th { background: #f5f5f5; color: #424242; font-weight: 600; 
 table.runs tr.run-row { cursor: pointer; }
 table.runs tr.run-row:hover, table.runs tr.run-row:focus { background: #fff3e0; outline: none; }
 table.runs td.run-name { font-weight: 600; color: #1565c0; padding-left: 18px; }
-table.runs tr.run-error td { color: #b71c1c; padding-left: 18px; white-space: normal; border-bottom: 1px solid #eee; }
+table.runs tr.run-error td { color: #b71c1c; padding-left: 18px; white-space: normal; overflow-wrap: anywhere; border-bottom: 1px solid #eee; }
 .badge { display: inline-block; font-size: 11px; line-height: 16px; padding: 0 6px; border-radius: 8px; background: #eee; color: #424242; margin-right: 4px; }
 .status-ready { background: #e8f5e9; color: #1b5e20; }
 .status-unloaded { background: #eceff1; color: #546e7a; }
@@ -51,7 +51,8 @@ table.runs tr.in-progress td.run-name { color: #5e35b1; }
 .more-runs button { border: 1px solid #ccc; background: #fff; border-radius: 3px; padding: 2px 10px; }
 .more-runs button:hover { background: #f5f5f5; }
 table.runs td.run-name { white-space: normal; overflow-wrap: anywhere; min-width: 120px; max-width: 320px; }
-table.runs td.who { max-width: 160px; overflow: hidden; text-overflow: ellipsis; }
+table.runs td.clip { max-width: 160px; overflow: hidden; text-overflow: ellipsis; }
+table.runs td .badge { max-width: 160px; overflow: hidden; text-overflow: ellipsis; white-space: nowrap; vertical-align: middle; }
 table.runs th.sortable { cursor: pointer; user-select: none; }
 table.runs th.sortable:hover, table.runs th.sorted { color: #e65100; }
 table.runs td.fig .clock { margin-left: 4px; font-size: 10px; color: #757575; }
@@ -71,7 +72,7 @@ td.saved { color: #2e7d32; }
 .back:hover { background: #f5f5f5; }
 .run-title { overflow: hidden; text-overflow: ellipsis; white-space: nowrap; max-width: 50vw; }
 .card { border: 1px solid #e0e0e0; border-radius: 6px; padding: 8px 12px; margin-bottom: 10px; background: #fff; }
-.meta-line { color: #424242; margin-bottom: 6px; }
+.meta-line { color: #424242; margin-bottom: 6px; overflow-wrap: anywhere; }
 .stats { display: flex; flex-wrap: wrap; gap: 6px 22px; align-items: center; }
 .stat { display: inline-flex; align-items: center; gap: 6px; }
 .stat-label { color: #757575; }

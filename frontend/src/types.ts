@@ -19,8 +19,8 @@ export interface RunEntry {
   run: string;
   /** the run's path without its last part */
   group: string;
-  /** the runner's tb_attn_run.json (docs/runner.md); any field may be missing */
-  metadata: Record<string, unknown> | null;
+  /** a few fields of the run's metadata, clipped; null: the run has none (or it is unreadable) */
+  info: RunInfo | null;
   /** "running": the runner's metadata says the run is still being written */
   status: "error" | "loading" | "ready" | "running" | "unloaded";
   /** with status "error": why no trace could be read */
@@ -32,6 +32,44 @@ export interface RunEntry {
   figures_error: string | null;
   /** a trace of the run is queued or being parsed: its figures are coming */
   parsing: boolean;
+}
+
+/**
+ * What the runs list shows of a run's metadata (the runner's `tb_attn_run.json`,
+ * docs/runner.md), built by `run_info.run_info`: each field a string of at most 200
+ * characters (`error` 500), one cut there ending with "…" and named in `clipped`, or an
+ * integer in range; null where the metadata lacks the field or holds anything else there.
+ * `/metadata` sends one run's whole file.
+ */
+export interface RunInfo {
+  model: string | null;
+  /** the metadata's "impl", else its config's */
+  impl: string | null;
+  /** the config's sequence length, 1 to 2^31 - 1 */
+  seq: number | null;
+  /** the config's batch size, 1 to 2^31 - 1 */
+  batch: number | null;
+  /** the metadata's "dtype", else its config's */
+  dtype: string | null;
+  /** the config's: "training", "inference" or "generate" */
+  mode: string | null;
+  device: string | null;
+  device_name: string | null;
+  user: string | null;
+  host: string | null;
+  /** ISO 8601, as the runner wrote it */
+  started_at: string | null;
+  torch_version: string | null;
+  /** "none", "ddp" or "tp" */
+  parallel: string | null;
+  /** ranks, 1 to 2^20 */
+  world_size: number | null;
+  /** the runner's: "running", "ok", "failed", "unsupported" or "interrupted" */
+  status: string | null;
+  /** the runner's error */
+  error: string | null;
+  /** each field cut here, with its length in the metadata (characters) */
+  clipped: Record<string, number>;
 }
 
 export interface WorkerEntry {
@@ -96,6 +134,14 @@ export interface Spread {
   steps: number;
   /** hi - lo is over 20% of the median */
   noisy: boolean;
+}
+
+/** One run's whole metadata file, which `/runs` sends only a few fields of (`RunInfo`). */
+export interface MetadataResponse {
+  schema: string;
+  run: string;
+  /** the runner's tb_attn_run.json (docs/runner.md); null: none, or unreadable */
+  metadata: Record<string, unknown> | null;
 }
 
 export interface RunSummary {
@@ -1103,6 +1149,7 @@ export interface LoadingResponse {
 /** Each JSON route's body. */
 export interface Routes {
   "/runs": RunsResponse;
+  "/metadata": MetadataResponse;
   "/summary": RunSummary;
   "/ranks": RanksResponse;
   "/drilldown": Drilldown;

@@ -32,6 +32,10 @@ CATEGORY = "<img src=x onerror=window.__xss=25>"
 METADATA = {key: f'<img src=x onerror="window.__xss={n}">{key}'
             for n, key in enumerate(("model", "impl", "dtype", "device", "device_name", "user", "host", "error"), 26)}
 SCRIPT_RAN = "typeof window.__xss"
+#: A run whose metadata file is 1 MiB, nearly all of it its model string (``_long_metadata_run``).
+LONG_RUN = "long-metadata"
+LONG_MODEL = "gpt-" + "0123456789abcdef" * 65_000
+LONG_ERROR = "RuntimeError: " + "the runner's error goes on " * 40
 
 
 def _hostile_run(source: Path, target: Path) -> None:
@@ -57,11 +61,21 @@ def _hostile_run(source: Path, target: Path) -> None:
     (target / "tb_attn_run.json").write_text(json.dumps(meta))
 
 
+def _long_metadata_run(source: Path, target: Path) -> None:
+    shutil.copytree(source, target)
+    meta = json.loads((source / "tb_attn_run.json").read_text())
+    meta.update(model=LONG_MODEL, user="u" * 300, device_name="d" * 300, status="failed", error=LONG_ERROR)
+    body = json.dumps(meta).encode()
+    assert 1_040_000 < len(body) <= 1 << 20  # read: the plugin's limit is 1 MiB
+    (target / "tb_attn_run.json").write_bytes(body)
+
+
 @pytest.fixture(scope="module")
 def hostile_tensorboard(tmp_path_factory: pytest.TempPathFactory, builtin_logdir: Path) -> Iterator[TensorBoard]:
     logdir = tmp_path_factory.mktemp("hostile-logdir")
     shutil.copytree(builtin_logdir / "naive", logdir / "plain")
     _hostile_run(builtin_logdir / "naive", logdir / RUN)
+    _long_metadata_run(builtin_logdir / "naive", logdir / LONG_RUN)
     with TensorBoard(logdir) as tb:
         yield tb
 
@@ -107,7 +121,7 @@ def test_metadata_module_thread_and_category_render_as_text(hostile_tensorboard:
     row = frame.get_by_role("button", name=f"Open run {RUN}", exact=True)
     for key in ("model", "impl", "dtype", "device", "user"):
         expect(row).to_contain_text(METADATA[key])
-    expect(frame.locator("tr.run-error")).to_contain_text(METADATA["error"])
+    expect(frame.locator("tr.run-error", has_text=METADATA["error"])).to_be_visible()
     open_run(frame, RUN)
     meta = frame.locator(".card .meta-line")
     for key in ("model", "impl", "device_name", "host"):
@@ -122,6 +136,34 @@ def test_metadata_module_thread_and_category_render_as_text(hostile_tensorboard:
     expect(tooltip).to_contain_text(THREAD)
     shot(page, artifacts, "hostile-thread")
     _assert_nothing_ran(page, frame)
+
+
+def test_a_mebibyte_of_metadata_is_clipped_in_the_runs_list(hostile_tensorboard: Any, page: Page,
+                                                            artifacts: Path) -> None:
+    frame = open_tab(page, hostile_tensorboard.url)
+    # What the tab polls is light: the run's 1 MiB file is a few hundred characters there.
+    size = frame.evaluate("async () => (await (await fetch('./runs')).text()).length")
+    assert size < 20_000, size
+    row = frame.get_by_role("button", name=f"Open run {LONG_RUN}", exact=True)
+    model = row.locator("td.clip").first
+    # The server's clip: the first 199 characters and its ellipsis; the hover says it is the server's.
+    expect(model).to_have_text(LONG_MODEL[:199] + "\u2026")
+    title = model.get_attribute("title") or ""
+    assert title.startswith(LONG_MODEL[:199] + "\u2026") and "cut short by the server" in title, title[-200:]
+    assert f"{len(LONG_MODEL):,} characters" in title, title[-200:]
+    # And the column's own: the cell is no wider than the CSS allows, its text cut with an ellipsis.
+    width = model.evaluate("td => [td.clientWidth, td.scrollWidth, getComputedStyle(td).textOverflow]")
+    assert width[0] <= 200 and width[1] > width[0] and width[2] == "ellipsis", width
+    who = row.locator("td.clip", has_text="uuu")
+    assert "its user has 300 characters" in (who.get_attribute("title") or "")
+    error = frame.locator("tr.run-error", has_text="runner: RuntimeError")
+    expect(error).to_contain_text(LONG_ERROR[:499] + "\u2026")
+    shot(page, artifacts, "hostile-long-metadata")
+    open_run(frame, LONG_RUN)
+    meta = frame.locator(".card .meta-line")
+    expect(meta).to_contain_text(LONG_MODEL[:199] + "\u2026")
+    assert len(meta.inner_text()) < 2_000
+    shot(page, artifacts, "hostile-long-metadata-run")
 
 
 def test_compare_view_renders_run_names_as_text(hostile_tensorboard: Any, page: Page, artifacts: Path) -> None:

@@ -61,7 +61,7 @@ def test_runners_write_while_the_tab_reads(tmp_path: Path) -> None:
     assert any("running" in statuses for statuses in seen.values()), seen
     final = {r.run: r for r in service.runs_response(refresh=True).runs}
     assert {r.status for r in final.values()} == {"ready"}
-    assert all(r.metadata is not None and r.metadata["status"] == "ok" for r in final.values())
+    assert all(r.info is not None and r.info.status == "ok" for r in final.values())
     for name in final:
         (worker,) = service.summary(name, None, None).workers
         assert len(worker.layers) == 2

@@ -171,6 +171,7 @@ def test_every_route_answers_any_trace_under_any_name(doc: dict[str, Any], kinet
         assert "good" in names and len(names) == 2, names
         (hostile,) = [n for n in names if n != "good"]
         r = quote(hostile)
+        _check_route(client, f"{BASE}/metadata?run={r}")
         summary = _check_route(client, f"{BASE}/summary?run={r}")
         # What the examples reach (pytest --hypothesis-show-statistics): parsed traces with and
         # without attention, and refused ones.

@@ -77,7 +77,7 @@ def test_a_fifo_as_run_metadata_does_not_block_the_runs_list(logdir: Path, monke
     thread.join(20)
     assert not thread.is_alive(), "/runs blocked on a FIFO"
     runs = {r["run"]: r for r in result["runs"]}
-    assert runs["exp/sdpa"]["metadata"] is None and runs["exp/naive"]["metadata"] is not None
+    assert runs["exp/sdpa"]["info"] is None and runs["exp/naive"]["info"] is not None
 
 
 def test_devices_and_fifos_are_refused_by_trace_io(tmp_path: Path) -> None:
@@ -228,3 +228,18 @@ def test_a_truncated_trace_with_a_future_mtime_is_an_error_not_loading(logdir: P
     get_json(client, f"{BASE}/summary?run=exp/partial")
     runs = {r["run"]: r for r in get_json(client, f"{BASE}/runs")["runs"]}
     assert runs["exp/partial"]["status"] == "error"
+
+
+def test_a_whole_trace_followed_by_junk_is_read_not_loading(logdir: Path) -> None:
+    """Zeros and a log line after a whole trace (issue 34) made it "truncated", which the tab shows
+    as a trace still being written ("loading", for a minute): it is read, the junk is a note."""
+    path = _trace(logdir, "exp/naive")
+    with path.open("ab") as f:
+        f.write(b"\x00" * 100 + b"\nINFO: profiling done\n")
+    client = plugin_client(logdir)
+    body = get_json(client, f"{BASE}/summary?run=exp/naive")
+    assert body["errors"] == [] and body["workers"]
+    notes = {k: n for w in body["workers"] for k, n in w["diagnostics"].items() if "after the end" in k}
+    assert list(notes.values()) == [len(b"\x00" * 100 + b"\nINFO: profiling done")]
+    runs = {r["run"]: r for r in get_json(client, f"{BASE}/runs")["runs"]}
+    assert runs["exp/naive"]["status"] == "ready"

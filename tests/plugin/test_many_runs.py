@@ -49,7 +49,7 @@ def reads(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
 
 def _runs(client: Any, refresh: bool = False) -> dict[str, dict[str, Any]]:
     body = get_json(client, f"{BASE}/runs" + ("?refresh=1" if refresh else ""))
-    assert body["schema"] == "tb-attn.runs/1"
+    assert body["schema"] == "tb-attn.runs/2"
     names = [r["run"] for r in body["runs"]]
     assert len(names) == len(set(names)), "a run is listed twice"
     return {r["run"]: r for r in body["runs"]}
@@ -73,8 +73,8 @@ def test_thousand_runs_listed_with_their_metadata(many_logdir: Path) -> None:
         want = many_run(i)
         got = runs[want.name]
         assert got["group"] == want.name.rsplit("/", 1)[0]
-        meta = got["metadata"]
-        assert (meta["user"], meta["model"], meta["impl"], meta["config"]["seq"], meta["status"]) == \
+        meta = got["info"]
+        assert (meta["user"], meta["model"], meta["impl"], meta["seq"], meta["status"]) == \
             (want.user, want.model, want.impl, want.seq, want.status), want
         assert len(got["workers"]) == 1 and len(got["workers"][0]["spans"]) == 1
         # In progress: the runner's metadata says so. Otherwise queued to be parsed ahead (or
@@ -86,6 +86,16 @@ def test_thousand_runs_listed_with_their_metadata(many_logdir: Path) -> None:
             assert not got["parsing"] and got["figures"] is None
             assert got["status"] == ("running" if want.status == "running" else "unloaded"), (want, got["status"])
         assert got["error"] is None
+
+
+def test_a_thousand_runs_list_in_under_a_kilobyte_each(many_logdir: Path) -> None:
+    """The runs list carries a few fields of each run's metadata (``RunInfo``), not the file: about
+    600 bytes a run (the runner's file is about 3 KB), however many runs there are."""
+    response = plugin_client(many_logdir, prefetch_files=0).get(f"{BASE}/runs")
+    assert response.status_code == 200
+    body = response.get_data()
+    assert len(json.loads(body)["runs"]) == N
+    assert len(body) < 1000 * N, len(body)
 
 
 def test_discovery_is_incremental(tmp_path: Path, many_logdir: Path, reads: list[str]) -> None:
@@ -109,7 +119,7 @@ def test_discovery_is_incremental(tmp_path: Path, many_logdir: Path, reads: list
     reads.clear()
     after = _runs(client, refresh=True)
     assert after.keys() == (before.keys() - set(deleted)) | set(added)
-    assert {after[n]["metadata"]["user"] for n in added} == {many_run(i).user for i in (N, N + 1, N + 2)}
+    assert {after[n]["info"]["user"] for n in added} == {many_run(i).user for i in (N, N + 1, N + 2)}
     # Only the new runs' metadata was read; the 998 old runs' was not.
     assert set(reads) == {_meta_path(logdir, n) for n in added}, sorted(set(reads))[:10]
 
@@ -126,7 +136,7 @@ def test_run_in_progress_then_finished(tmp_path: Path, many_logdir: Path, reads:
     client = plugin_client(logdir, scan_ttl_s=3600.0, relist_min_s=0)
     runs = _runs(client)
     assert runs[running.name]["status"] == "running"
-    assert runs[running.name]["metadata"]["status"] == "running"
+    assert runs[running.name]["info"]["status"] == "running"
     assert runs[many_run(0).name]["status"] == "unloaded"
 
     # The runner rewrites its metadata when the run ends: a new mtime, so it is read again.
@@ -138,6 +148,6 @@ def test_run_in_progress_then_finished(tmp_path: Path, many_logdir: Path, reads:
     os.utime(path, (later, later))
     reads.clear()
     runs = _runs(client, refresh=True)
-    assert runs[running.name]["metadata"]["status"] == "ok"
+    assert runs[running.name]["info"]["status"] == "ok"
     assert runs[running.name]["status"] == "unloaded"
     assert set(reads) == {str(path)}

@@ -50,12 +50,12 @@ def test_importing_the_plugin_is_light() -> None:
 
 def test_runs_listing(logdir: Path) -> None:
     body = _get(_client(logdir), f"{BASE}/runs")
-    assert body["schema"] == "tb-attn.runs/1"
+    assert body["schema"] == "tb-attn.runs/2"
     runs = {r["run"]: r for r in body["runs"]}
     assert set(runs) == {"exp/naive", "exp/sdpa", "exp/naive-per-head"}
     naive = runs["exp/naive"]
     assert naive["group"] == "exp" and naive["status"] == "unloaded"
-    assert naive["metadata"]["impl"] == "naive" and naive["metadata"]["status"] == "ok"
+    assert naive["info"]["impl"] == "naive" and naive["info"]["status"] == "ok" and naive["info"]["seq"] == 16
     (worker,) = naive["workers"]
     assert len(worker["spans"]) == 1 and worker["spans"][0]["file"].endswith(".pt.trace.json")
 

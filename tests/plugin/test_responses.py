@@ -111,6 +111,8 @@ def test_every_route_answers_its_struct(logdir: Path) -> None:
     assert names == ["broken", "naive/seq16", "naive/seq32", "per-head", "sdpa/seq16"]
     checked = {"/runs"}
     for name in names:
+        _conforms(get(client, f"{BASE}/metadata?run={name}").get_data(), ROUTES["/metadata"])
+        checked.add("/metadata")
         for route, query in (("/summary", ""), ("/ranks", ""), ("/drilldown", "&layer=1&phase=softmax"),
                              ("/drilldown", "&layer=0&backward=1"), ("/memory", ""), ("/timeline", "&limit=50")):
             response = get(client, f"{BASE}{route}?run={name}{query}")

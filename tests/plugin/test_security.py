@@ -108,7 +108,7 @@ def test_only_what_is_inside_is_listed(client: Client, site: Site) -> None:
     runs = {r["run"]: r for r in json.loads(body)["runs"]}
     assert set(runs) == {"exp/mixed", "exp/naive", "exp/sdpa"}  # not "linked", nor "." for the top link
     mixed = runs["exp/mixed"]
-    assert mixed["metadata"] is None  # its tb_attn_run.json is a link out
+    assert mixed["info"] is None  # its tb_attn_run.json is a link out
     assert [s["file"] for w in mixed["workers"] for s in w["spans"]] == [site.file]
     assert [w["worker"] for w in runs["exp/naive"]["workers"]] == [site.file.split(".")[0]]
 
@@ -140,8 +140,9 @@ def _expand(template: str, site: Site) -> str:
 
 def _hostile_urls(value: str, site: Site) -> list[str]:
     v, f = quote(value, safe=""), quote(site.file)
-    run_routes = [f"/summary?run={v}", f"/ranks?run={v}", f"/drilldown?run={v}&layer=0", f"/memory?run={v}",
-                  f"/timeline?run={v}", f"/trace?run={v}&file={f}", f"/trace?run={v}&file={quote(site.canary_file)}",
+    run_routes = [f"/metadata?run={v}", f"/summary?run={v}", f"/ranks?run={v}", f"/drilldown?run={v}&layer=0",
+                  f"/memory?run={v}", f"/timeline?run={v}", f"/trace?run={v}&file={f}",
+                  f"/trace?run={v}&file={quote(site.canary_file)}",
                   f"/compare?runs={v},exp/naive", f"/compare?runs=exp/naive,{v}", f"/scaling?runs={v},exp/naive",
                   f"/compare?runs=exp/naive,exp/sdpa&baseline={v}", f"/strategies?runs={v},exp/naive",
                   f"/strategies?runs=exp/naive,{v}"]
@@ -159,8 +160,8 @@ def test_hostile_names_are_refused_on_every_route(client: Client, site: Site, te
 
 
 #: Routes (as get_plugin_apps names them) that the hostile table above drives.
-COVERED_ROUTES = {"/index.js", "/static/*", "/runs", "/summary", "/ranks", "/drilldown", "/memory", "/timeline",
-                  "/trace", "/compare", "/scaling", "/strategies"}
+COVERED_ROUTES = {"/index.js", "/static/*", "/runs", "/metadata", "/summary", "/ranks", "/drilldown", "/memory",
+                  "/timeline", "/trace", "/compare", "/scaling", "/strategies"}
 
 
 def test_the_tables_cover_every_route() -> None:
@@ -303,7 +304,8 @@ def _snapshot(root: Path) -> dict[str, tuple[int, int, int]]:
 
 def _valid_urls(file: str) -> list[str]:
     """One good request per route and option."""
-    return ["/runs", "/runs?refresh=1", "/summary?run=exp/naive", "/summary?run=exp/mixed", "/ranks?run=exp/naive",
+    return ["/runs", "/runs?refresh=1", "/metadata?run=exp/naive", "/metadata?run=exp/mixed",
+            "/summary?run=exp/naive", "/summary?run=exp/mixed", "/ranks?run=exp/naive",
             "/drilldown?run=exp/naive&layer=0&phase=softmax", "/drilldown?run=exp/naive&layer=0&backward=1",
             "/memory?run=exp/naive", "/timeline?run=exp/naive", "/timeline?run=exp/sdpa&limit=5",
             f"/trace?run=exp/naive&file={quote(file)}", "/compare?runs=exp/naive,exp/sdpa,exp/mixed",
@@ -421,7 +423,7 @@ def test_hostile_run_metadata_is_read_within_bounds(tmp_path: Path, site: Site, 
     (logdir / "run" / "tb_attn_run.json").write_bytes(text.encode() if isinstance(text, str) else text)
     shutil.copytree(site.logdir / "exp" / "sdpa", logdir / "other")
     client = plugin_client(logdir)
-    for url in ("/runs", "/summary?run=run", "/compare?runs=run,other", "/scaling?runs=run,other", "/ranks?run=run",
-                "/strategies?runs=run,other"):
+    for url in ("/runs", "/metadata?run=run", "/summary?run=run", "/compare?runs=run,other", "/scaling?runs=run,other",
+                "/ranks?run=run", "/strategies?runs=run,other"):
         status, body = _fetch(client, url)
         assert status == 200, (url, status, body[:300])

@@ -22,7 +22,7 @@ def test_runs_listing_reads_metadata_once_in_one_batch(s3_watched: LocalS3, loca
     assert body["logdir"] == URL
     for name, run in runs.items():
         assert run["group"] == "exp" and run["status"] == "unloaded"
-        assert run["metadata"]["impl"] == name.split("/")[1]
+        assert run["info"]["impl"] == name.split("/")[1]
         ((span,),) = [w["spans"] for w in run["workers"]]
         assert span["file"] == _trace_name(local_runs, name)
         head = s3_watched.client.head_object(Bucket=BUCKET, Key=f"runs/{name}/{span['file']}")
@@ -79,7 +79,7 @@ def test_new_and_deleted_runs_after_refresh(s3: LocalS3, local_runs: Path) -> No
         assert [r["run"] for r in get_json(client, f"{BASE}/runs")["runs"]] == ["exp/naive"]  # cached listing
         body = get_json(client, f"{BASE}/runs?refresh=1")
         assert [r["run"] for r in body["runs"]] == ["exp/naive", "exp/sdpa"]
-        assert body["runs"][1]["metadata"]["impl"] == "sdpa"
+        assert body["runs"][1]["info"]["impl"] == "sdpa"
         assert get_json(client, f"{BASE}/summary?run=exp/sdpa")["errors"] == []
 
         s3.delete(BUCKET, f"{prefix}/exp/naive")

@@ -128,7 +128,7 @@ def test_tensorboard_serves_the_tab_from_s3(tensorboard: _TensorBoard, local_run
     assert listing["tb_attn"]["enabled"] is True, listing.get("tb_attn")
     runs = tensorboard.get("/data/plugin/tb_attn/runs")
     assert runs["logdir"] == URL
-    assert {r["run"]: r["metadata"]["impl"] for r in runs["runs"]} == \
+    assert {r["run"]: r["info"]["impl"] for r in runs["runs"]} == \
         {"exp/naive": "naive", "exp/sdpa": "sdpa", "exp/sdpa-math": "sdpa-math"}
     summary = tensorboard.get("/data/plugin/tb_attn/summary?run=exp/sdpa")
     assert summary["errors"] == [] and summary["workers"][0]["backend"] == "cpu-flash"

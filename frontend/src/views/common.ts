@@ -3,7 +3,7 @@
 import { h } from "../dom";
 import { shortKernelName } from "../format";
 import type { Loadable } from "../state";
-import type { Finding } from "../types";
+import type { Finding, RunInfo } from "../types";
 
 export function errorBox(title: string, message: string): HTMLElement {
   return h("div", { class: "error", attrs: { role: "alert" } }, h("strong", null, title), " ", message);
@@ -39,16 +39,22 @@ export function changed<T>(a: Loadable<T> | null, b: Loadable<T>): boolean {
   return !a.data && a.status !== b.status;
 }
 
-export function metaString(meta: Record<string, unknown> | null | undefined, key: string): string {
-  if (!meta) return "";
-  const v = meta[key];
-  return typeof v === "string" || typeof v === "number" || typeof v === "boolean" ? String(v) : "";
+/** A number of a run's metadata (RunInfo) as text; "" where it has none. */
+export function infoText(v: number | null | undefined): string {
+  return v === null || v === undefined ? "" : String(v);
 }
 
-export function metaConfig(meta: Record<string, unknown> | null | undefined, key: string): string {
-  const cfg = meta?.["config"];
-  if (!cfg || typeof cfg !== "object") return "";
-  return metaString(cfg as Record<string, unknown>, key);
+/**
+ * The hover text of a run's metadata text (RunInfo): the text, and where the server cut one of
+ * `keys` (RunInfo.clipped), that its "\u2026" is the server's and how long the whole is in the
+ * run's metadata file (which /metadata sends).
+ */
+export function infoTitle(info: RunInfo | null | undefined, keys: (keyof RunInfo)[], text: string): string {
+  const cut = keys.flatMap((k) => {
+    const n = info?.clipped[k];
+    return n === undefined ? [] : [`its ${k} has ${n.toLocaleString("en-US")} characters`];
+  });
+  return cut.length ? `${text}\n(cut short by the server at \u201c\u2026\u201d: in the run's metadata file, ${cut.join(", ")})` : text;
 }
 
 /** Op and kernel names, comma-separated: kernels by their short name, the full one on hover. */

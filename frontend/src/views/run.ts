@@ -7,7 +7,7 @@ import { spanOptions } from "../spans";
 import { TABS, type Actions, type State, type Tab } from "../state";
 import { noisyMark, spreadTitle } from "../spread";
 import type { RunEntry, Spread, WorkerSummary } from "../types";
-import { errorBox, findingsBox, loadingBox, metaConfig, metaString, nameList, note } from "./common";
+import { errorBox, findingsBox, infoText, loadingBox, nameList, note } from "./common";
 import { DrillView } from "./drilldown";
 import { GenerationView, stepLabel } from "./generation";
 import { HeadsView } from "./heads";
@@ -166,24 +166,26 @@ export class RunView {
   }
 
   private renderCard(s: State, entry: RunEntry | undefined, ws: WorkerSummary | null, onRanks: boolean): void {
-    const meta = s.summary.data?.metadata ?? entry?.metadata ?? null;
+    // The runs list's few fields of the metadata, clipped by the server: the summary's copy is
+    // the whole file, whose strings may be a megabyte long.
+    const meta = entry?.info ?? null;
     const parts: string[] = [];
-    const add = (label: string, v: string) => v && parts.push(label ? `${label} ${v}` : v);
-    add("", metaString(meta, "model"));
-    add("", metaString(meta, "impl") || metaConfig(meta, "impl"));
-    add("seq", metaConfig(meta, "seq"));
-    add("batch", metaConfig(meta, "batch"));
-    add("", metaString(meta, "dtype") || metaConfig(meta, "dtype"));
-    const device = metaString(meta, "device");
-    const deviceName = metaString(meta, "device_name");
+    const add = (label: string, v: string | null | undefined) => v && parts.push(label ? `${label} ${v}` : v);
+    add("", meta?.model);
+    add("", meta?.impl);
+    add("seq", infoText(meta?.seq));
+    add("batch", infoText(meta?.batch));
+    add("", meta?.dtype);
+    const device = meta?.device ?? "";
+    const deviceName = meta?.device_name ?? "";
     add("", device && deviceName ? `${device} (${deviceName})` : device);
-    const user = metaString(meta, "user");
-    const host = metaString(meta, "host");
+    const user = meta?.user ?? "";
+    const host = meta?.host ?? "";
     add("", user && host ? `${user}@${host}` : user || host);
-    const started = metaString(meta, "started_at");
+    const started = meta?.started_at ?? "";
     add("", started ? fmtWhen(started) : "");
-    add("torch", metaString(meta, "torch_version"));
-    add("mode", metaConfig(meta, "mode"));
+    add("torch", meta?.torch_version);
+    add("mode", meta?.mode);
 
     const children: (HTMLElement | null)[] = [
       parts.length ? h("div", "meta-line", parts.join(" \u00b7 ")) : h("div", "meta-line muted", "No run metadata (not written by tb-attn-run)."),
@@ -192,9 +194,9 @@ export class RunView {
     if (entry?.status === "error" && entry.error && !s.summary.data?.errors.length) {
       children.push(errorBox("This run could not be read:", entry.error));
     }
-    const runnerStatus = metaString(meta, "status");
+    const runnerStatus = meta?.status ?? "";
     if (runnerStatus && runnerStatus !== "ok") {
-      const err = metaString(meta, "error");
+      const err = meta?.error ?? "";
       children.push(h("div", runnerStatus === "running" ? "note" : "warn", `Runner status: ${runnerStatus}${err ? ` \u2014 ${err}` : ""}`));
     }
     const sum = s.summary;

@@ -8,8 +8,8 @@
 import { append, clear, h, replace, select } from "../dom";
 import type { Actions, State } from "../state";
 import type { RunsResponse } from "../types";
-import { errorBox, loadingBox, metaString } from "./common";
-import { COLUMNS, headerCell, nextSort, type RowItem, rows, runImpl, SPAN, type Sort, sortItems } from "./runs_rows";
+import { errorBox, loadingBox } from "./common";
+import { COLUMNS, headerCell, nextSort, type RowItem, rows, SPAN, type Sort, sortItems } from "./runs_rows";
 
 /** Rows built at once; measured in bench/many_runs.py (README "Many runs"). */
 const PAGE = 100;
@@ -41,9 +41,9 @@ interface Index {
 
 function buildIndex(data: RunsResponse): Index {
   const items = data.runs.map((r): Item => {
-    const user = metaString(r.metadata, "user");
-    const model = metaString(r.metadata, "model");
-    const impl = runImpl(r);
+    const user = r.info?.user ?? "";
+    const model = r.info?.model ?? "";
+    const impl = r.info?.impl ?? "";
     return { r, user, model, impl, hay: [r.run, user, model, impl].map((x) => x.toLowerCase()) };
   });
   const keys = new Map(items.map((it) => [it, [chunks(it.r.group), chunks(it.r.run)] as const]));

@@ -4,8 +4,8 @@
 
 import { h } from "../dom";
 import { fmtWhen } from "../format";
-import type { RunEntry } from "../types";
-import { metaConfig, metaString } from "./common";
+import type { RunEntry, RunInfo } from "../types";
+import { infoText, infoTitle } from "./common";
 import { type Column, compareValues, FIGURE_COLUMNS, figureCells } from "./runs_figures";
 
 /** What a row needs of a run beyond its entry: its metadata strings, read once per listing. */
@@ -21,35 +21,21 @@ export interface Sort {
   desc: boolean;
 }
 
-const orNull = (v: string): string | null => v || null;
-const seqOf = (r: RunEntry): number | null => {
-  const v = Number(metaConfig(r.metadata, "seq"));
-  return metaConfig(r.metadata, "seq") && Number.isFinite(v) ? v : null;
-};
 /** Every column after the checkbox, in order; null `value`: not sortable. */
 export const COLUMNS: Column[] = [
   { key: "run", label: "run", title: "Run name, in natural order (seq512 before seq1024)", value: () => null },
-  { key: "model", label: "model", title: "Model", value: (r) => orNull(metaString(r.metadata, "model")) },
-  { key: "impl", label: "impl", title: "Attention implementation", value: (r) => orNull(runImpl(r)) },
-  { key: "seq", label: "seq", title: "Sequence length", num: true, value: seqOf },
-  {
-    key: "dtype",
-    label: "dtype",
-    title: "Data type",
-    value: (r) => orNull(metaString(r.metadata, "dtype") || metaConfig(r.metadata, "dtype")),
-  },
-  { key: "device", label: "device", title: "Device", value: (r) => orNull(metaString(r.metadata, "device")) },
+  { key: "model", label: "model", title: "Model", value: (r) => r.info?.model ?? null },
+  { key: "impl", label: "impl", title: "Attention implementation", value: (r) => r.info?.impl ?? null },
+  { key: "seq", label: "seq", title: "Sequence length", num: true, value: (r) => r.info?.seq ?? null },
+  { key: "dtype", label: "dtype", title: "Data type", value: (r) => r.info?.dtype ?? null },
+  { key: "device", label: "device", title: "Device", value: (r) => r.info?.device ?? null },
   ...FIGURE_COLUMNS,
-  { key: "who", label: "who", title: "User and host", value: (r) => orNull(metaString(r.metadata, "user")) },
-  { key: "when", label: "when", title: "Started at", value: (r) => orNull(metaString(r.metadata, "started_at")) },
+  { key: "who", label: "who", title: "User and host", value: (r) => r.info?.user ?? null },
+  { key: "when", label: "when", title: "Started at", value: (r) => r.info?.started_at ?? null },
   { key: "status", label: "status", title: "Load status", value: (r) => r.status },
 ];
 /** Cells a full-width row spans: the checkbox and every column. */
 export const SPAN = COLUMNS.length + 1;
-
-export function runImpl(r: RunEntry): string {
-  return metaString(r.metadata, "impl") || metaConfig(r.metadata, "impl");
-}
 
 /** `items` (in natural order, grouped) sorted within each group by the column `sort` names;
  * stable: ties keep the natural order of names. "run" is that order, or its reverse. */
@@ -98,24 +84,29 @@ export function headerCell(c: Column, sort: Sort | null, onSort: (key: string) =
 }
 
 /** "ranks · tp" for a runner's multi-rank run, "ranks" for another torch.distributed one. */
-function parallelOf(m: Record<string, unknown> | null): string | null {
-  const parallel = metaString(m, "parallel");
-  const world = m?.["world_size"];
-  if (typeof world !== "number" || world < 2) return null;
+function parallelOf(info: RunInfo | null): string | null {
+  const parallel = info?.parallel;
+  if ((info?.world_size ?? 0) < 2) return null;
   return parallel && parallel !== "none" ? `ranks \u00b7 ${parallel}` : "ranks";
+}
+
+/** A cell of metadata text, cut by CSS where it is wider than its column (table.runs td.clip),
+ * the whole text on hover, and where the server cut it, how long it is in the metadata. */
+function clipCell(info: RunInfo | null, keys: (keyof RunInfo)[], text: string, shown: string = text): HTMLElement {
+  return h("td", { class: "clip", title: text ? infoTitle(info, keys, text) : undefined }, shown);
 }
 
 const RUNNING_TITLE = "In progress: the runner is still writing this run (its metadata says \u201crunning\u201d)";
 
 export function rows(it: RowItem, isPicked: boolean): HTMLElement[] {
   const r = it.r;
-  const m = r.metadata;
+  const m = r.info;
   const group = r.group;
   const name = group && r.run.startsWith(group + "/") ? r.run.slice(group.length + 1) : r.run;
-  const host = metaString(m, "host");
+  const host = m?.host ?? "";
   const who = it.user && host ? `${it.user}@${host}` : it.user || host;
-  const started = metaString(m, "started_at");
-  const runnerStatus = metaString(m, "status");
+  const started = m?.started_at ?? "";
+  const runnerStatus = m?.status ?? "";
   const box = h("input", { attrs: { type: "checkbox", "aria-label": `Pick ${r.run} for comparing` } });
   box.checked = isPicked;
   const row = h(
@@ -136,28 +127,29 @@ export function rows(it: RowItem, isPicked: boolean): HTMLElement[] {
             `${r.workers.length} ${parallelOf(m) ?? "workers"}`)
         : null,
     ),
-    h("td", null, it.model),
-    h("td", null, it.impl),
-    h("td", "num", metaConfig(m, "seq")),
-    h("td", null, metaString(m, "dtype") || metaConfig(m, "dtype")),
-    h("td", { title: metaString(m, "device_name") }, metaString(m, "device")),
+    clipCell(m, ["model"], it.model),
+    clipCell(m, ["impl"], it.impl),
+    h("td", "num", infoText(m?.seq)),
+    clipCell(m, ["dtype"], m?.dtype ?? ""),
+    // The device's name on hover (a GPU model, a CPU's), else the device itself.
+    clipCell(m, ["device_name", "device"], m?.device_name || m?.device || "", m?.device ?? ""),
     ...figureCells(r),
-    h("td", { class: "who", title: who }, who),
-    h("td", { title: started }, started ? fmtWhen(started) : ""),
+    clipCell(m, ["user", "host"], who),
+    clipCell(m, ["started_at"], started, started ? fmtWhen(started) : ""),
     h(
       "td",
       null,
       h("span", { class: `badge status-${r.status}`, title: r.status === "running" ? RUNNING_TITLE : undefined }, r.status),
       // The runner's own status, unless it says the same (a run in progress is "running" twice).
       runnerStatus && runnerStatus !== "ok" && runnerStatus !== r.status
-        ? h("span", `badge runner-${runnerStatus}`, runnerStatus)
+        ? h("span", { class: `badge runner-${runnerStatus}`, title: infoTitle(m, ["status"], runnerStatus) }, runnerStatus)
         : null,
     ),
   );
   const out: HTMLElement[] = [row];
   const messages: string[] = [];
   if (r.status === "error" && r.error) messages.push(r.error);
-  const runnerError = metaString(m, "error");
+  const runnerError = m?.error ?? "";
   if (runnerError && runnerStatus !== "ok") messages.push(`runner: ${runnerError}`);
   if (messages.length) {
     out.push(h("tr", "run-error", h("td", { attrs: { colspan: SPAN } }, messages.join(" \u2014 "))));

@@ -1,0 +1,64 @@
+"""A run's metadata as the runs list shows it (``responses.RunInfo``): a few fields, checked and clipped.
+
+A run's ``tb_attn_run.json`` may hold anything up to 1 MiB (docs/limits.md), and the tab lists
+the runs every second while their figures are parsed: ``/runs`` carries these fields of each
+run, so its body grows with the number of runs, never with what their files hold. The whole
+file is one run's ``/metadata``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from tb_attn_plugin.analysis.ranks import MAX_WORLD_SIZE
+from tb_attn_plugin.responses import RunInfo
+from tb_attn_plugin.scopes import MAX_CONTEXT
+
+__all__ = ["ERROR_CHARS", "INFO_CHARS", "run_info"]
+
+INFO_CHARS = 200  # a string field's most characters in ``RunInfo``, the ellipsis of a cut one included
+ERROR_CHARS = 500  # the runner's error: the first line of an exception (an out-of-memory one is about 400)
+ELLIPSIS = "\u2026"
+_MAX_SIZE = MAX_CONTEXT - 1  # a sequence length or a batch size: as a generation step's context
+
+
+def run_info(metadata: Mapping[str, object] | None) -> RunInfo | None:
+    """The fields of ``metadata`` the runs list shows; None without metadata."""
+    if metadata is None:
+        return None
+    config = metadata.get("config")
+    cfg: Mapping[str, object] = config if isinstance(config, dict) else {}
+    clipped: dict[str, int] = {}
+
+    def text(key: str, *values: object, limit: int = INFO_CHARS) -> str | None:
+        """The first of ``values`` that is a non-empty string, cut to ``limit`` characters."""
+        value = next((v for v in values if isinstance(v, str) and v), None)
+        if value is None or len(value) <= limit:
+            return value
+        clipped[key] = len(value)
+        return value[:limit - 1] + ELLIPSIS
+
+    return RunInfo(
+        model=text("model", metadata.get("model")),
+        impl=text("impl", metadata.get("impl"), cfg.get("impl")),
+        seq=_integer(cfg.get("seq"), _MAX_SIZE),
+        batch=_integer(cfg.get("batch"), _MAX_SIZE),
+        dtype=text("dtype", metadata.get("dtype"), cfg.get("dtype")),
+        mode=text("mode", cfg.get("mode")),
+        device=text("device", metadata.get("device")),
+        device_name=text("device_name", metadata.get("device_name")),
+        user=text("user", metadata.get("user")),
+        host=text("host", metadata.get("host")),
+        started_at=text("started_at", metadata.get("started_at")),
+        torch_version=text("torch_version", metadata.get("torch_version")),
+        parallel=text("parallel", metadata.get("parallel")),
+        world_size=_integer(metadata.get("world_size"), MAX_WORLD_SIZE),
+        status=text("status", metadata.get("status")),
+        error=text("error", metadata.get("error"), limit=ERROR_CHARS),
+        clipped=clipped,
+    )
+
+
+def _integer(value: object, most: int) -> int | None:
+    """``value`` if it is an integer from 1 to ``most`` (a bool is not one), else None."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= most else None
