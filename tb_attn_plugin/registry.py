@@ -2,6 +2,11 @@
 metadata, read once per version.
 
 The tab's service (``service.py``) asks it for runs by name; nothing here parses a trace.
+Metadata is kept for every listed run, so what it holds is bounded per run, not by what the files
+hold (each may be 1 MiB): a run's ``RunInfo`` (what the runs list shows, computed from the whole
+file) and its metadata with every top-level value over ``KEPT_VALUE_BYTES`` left out, at most
+``KEPT_BYTES`` of them (the runner writes about 2 KB). The whole file is read again when asked
+for (``/metadata``).
 Invariants: no storage is read while ``_lock`` is held, so a slow store (or a FIFO swapped in
 for a metadata file) delays one listing, never the other requests; and listings are
 rate-limited: a regular one every ``scan_ttl_s``, a forced one (``refresh``, or a run name that
@@ -13,15 +18,40 @@ listing still shows the runs written since.
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 
 from tb_attn_plugin.loader import parse_metadata
+from tb_attn_plugin.responses import RunInfo
+from tb_attn_plugin.run_info import run_info
 from tb_attn_plugin.trace import io
 from tb_attn_plugin.trace.discover import Run, find_runs
 from tb_attn_plugin.trace.events import ReadError, TraceError
 
-__all__ = ["Registry"]
+__all__ = ["KEPT_BYTES", "KEPT_VALUE_BYTES", "Registry", "kept_metadata"]
+
+#: A top-level metadata value larger than this (as JSON) is not kept for the analysis...
+KEPT_VALUE_BYTES = 16 << 10
+#: ...nor values past this many bytes in all.
+KEPT_BYTES = 64 << 10
+
+Metadata = dict[str, object]
+
+
+def kept_metadata(metadata: Metadata | None) -> Metadata | None:
+    """What a listed run keeps of its metadata: the top-level values of at most
+    ``KEPT_VALUE_BYTES`` each as JSON, in the file's order, up to ``KEPT_BYTES`` in all."""
+    if metadata is None:
+        return None
+    kept: Metadata = {}
+    total = 0
+    for key, value in metadata.items():
+        size = len(json.dumps(key)) + len(json.dumps(value, default=str)) + 4  # '"key": value, '
+        if size <= KEPT_VALUE_BYTES and total + size <= KEPT_BYTES:
+            kept[key] = value
+            total += size
+    return kept
 
 
 class Registry:
@@ -39,7 +69,7 @@ class Registry:
         self._listing = threading.Lock()  # one listing at a time
         self._active = False
         self._active_checked_at = -1e18
-        self._metadata: dict[tuple[str, float | None], dict[str, object] | None] = {}
+        self._metadata: dict[tuple[str, float | None], tuple[Metadata, RunInfo | None] | None] = {}
         self.listing_error: str | None = None
 
     def runs(self, *, refresh: bool = False) -> list[Run]:
@@ -112,7 +142,8 @@ class Registry:
             raw = got.get(path or "")
             if isinstance(raw, ReadError):
                 continue  # read again on the next listing
-            parsed[(path, mtime)] = parse_metadata(raw) if isinstance(raw, bytes) else None
+            whole = parse_metadata(raw) if isinstance(raw, bytes) else None
+            parsed[(path, mtime)] = (kept_metadata(whole) or {}, run_info(whole)) if whole is not None else None
         with self._lock:
             if len(self._metadata) + len(parsed) > 16384:
                 self._metadata = {k: v for k, v in self._metadata.items() if k in wanted}
@@ -146,7 +177,17 @@ class Registry:
                 found = self._by_name.get(name)
         return found
 
-    def metadata(self, run: Run) -> dict[str, object] | None:
+    def metadata(self, run: Run) -> Metadata | None:
+        """The run's metadata as kept (``kept_metadata``); None without a readable file."""
+        got = self._kept(run)
+        return got[0] if got is not None else None
+
+    def info(self, run: Run) -> RunInfo | None:
+        """What the runs list shows of the run's metadata, from the whole file."""
+        got = self._kept(run)
+        return got[1] if got is not None else None
+
+    def _kept(self, run: Run) -> tuple[Metadata, RunInfo | None] | None:
         if run.metadata_path is None:
             return None
         key = (run.metadata_path, run.metadata_mtime)

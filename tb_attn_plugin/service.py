@@ -45,7 +45,6 @@ from tb_attn_plugin.responses import (
     StrategiesResponse,
     WorkerEntry,
 )
-from tb_attn_plugin.run_info import run_info
 from tb_attn_plugin.schema import RunSummary, WorkerSummary, to_json
 from tb_attn_plugin.trace import io
 from tb_attn_plugin.trace.discover import Run, TraceFile, display_name
@@ -278,7 +277,7 @@ class Service:
             for f in run.files:
                 workers.setdefault(f.worker, []).append(SpanEntry(span=f.span, file=f.name, size=f.size, mtime=f.mtime))
             out.append(RunEntry(run=run.name, group=run.name.rsplit("/", 1)[0] if "/" in run.name else "",
-                                info=run_info(metadata), status=status, error=error,
+                                info=self.registry.info(run), status=status, error=error,
                                 workers=[WorkerEntry(worker=w, spans=spans) for w, spans in workers.items()],
                                 figures=figures, figures_error=figures_error,
                                 parsing=any(self.jobs.running(_file_key(f)) for f in run.files)))
@@ -287,10 +286,10 @@ class Service:
                             poll_after_ms=POLL_RUNS_MS if any(r.parsing for r in out) else None)
 
     def metadata_response(self, run_name: str) -> MetadataResponse:
-        """The run's whole metadata file (``/runs`` carries a few fields of it): read at the
-        listing, so no trace is parsed."""
+        """The run's whole metadata file (``/runs`` carries a few fields of it, and the listing
+        keeps only what the analysis reads): read again here, at most 1 MiB; no trace is parsed."""
         run = self.run(run_name)
-        return MetadataResponse(run=run.name, metadata=self.metadata(run))
+        return MetadataResponse(run=run.name, metadata=self.loader.metadata(run))
 
     def summary(self, run_name: str, worker: str | None, span: str | None) -> RunSummary:
         run = self.run(run_name)

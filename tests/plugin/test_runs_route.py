@@ -11,10 +11,12 @@ import os
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 from manyruns import SHOWN, hostile_metadata
 from webtools import BASE, get, get_json, plugin_client
 
+from tb_attn_plugin.registry import KEPT_BYTES, KEPT_VALUE_BYTES, Registry, kept_metadata
 from tb_attn_plugin.run_info import ELLIPSIS, ERROR_CHARS, INFO_CHARS
 
 HOSTILE_RUNS = 100
@@ -98,3 +100,31 @@ def test_metadata_of_a_run_without_it_is_null_and_of_no_run_a_404(tmp_path: Path
     missing = get(client, f"{BASE}/metadata?run=nope")
     assert missing.status_code == 404 and "no run named 'nope'" in missing.get_data(as_text=True)
     assert get(client, f"{BASE}/metadata").status_code == 400
+
+
+def test_the_listing_keeps_a_bounded_part_of_each_metadata_file(hostile_logdir: Path) -> None:
+    """The registry holds every listed run's metadata: 16,384 runs of 1 MiB each would have been
+    16 GiB of parsed JSON. It keeps what the runs list shows (from the whole file) and the values
+    the analysis reads, at most ``KEPT_BYTES`` a run; ``/metadata`` reads the file again."""
+    registry = Registry(str(hostile_logdir))
+    runs = registry.runs()
+    assert len(runs) == HOSTILE_RUNS
+    for run in runs:
+        kept = registry.metadata(run)
+        assert kept is not None and len(json.dumps(kept)) <= KEPT_BYTES
+        info = registry.info(run)
+        assert info is not None and all(len(v) <= ERROR_CHARS for v in msgspec.structs.asdict(info).values()
+                                        if isinstance(v, str))
+    # What the analysis reads is kept where it is small, as the runner writes it.
+    whole = json.loads((Path(runs[0].metadata_path or "")).read_bytes())
+    small = {k: v for k, v in whole.items() if len(json.dumps(v)) < 1000}
+    assert small.items() <= (registry.metadata(runs[0]) or {}).items()
+
+
+def test_kept_metadata_by_hand() -> None:
+    small = {"config": {"seq": 512}, "model": "builtin"}
+    assert kept_metadata(small) == small and kept_metadata(None) is None
+    big = {"model": "x" * (KEPT_VALUE_BYTES + 1), "config": {"seq": 512}, **{f"k{i}": "y" * 10_000 for i in range(20)}}
+    kept = kept_metadata(big) or {}
+    assert "model" not in kept and kept["config"] == {"seq": 512}
+    assert len(json.dumps(kept)) <= KEPT_BYTES and len(kept) == 1 + (KEPT_BYTES - 20) // 10_012
