@@ -11,7 +11,7 @@ import pytest
 from manyruns import ODD, SHOWN, hostile_metadata
 
 from tb_attn_plugin.loader import parse_metadata
-from tb_attn_plugin.run_info import ELLIPSIS, ERROR_CHARS, INFO_CHARS, run_info
+from tb_attn_plugin.run_info import ELLIPSIS, ERROR_BYTES, ERROR_CHARS, INFO_BYTES, INFO_CHARS, run_info
 
 #: A runner's metadata as ``docs/runner.md`` describes it, cut down to what matters here.
 RUNNER = {
@@ -52,10 +52,12 @@ def test_strings_are_clipped_with_an_ellipsis_and_their_length(length: int) -> N
     assert info is not None
     for key, char in (("model", "m"), ("user", "\U0001f600"), ("mode", "x")):
         value = getattr(info, key)
-        if length <= INFO_CHARS:
+        size = len(char.encode())  # UTF-8 bytes, as JSON writes it
+        if length <= INFO_CHARS and length * size <= INFO_BYTES:
             assert value == char * length and key not in info.clipped
-        else:
-            assert value == char * (INFO_CHARS - 1) + ELLIPSIS and info.clipped[key] == length
+        else:  # as many characters as fit in both bounds, with the ellipsis
+            kept = min(INFO_CHARS - 1, (INFO_BYTES - len(ELLIPSIS.encode())) // size)
+            assert value == char * kept + ELLIPSIS and info.clipped[key] == length
 
 
 def test_the_runners_error_gets_more_room() -> None:
@@ -95,11 +97,25 @@ def test_hostile_files_give_a_few_hundred_bytes(kind: int, builtin_logdir: Path)
     size = len(msgspec.json.encode(info))
     if kind == 1:  # every field shown is long and odd: each is clipped, its characters intact
         assert set(info.clipped) == set(SHOWN) and info.mode is not None and info.mode.startswith(ODD)
-        assert info.model is not None and info.model.startswith("model" + ODD) and len(info.model) == INFO_CHARS
-        assert size < 10_000, size
+        assert info.model is not None and info.model.startswith("model" + ODD) and info.model.endswith(ELLIPSIS)
+        assert len(msgspec.json.encode(info.model)) - 2 <= INFO_BYTES
+        assert size < 7_000, size
     else:
         assert size < 1_000, size
     # The runner's sequence length and batch of 16 and 2 where the config is left alone; the
     # template's world size of 1 but where kind 1 makes it a boolean.
     want = {0: (16, 2, 1), 1: (None, None, None)}.get(kind, (None, None, 1))
     assert (info.seq, info.batch, info.world_size) == want
+
+
+@pytest.mark.parametrize("char", ["\x01", "\U0001f600", "\u202e", "é"])
+def test_every_field_at_its_worst_stays_under_7_kb(char: str) -> None:
+    """Characters that JSON writes in six bytes, or UTF-8 in four, cut a field shorter: 100 such
+    runs list in under 0.7 MB (200 characters of controls were 1.2 KB a field)."""
+    fields = ("model", "impl", "dtype", "device", "device_name", "user", "host", "started_at", "torch_version",
+              "parallel", "status", "error")
+    info = run_info({**{k: char * 5000 for k in fields}, "config": {"mode": char * 5000}})
+    assert info is not None and len(msgspec.json.encode(info)) < 7000
+    assert all(len(msgspec.json.encode(getattr(info, k))) - 2 <= (ERROR_BYTES if k == "error" else INFO_BYTES)
+               for k in (*fields, "mode"))
+    assert info.model is not None and info.model.endswith(ELLIPSIS) and info.clipped["model"] == 5000
