@@ -107,21 +107,8 @@ class Filler:
 
     def _outside(self, buf: bytearray, target: int) -> bool:
         """Whether ``buf[target]`` is outside any string, reading strings on from ``self.pos``."""
-        pos, inside = self.pos, self.inside
-        while pos < target:
-            if inside:
-                pos = _stop(_INSIDE, buf, pos, target)
-                if pos == target or buf[pos] != 0x22:
-                    break  # still in the string at the target, or at a backslash just before it
-                inside = False
-            else:
-                pos = _stop(_OUTSIDE, buf, pos, target)
-                if pos == target:
-                    break
-                inside = True  # at a string's opening quote: it goes on past the target
-            pos += 1
-        self.pos, self.inside = pos, inside
-        return pos == target and not inside
+        self.pos, self.inside, _ = _read_strings(buf, self.pos, self.inside, target)
+        return self.pos == target and not self.inside
 
 
 class _Clipper:
@@ -174,21 +161,9 @@ class _Clipper:
     def _read(self, buf: bytearray, target: int) -> None:
         """Read strings on from ``pos`` to ``target``. The strings passed are short: a long one
         would have held an earlier sample."""
-        pos, inside = self.pos, self.inside
-        while pos < target:
-            if inside:
-                pos = _stop(_INSIDE, buf, pos, target)
-                if pos == target or buf[pos] != 0x22:
-                    break  # still in the string at the target, or at a backslash just before it
-                inside = False
-            else:
-                pos = _stop(_OUTSIDE, buf, pos, target)
-                if pos == target:
-                    break
-                inside = True  # at a string's opening quote: it goes on past the target
-                self.opened = pos + 1
-            pos += 1
-        self.pos, self.inside = pos, inside
+        self.pos, self.inside, opened = _read_strings(buf, self.pos, self.inside, target)
+        if opened is not None:
+            self.opened = opened
 
     def _string(self, buf: bytearray, cuts: list[tuple[int, int]]) -> None:
         """Read the string open at ``pos`` on to its end or the buffer's, and clip it."""
@@ -276,6 +251,27 @@ def _after_runs(x: int, runs: list[tuple[int, int, bytes]]) -> int:
             return a - shift if x > a else x - shift
         shift += b - a - len(r)
     return x - shift
+
+
+def _read_strings(buf: bytearray, pos: int, inside: bool, target: int) -> tuple[int, bool, int | None]:
+    """Read JSON strings on from ``pos`` (in one if ``inside``) towards ``target``: where the
+    reading stopped, whether a string is open there, and where the content of the last string
+    opened on the way starts (None: none was)."""
+    opened = None
+    while pos < target:
+        if inside:
+            pos = _stop(_INSIDE, buf, pos, target)
+            if pos == target or buf[pos] != 0x22:
+                break  # still in the string at the target, or at a backslash just before it
+            inside = False
+        else:
+            pos = _stop(_OUTSIDE, buf, pos, target)
+            if pos == target:
+                break
+            inside = True  # at a string's opening quote: it goes on past the target
+            opened = pos + 1
+        pos += 1
+    return pos, inside, opened
 
 
 def _stop(pattern: re.Pattern[bytes], buf: bytearray, pos: int, end: int) -> int:
