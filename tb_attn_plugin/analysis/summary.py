@@ -6,7 +6,7 @@ lists is bounded by ``analysis.bounds``. ``summarize_trace`` adds the findings
 (``analysis.findings``): it is what the loader stores for a trace file. Definitions are in
 ``schema.py`` and ``docs/summary.md``.
 
-At about 460 lines this module is a little over the house limit: ``_Summarizer`` computes every
+At about 480 lines this module is a little over the house limit: ``_Summarizer`` computes every
 figure of a layer, phase and head from index arrays it builds once per trace (the per-step step
 codes, memory ranges, layer groups), and splitting it would pass that state between modules.
 What can stand alone already does: scores, spreads, roles, bounds, the headline, the bytes model
