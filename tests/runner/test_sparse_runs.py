@@ -116,8 +116,9 @@ def test_a_compile_failure_fails_the_run_with_the_first_line_and_the_sweep_goes_
 
 @pytest.mark.parametrize(("args", "message"), [
     (["--mask", "window:3"], "unknown mask"),
-    (["--mask", "sliding:0"], "must be > 0"),
-    (["--mask", "sliding:-4"], "must be > 0"),
+    (["--mask", "sliding:0"], "must be in 1..2147483647"),
+    (["--mask", "sliding:-4"], "must be in 1..2147483647"),
+    (["--mask", "sliding:99999999999999999999"], "must be in 1..2147483647"),
     (["--mask", "block:1.5"], "(0, 1]"),
     (["--mask", "block:0"], "(0, 1]"),
     (["--mask", "prefix:8", "--no-causal"], "causal"),
