@@ -100,13 +100,26 @@ def infer_scopes(events: Events, parent: np.ndarray, backward: np.ndarray, step:
     cpu_above = nearest_marked_ancestor(parent, cpu_op) if kept else parent
     compiled = _region_mask(events)
     for first, last, layer, module in kept:
-        out.append(_scope(events, first, format_scope(layer, module=module or None), pad=2 * _PAD, end=last))
+        block = _scope(events, first, format_scope(layer, module=module or None), pad=2 * _PAD, end=last)
         if first == last and compiled[events.name[first]] and not module:
-            out.append(_scope(events, first, format_scope(layer, phase="compiled")))
+            out += [block, _scope(events, first, format_scope(layer, phase="compiled"))]
             continue
         lo = first + 1 if first == last else first
-        out.extend(_phases(events, _top_ops(cpu_op, cpu_above, lo, _extent(events, last)), layer, parent))
+        phases = _phases(events, _top_ops(cpu_op, cpu_above, lo, _extent(events, last)), layer, parent)
+        out += [_enclosing(block, phases), *phases]
     return out
+
+
+def _enclosing(block: SyntheticScope, phases: list[SyntheticScope]) -> SyntheticScope:
+    """The block's scope widened to enclose its phase scopes. The first phase takes in the time
+    before its first op, back to the end of the op before it (``roles.span_scope``), and so starts
+    before the block's first op: a block scope that started at that op would cut the phase scope
+    off from it, and the op (q·kᵀ, when an eager block starts with it) would be in no phase."""
+    if not phases:
+        return block
+    start = min(block.ts, min(p.ts for p in phases) - _PAD)
+    stop = max(block.ts + block.dur, max(p.ts + p.dur for p in phases) + _PAD)
+    return SyntheticScope(block.track, start, stop - start, block.name)
 
 
 def _scope(events: Events, i: int, name: str, *, pad: float = _PAD, end: int | None = None) -> SyntheticScope:

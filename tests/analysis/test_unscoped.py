@@ -1,0 +1,45 @@
+"""The same model profiled with our scopes and without (``--no-scopes``): inference must find what
+the scopes say (issue 32). Written from the traces by hand: the built-in transformer's eager
+attention runs q·kᵀ as ``matmul`` (``expand``/``reshape``/``bmm``) at the start of its core, so an
+inferred block opens on it.
+"""
+
+from __future__ import annotations
+
+import pytest
+from helpers import TINY, profile_run
+
+from tb_attn_plugin.analysis.analyze import analyze
+from tb_attn_plugin.analysis.summary import summarize_trace
+from tb_attn_plugin.loader import load_events
+from tb_attn_plugin.schema import WorkerSummary
+
+CORE = ("qk_matmul", "av_matmul")
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory: pytest.TempPathFactory) -> dict[bool, WorkerSummary]:
+    logdir = tmp_path_factory.mktemp("unscoped")
+    out = {}
+    for scopes in (True, False):
+        name = "scoped" if scopes else "plain"
+        result = profile_run(logdir, name, impl="naive", mode="inference", scopes=scopes)
+        assert result.status == "ok", result.error
+        (path,) = result.traces
+        out[scopes] = summarize_trace(analyze(load_events(str(path))), file=path.name, worker="w", span=None)
+    return out
+
+
+def test_the_eager_core_is_counted_exactly_without_scopes(pair: dict[bool, WorkerSummary]) -> None:
+    """q·kᵀ was in no phase (its synthetic phase scope began before the block's and so did not
+    enclose the op): the core's FLOPs came out half."""
+    scoped, plain = pair[True], pair[False]
+    assert plain.inferred and not scoped.inferred
+    assert [layer.layer for layer in plain.layers] == [layer.layer for layer in scoped.layers]
+    b, h, s, d = TINY.batch, TINY.heads, TINY.seq, TINY.d_model // TINY.heads
+    for want, got in zip(scoped.layers, plain.layers, strict=True):
+        for phase in CORE:
+            flops = {p.phase: p.flops for p in got.phases}
+            assert flops.get(phase) == {p.phase: p.flops for p in want.phases}[phase] == 2 * b * h * s * s * d, phase
+        ops = {p.phase: p.ops for p in got.phases}
+        assert "aten::bmm" in " ".join(ops["qk_matmul"]) or "aten::matmul" in " ".join(ops["qk_matmul"])
