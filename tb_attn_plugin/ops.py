@@ -38,6 +38,7 @@ __all__ = [
     "INT_MATMUL_ARGS",
     "INT_MM_OP",
     "KERNEL_BACKWARD_OPS",
+    "KERNEL_FORWARD_OPS",
     "KV_CACHE_OPS",
     "KV_EXPAND_OPS",
     "LAYOUT_OPS",
@@ -94,6 +95,7 @@ SDPA_OVERRIDEABLE_OP = "aten::_scaled_dot_product_fused_attention_overrideable"
 #: The kernels' own ops, which the fused SDPA ops call on CUDA.
 FLASH_FORWARD_OP = "aten::_flash_attention_forward"
 EFFICIENT_FORWARD_OP = "aten::_efficient_attention_forward"
+KERNEL_FORWARD_OPS = frozenset({FLASH_FORWARD_OP, EFFICIENT_FORWARD_OP})
 
 #: Fused SDPA forward ops: name -> index of ``is_causal`` in the op's arguments (for FLOPs).
 SDPA_FORWARD: dict[str, int] = {

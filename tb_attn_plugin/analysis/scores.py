@@ -17,6 +17,8 @@ from tb_attn_plugin.ops import (
     DROPOUT_OPS,
     DTYPE_CONVERT_OPS,
     GEMM_OPS,
+    KERNEL_FORWARD_OPS,
+    LINEAR_OP,
     MASK_MAKING_OPS,
     MASK_OPS,
     MATMUL_INPUT_COPY_OPS,
@@ -24,6 +26,7 @@ from tb_attn_plugin.ops import (
     MATMUL_WRAPPER_OPS,
     NATIVE_DROPOUT_OP,
     SCALE_OPS,
+    SDPA_MATH_OP,
     SDPA_OPS,
     SOFTMAX_OPS,
 )
@@ -43,6 +46,8 @@ _SMALL_ROUND = 512  # CUDA's caching allocator: every size rounded up to this...
 _LARGE_FROM = 1 << 20  # ...and a block over 1 MiB to a multiple of 2 MiB
 _LARGE_ROUND = 2 << 20
 _MASK_APPLIERS = (MASK_OPS - ARITHMETIC_OPS) | DTYPE_CONVERT_OPS
+#: Ops whose allocations are never scores (``_stores_no_scores``).
+_NO_SCORES = frozenset({*SDPA_OPS, *KERNEL_FORWARD_OPS, LINEAR_OP, "aten::addmm"}) - {SDPA_MATH_OP}
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,7 +171,7 @@ def _verdict(chain: list[str], size_class: int) -> tuple[bool, bool]:
     if size_class == 1:
         if _mask_maker(chain, MASK_MAKING_OPS):
             return False, True
-        return not _input_copy(chain), False
+        return not _input_copy(chain) and not _stores_no_scores(chain), False
     return False, _mask_maker(chain, MASK_MAKING_OPS | _MASK_APPLIERS)
 
 
@@ -181,6 +186,19 @@ def _mask_maker(chain: list[str], makers: frozenset[str], *, bool_size: bool = F
             return True
         if name in DROPOUT_OPS:
             return bool_size or (name != NATIVE_DROPOUT_OP and chain[0] not in SCALE_OPS)
+    return False
+
+
+def _stores_no_scores(chain: list[str]) -> bool:
+    """Whether the allocation is made by an op that stores no scores, whatever its size: a fused
+    SDPA kernel (its output, q, k and v have the scores' size when the key length equals the head
+    size), the SDPA entry point outside its math backend (copies of its inputs), or a projection.
+    The math backend's own matmuls and softmax store scores: the walk stops there."""
+    for name in chain:
+        if name == SDPA_MATH_OP:
+            return False
+        if name in _NO_SCORES:
+            return True
     return False
 
 

@@ -6,6 +6,8 @@ inferred block opens on it.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from helpers import TINY, profile_run
 
@@ -43,3 +45,19 @@ def test_the_eager_core_is_counted_exactly_without_scopes(pair: dict[bool, Worke
             assert flops.get(phase) == {p.phase: p.flops for p in want.phases}[phase] == 2 * b * h * s * s * d, phase
         ops = {p.phase: p.ops for p in got.phases}
         assert "aten::bmm" in " ".join(ops["qk_matmul"]) or "aten::matmul" in " ".join(ops["qk_matmul"])
+
+
+@pytest.mark.parametrize("scopes", [True, False], ids=["scoped", "plain"])
+def test_fused_sdpa_stores_no_scores_whatever_the_sizes(tmp_path: Path, scopes: bool) -> None:
+    """Generation with fused SDPA, a prompt of 32 tokens and a head size of 32: q, k, v and the
+    output of the prompt's SDPA have the bytes of its (B, H, 32, 32) scores. ``sxs-materialized``
+    fired on them (evidence ``empty_like`` and ``linear``); a score tensor is one a score-making op
+    stores, not one of the same size."""
+    result = profile_run(tmp_path, "gen", impl="sdpa", mode="generate", prompt_len=32, new_tokens=2, heads=4,
+                         d_model=128, seq=64, scopes=scopes)
+    assert result.status == "ok", result.error
+    (path,) = result.traces
+    summary = summarize_trace(analyze(load_events(str(path))), file=path.name, worker="w", span=None)
+    assert summary.layers and all(layer.backend != "naive" for layer in summary.layers)
+    assert all(layer.sxs_bytes == 0 for layer in summary.layers)
+    assert "sxs-materialized" not in [f.id for f in summary.findings]
