@@ -17,9 +17,10 @@ Three sources, best first:
    the region fuses its phases, and its kernels are the region's.
 
 Blocks found by 2 and 3 are numbered by their order within their step (or the trace, when it
-has no ``ProfilerStep``). Inside a block, phases come from each op's role in the block
-(``analysis.roles``): projections before the core, rotary embeddings, the KV cache, q·kᵀ,
-scale, mask, softmax, dropout, attn·v, projections after. The result is a list of synthetic
+has no ``ProfilerStep``), and widened from their core to their projections (``extent``).
+Inside a block, phases come from each op's role in the block (``analysis.roles``): projections
+before the core, rotary embeddings, the KV cache, q·kᵀ, scale, mask, softmax, dropout, attn·v,
+projections after. The result is a list of synthetic
 scopes that ``attribute`` treats like real ones.
 
 Layers found are numbered below ``scopes.MAX_LAYERS``, like written ones: blocks numbered past
@@ -33,6 +34,7 @@ import re
 
 import numpy as np
 
+from tb_attn_plugin.analysis.extent import widen
 from tb_attn_plugin.analysis.nesting import nearest_marked_ancestor
 from tb_attn_plugin.analysis.query import ancestors
 from tb_attn_plugin.analysis.roles import SyntheticScope, assign_roles, phase_spans, span_scope
@@ -85,7 +87,8 @@ def infer_scopes(events: Events, parent: np.ndarray, backward: np.ndarray, step:
         order = {inst: k for k, inst in enumerate(dict.fromkeys(inst for _, inst in outer))}
         blocks = [(i, i, order[inst], inst) for i, inst in outer]
     else:
-        spans = _blocks_from_ops(events, parent, forward) or _compiled_blocks(events, parent, forward, step)
+        spans = widen(events, parent, _blocks_from_ops(events, parent, forward)) \
+            or _compiled_blocks(events, parent, forward, step)
         counters: dict[tuple[int, int], int] = {}
         for first, last in spans:
             key = (int(step[first]), int(events.track[first]))

@@ -61,3 +61,39 @@ def test_fused_sdpa_stores_no_scores_whatever_the_sizes(tmp_path: Path, scopes: 
     assert summary.layers and all(layer.backend != "naive" for layer in summary.layers)
     assert all(layer.sxs_bytes == 0 for layer in summary.layers)
     assert "sxs-materialized" not in [f.id for f in summary.findings]
+
+
+#: The phases whose FLOPs an inferred block must count as the scoped one does.
+COUNTED = ("qkv_proj", "qk_matmul", "av_matmul", "sdpa", "out_proj")
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, str, bool], WorkerSummary]:
+    logdir = tmp_path_factory.mktemp("unscoped-models")
+    out = {}
+    for model in ("builtin", "hf:llama", "hf:gpt2", "hf:bert"):
+        for impl in ("naive", "sdpa"):
+            for scopes in (True, False):
+                name = f"{model.replace(':', '-')}-{impl}-{'scoped' if scopes else 'plain'}"
+                result = profile_run(logdir, name, model=model, impl=impl, mode="inference", scopes=scopes)
+                assert result.status == "ok", (name, result.error)
+                (path,) = result.traces
+                out[(model, impl, scopes)] = summarize_trace(analyze(load_events(str(path))), file=path.name,
+                                                             worker="w", span=None)
+    return out
+
+
+@pytest.mark.parametrize("impl", ["naive", "sdpa"])
+@pytest.mark.parametrize("model", ["builtin", "hf:llama", "hf:gpt2", "hf:bert"])
+def test_an_inferred_block_is_the_whole_attention_block(models: dict[tuple[str, str, bool], WorkerSummary],
+                                                        model: str, impl: str) -> None:
+    """The block found by its core is widened to its projections (q, k, v before; the output
+    after), rotary embeddings and KV cache between: the same FLOPs per phase as with scopes. It
+    was the core alone: attention came out at a fraction of the step."""
+    scoped, plain = models[(model, impl, True)], models[(model, impl, False)]
+    assert plain.inferred and [layer.layer for layer in plain.layers] == [layer.layer for layer in scoped.layers]
+    assert plain.backend == scoped.backend
+    for want, got in zip(scoped.layers, plain.layers, strict=True):
+        flops = {p.phase: p.flops for p in got.phases if p.phase in COUNTED}
+        assert flops == {p.phase: p.flops for p in want.phases if p.phase in COUNTED}, (model, impl, want.layer)
+        assert flops["qkv_proj"] > 0 and flops["out_proj"] > 0

@@ -1,0 +1,160 @@
+"""The whole attention block around a core found by its ops, in a trace without scopes or modules.
+
+``infer`` finds an unscoped block by its core: a top-level SDPA call, or q·kᵀ -> softmax ->
+attn·v. A block scoped by ``instrument()`` (or an ``nn.Module: *Attention`` event) also holds what
+leads to the core and what follows it: the q, k and v projections, the head split, rotary
+embeddings, the KV cache, the head merge and the output projection. Without them, attention's
+share of the step is a fraction of the truth (a Qwen3 trace: 1% against 19%).
+
+``widen`` extends each core over its sibling ops (same parent, same thread) by the ops' roles, the
+same vocabulary ``roles`` places them by:
+
+- back from the core, over the ops that prepare q, k and v (layout, rotary arithmetic, the KV
+  cache, K/V expansion, dtype conversions, copies) to the projections, then over the projections
+  and the layout ops between them, stopping at the first other op (a norm, a residual add: the
+  previous sublayer). Only when a projection is found within ``_MAX_OPS``: without one there is no
+  telling a block's preparation from the previous sublayer's tail, and the core stays alone;
+- forward from the core, over the head merge (layout ops, copies) to the first projection after
+  it, included. Without one, nothing is added.
+
+A block never reaches into the previous block. What a model does after its output projection
+inside its attention module (BERT's dropout, residual add and norm) is not taken: nothing in the
+ops tells it from the next sublayer.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tb_attn_plugin.ops import (
+    ARITHMETIC_OPS,
+    CAT_OP,
+    COPY_OPS,
+    DTYPE_CONVERT_OPS,
+    KV_CACHE_OPS,
+    KV_EXPAND_OPS,
+    LAYOUT_OPS,
+    MATMUL_ARGS,
+    NORM_OPS,
+    PROJECTION_OPS,
+    ROPE_OPS,
+)
+from tb_attn_plugin.trace.events import Events
+from tb_attn_plugin.trace.kineto import Kind
+
+__all__ = ["widen"]
+
+#: Sibling ops looked at on each side of a core (rotary embeddings take about 20).
+_MAX_OPS = 64
+#: Ops that prepare q, k and v between their projections and the core, and the bookkeeping of a
+#: KV cache (``torch.tensor([])``: empty, lift_fresh, detach_).
+_PREPARE = LAYOUT_OPS | ROPE_OPS | ARITHMETIC_OPS | KV_CACHE_OPS | KV_EXPAND_OPS | DTYPE_CONVERT_OPS | COPY_OPS \
+    | {CAT_OP, "aten::empty", "aten::lift_fresh", "aten::detach_", "aten::detach"}
+#: A norm of q or k between its projection and the core (Qwen3's, OLMo's QK-norm), whole or as
+#: RMSNorm's pieces.
+_QK_NORM = NORM_OPS | {"aten::pow", "aten::mean", "aten::rsqrt", "aten::var_mean", "aten::sqrt"}
+#: The head merge between the core and the output projection.
+_MERGE = LAYOUT_OPS | COPY_OPS
+
+
+def widen(events: Events, parent: np.ndarray, spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Each core ``(first, last)`` (in file order, one thread's blocks in order) widened to its
+    block's projections; the cores themselves where none is found."""
+    if not spans:
+        return spans
+    cpu = events.kind == Kind.CPU_OP
+    names = events.names
+    siblings = _Siblings(parent, cpu)
+    out: list[tuple[int, int]] = []
+    for first, last in spans:
+        floor = out[-1][1] if out and events.track[out[-1][1]] == events.track[first] else -1
+        start = _back(events, siblings.before(first, _MAX_OPS), floor)
+        stop = _forward(names, events.name, siblings.after(last, _MAX_OPS))
+        out.append((first if start is None else start, last if stop is None else stop))
+    return out
+
+
+def _back(events: Events, before: list[int], floor: int) -> int | None:
+    """The first op of the block before its core (``before``: the core's siblings, nearest
+    first), or None without a projection.
+
+    Past the nearest projection the walk goes on over what prepares q, k and v (a QK-norm sits
+    between a projection and the next), taking each further projection of the same input (q, k and
+    v project one hidden state): a projection of another input is another sublayer's, and so is
+    whatever lies before the block's first projection but the layout ops that feed it (GPT-2's
+    Conv1D views its input first). Without recorded shapes only layout ops may separate the
+    projections."""
+    names, name = events.names, events.name
+    start: int | None = None
+    lead: int | None = None  # the earliest of the layout ops right before ``start``
+    dims: list[int] | None = None
+    adjacent = False
+    for i in before:
+        if i <= floor:
+            break
+        op = names[name[i]]
+        if op in PROJECTION_OPS:
+            own = _input(events, i)
+            if start is not None and (dims is None or own != dims):
+                break
+            start, lead, dims, adjacent = i, None, own, True
+        elif start is not None and op in LAYOUT_OPS:
+            lead = i if adjacent else lead
+        elif op in _PREPARE or op in _QK_NORM:
+            if start is not None and dims is None:
+                break
+            adjacent = False
+        else:
+            break
+    return lead if lead is not None else start
+
+
+def _input(events: Events, i: int) -> list[int] | None:
+    """A projection's input's dims (``addmm``'s second argument: its first is the bias), if
+    recorded."""
+    sid = int(events.shape[i])
+    if sid < 0:
+        return None
+    dims = events.shapes[sid].dims
+    arg = MATMUL_ARGS.get(events.names[events.name[i]], (0, 1))[0]
+    first = dims[arg] if arg < len(dims) else None
+    return [int(x) for x in first] if isinstance(first, list) and first else None
+
+
+def _forward(names: tuple[str, ...], name: np.ndarray, after: list[int]) -> int | None:
+    """The block's output projection after its core (``after``: the core's siblings, nearest
+    first), or None."""
+    for i in after:
+        op = names[name[i]]
+        if op in PROJECTION_OPS:
+            return i
+        if op not in _MERGE:
+            return None
+    return None
+
+
+class _Siblings:
+    """The CPU ops that share a parent, in file order: each op's neighbours among them."""
+
+    def __init__(self, parent: np.ndarray, cpu: np.ndarray) -> None:
+        ops = np.flatnonzero(cpu)
+        self.order = ops[np.argsort(parent[ops], kind="stable")]  # by parent, then file order
+        self.parent = parent[self.order]
+        self.pos = np.full(parent.size, -1, np.int64)
+        self.pos[self.order] = np.arange(self.order.size)
+
+    def before(self, i: int, n: int) -> list[int]:
+        k = int(self.pos[i])
+        if k < 0:
+            return []
+        lo = max(k - n, 0)
+        same = self.parent[lo:k] == self.parent[k]
+        return self.order[lo:k][same][::-1].tolist()
+
+    def after(self, i: int, n: int) -> list[int]:
+        k = int(self.pos[i])
+        if k < 0:
+            return []
+        hi = min(k + 1 + n, self.order.size)
+        same = self.parent[k + 1:hi] == self.parent[k]
+        return self.order[k + 1:hi][same].tolist()
