@@ -24,6 +24,7 @@ from tb_attn_plugin.analysis.generation_findings import GENERATION_RULES
 from tb_attn_plugin.analysis.op_findings import OP_RULES
 from tb_attn_plugin.analysis.quant_findings import QUANT_RULES
 from tb_attn_plugin.analysis.query import MAX_NAMES, RuleQuery, new_finding
+from tb_attn_plugin.analysis.scores import OTHER
 from tb_attn_plugin.analysis.sparse_findings import SPARSE_RULES
 from tb_attn_plugin.analysis.wording import count, duration, layer_list, number, pct, size
 from tb_attn_plugin.ops import FUSED_BLOCK_OPS
@@ -244,32 +245,35 @@ def _unplaced(t: RuleQuery) -> list[Finding]:
     fused_ids = [k for k, n in enumerate(ev.names) if n in FUSED_BLOCK_OPS]
     if fused_ids:
         loose = loose[~np.isin(ev.name[loose], fused_ids)]  # their own ops are placed
-    if t.cuda:
-        counted = loose[t.device_work[loose]]
-    else:
-        counted = loose[(ev.kind[loose] == Kind.CPU_OP) & a.is_scope[np.maximum(a.parent[loose], 0)]]
+    # Their own time: a loose op whose own ops are placed (an inferred SDPA call, whose kernel op is
+    # in ``sdpa``) holds little, not its whole span.
+    weights = ev.dur if t.cuda else t.self_us
+    counted = loose[t.device_work[loose]] if t.cuda else loose[ev.kind[loose] == Kind.CPU_OP]
     # Every layer's loose time in one pass.
-    spent_by_layer = np.bincount(a.layer[counted], weights=ev.dur[counted], minlength=1) / t.step_count
+    spent_by_layer = np.bincount(a.layer[counted], weights=weights[counted], minlength=1) / t.step_count
     rows = []
     for layer in t.s.layers:
         spent = float(spent_by_layer[layer.layer]) if layer.layer < spent_by_layer.size else 0.0
         block = layer.device_us if t.cuda else layer.cpu_us
+        other = next((p.device_us if t.cuda else p.cpu_us for p in layer.phases if p.phase == OTHER), 0.0)
         if block > 0 and spent / block > OTHER_SHARE:
-            rows.append((layer.layer, spent / block, spent, loose[a.layer[loose] == layer.layer]))
+            rows.append((layer.layer, spent / block, spent, loose[a.layer[loose] == layer.layer], other / block))
     if not rows:
         return []
     share = _median(r[1] for r in rows)
+    in_table = _median(r[4] for r in rows)
     ops = t.names_by_time(np.concatenate([r[3][ev.kind[r[3]] == Kind.CPU_OP] for r in rows]))
     what = "device" if t.cuda else "CPU"
-    text = (f"In {layer_list([r[0] for r in rows])}, ops that no phase holds take {pct(share)} of the attention "
-            f"block's {what} time (median over layers): neither a phase scope nor their role places them"
-            + (f" ({', '.join(ops)})" if ops else "") + ".")
+    text = (f"In {layer_list([r[0] for r in rows])}, {pct(in_table)} of the attention block's {what} time is in no "
+            f"phase (\"other\" in the layer table; median over layers), {pct(share)} of the block in ops that neither "
+            "a phase scope nor their role places" + (f" ({', '.join(ops)})" if ops else "")
+            + "; the rest is the time between ops.")
     return [new_finding(
         "unplaced-time", "info", "Much of the attention block is in no phase", text,
         f"Scope the work with record_function ({PREFIX}/L<n>/<phase>, docs/scopes.md), or read the block in the "
         "Timeline: ops there that belong to attention, under a name tb-attn does not know, are worth a report.",
         layers=[r[0] for r in rows], ops=ops, kernels=[], time_us=sum(r[2] for r in rows),
-        details={"other_share": share})]
+        details={"other_share": in_table, "unplaced_ops_share": share})]
 
 
 def _share_of_step(t: RuleQuery) -> list[Finding]:
