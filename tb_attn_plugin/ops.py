@@ -11,6 +11,7 @@ shapes are read here.
 from __future__ import annotations
 
 __all__ = [
+    "ADDMM_OP",
     "ARANGE_OP",
     "ARITHMETIC_OPS",
     "ATEN_PREFIX",
@@ -58,6 +59,7 @@ __all__ = [
     "NATIVE_MHA_OP",
     "NEG_OP",
     "NORM_OPS",
+    "NORM_PIECE_OPS",
     "NO_TRAFFIC_OPS",
     "PROJECTION_OPS",
     "QKV_TRANSFORM_OP",
@@ -76,6 +78,7 @@ __all__ = [
     "SDPA_OVERRIDEABLE_OP",
     "SHAPE_OPS",
     "SOFTMAX_OPS",
+    "TENSOR_NEW_OPS",
     "TRANSPOSE_OPS",
     "TRIANGLE_OPS",
     "UNSQUEEZE_OPS",
@@ -168,7 +171,8 @@ EXP_OPS = frozenset({"aten::exp", "aten::exp_"})
 #: ``nn.Linear``: (x, weight[, bias]).
 LINEAR_OP = "aten::linear"
 #: The q/k/v and output projections (``mm`` only around the core: see ``MM_OP``).
-PROJECTION_OPS = frozenset({LINEAR_OP, "aten::addmm", MM_OP})
+ADDMM_OP = "aten::addmm"
+PROJECTION_OPS = frozenset({LINEAR_OP, ADDMM_OP, MM_OP})
 SCALE_OPS = frozenset({"aten::mul", "aten::div", "aten::mul_", "aten::div_"})
 #: Filling masked scores with -inf: the mask op whose shapes tell the scores' size.
 MASKED_FILL_OPS = frozenset({"aten::masked_fill", "aten::masked_fill_"})
@@ -219,6 +223,8 @@ MASK_BUILD_OPS = frozenset({"aten::bitwise_not", "aten::logical_not", "aten::log
 #: Normalization after the output projection (BERT's attention module ends in a LayerNorm).
 NORM_OPS = frozenset({"aten::layer_norm", "aten::native_layer_norm", "aten::rms_norm", "aten::_fused_rms_norm",
                       "aten::group_norm"})
+#: RMSNorm written in Python (Llama's, Qwen3's QK-norm): its pieces besides mul and to.
+NORM_PIECE_OPS = frozenset({"aten::pow", "aten::mean", "aten::rsqrt", "aten::var_mean", "aten::sqrt"})
 #: One op that runs a whole attention block, projections included (nn.MultiheadAttention's fast
 #: path in inference): its own ops are the block's, so roles are read inside it.
 NATIVE_MHA_OP = "aten::_native_multi_head_attention"
@@ -273,10 +279,13 @@ COMPOSITE_OPS = frozenset({SDPA_OP, SDPA_MATH_OP, *MATMUL_WRAPPER_OPS, "aten::ma
 #: Ops counted as moving no data: views, allocations and bookkeeping (a copy they make is an op
 #: nested in them, counted there), and building masks (an S×S bool at most: a quarter of one fp32
 #: score tensor of one head and sequence).
-NO_TRAFFIC_OPS = LAYOUT_OPS | MASK_MAKING_OPS | COMPOSITE_OPS | frozenset({
-    "aten::expand", "aten::resolve_conj", "aten::resolve_neg", "aten::empty", "aten::empty_like",
-    "aten::empty_strided", "aten::new_empty", "aten::new_empty_strided", "aten::new_zeros", "aten::detach",
-    "aten::detach_", "aten::lift_fresh", "aten::scalar_tensor", "aten::item", "aten::_local_scalar_dense", "aten::set_",
+#: A new tensor from Python data (``torch.tensor([])``, as a KV cache starts): allocation and
+#: bookkeeping, no work.
+TENSOR_NEW_OPS = frozenset({"aten::empty", "aten::lift_fresh", "aten::detach_", "aten::detach"})
+NO_TRAFFIC_OPS = LAYOUT_OPS | MASK_MAKING_OPS | COMPOSITE_OPS | TENSOR_NEW_OPS | frozenset({
+    "aten::expand", "aten::resolve_conj", "aten::resolve_neg", "aten::empty_like",
+    "aten::empty_strided", "aten::new_empty", "aten::new_empty_strided", "aten::new_zeros",
+    "aten::scalar_tensor", "aten::item", "aten::_local_scalar_dense", "aten::set_",
     "aten::result_type", "aten::is_nonzero", "aten::size", "aten::_unsafe_view", "aten::view_as",
     "aten::_has_compatible_shallow_copy_type", "aten::record_stream", "aten::zero_", "aten::fill_"})
 

@@ -36,8 +36,10 @@ from tb_attn_plugin.ops import (
     LAYOUT_OPS,
     MATMUL_ARGS,
     NORM_OPS,
+    NORM_PIECE_OPS,
     PROJECTION_OPS,
     ROPE_OPS,
+    TENSOR_NEW_OPS,
 )
 from tb_attn_plugin.trace.events import Events
 from tb_attn_plugin.trace.kineto import Kind
@@ -49,10 +51,10 @@ _MAX_OPS = 64
 #: Ops that prepare q, k and v between their projections and the core, and the bookkeeping of a
 #: KV cache (``torch.tensor([])``: empty, lift_fresh, detach_).
 _PREPARE = LAYOUT_OPS | ROPE_OPS | ARITHMETIC_OPS | KV_CACHE_OPS | KV_EXPAND_OPS | DTYPE_CONVERT_OPS | COPY_OPS \
-    | {CAT_OP, "aten::empty", "aten::lift_fresh", "aten::detach_", "aten::detach"}
+    | TENSOR_NEW_OPS | {CAT_OP}
 #: A norm of q or k between its projection and the core (Qwen3's, OLMo's QK-norm), whole or as
 #: RMSNorm's pieces.
-_QK_NORM = NORM_OPS | {"aten::pow", "aten::mean", "aten::rsqrt", "aten::var_mean", "aten::sqrt"}
+_QK_NORM = NORM_OPS | NORM_PIECE_OPS
 #: The head merge between the core and the output projection.
 _MERGE = LAYOUT_OPS | COPY_OPS
 

@@ -13,6 +13,7 @@ import numpy as np
 from tb_attn_plugin.analysis.attribute import Attribution
 from tb_attn_plugin.analysis.flops import MAX_TENSOR_BYTES, elem_bytes
 from tb_attn_plugin.ops import (
+    ADDMM_OP,
     ARITHMETIC_OPS,
     DROPOUT_OPS,
     DTYPE_CONVERT_OPS,
@@ -47,7 +48,7 @@ _LARGE_FROM = 1 << 20  # ...and a block over 1 MiB to a multiple of 2 MiB
 _LARGE_ROUND = 2 << 20
 _MASK_APPLIERS = (MASK_OPS - ARITHMETIC_OPS) | DTYPE_CONVERT_OPS
 #: Ops whose allocations are never scores (``_stores_no_scores``).
-_NO_SCORES = frozenset({*SDPA_OPS, *KERNEL_FORWARD_OPS, LINEAR_OP, "aten::addmm"}) - {SDPA_MATH_OP}
+_NO_SCORES = frozenset({*SDPA_OPS, *KERNEL_FORWARD_OPS, LINEAR_OP, ADDMM_OP}) - {SDPA_MATH_OP}
 
 
 @dataclass(frozen=True, slots=True)
