@@ -29,6 +29,7 @@ __all__ = [
     "EFFICIENT_FORWARD_OP",
     "ELEMENTWISE_OPS",
     "ELU_OPS",
+    "EMBEDDING_OP",
     "EXP_OPS",
     "FILL_OPS",
     "FLASH_FORWARD_OP",
@@ -61,6 +62,7 @@ __all__ = [
     "NORM_OPS",
     "NORM_PIECE_OPS",
     "NO_TRAFFIC_OPS",
+    "POSITION_BIAS_OPS",
     "PROJECTION_OPS",
     "QKV_TRANSFORM_OP",
     "ROPE_OPS",
@@ -248,6 +250,12 @@ FILL_OPS = frozenset({"aten::ones", "aten::new_ones", "aten::ones_like", "aten::
                       "aten::full_like"})
 #: Every op whose output is a mask: ``MASK_BUILD_OPS``, triangles, position comparisons, fills.
 MASK_MAKING_OPS = MASK_BUILD_OPS | TRIANGLE_OPS | COMPARE_OPS | FILL_OPS | {ARANGE_OP}
+#: A learned relative position bias computed in the block (T5's ``compute_bias``): relative
+#: positions from ``arange``, bucketed with comparisons, ``abs``, ``log``, ``min`` and ``where``,
+#: then looked up in a (buckets, heads) table by ``embedding`` with an (Sq, Sk) index tensor.
+EMBEDDING_OP = "aten::embedding"
+POSITION_BIAS_OPS = MASK_MAKING_OPS | frozenset({EMBEDDING_OP, "aten::abs", "aten::log", "aten::min",
+                                                 "aten::minimum", "aten::where", "aten::full_like"})
 
 # -- copies ----------------------------------------------------------------------------------------
 

@@ -10,7 +10,7 @@ share of the step is a fraction of the truth (a Qwen3 trace: 1% against 19%).
 same vocabulary ``roles`` places them by:
 
 - back from the core, over the ops that prepare q, k and v (layout, rotary arithmetic, the KV
-  cache, K/V expansion, dtype conversions, copies) to the projections, then over the projections
+  cache, K/V expansion, dtype conversions, copies, a relative position bias) to the projections, then over the projections
   and the layout ops between them, stopping at the first other op (a norm, a residual add: the
   previous sublayer). Only when a projection is found within ``_MAX_OPS``: without one there is no
   telling a block's preparation from the previous sublayer's tail, and the core stays alone;
@@ -37,6 +37,7 @@ from tb_attn_plugin.ops import (
     MATMUL_ARGS,
     NORM_OPS,
     NORM_PIECE_OPS,
+    POSITION_BIAS_OPS,
     PROJECTION_OPS,
     ROPE_OPS,
     TENSOR_NEW_OPS,
@@ -48,10 +49,11 @@ __all__ = ["widen"]
 
 #: Sibling ops looked at on each side of a core (rotary embeddings take about 20).
 _MAX_OPS = 64
-#: Ops that prepare q, k and v between their projections and the core, and the bookkeeping of a
-#: KV cache (``torch.tensor([])``: empty, lift_fresh, detach_).
+#: Ops that prepare q, k and v between their projections and the core, the bookkeeping of a
+#: KV cache (``torch.tensor([])``: empty, lift_fresh, detach_), and a relative position bias
+#: computed between the projections and q·kᵀ (T5's first layer of each stack).
 _PREPARE = LAYOUT_OPS | ROPE_OPS | ARITHMETIC_OPS | KV_CACHE_OPS | KV_EXPAND_OPS | DTYPE_CONVERT_OPS | COPY_OPS \
-    | TENSOR_NEW_OPS | {CAT_OP}
+    | TENSOR_NEW_OPS | POSITION_BIAS_OPS | {CAT_OP}
 #: A norm of q or k between its projection and the core (Qwen3's, OLMo's QK-norm), whole or as
 #: RMSNorm's pieces.
 _QK_NORM = NORM_OPS | NORM_PIECE_OPS
