@@ -11,6 +11,10 @@ expectations.
     python -m devtools.corpus                 # rewrite tests/models/traces/
     python -m devtools.corpus hf-gpt2-eager-train   # just these entries
 
+Every entry has a plain twin, ``<name>-plain``: the same run with ``--no-scopes`` (no scopes of
+ours, no ``instrument()``), the trace a user brings. ``tests/models/test_plain_corpus.py`` checks
+that inference says of it what the scopes say of its twin.
+
 The sizes keep score tensors apart from every other tensor: B·H·S·S (2·4·48·48 elements) is not
 B·S·D (2·48·128) or any weight's size, so a tensor of the score's size is a score.
 """
@@ -24,7 +28,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-__all__ = ["CORPUS", "TRACES", "main"]
+__all__ = ["CORPUS", "PLAIN", "TRACES", "main"]
 
 TRACES = Path(__file__).resolve().parents[1] / "tests" / "models" / "traces"
 _COMMON = ["--seq", "48", "--batch", "2", "--size", "tiny", "--warmup", "1", "--active", "1", "--seed", "0",
@@ -50,12 +54,16 @@ CORPUS: dict[str, list[str]] = {
        for mode in ("train", "infer")},
 }
 
+#: Each entry's plain twin: the same run without scopes.
+PLAIN: dict[str, list[str]] = {f"{name}-plain": [*args, "--no-scopes"] for name, args in CORPUS.items()}
+
 
 def main(argv: list[str] | None = None) -> int:
-    wanted = (argv if argv is not None else sys.argv[1:]) or list(CORPUS)
-    unknown = [w for w in wanted if w not in CORPUS]
+    entries = {**CORPUS, **PLAIN}
+    wanted = (argv if argv is not None else sys.argv[1:]) or list(entries)
+    unknown = [w for w in wanted if w not in entries]
     if unknown:
-        print(f"unknown corpus entries: {', '.join(unknown)}; choose from {', '.join(CORPUS)}", file=sys.stderr)
+        print(f"unknown corpus entries: {', '.join(unknown)}; choose from {', '.join(entries)}", file=sys.stderr)
         return 2
     TRACES.mkdir(parents=True, exist_ok=True)
     for name in wanted:
@@ -63,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
         print(name, flush=True)
         # Written beside the old traces, which are replaced only once the run succeeded.
         with tempfile.TemporaryDirectory(dir=TRACES) as tmp:
-            cmd = [sys.executable, "-m", "runner", "--logdir", tmp, "--name", "run", *_COMMON, *CORPUS[name]]
+            cmd = [sys.executable, "-m", "runner", "--logdir", tmp, "--name", "run", *_COMMON, *entries[name]]
             done = subprocess.run(cmd, stdout=subprocess.DEVNULL)
             if done.returncode != 0:
                 print(f"{name}: the runner failed (exit {done.returncode}); the old traces are kept", file=sys.stderr)

@@ -20,6 +20,7 @@ from tb_attn_plugin.ops import (
     COMPARE_OPS,
     COPY_OPS,
     DTYPE_CONVERT_OPS,
+    EMBEDDING_OP,
     FILL_OPS,
     GEMM_OPS,
     INPLACE_COPY_OP,
@@ -45,13 +46,60 @@ __all__ = ["MIN_COPY_ELEMS", "OP_RULES"]
 MIN_COPY_ELEMS = 256  # smaller copies in the mask phase are scalars or small masks, not scores
 
 
+#: The phases of an attention core: the op before a copy among them says whether scores exist yet.
+_CORE_PHASES = np.array([PHASES.index(p) for p in ("qk_matmul", "dequantize", "softmax", "av_matmul", "sdpa", "flex")])
+_QK = PHASES.index("qk_matmul")
+
+
+def _on_scores(t: RuleQuery, idx: I64) -> np.ndarray:
+    """Whether each op of ``idx`` works on scores: the last core op of its layer on its thread before it
+    made them (q·kᵀ). A copy with no q·kᵀ before it in its call (ahead of the core, or in a fused SDPA
+    call's block) copies what is passed to the core: a mask or a bias."""
+    core = _core_ops(t)
+    out = np.zeros(idx.size, np.bool_)
+    for k, i in enumerate(idx.tolist()):
+        mine = core[(t.a.layer[core] == t.a.layer[i]) & (t.ev.track[core] == t.ev.track[i])]
+        j = int(np.searchsorted(mine, i)) - 1
+        out[k] = j >= 0 and t.a.phase[mine[j]] == _QK
+    return out
+
+
+def _core_ops(t: RuleQuery) -> I64:
+    return np.flatnonzero(t.fwd & (t.ev.kind == Kind.CPU_OP) & np.isin(t.a.phase, _CORE_PHASES))
+
+
+def _position_bias_lookups(t: RuleQuery) -> I64:
+    """Lookups of a learned relative position bias (T5's): an ``embedding`` inside the block indexed
+    by a 2-D (query, key) table of position buckets. A token embedding is never inside one."""
+    return np.array([i for i in t.ops({EMBEDDING_OP}).tolist() if (d := t.dims(i, 1)) is not None and len(d) == 2],
+                    np.int64)
+
+
+def _bucketing(t: RuleQuery, idx: I64) -> np.ndarray:
+    """Whether each op of ``idx`` buckets relative positions for a position bias: it runs in its call
+    before the bias lookup (after the layer's last core op on its thread, and before the lookup). T5's
+    compute_bias compares positions (arange, lt, gt) to pick buckets; that builds no mask."""
+    lookups = _position_bias_lookups(t)
+    out = np.zeros(idx.size, np.bool_)
+    if lookups.size == 0:
+        return out
+    core = _core_ops(t)
+    for e in lookups.tolist():
+        mine = core[(t.a.layer[core] == t.a.layer[e]) & (t.ev.track[core] == t.ev.track[e]) & (core < e)]
+        lo = int(mine[-1]) if mine.size else -1
+        out |= (idx > lo) & (idx < e) & (t.a.layer[idx] == t.a.layer[e]) & (t.ev.track[idx] == t.ev.track[e])
+    return out
+
+
 def _hidden_copy(t: RuleQuery) -> list[Finding]:
-    copies = np.array([i for i in t.outermost(t.ops(COPY_OPS, "mask")).tolist()
-                       if not t.inside(i, DTYPE_CONVERT_OPS)
-                       and ((d := t.dims(i)) is None or int(np.prod(d, dtype=np.int64)) >= MIN_COPY_ELEMS)], np.int64)
+    found = np.array([i for i in t.outermost(t.ops(COPY_OPS, "mask")).tolist()
+                      if not t.inside(i, DTYPE_CONVERT_OPS)
+                      and ((d := t.dims(i)) is None or int(np.prod(d, dtype=np.int64)) >= MIN_COPY_ELEMS)], np.int64)
     dtod = np.intersect1d(t.named_device("DtoD", Kind.MEMCPY), np.flatnonzero(t.a.phase == PHASES.index("mask")))
+    scores = _on_scores(t, found)
+    copies = found[scores]
     if copies.size == 0 and dtod.size == 0:
-        return []
+        return _input_copy(t, found[~scores])
     layers = t.layers_of(copies, dtod)
     device = np.union1d(t.launched(copies), dtod).astype(np.int64)
     callers = np.array(sorted({t.top_level(i) for i in copies.tolist()}), np.int64)
@@ -79,8 +127,39 @@ def _hidden_copy(t: RuleQuery) -> list[Finding]:
         "scores), or let F.scaled_dot_product_attention(q, k, v, is_causal=True) apply the mask inside the kernel.",
         layers=layers, ops=t.names_by_time(np.concatenate([callers, copies])), kernels=t.names_by_time(device),
         time_us=time_us, nbytes=nbytes,
-        details={"copies_per_forward": copies.size / n, "memcpy_dtod_per_forward": dtod.size / n,
+        details={"copied": "scores", "copies_per_forward": copies.size / n, "memcpy_dtod_per_forward": dtod.size / n,
                  "copy_bytes_per_step": nbytes})]
+
+
+def _input_copy(t: RuleQuery, copies: I64) -> list[Finding]:
+    """Copies ahead of the scores: of the mask or the position bias handed to the core (T5 makes its
+    permuted (1, H, Sq, Sk) bias contiguous for SDPA), named as what they are."""
+    if copies.size == 0:
+        return []
+    layers = t.layers_of(copies)
+    bias = _position_bias_lookups(t).size > 0
+    what = "relative position bias" if bias else "attention mask"
+    device = t.launched(copies)
+    callers = np.array(sorted({t.top_level(i) for i in copies.tolist()}), np.int64)
+    n = t.instances(layers)
+    nbytes = sum(t.nbytes(i) for i in copies.tolist()) / t.step_count
+    shapes = Counter(str(tuple(d)) for i in copies.tolist() if (d := t.dims(i)) is not None)
+    shape = f" {shapes.most_common(1)[0][0]}" if shapes else ""
+    each = f", {size(nbytes * t.step_count / copies.size)} each" if nbytes else ""
+    text = (f"In {layer_list(layers)}, {t.names_by_time(callers)[0]} copies the{shape} {what} before the attention "
+            f"core reads it: {count(copies.size / n, 'copy', 'copies')} per forward{each} ({size(nbytes)} per step; "
+            f"{t.time_text(copies, device)}). No scores exist yet: this is a copy of the core's input, "
+            "not of the S×S scores.")
+    fix = ("Build the bias once per forward in the layout the kernel reads (contiguous, (1, H, Sq, Sk)) and share it "
+           "across the layers, instead of copying it in each." if bias else
+           "Build the mask once per forward in the layout and dtype the kernel reads and share it across the layers, "
+           "or pass is_causal=True to F.scaled_dot_product_attention where the mask is causal.")
+    return [new_finding(
+        "hidden-copy", "low", f"The {what} is copied before the core", text, fix, layers=layers,
+        ops=t.names_by_time(np.concatenate([callers, copies])), kernels=t.names_by_time(device),
+        time_us=t.time_of(copies, device), nbytes=nbytes,
+        details={"copied": "position_bias" if bias else "mask", "copies_per_forward": copies.size / n,
+                 "memcpy_dtod_per_forward": 0.0, "copy_bytes_per_step": nbytes})]
 
 
 def _not_flex(t: RuleQuery, idx: np.ndarray) -> np.ndarray:
@@ -91,6 +170,7 @@ def _not_flex(t: RuleQuery, idx: np.ndarray) -> np.ndarray:
 
 def _mask_rebuilt(t: RuleQuery) -> list[Finding]:
     tri, rng, cmp, fill = (_not_flex(t, t.ops(names)) for names in (TRIANGLE_OPS, {ARANGE_OP}, COMPARE_OPS, FILL_OPS))
+    rng, cmp, fill = (idx[~_bucketing(t, idx)] for idx in (rng, cmp, fill))
     layers = []
     for layer in t.layers:
         n = t.instances([layer])
