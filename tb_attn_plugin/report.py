@@ -244,9 +244,9 @@ def summary_json(summaries: Sequence[RunSummary]) -> str:
     return json_text({"schema": SUMMARY_SCHEMA, "runs": summaries})
 
 
-CSV_FIELDS = ("run", "worker", "span", "step_count", "layer", "module", "backend", "inferred", "phase", "calls",
-              "cpu_us", "cpu_self_us", "device_us", "kernels", "flops", "flops_per_s", "alloc_bytes", "freed_bytes",
-              "peak_bytes", "sxs_bytes", "bwd_calls", "bwd_cpu_us", "bwd_device_us", "bwd_flops",
+CSV_FIELDS = ("run", "worker", "span", "step_count", "layer", "module", "backend", "inferred", "core_only", "phase",
+              "calls", "cpu_us", "cpu_self_us", "device_us", "kernels", "flops", "flops_per_s", "alloc_bytes",
+              "freed_bytes", "peak_bytes", "sxs_bytes", "bwd_calls", "bwd_cpu_us", "bwd_device_us", "bwd_flops",
               "bytes", "intensity", "bytes_per_s", "ceiling_flops_per_s", "roof_share", "verdict")
 
 
@@ -262,7 +262,7 @@ def summary_csv(summaries: Sequence[RunSummary]) -> str:
                 for ph in layer.phases:
                     w.writerow(printable(str(c)) for c in (
                         run.run, worker.worker, worker.span or "", worker.step_count,
-                        layer.layer, layer.module or "", layer.backend, layer.inferred, ph.phase,
+                        layer.layer, layer.module or "", layer.backend, layer.inferred, layer.core_only, ph.phase,
                         _num(ph.calls), _num(ph.cpu_us), _num(ph.cpu_self_us), _num(ph.device_us),
                         _num(ph.kernels), _num(ph.flops), _num(ph.flops_per_s), _num(ph.alloc_bytes),
                         _num(ph.freed_bytes), ph.peak_bytes, _num(ph.sxs_bytes), _num(ph.backward.calls),
@@ -334,18 +334,19 @@ def summary_table(summaries: Sequence[RunSummary]) -> str:
             share = worker.attention_share_device if worker.attention_share_device is not None \
                 else worker.attention_share_cpu
             where = "device" if worker.attention_share_device is not None else "CPU"
+            what = wording.attention(sum(x.core_only for x in worker.layers), len(worker.layers)).removeprefix("the ")
             lines.append(f"run {run.run}  worker {worker.worker}" + (f"  span {worker.span}" if worker.span else "")
                          + f"  [{worker.file}]")
             lines.append(f"  device {worker.device}, backend {worker.backend}, {worker.step_count} step(s)"
                          + (", inferred (no tb-attn scopes)" if worker.inferred else "")
-                         + (f", attention {share:.1%} of {where} step time" if share is not None else ""))
+                         + (f", {what} {share:.1%} of {where} step time" if share is not None else ""))
             if worker.headline:
                 lines.extend(textwrap.wrap(printable(worker.headline), width=100, initial_indent="  ",
                                            subsequent_indent="  "))
             clock = "device" if "attention_device_us" in worker.spread else "cpu"
             spread = worker.spread.get(f"attention_{clock}_us")
             if spread is not None:
-                lines.append(f"  attention {clock} time per step: mean "
+                lines.append(f"  {what} {clock} time per step: mean "
                              f"{wording.ms(getattr(worker, f'attention_{clock}_us'))} ms, steps "
                              f"{spread_text(spread, mark=False)}"
                              + (" (noisy: over 20% of the median)" if spread.noisy else ""))

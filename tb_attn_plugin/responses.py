@@ -121,6 +121,7 @@ class RunFigures(msgspec.Struct, kw_only=True):
     #: mean over a prefill and its decode steps describes neither
     per: Literal["step", "decode"] = "step"
     prefill_us: float | None = None  # a generation's prefill step: its attention time on ``clock``
+    core_only: int = 0  # layers of the worker found by their core alone (LayerStats.core_only): figures of the core
 
 
 class RunInfo(msgspec.Struct, kw_only=True):

@@ -189,6 +189,7 @@ class LayerStats(msgspec.Struct, kw_only=True):
     backend: str
     backend_evidence: list[str]
     inferred: bool  # found without our scopes (module names, SDPA ops, op patterns)
+    core_only: bool = False  # inferred from its core alone (no projection found around it): figures cover the core only
     calls: float
     cpu_us: float
     device_us: float

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +47,34 @@ GENERATION_RUNS: tuple[tuple[str, dict[str, Any]], ...] = (
 def profile_run(logdir: Path, name: str, model: str = "builtin", **changes: object) -> RunResult:
     spec = RunSpec(model=model, cfg=TINY.replace(**changes), name=name)
     return run_one(spec, logdir, PROFILE)
+
+
+def profile_script(logdir: Path, step: Callable[[], object]) -> Path:
+    """The trace of ``step`` profiled as any script profiles it, without tb-attn: CPU, recorded
+    shapes, a warm-up step and two active ones, written by ``tensorboard_trace_handler``."""
+    from torch.profiler import ProfilerActivity, profile, schedule, tensorboard_trace_handler
+
+    # repeat=1: with the default, a new cycle begins after the last step, and leaving the
+    # profiler in its warm-up crashed the process.
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=True,
+                 schedule=schedule(wait=0, warmup=1, active=2, repeat=1),
+                 on_trace_ready=tensorboard_trace_handler(str(logdir))) as prof:
+        for _ in range(3):
+            step()
+            prof.step()
+    (path,) = logdir.glob("*.pt.trace.json*")
+    return path
+
+
+def bare_sdpa(calls: int = 3, shape: tuple[int, int, int, int] = (2, 4, 32, 16)) -> None:
+    """``calls`` calls of ``F.scaled_dot_product_attention`` on random q, k, v ``(B, H, S, D)``: a
+    core with no projection around it."""
+    import torch
+    import torch.nn.functional as F
+
+    q, k, v = (torch.randn(shape) for _ in range(3))
+    for _ in range(calls):
+        F.scaled_dot_product_attention(q, k, v)
 
 
 def torchrun(*args: str, ranks: int = 2, timeout: float = 240) -> None:

@@ -133,6 +133,7 @@ html:has(.tb-attn.dark), body:has(.tb-attn.dark) { background: #202124; }
 .tb-attn.dark .badge { background: #3c4043; color: #e0e0e0; }
 .tb-attn.dark .badge.sev-high, .tb-attn.dark .status-error, .tb-attn.dark .badge.straggler { background: rgba(242,139,130,.18); color: #f28b82; }
 .tb-attn.dark .badge.sev-medium, .tb-attn.dark .badge.baseline, .tb-attn.dark .badge.inferred { background: rgba(251,140,0,.18); color: #ffb74d; }
+.tb-attn.dark .badge.core-only { background: rgba(240,98,146,.18); color: #f48fb1; }
 .tb-attn.dark .badge.layer-local { background: rgba(77,182,172,.18); color: #80cbc4; }
 .tb-attn.dark .badge.layer-global { background: rgba(149,117,205,.2); color: #b39ddb; }
 .tb-attn.dark td.saved { color: #81c784; }

@@ -119,6 +119,8 @@ export interface RunFigures {
   per: "decode" | "step";
   /** a generation's prefill step: its attention time on `clock` */
   prefill_us: number | null;
+  /** layers of the worker found by their core alone (LayerStats.core_only): figures of the core */
+  core_only: number;
 }
 
 /** How far one per-step figure's steps were apart (analysis/spread.py, docs/summary.md). */
@@ -199,6 +201,8 @@ export interface LayerStats {
   backend_evidence: string[];
   /** found without our scopes (module names, SDPA ops, op patterns) */
   inferred: boolean;
+  /** inferred from its core alone (no projection found around it): figures cover the core only */
+  core_only: boolean;
   calls: number;
   cpu_us: number;
   device_us: number;

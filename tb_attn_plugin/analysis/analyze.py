@@ -34,6 +34,9 @@ class Analysis:
     inferred: bool
     notes: tuple[str, ...]
     diagnostics: dict[str, int] = field(default_factory=dict)  # the decoder's, attribution's and inference's
+    #: Inferred layers found by their core alone, no projection around it (``analysis.extent``):
+    #: their figures cover the core only.
+    core_only: frozenset[int] = frozenset()
 
     @property
     def nbytes(self) -> int:
@@ -52,7 +55,7 @@ def analyze(events: Events) -> Analysis:
             attr = attribute(events)
         return Analysis(events, attr, False, (), merge_diagnostics(events.diagnostics, attr.diagnostics))
     found: dict[str, int] = {}
-    synthetic = infer_scopes(events, attr.parent, attr.backward, attr.step, diagnostics=found)
+    synthetic, core_only = infer_scopes(events, attr.parent, attr.backward, attr.step, diagnostics=found)
     if not synthetic:
         return Analysis(events, attr, False, ("no attention found in this trace",),
                         merge_diagnostics(events.diagnostics, attr.diagnostics, found))
@@ -60,7 +63,7 @@ def analyze(events: Events) -> Analysis:
     attr = attribute(events)
     return Analysis(events, attr, True,
                     ("no tb-attn scopes in this trace: attention was inferred from module names and op patterns",),
-                    merge_diagnostics(events.diagnostics, attr.diagnostics, found))
+                    merge_diagnostics(events.diagnostics, attr.diagnostics, found), core_only)
 
 
 def with_annotations(events: Events, rows: list[tuple[int, float, float, str]]) -> Events:

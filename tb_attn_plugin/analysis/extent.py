@@ -10,12 +10,17 @@ share of the step is a fraction of the truth (a Qwen3 trace: 1% against 19%).
 same vocabulary ``roles`` places them by:
 
 - back from the core, over the ops that prepare q, k and v (layout, rotary arithmetic, the KV
-  cache, K/V expansion, dtype conversions, copies, a relative position bias) to the projections, then over the projections
-  and the layout ops between them, stopping at the first other op (a norm, a residual add: the
-  previous sublayer). Only when a projection is found within ``_MAX_OPS``: without one there is no
-  telling a block's preparation from the previous sublayer's tail, and the core stays alone;
+  cache, K/V expansion, dtype conversions, copies, a relative position bias) to the projections,
+  then over the projections and the layout ops between them, stopping at the first other op (a
+  norm, a residual add: the previous sublayer). Only when a projection is found within
+  ``_MAX_OPS``: without one there is no telling a block's preparation from the previous
+  sublayer's tail, and the core stays alone;
 - forward from the core, over the head merge (layout ops, copies) to the first projection after
   it, included. Without one, nothing is added.
+
+A core that finds a projection on neither side stays alone and says so (``Extent.core_only``):
+its figures leave out the projections, the head split and the merge around it, and every
+sentence that quotes them calls it the attention core.
 
 A block never reaches into the previous block. What a model does after its output projection
 inside its attention module (BERT's dropout, residual add and norm) is not taken: nothing in the
@@ -24,8 +29,11 @@ ops tells it from the next sublayer.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 
+from tb_attn_plugin.analysis.nesting import nearest_marked_ancestor
 from tb_attn_plugin.ops import (
     ARITHMETIC_OPS,
     CAT_OP,
@@ -45,7 +53,7 @@ from tb_attn_plugin.ops import (
 from tb_attn_plugin.trace.events import Events
 from tb_attn_plugin.trace.kineto import Kind
 
-__all__ = ["widen"]
+__all__ = ["Extent", "widen"]
 
 #: Sibling ops looked at on each side of a core (rotary embeddings take about 20).
 _MAX_OPS = 64
@@ -54,6 +62,11 @@ _MAX_OPS = 64
 #: computed between the projections and q·kᵀ (T5's first layer of each stack).
 _PREPARE = LAYOUT_OPS | ROPE_OPS | ARITHMETIC_OPS | KV_CACHE_OPS | KV_EXPAND_OPS | DTYPE_CONVERT_OPS | COPY_OPS \
     | TENSOR_NEW_OPS | POSITION_BIAS_OPS | {CAT_OP}
+#: What only a position bias between the projections and the core explains: not passed once the
+#: projections are found (before them, an ``embedding`` is the model's token lookup, and the walk
+#: would go on into the previous step's last projection, the LM head).
+_BIAS_ONLY = POSITION_BIAS_OPS - (LAYOUT_OPS | ROPE_OPS | ARITHMETIC_OPS | KV_CACHE_OPS | KV_EXPAND_OPS
+                                  | DTYPE_CONVERT_OPS | COPY_OPS | TENSOR_NEW_OPS)
 #: A norm of q or k between its projection and the core (Qwen3's, OLMo's QK-norm), whole or as
 #: RMSNorm's pieces.
 _QK_NORM = NORM_OPS | NORM_PIECE_OPS
@@ -61,20 +74,32 @@ _QK_NORM = NORM_OPS | NORM_PIECE_OPS
 _MERGE = LAYOUT_OPS | COPY_OPS
 
 
-def widen(events: Events, parent: np.ndarray, spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
+class Extent(NamedTuple):
+    """A block's first and last event, and whether it is its core alone (no projection found)."""
+
+    first: int
+    last: int
+    core_only: bool
+
+
+def widen(events: Events, parent: np.ndarray, spans: list[tuple[int, int]]) -> list[Extent]:
     """Each core ``(first, last)`` (in file order, one thread's blocks in order) widened to its
-    block's projections; the cores themselves where none is found."""
+    block's projections; the cores themselves, ``core_only``, where none is found."""
     if not spans:
-        return spans
+        return []
     cpu = events.kind == Kind.CPU_OP
     names = events.names
-    siblings = _Siblings(parent, cpu)
-    out: list[tuple[int, int]] = []
+    # Siblings by their nearest ancestor that is not a module event: with_stack's ``nn.Module``
+    # events (the q, k and v projections each inside its own ``nn.Module: Linear``) do not part
+    # them; a profiler step does.
+    siblings = _Siblings(nearest_marked_ancestor(parent, events.kind != Kind.MODULE), cpu)
+    out: list[Extent] = []
     for first, last in spans:
         floor = out[-1][1] if out and events.track[out[-1][1]] == events.track[first] else -1
         start = _back(events, siblings.before(first, _MAX_OPS), floor)
         stop = _forward(names, events.name, siblings.after(last, _MAX_OPS))
-        out.append((first if start is None else start, last if stop is None else stop))
+        out.append(Extent(first if start is None else start, last if stop is None else stop,
+                          start is None and stop is None))
     return out
 
 
@@ -105,7 +130,7 @@ def _back(events: Events, before: list[int], floor: int) -> int | None:
         elif start is not None and op in LAYOUT_OPS:
             lead = i if adjacent else lead
         elif op in _PREPARE or op in _QK_NORM:
-            if start is not None and dims is None:
+            if start is not None and (dims is None or op in _BIAS_ONLY):
                 break
             adjacent = False
         else:

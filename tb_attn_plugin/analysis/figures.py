@@ -27,6 +27,7 @@ def run_figures(run: RunSummary) -> RunFigures | None:
         return None
     w = median_worker(run)
     device = w.attention_device_us > 0
+    core_only = sum(layer.core_only for layer in w.layers)
     per_step = [s.attention_device_us if device else s.attention_cpu_us for s in w.per_step]
     g = w.generation
     if g is not None and g.decode is not None:
@@ -39,7 +40,7 @@ def run_figures(run: RunSummary) -> RunFigures | None:
             peak_bytes=max((layer.peak_bytes for layer in w.layers), default=0), backend=w.backend,
             steps=len(decode), worker=w.worker, workers=len(run.workers), unreadable=len(run.errors),
             attention_spread=spread(decode) if len(decode) > 1 else None, per="decode",
-            prefill_us=g.prefill.attention_us if g.prefill is not None else None)
+            prefill_us=g.prefill.attention_us if g.prefill is not None else None, core_only=core_only)
     return RunFigures(
         clock="device" if device else "cpu",
         attention_us=w.attention_device_us if device else w.attention_cpu_us,
@@ -53,4 +54,5 @@ def run_figures(run: RunSummary) -> RunFigures | None:
         workers=len(run.workers),
         unreadable=len(run.errors),
         attention_spread=w.spread.get("attention_device_us" if device else "attention_cpu_us"),
+        core_only=core_only,
     )

@@ -17,7 +17,11 @@ Three sources, best first:
    the region fuses its phases, and its kernels are the region's.
 
 Blocks found by 2 and 3 are numbered by their order within their step (or the trace, when it
-has no ``ProfilerStep``), and widened from their core to their projections (``extent``).
+has no ``ProfilerStep``), and widened from their core to their projections (``extent``). A layer
+any of whose blocks found no projection is *core only* (``Inferred.core_only``): its figures cover
+the core alone. Blocks found by 1 are whole modules, and blocks found by 4 whole compiled frames:
+the frame is what the model compiled (each block, or ``flex_attention`` alone), its ops are
+fused, and nothing in them tells projections from the core, so they are not marked.
 Inside a block, phases come from each op's role in the block (``analysis.roles``): projections
 before the core, rotary embeddings, the KV cache, q·kᵀ, scale, mask, softmax, dropout, attn·v,
 projections after. The result is a list of synthetic
@@ -31,18 +35,21 @@ analyzed, and counted under ``TOO_MANY_BLOCKS`` in the caller's diagnostics.
 from __future__ import annotations
 
 import re
+from typing import NamedTuple
 
 import numpy as np
 
-from tb_attn_plugin.analysis.extent import widen
+from tb_attn_plugin.analysis.extent import Extent, widen
 from tb_attn_plugin.analysis.nesting import nearest_marked_ancestor
 from tb_attn_plugin.analysis.query import ancestors
 from tb_attn_plugin.analysis.roles import SyntheticScope, assign_roles, phase_spans, span_scope
 from tb_attn_plugin.ops import (
     COMPILED_REGION_PREFIX,
+    FUSED_BLOCK_OPS,
     INT_MM_OP,
     MATMUL_ARGS,
     MATMUL_OPS,
+    PROJECTION_OPS,
     SDPA_OPS,
     SOFTMAX_OPS,
 )
@@ -50,7 +57,7 @@ from tb_attn_plugin.scopes import MAX_LAYERS, format_scope
 from tb_attn_plugin.trace.events import Events
 from tb_attn_plugin.trace.kineto import MODULE_PREFIX, Kind
 
-__all__ = ["TOO_MANY_BLOCKS", "SyntheticScope", "infer_scopes"]
+__all__ = ["TOO_MANY_BLOCKS", "Inferred", "SyntheticScope", "infer_scopes"]
 
 _INSTANCE_RE = re.compile(r"^(?P<cls>.*?)(?:_(?P<n>\d+))?$")
 _PAD = 1e-4  # synthetic scopes are padded so that they sort before the ops they wrap
@@ -64,8 +71,15 @@ def _is_attention_module(name: str) -> bool:
     return bool(m) and m.group("cls").endswith("Attention")  # type: ignore[union-attr]
 
 
+class Inferred(NamedTuple):
+    """The synthetic scopes of the attention found, and the layers found by their core alone."""
+
+    scopes: list[SyntheticScope]
+    core_only: frozenset[int]  # layers with a block that ``extent.widen`` found no projection around
+
+
 def infer_scopes(events: Events, parent: np.ndarray, backward: np.ndarray, step: np.ndarray, *,
-                 diagnostics: dict[str, int] | None = None) -> list[SyntheticScope]:
+                 diagnostics: dict[str, int] | None = None) -> Inferred:
     """Synthetic block and phase scopes for the attention found in an unscoped trace; blocks
     past ``MAX_LAYERS`` are counted in ``diagnostics``."""
     names = events.names
@@ -73,7 +87,7 @@ def infer_scopes(events: Events, parent: np.ndarray, backward: np.ndarray, step:
     name = events.name
     forward = ~backward
     module_ids = [i for i, n in enumerate(names) if _is_attention_module(n)]
-    blocks: list[tuple[int, int, int, str]] = []  # (first event, last event, layer, module)
+    blocks: list[tuple[int, int, int, str, bool]] = []  # (first event, last event, layer, module, core only)
     if module_ids:
         candidates = np.flatnonzero(np.isin(name, module_ids) & (kind == Kind.MODULE) & forward).tolist()
         chosen = set(candidates)
@@ -85,16 +99,17 @@ def infer_scopes(events: Events, parent: np.ndarray, backward: np.ndarray, step:
             if p < 0:
                 outer.append((i, names[name[i]][len(MODULE_PREFIX):]))
         order = {inst: k for k, inst in enumerate(dict.fromkeys(inst for _, inst in outer))}
-        blocks = [(i, i, order[inst], inst) for i, inst in outer]
+        blocks = _module_blocks(events, parent, [(i, order[inst], inst) for i, inst in outer])
     else:
         spans = widen(events, parent, _blocks_from_ops(events, parent, forward)) \
-            or _compiled_blocks(events, parent, forward, step)
+            or [Extent(first, last, False) for first, last in _compiled_blocks(events, parent, forward, step)]
         counters: dict[tuple[int, int], int] = {}
-        for first, last in spans:
+        for first, last, core_only in spans:
             key = (int(step[first]), int(events.track[first]))
             layer = counters.get(key, 0)
             counters[key] = layer + 1
-            blocks.append((first, last, layer, ""))
+            # A fused block op (nn.MultiheadAttention's fast path) holds its projections: never core only.
+            blocks.append((first, last, layer, "", core_only and names[name[first]] not in FUSED_BLOCK_OPS))
     kept = [b for b in blocks if b[2] < MAX_LAYERS]
     if len(kept) < len(blocks) and diagnostics is not None:
         diagnostics[TOO_MANY_BLOCKS] = diagnostics.get(TOO_MANY_BLOCKS, 0) + len(blocks) - len(kept)
@@ -102,7 +117,7 @@ def infer_scopes(events: Events, parent: np.ndarray, backward: np.ndarray, step:
     cpu_op = kind == Kind.CPU_OP
     cpu_above = nearest_marked_ancestor(parent, cpu_op) if kept else parent
     compiled = _region_mask(events)
-    for first, last, layer, module in kept:
+    for first, last, layer, module, _ in kept:
         block = _scope(events, first, format_scope(layer, module=module or None), pad=2 * _PAD, end=last)
         if first == last and compiled[events.name[first]] and not module:
             out += [block, _scope(events, first, format_scope(layer, phase="compiled"))]
@@ -110,6 +125,30 @@ def infer_scopes(events: Events, parent: np.ndarray, backward: np.ndarray, step:
         lo = first + 1 if first == last else first
         phases = _phases(events, _top_ops(cpu_op, cpu_above, lo, _extent(events, last)), layer, parent)
         out += [_enclosing(block, phases), *phases]
+    return Inferred(out, frozenset(b[2] for b in kept if b[4]))
+
+
+def _module_blocks(events: Events, parent: np.ndarray,
+                   modules: list[tuple[int, int, str]]) -> list[tuple[int, int, int, str, bool]]:
+    """Blocks of ``*Attention`` module events ``(event, layer, instance)``. A module with no
+    projection inside is the core alone (flash_attn's ``MHA`` keeps its ``Wqkv`` and ``out_proj``
+    outside the ``SelfAttention`` it calls): its ops are widened to the projections around them,
+    as a core found by its ops is (``extent.widen``)."""
+    cpu_op = events.kind == Kind.CPU_OP
+    cpu_above = nearest_marked_ancestor(parent, cpu_op)
+    projection = np.isin(events.name, events.name_ids(PROJECTION_OPS))
+    out: list[tuple[int, int, int, str, bool]] = []
+    cores: list[tuple[int, int, int]] = []  # (index into out, first op, last op)
+    for i, layer, inst in modules:
+        end = _extent(events, i)
+        ops = _top_ops(cpu_op, cpu_above, i + 1, end)
+        if ops and not (projection[i + 1:end] & cpu_op[i + 1:end]).any():
+            cores.append((len(out), ops[0], ops[-1]))
+        out.append((i, i, layer, inst, False))
+    wide = widen(events, parent, [(first, last) for _, first, last in cores])
+    for (k, _, _), (first, last, core_only) in zip(cores, wide, strict=True):
+        _, _, layer, inst, _ = out[k]
+        out[k] = (first, last, layer, inst, core_only)
     return out
 
 
@@ -160,7 +199,20 @@ def _phases(events: Events, ops: list[int], layer: int, parent: np.ndarray) -> l
 
 
 def _blocks_from_ops(events: Events, parent: np.ndarray, forward: np.ndarray) -> list[tuple[int, int]]:
-    """(first, last) event of each block: a top-level SDPA op, or matmul -> softmax -> matmul."""
+    """(first, last) event of each block, in file order: an op that runs a whole block
+    (``FUSED_BLOCK_OPS``: nn.MultiheadAttention's fast path, projections included), then the cores
+    outside such ops (``_cores``)."""
+    cpu = (events.kind == Kind.CPU_OP) & forward
+    fused_ids = [i for i, n in enumerate(events.names) if n in FUSED_BLOCK_OPS]
+    fused = [(i, i) for i in np.flatnonzero(cpu & np.isin(events.name, fused_ids)).tolist()
+             if not _has_ancestor(events, parent, i, FUSED_BLOCK_OPS)] if fused_ids else []
+    cores = [span for span in _cores(events, parent, forward)
+             if not (fused and _has_ancestor(events, parent, span[0], FUSED_BLOCK_OPS))]
+    return sorted(fused + cores)
+
+
+def _cores(events: Events, parent: np.ndarray, forward: np.ndarray) -> list[tuple[int, int]]:
+    """(first, last) event of each core: a top-level SDPA op, or matmul -> softmax -> matmul."""
     names = events.names
     name = events.name
     cpu = (events.kind == Kind.CPU_OP) & forward

@@ -2,13 +2,16 @@
 would save at most, the first line of the run overview (tab and CLI: ``WorkerSummary.headline``).
 
 It reads only the summary and its findings: every figure in it is one the summary states, on
-the clock the trace is judged by (device time where the trace has kernels, else CPU time).
+the clock the trace is judged by (device time where the trace has kernels, else CPU time). Where
+every layer is its core alone (``LayerStats.core_only``: inferred, no projection found around
+it), it speaks of the attention core, and where some are, it says how many.
 """
 
 from __future__ import annotations
 
 from tb_attn_plugin.analysis.findings import SEVERITIES
-from tb_attn_plugin.analysis.wording import duration
+from tb_attn_plugin.analysis.wording import attention as attention_noun
+from tb_attn_plugin.analysis.wording import core_only_note, duration
 from tb_attn_plugin.schema import Finding, WorkerSummary
 
 __all__ = ["headline"]
@@ -38,8 +41,10 @@ def headline(w: WorkerSummary) -> str:
             by_phase[p.phase] = by_phase.get(p.phase, 0.0) + t
     share = f"{attention / step:.0%} of the {clock} step time (" if step > 0 else f"{clock} time ("
     layers = f"{len(w.layers)} layer" + ("s" if len(w.layers) != 1 else "")
-    parts = [f"Attention is {share}{duration(attention)}"
-             + (f" of {duration(step)}" if step > 0 else "") + f" per step, {layers})"]
+    core = sum(layer.core_only for layer in w.layers)
+    what, note = attention_noun(core, len(w.layers)), core_only_note(core, len(w.layers))
+    parts = [f"{what.capitalize()} is {share}{duration(attention)}"
+             + (f" of {duration(step)}" if step > 0 else "") + f" per step, {note or layers})"]
     backward = attention - forward
     if backward > 0.01 * attention:
         parts[0] += f": forward {forward / attention:.0%}, backward {backward / attention:.0%}"
@@ -55,7 +60,7 @@ def headline(w: WorkerSummary) -> str:
     if finding is not None and finding.evidence.time_us > 0:
         t = finding.evidence.time_us
         parts.append(f"Top finding ({finding.severity}): {finding.title.rstrip('.')}, in {duration(t)} per step "
-                     f"({min(t / attention, 1.0):.0%} of attention): the most a fix can save")
+                     f"({min(t / attention, 1.0):.0%} of {what}): the most a fix can save")
     elif finding is not None:
         parts.append(f"Top finding ({finding.severity}): {finding.title}")
     return ". ".join(parts) + "."

@@ -66,8 +66,8 @@ def summarize(events: Events, *, file: str = "", worker: str = "", span: str | N
 def summarize_analysis(analysis: Analysis, *, file: str = "", worker: str = "", span: str | None = None
                        ) -> WorkerSummary:
     """The summary of an analyzed trace, without findings."""
-    return _Summarizer(analysis.events, analysis.attr, analysis.inferred, analysis.diagnostics).build(
-        file=file, worker=worker, span=span, notes=list(analysis.notes))
+    return _Summarizer(analysis.events, analysis.attr, analysis.inferred, analysis.diagnostics,
+                       analysis.core_only).build(file=file, worker=worker, span=span, notes=list(analysis.notes))
 
 
 def summarize_trace(analysis: Analysis, *, file: str, worker: str, span: str | None,
@@ -95,8 +95,9 @@ class _Summarizer:
     # One class of about 370 lines on purpose: every figure of a summary is read from the same
     # per-trace arrays built once here (step codes, device work, self times, memory prefix sums,
     # index groups per layer); split in two, each part would rebuild them or pass a dozen arrays.
-    def __init__(self, events: Events, attr: Attribution, inferred: bool, diagnostics: dict[str, int]) -> None:
-        self.ev, self.a, self.inferred = events, attr, inferred
+    def __init__(self, events: Events, attr: Attribution, inferred: bool, diagnostics: dict[str, int],
+                 core_only: frozenset[int] = frozenset()) -> None:
+        self.ev, self.a, self.inferred, self.core_only = events, attr, inferred, core_only
         self.diag = dict(diagnostics)
         self.head_rows = HeadRowBudget(self.diag)
         names = events.names
@@ -304,7 +305,8 @@ class _Summarizer:
         stats = LayerStats(
             layer=layer, module=clip(a.modules[layer]) if layer in a.modules else None, backend=backend,
             backend_evidence=[clip(n) for n in evidence],
-            inferred=self.inferred, calls=self._per_step(block_scopes.size), cpu_us=cpu_us, device_us=device_us,
+            inferred=self.inferred, core_only=layer in self.core_only,
+            calls=self._per_step(block_scopes.size), cpu_us=cpu_us, device_us=device_us,
             flops=flops, flops_per_s=flop_rate(flops, device_us or cpu_us), iops=sum(p.iops for p in phases),
             alloc_bytes=alloc, peak_bytes=self._peak(block_scopes), sxs_bytes=sxs,
             sxs_mask_bytes=sum(p.sxs_mask_bytes for p in phases), score_tensor_bytes=sizes.tensor_bytes,

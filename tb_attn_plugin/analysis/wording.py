@@ -8,7 +8,8 @@ and light: no numpy, nothing that the CLI would pay for at start-up.
 
 from __future__ import annotations
 
-__all__ = ["MAX_LISTED", "count", "duration", "int_range", "layer_list", "mib", "ms", "number", "pct", "share", "size"]
+__all__ = ["MAX_LISTED", "attention", "core_only_note", "count", "duration", "int_range", "layer_list", "mib", "ms",
+           "number", "pct", "share", "size"]
 
 MAX_LISTED = 12  # layers named in a sentence (a finding's evidence lists them all)
 _UNITS = (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10))
@@ -75,3 +76,16 @@ def layer_list(layers: list[int]) -> str:
     if len(layers) > MAX_LISTED:
         return "layers " + ", ".join(map(str, layers[:MAX_LISTED])) + f" and {len(layers) - MAX_LISTED} more"
     return "layers " + ", ".join(map(str, layers[:-1])) + f" and {layers[-1]}"
+
+
+def attention(core_only: int, layers: int) -> str:
+    """What a figure over ``layers`` attention layers measures, ``core_only`` of them found by
+    their core alone (``LayerStats.core_only``): ``'the attention core'`` when every one is,
+    else ``'attention'``. Capitalize with ``str.capitalize``."""
+    return "the attention core" if layers and core_only >= layers else "attention"
+
+
+def core_only_note(core_only: int, layers: int) -> str:
+    """Where some of ``layers`` layers, not all, are their core alone: ``'2 of 4 layers: the core
+    only'``; else ``''`` (``attention`` says it when all are)."""
+    return f"{core_only} of {layers} layers: the core only" if 0 < core_only < layers else ""

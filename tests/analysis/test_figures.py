@@ -87,3 +87,10 @@ def test_no_figures_without_attention_or_steps() -> None:
     w.per_step = []
     f = run_figures(_run(w))
     assert f is not None and f.attention_us == 700.0 and f.attention_min_us is None and f.attention_max_us is None
+
+
+def test_the_layers_found_by_their_core_alone_are_counted() -> None:
+    w = _worker("a", cpu=[100.0, 120.0], device=[0.0, 0.0], step_cpu=400.0, step_device=0.0, peaks=[1, 2, 3])
+    assert run_figures(_run(w)).core_only == 0  # type: ignore[union-attr]
+    w.layers[0].core_only = w.layers[2].core_only = True
+    assert run_figures(_run(w)).core_only == 2  # type: ignore[union-attr]

@@ -40,3 +40,10 @@ def test_the_tables_write_times_and_sizes_as_the_findings_do() -> None:
     assert report._ms(1234.5) == wording.ms(1234.5) and report._ms(0.0) == "-"
     assert report._mib(3 << 20) == wording.mib(3 << 20) and report._mib(0.0) == "-"
     assert [report._head_span(h) for h in ([], [4], [4, 5, 6, 7], [0, 2])] == ["-", "4", "4-7", "0,2"]
+
+
+def test_the_attention_core_where_every_layer_is_its_core_alone() -> None:
+    assert [wording.attention(c, n) for c, n in ((0, 4), (2, 4), (4, 4), (0, 0))] == [
+        "attention", "attention", "the attention core", "attention"]
+    assert [wording.core_only_note(c, n) for c, n in ((0, 4), (2, 4), (4, 4))] == [
+        "", "2 of 4 layers: the core only", ""]

@@ -1,9 +1,9 @@
-// Small pieces shared by the views: error, loading and empty boxes, and findings.
+// Small pieces shared by the views: error, loading and empty boxes, findings, and a layer's marks.
 
 import { h } from "../dom";
 import { shortKernelName } from "../format";
 import type { Loadable } from "../state";
-import type { Finding, RunInfo } from "../types";
+import type { Finding, LayerStats, RunInfo } from "../types";
 
 export function errorBox(title: string, message: string): HTMLElement {
   return h("div", { class: "error", attrs: { role: "alert" } }, h("strong", null, title), " ", message);
@@ -86,4 +86,17 @@ export function findingsBox(findings: Finding[]): HTMLElement | null {
       return item;
     }),
   );
+}
+
+/** What the "core only" mark means (LayerStats.core_only). */
+export const CORE_ONLY_TITLE =
+  "Found by its core alone (SDPA, or q\u00b7k\u1d40 \u2192 softmax \u2192 attn\u00b7v): the projections around the core " +
+  "(q, k, v before it, the output after it) could not be found, so this layer's figures cover the attention core only.";
+
+/** A layer's marks: "inferred" (found without tb-attn scopes), and "core only" where only its core was found. */
+export function layerMarks(l: LayerStats): (HTMLElement | null)[] {
+  return [
+    l.inferred ? h("span", { class: "badge inferred", title: "found without tb-attn scopes (inferred)" }, "inferred") : null,
+    l.core_only ? h("span", { class: "badge core-only", title: CORE_ONLY_TITLE, dataset: { testid: "core-only" } }, "core only") : null,
+  ];
 }

@@ -5,6 +5,7 @@ import { stackedMax, valueAxis } from "../axes";
 import { createChart, esc, swatch, TOOLTIP_BASE, type EChart } from "../charts";
 import { h, replace, select } from "../dom";
 import { CHART_METRICS, METRICS, metric, phaseColor, phaseLabel, phasesOf, type MetricKey } from "../metrics";
+import { layerMarks } from "./common";
 import { roofBoundCell, roofBoundHeader, roofShareCell, roofShareHeader } from "./roofline";
 import { hasMasks, kindBadge, layerCategory, savedCell, savedHeader } from "./sparsity";
 import { defaultTime, type Actions, type Selection, type State } from "../state";
@@ -305,7 +306,7 @@ export class LayersView {
         h(
           "th",
           { class: "group-head", attrs: { colspan: shownCols.length }, style: { "border-top-color": g === BLOCK ? "#616161" : phaseColor(g) } },
-          g === BLOCK ? "whole block" : phaseLabel(g),
+          g === BLOCK ? (ws.layers.every((l) => l.core_only) ? "attention core" : "whole block") : phaseLabel(g),
         ),
       ),
     );
@@ -355,7 +356,7 @@ export class LayersView {
             "td",
             { title: l.backend_evidence.length ? `evidence: ${l.backend_evidence.join(", ")}` : "" },
             l.backend,
-            l.inferred ? h("span", { class: "badge inferred", title: "found without tb-attn scopes (inferred)" }, "inferred") : null,
+            ...layerMarks(l),
           ),
           masked ? savedCell(l) : null,
           roofShareCell(l.roof),

@@ -7,7 +7,7 @@ import { spanOptions } from "../spans";
 import { TABS, type Actions, type State, type Tab } from "../state";
 import { noisyMark, spreadTitle } from "../spread";
 import type { RunEntry, Spread, WorkerSummary } from "../types";
-import { errorBox, findingsBox, infoText, loadingBox, nameList, note } from "./common";
+import { CORE_ONLY_TITLE, errorBox, findingsBox, infoText, loadingBox, nameList, note } from "./common";
 import { DrillView } from "./drilldown";
 import { GenerationView, stepLabel } from "./generation";
 import { HeadsView } from "./heads";
@@ -226,15 +226,16 @@ export class RunView {
       ws.backend === "mixed" ? h("span", "muted", ` (${ws.layers.map((l) => `L${l.layer} ${l.backend}`).join(", ")})`) : null,
       backends.length === 1 && evidence.length ? h("span", "muted small", " from ", ...nameList(evidence.slice(0, 3))) : null,
     );
+    const allCore = ws.layers.length > 0 && ws.layers.every((l) => l.core_only);
     const share = (label: string, v: number | null, att: number, step: number, spread: Spread | undefined) =>
       h(
         "span",
         {
           class: "stat",
-          title: v === null ? "no device time in this trace" : `${fmtUs(att)} of ${fmtUs(step)} per step (means); attention ${spreadTitle(spread)}`,
+          title: v === null ? "no device time in this trace" : `${fmtUs(att)} of ${fmtUs(step)} per step (means); ${allCore ? "attention core" : "attention"} ${spreadTitle(spread)}`,
           dataset: { testid: `share-${label}` },
         },
-        h("span", "stat-label", `attention share, ${label}`),
+        h("span", "stat-label", `${allCore ? "attention core" : "attention"} share, ${label}`),
         h("span", "meter", h("span", { class: "meter-fill", style: { width: `${Math.min(100, Math.max(0, (v ?? 0) * 100)).toFixed(1)}%` } })),
         h("b", null, fmtShare(v)),
         v === null ? null : h("span", "muted small", ` ${fmtUs(att)} / ${fmtUs(step)}`),
@@ -271,7 +272,19 @@ export class RunView {
           "div",
           "warn",
           h("span", "badge inferred", "inferred"),
-          " This trace has no tb-attn scopes: attention was found from module names, SDPA ops or matmul\u2192softmax\u2192matmul patterns. Layers and phases are a best guess.",
+          " This trace has no tb-attn scopes: attention was found from module names, SDPA ops or matmul\u2192softmax\u2192matmul patterns, each block from its q/k/v projections to its output projection, and its ops placed in phases by their roles. What a module runs before its first projection or after its output projection (a mask conversion, dropout, a residual add and norm) is outside the block, so attention's share can read lower than with scopes.",
+        ),
+      );
+    }
+    const coreOnly = ws.layers.filter((l) => l.core_only).length;
+    if (coreOnly) {
+      const which = coreOnly === ws.layers.length ? "Every layer was" : `${coreOnly} of ${ws.layers.length} layers were`;
+      out.push(
+        h(
+          "div",
+          { class: "warn", dataset: { testid: "core-only-note" } },
+          h("span", { class: "badge core-only", title: CORE_ONLY_TITLE }, "core only"),
+          ` ${which} found by the attention core alone: the projections around it could not be found, so ${allCore ? "the figures cover" : "their figures cover"} the core only and leave out any projections the model runs around it.`,
         ),
       );
     }

@@ -77,6 +77,13 @@ function attentionTitle(f: RunFigures): string {
   return parts.join("; ");
 }
 
+/** "core" where some of the trace's layers were found by their core alone: their figures are the core's. */
+function coreMark(f: RunFigures): HTMLElement | null {
+  if (!f.core_only) return null;
+  const title = `${f.core_only} layer${f.core_only === 1 ? "" : "s"} of ${f.worker} found by the attention core alone: the projections around the core could not be found, so ${f.core_only === 1 ? "its" : "their"} figures cover the core only`;
+  return h("span", { class: "badge core-only", title, dataset: { testid: "core-only" } }, "core");
+}
+
 /** The run's figure cells, in FIGURE_COLUMNS' order. */
 export function figureCells(r: RunEntry): HTMLElement[] {
   const f = r.figures;
@@ -98,8 +105,9 @@ export function figureCells(r: RunEntry): HTMLElement[] {
         ? h("span", { class: "spread", attrs: { "aria-label": `${f.per === "decode" ? "decode steps" : "steps"} from ${spread} ms` } }, spread)
         : null,
       noisyMark(f.attention_spread, fmtUs, true),
+      coreMark(f),
     ),
-    h("td", { class: "num fig", dataset: { col: "share" } }, fmtShare(f.attention_share)),
+    h("td", { class: "num fig", dataset: { col: "share" } }, fmtShare(f.attention_share), coreMark(f)),
     h("td", { class: "num fig", title: `${f.peak_bytes} bytes`, dataset: { col: "peak" } }, fmtBytes(f.peak_bytes)),
     h("td", { class: "fig", dataset: { col: "backend" } }, f.backend),
     h("td", { class: "num fig", dataset: { col: "steps" } }, fmtCount(f.steps)),
