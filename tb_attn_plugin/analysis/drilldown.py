@@ -59,7 +59,7 @@ def drilldown(analysis: Analysis, *, layer: int, phase: str | None, backward: bo
     device = np.flatnonzero(sel & q.device_work)
     allocs = np.flatnonzero(mem_sel & (ev.mem_bytes > 0))
     up = nearest_marked_ancestor(analysis.attr.parent, ev.kind == Kind.CPU_OP)  # each event's nearest op
-    own = _self_us(analysis, up, ops)
+    own = q.self_us[ops]
     tree, total = _Tree(analysis, ops, own, device, allocs).render(steps, max_nodes)
     return Drilldown(
         layer=layer, phase=phase, backward=backward, step_count=steps,
@@ -67,17 +67,6 @@ def drilldown(analysis: Analysis, *, layer: int, phase: str | None, backward: bo
         alloc_bytes=float(ev.mem_bytes[allocs].sum(dtype=np.float64)) / steps,
         ops=_flat_ops(analysis, ops, own, up[ops] < 0, steps), kernels=_flat_kernels(analysis, device, steps),
     )
-
-
-def _self_us(analysis: Analysis, up: npt.NDArray[np.int32], ops: I64) -> F64:
-    """Each of ``ops``' time outside the ops nested in it (``up``: each event's nearest enclosing
-    op). A ``record_function`` range between an op and the ops it calls does not hide them, as it
-    does from ``TraceQuery.self_us``, which subtracts only an op's direct children."""
-    ev = analysis.events
-    inner = np.flatnonzero((ev.kind == Kind.CPU_OP) & (up >= 0))
-    nested = np.zeros(len(ev), np.float64)
-    np.add.at(nested, up[inner], ev.dur[inner])
-    return np.maximum(ev.dur[ops] - nested[ops], 0.0)
 
 
 def _selection(analysis: Analysis, q: TraceQuery, *, layer: int, phase: str | None,

@@ -26,7 +26,7 @@ from tb_attn_plugin.analysis.quant_findings import QUANT_RULES
 from tb_attn_plugin.analysis.query import MAX_NAMES, RuleQuery, new_finding
 from tb_attn_plugin.analysis.scores import OTHER
 from tb_attn_plugin.analysis.sparse_findings import SPARSE_RULES
-from tb_attn_plugin.analysis.wording import count, duration, layer_list, number, pct, size
+from tb_attn_plugin.analysis.wording import attention, core_only_note, count, duration, layer_list, number, pct, size
 from tb_attn_plugin.ops import FUSED_BLOCK_OPS
 from tb_attn_plugin.schema import Evidence, Finding, WorkerSummary
 from tb_attn_plugin.scopes import PREFIX
@@ -146,20 +146,22 @@ def _dispatch_gpu(t: RuleQuery) -> list[Finding]:
     layers = [layer.layer for layer, cpu, dev, _ in rows if cpu >= DISPATCH_RATIO * dev]
     cpu, dev, kernels = (_median(r[1] for r in rows), _median(r[2] for r in rows),
                          _median(r[3] for r in rows))
-    text = (f"In {layer_list(layers)}, one attention forward takes {duration(cpu)} on the CPU but {duration(dev)} on "
+    core, note = _core_only(t, [layer.layer for layer, *_ in rows])
+    subject = "attention core" if core else "attention"
+    text = (f"In {layer_list(layers)}, one {subject} forward takes {duration(cpu)} on the CPU but {duration(dev)} on "
             f"the device ({ratio:.1f}×, medians over layers), launching {count(kernels, 'kernel', 'kernels')} per "
             f"forward; the device is busy {pct(busy)} of the step. The GPU waits for the CPU to launch work, so faster "
             "kernels will not make this faster. Profiling adds CPU time to every op, so confirm with a run without "
-            "record_shapes and with_stack.")
+            "record_shapes and with_stack." + (f" ({note.capitalize()}.)" if note else ""))
     unfused = any(layer.backend in ("naive", "sdpa-math") for layer, *_ in rows)
     return [new_finding(
-        "dispatch-bound", "medium", "Attention is bound by CPU dispatch, not by the device", text,
+        "dispatch-bound", "medium", f"{_sentence(subject)} is bound by CPU dispatch, not by the device", text,
         "Cut the CPU work per call: capture the step with CUDA graphs or torch.compile(mode='reduce-overhead')"
         + (", run attention as one fused F.scaled_dot_product_attention call" if unfused else "")
         + ", or give each launch more work (a larger batch).",
         layers=layers, ops=_top_names(p.ops for layer, *_ in rows for p in layer.phases),
         kernels=_top_names(p.kernel_names for layer, *_ in rows for p in layer.phases),
-        time_us=sum(layer.cpu_us for layer, *_ in rows),
+        time_us=t.layers_time(layers),  # their device time: the clock the layer table and the headline read
         details={"cpu_us_per_forward": cpu, "device_us_per_forward": dev, "cpu_device_ratio": ratio,
                  "kernels_per_forward": kernels, "device_busy_share": busy})]
 
@@ -185,15 +187,18 @@ def _dispatch_cpu(t: RuleQuery) -> list[Finding]:
     layers = sorted({r[0] for r in rows if r[1] > TINY_OPS_MIN and r[2] >= TINY_SHARE})
     median_op = _median(d for r in rows for d in r[4]) if any(r[4] for r in rows) else 0.0
     block_us = _median(r[3] for r in rows)
-    text = (f"In {layer_list(layers)}, one attention forward runs {number(n_ops)} CPU ops, and {pct(share)} of its "
+    core, note = _core_only(t, sorted({r[0] for r in rows}))
+    subject = "attention core" if core else "attention"
+    text = (f"In {layer_list(layers)}, one {subject} forward runs {number(n_ops)} CPU ops, and {pct(share)} of its "
             f"{duration(block_us)} goes to ops shorter than {TINY_OP_US:.0f} µs and the gaps between ops (median "
-            f"top-level op {duration(median_op)}): framework dispatch, not arithmetic (medians over block calls).")
+            f"top-level op {duration(median_op)}): framework dispatch, not arithmetic (medians over block calls)."
+            + (f" ({note.capitalize()}.)" if note else ""))
     return [new_finding(
-        "dispatch-bound", "medium", "Attention is bound by per-op dispatch on the CPU", text,
+        "dispatch-bound", "medium", f"{_sentence(subject)} is bound by per-op dispatch on the CPU", text,
         "Use fewer, larger ops: one F.scaled_dot_product_attention call instead of separate matmul, scale, mask and "
         "softmax ops; torch.compile to fuse the rest; larger batches to spread the per-op cost.",
         layers=layers, ops=_top_names(p.ops for layer in t.s.layers for p in layer.phases), kernels=[],
-        time_us=sum(layer.cpu_us for layer in t.s.layers),
+        time_us=t.layers_time(layers),
         details={"ops_per_forward": n_ops, "tiny_time_share": share, "median_op_us": median_op,
                  "block_us": block_us})]
 
@@ -264,12 +269,14 @@ def _unplaced(t: RuleQuery) -> list[Finding]:
     in_table = _median(r[4] for r in rows)
     ops = t.names_by_time(np.concatenate([r[3][ev.kind[r[3]] == Kind.CPU_OP] for r in rows]))
     what = "device" if t.cuda else "CPU"
-    text = (f"In {layer_list([r[0] for r in rows])}, {pct(in_table)} of the attention block's {what} time is in no "
-            f"phase (\"other\" in the layer table; median over layers), {pct(share)} of the block in ops that neither "
+    core, note = _core_only(t, [r[0] for r in rows])
+    part = "core" if core else "block"
+    text = (f"In {layer_list([r[0] for r in rows])}, {pct(in_table)} of the attention {part}'s {what} time is in no "
+            f"phase (\"other\" in the layer table; median over layers), {pct(share)} of the {part} in ops that neither "
             "a phase scope nor their role places" + (f" ({', '.join(ops)})" if ops else "")
-            + "; the rest is the time between ops.")
+            + "; the rest is the time between ops." + (f" ({note.capitalize()}.)" if note else ""))
     return [new_finding(
-        "unplaced-time", "info", "Much of the attention block is in no phase", text,
+        "unplaced-time", "info", f"Much of the attention {part} is in no phase", text,
         f"Scope the work with record_function ({PREFIX}/L<n>/<phase>, docs/scopes.md), or read the block in the "
         "Timeline: ops there that belong to attention, under a name tb-attn does not know, are worth a report.",
         layers=[r[0] for r in rows], ops=ops, kernels=[], time_us=sum(r[2] for r in rows),
@@ -286,18 +293,46 @@ def _share_of_step(t: RuleQuery) -> list[Finding]:
     top = max(share for _, share, _, _ in shares)
     parts = [f"{pct(share)} of the step's {what} time ({duration(att)} of {duration(step)})"
              for what, share, att, step in shares]
-    text = (f"Attention, forward and backward over {count(len(s.layers), 'layer', 'layers')}, takes "
-            + " and ".join(parts) +
-            f". Making attention twice as fast would save at most {pct(top / 2)} of the step.")
-    fix = ("Attention dominates the step: the other findings are where step time is won." if top >= SHARE_NOTABLE
-           else "Attention is less than half of the step: weigh its findings against the rest of the model.")
+    core = [layer.layer for layer in s.layers if layer.core_only]
+    what, note = attention(len(core), len(s.layers)), core_only_note(len(core), len(s.layers))
+    text = (f"{what.capitalize()}, forward and backward over {count(len(s.layers), 'layer', 'layers')}, takes "
+            + " and ".join(parts) + ".")
+    if note:
+        text += (f" In {layer_list(core)} only the core was found (SDPA, or q·kᵀ → softmax → attn·v), with no "
+                 "projection around it: their share leaves out their projections.")
+    elif core:
+        text += (" No q, k, v or output projection was found around the core (SDPA, or q·kᵀ → softmax → attn·v) "
+                 "in any layer, so the figures leave out any projections, head split and merge the model runs "
+                 "around it: a whole attention block takes more.")
+    text += f" Making {what} twice as fast would save at most {pct(top / 2)} of the step."
+    fix = (f"{what.capitalize()} dominates the step: the other findings are where step time is won."
+           if top >= SHARE_NOTABLE else
+           f"{what.capitalize()} is less than half of the step: weigh its findings against the rest of the model.")
+    if core:
+        fix += (" To count whole blocks, profile with tb-attn scopes (runner.instrument(model), docs/scopes.md) or "
+                "with_modules=True on a model whose attention modules are named *Attention.")
     details: dict[str, float | int | str] = {f"share_{w.lower()}": share for w, share, _, _ in shares}
-    return [new_finding("share-of-step", "low" if top >= SHARE_NOTABLE else "info",
-                     "Attention takes " + " and ".join(f"{pct(sh)} of the step's {w} time" for w, sh, _, _ in shares),
+    details["core_only_layers"] = len(core)
+    title = (f"{what.capitalize()} takes " + " and ".join(f"{pct(sh)} of the step's {w} time" for w, sh, _, _ in shares)
+             + (f" ({note})" if note else ""))
+    return [new_finding("share-of-step", "low" if top >= SHARE_NOTABLE else "info", title,
                      text, fix, layers=sorted(t.layers), ops=[],
                      kernels=[], time_us=s.attention_device_us if t.cuda else s.attention_cpu_us, details=details)]
 
 # -- formatting -------------------------------------------------------------------------------
+
+def _sentence(subject: str) -> str:
+    """``'Attention'``, or ``'The attention core'``: a sentence's subject."""
+    return "The attention core" if subject == "attention core" else subject.capitalize()
+
+
+def _core_only(t: RuleQuery, layers: list[int]) -> tuple[bool, str]:
+    """Whether every one of ``layers`` is its core alone (``LayerStats.core_only``: its block-level
+    figures are the core's), and, where some are but not all, how many (``wording.core_only_note``)."""
+    wanted = set(layers)
+    core = sum(layer.core_only for layer in t.s.layers if layer.layer in wanted)
+    return attention(core, len(wanted)) != "attention", core_only_note(core, len(wanted))
+
 
 def _median(values: Iterable[float]) -> float:
     """The median; ``statistics`` costs 8 ms of import time, which the CLI pays on every run."""

@@ -12,7 +12,7 @@ from __future__ import annotations
 from tb_attn_plugin.analysis.query import RuleQuery, new_finding
 from tb_attn_plugin.analysis.wording import count, duration, pct, size
 from tb_attn_plugin.ops import CAT_OP
-from tb_attn_plugin.schema import Finding, Generation
+from tb_attn_plugin.schema import Finding, Generation, GenerationPhase
 
 __all__ = ["DISPATCH_BUSY_MAX", "EXPAND_MIN_RATIO", "GENERATION_RULES", "MEMORY_BOUND_SHARE", "REALLOC_MIN_SHARE",
            "TINY_LAUNCH_US"]
@@ -35,6 +35,12 @@ GQA_GROUP = 4
 EXPAND_MIN_RATIO = 1.5
 #: ...and it is "medium" when expanding takes this share of decode attention.
 EXPAND_MEDIUM_SHARE = 0.2
+
+
+def _per_step(t: RuleQuery, d: GenerationPhase, us: float) -> float:
+    """A decode step's time (what the text quotes) as ``evidence.time_us`` has every time: a mean
+    over the profiled steps, the basis of the layer table and the headline."""
+    return us * d.steps / t.step_count
 
 
 def _decode(t: RuleQuery) -> Generation | None:
@@ -65,7 +71,7 @@ def _kv_cache_realloc(t: RuleQuery) -> list[Finding]:
         "Preallocate the cache for the whole generation and write each token in place: a static cache (tb-attn-run "
         "--kv-cache static; in Hugging Face, cache_implementation=\"static\" or a StaticCache), or a paged cache "
         "(vLLM's PagedAttention) that allocates fixed-size blocks as the sequence grows.",
-        layers=sorted(t.layers), ops=[CAT_OP], kernels=[], time_us=d.kv_cache_us,
+        layers=sorted(t.layers), ops=[CAT_OP], kernels=[], time_us=_per_step(t, d, d.kv_cache_us),
         nbytes=g.realloc_bytes_per_token,
         details={"realloc_bytes_per_token": g.realloc_bytes_per_token, "kv_cache_us": d.kv_cache_us,
                  "share_of_decode_attention": share, "kv_bytes_per_token": g.kv_bytes_per_token})]
@@ -93,7 +99,7 @@ def _decode_memory_bound(t: RuleQuery) -> list[Finding]:
         "Read fewer bytes per token: fewer KV heads (grouped-query or multi-query attention), a quantized KV cache "
         "(int8 or fp8 halves or quarters it), or a shorter cache for layers that can use one (a sliding window). "
         "Larger batches do not help attention here: every sequence reads its own cache.",
-        layers=sorted(t.layers), ops=[], kernels=[], time_us=d.core_us, nbytes=g.read_bytes_per_token,
+        layers=sorted(t.layers), ops=[], kernels=[], time_us=_per_step(t, d, d.core_us), nbytes=g.read_bytes_per_token,
         details={"achieved_bytes_per_s": g.achieved_bytes_per_s, "reference_bytes_per_s": g.reference_bytes_per_s,
                  "share_of_reference": share, "read_bytes_per_token": g.read_bytes_per_token})]
 
@@ -122,7 +128,7 @@ def _gqa_opportunity(t: RuleQuery) -> list[Finding]:
         "Measure it: run tb-attn-run --mode generate with "
         + " and with ".join(f"--kv-heads {n}" for n in sorted(options, reverse=True))
         + " beside this run, then tb-attn compare the decode time per token.",
-        layers=sorted(t.layers), ops=[], kernels=[], time_us=g.decode.core_us, nbytes=cache,
+        layers=sorted(t.layers), ops=[], kernels=[], time_us=_per_step(t, g.decode, g.decode.core_us), nbytes=cache,
         details={"kv_heads": g.kv_heads, "query_heads": heads, "cache_bytes_per_token": cache,
                  "bytes_per_kv_head": per_head})]
 
@@ -158,7 +164,8 @@ def _kv_expanded(t: RuleQuery) -> list[Finding]:
         "always passes a mask, so its repeat_kv copies the whole cache on every token: a dynamic cache avoids "
         "it, as do kernels that read the grouped cache as it is (flash-attention's flash_attn_with_kvcache, "
         "vLLM's paged attention).",
-        layers=sorted(t.layers), ops=[], kernels=[], time_us=expand_us, nbytes=g.read_bytes_per_token - d.kv_bytes,
+        layers=sorted(t.layers), ops=[], kernels=[], time_us=_per_step(t, d, expand_us),
+        nbytes=g.read_bytes_per_token - d.kv_bytes,
         details={"read_bytes_per_token": g.read_bytes_per_token, "cache_bytes_per_token": d.kv_bytes,
                  "ratio": ratio, "kv_expand_us": expand_us, "share_of_decode_attention": share})]
 
@@ -212,7 +219,7 @@ def _decode_dispatch_bound(t: RuleQuery) -> list[Finding]:
         "torch.compile(mode=\"reduce-overhead\") with a static KV cache, whose shapes do not change from token to "
         "token), fuse attention into one F.scaled_dot_product_attention call, or decode more sequences per step "
         "(a larger batch spreads the same launches over more tokens).",
-        layers=sorted(t.layers), ops=[], kernels=[], time_us=d.attention_us,
+        layers=sorted(t.layers), ops=[], kernels=[], time_us=_per_step(t, d, d.attention_us),
         details=details)]
 
 

@@ -149,10 +149,10 @@ def local_heads(worker: WorkerSummary, stats: AttnStats, *, seq: int | None, cau
     plural = "s" if len(rows) != 1 else ""
     of_attention = pct(saved / total) if total > 0 else "0%"
     text = (f"{len(rows)} head{plural} keep at least {pct(stats.threshold)} of their attention mass within {w} tokens "
-            f"({where}), and they take {pct(share)} of attention time ({duration(sum(r.time_us for r in rows))} per "
-            f"step). A sliding window of {w} would save about {duration(saved)} per step of their core work "
-            f"({of_attention} of attention), estimated from the share of (query, key) pairs they compute now: an "
-            "estimate, to be measured.")
+            f"({where}), and they take {pct(share)} of attention's forward time "
+            f"({duration(sum(r.time_us for r in rows))} per step). A sliding window of {w} would save about "
+            f"{duration(saved)} per step of their core work ({of_attention} of attention's forward time), estimated "
+            "from the share of (query, key) pairs they compute now: an estimate, to be measured.")
     if sinks:
         text += (f" {len(sinks)} of them also put at least half their mass on the first 4 tokens (attention sinks): "
                  "a window must keep those tokens for them, as StreamingLLM does.")

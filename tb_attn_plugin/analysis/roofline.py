@@ -25,7 +25,7 @@ from tb_attn_plugin.analysis.findings import SEVERITIES
 from tb_attn_plugin.analysis.peaks import Peaks, with_overrides
 from tb_attn_plugin.analysis.query import new_finding
 from tb_attn_plugin.analysis.scores import OTHER
-from tb_attn_plugin.analysis.wording import duration, layer_list, number, pct, share, size
+from tb_attn_plugin.analysis.wording import attention, core_only_note, duration, layer_list, number, pct, share, size
 from tb_attn_plugin.schema import Finding, LayerStats, PhaseStats, Roof, Roofline, WorkerSummary
 
 __all__ = ["FAR_SHARE", "FAR_TIME_SHARE", "SCORE_TRAFFIC_PHASES", "VERDICTS", "apply_roofline", "far_from_roof",
@@ -212,7 +212,14 @@ def far_from_roof(summary: WorkerSummary) -> list[Finding]:
             continue
         far = _Far(phase, rows, roof, terms, time_share)
         groups.setdefault(_cause_key(far, rl), []).append(far)
-    return [_finding(key, fars, rl) for key, fars in groups.items()]
+    core = sum(layer.core_only for layer in summary.layers)
+    # The roofline's own time, named: forward only, and on a CPU the ops' self time (not the layer
+    # table's or the headline's time, which hold the backward and the gaps between ops).
+    clock = f"forward {'device' if rl.clock == 'device' else 'CPU self'} time"
+    whole = (f"the attention core's {clock}" if attention(core, len(summary.layers)) != "attention"
+             else f"attention's {clock}")
+    note = core_only_note(core, len(summary.layers))
+    return [_finding(key, fars, rl, whole, note) for key, fars in groups.items()]
 
 
 @dataclass
@@ -290,7 +297,9 @@ def _names(phases: list[str]) -> str:
     return phases[0] if len(phases) == 1 else ", ".join(phases[:-1]) + f" and {phases[-1]}"
 
 
-def _finding(key: str, fars: list[_Far], rl: Roofline) -> Finding:
+def _finding(key: str, fars: list[_Far], rl: Roofline, whole: str, note: str) -> Finding:
+    """``whole``: what the time shares are of ("attention time", or the core's where only it was
+    found); ``note``: how many layers are their core alone, where some are (``wording.core_only_note``)."""
     fars = sorted(fars, key=lambda f: -f.terms.time_us)
     layers = sorted({layer.layer for f in fars for layer, _ in f.rows})
     cause, suggestion = _cause(key, fars, rl)
@@ -308,15 +317,17 @@ def _finding(key: str, fars: list[_Far], rl: Roofline) -> Finding:
     if one:
         reach = share(shares[0])
         detail = f" ({ceiling(fars[0])})" if ceiling(fars[0]) else ""
-        text = (f"{phases[0]} in {layer_list(layers)} takes {pct(time_share)} of attention time "
+        text = (f"{phases[0]} in {layer_list(layers)} takes {pct(time_share)} of {whole} "
                 f"({duration(time_us)} per step) and reaches {reach} of its attainable ceiling{detail}: it is {cause}.")
     else:
         reach = f"{share(min(shares))}-{share(max(shares))}"
-        each = "; ".join(f"{f.phase} {pct(f.time_share)} of attention time, {share(f.roof.share or 0.0)} of its "
+        each = "; ".join(f"{f.phase} {pct(f.time_share)} of that time, {share(f.roof.share or 0.0)} of its "
                          f"ceiling" + (f" ({ceiling(f)})" if ceiling(f) else "") for f in fars)
-        text = (f"{_names(phases)} in {layer_list(layers)} take {pct(time_share)} of attention time "
+        text = (f"{_names(phases)} in {layer_list(layers)} take {pct(time_share)} of {whole} "
                 f"({duration(time_us)} per step) and reach {reach} of their attainable ceilings ({each}): they are "
                 f"{cause}.")
+    if note:
+        text += f" ({note.capitalize()}.)"
     text += (f" Peaks: {rl.device}, {rl.source or 'given'}. A roofline is an upper bound, not a prediction: at "
              f"{'its ceiling this phase' if one else 'their ceilings these phases'} would take {duration(best)}, "
              "and few kernels get near theirs.")

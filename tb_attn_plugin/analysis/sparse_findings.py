@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from tb_attn_plugin.analysis.query import RuleQuery, new_finding
-from tb_attn_plugin.analysis.wording import duration, layer_list, pct
+from tb_attn_plugin.analysis.wording import count, duration, layer_list, pct
 from tb_attn_plugin.ops import COMPILE_BOOKKEEPING_PREFIXES, COMPILED_REGION_PREFIX, FLEX_EAGER_OP
 from tb_attn_plugin.schema import Finding
 from tb_attn_plugin.scopes import MODEL_BLOCK_MASK, PHASES
@@ -94,6 +94,12 @@ def _flex_eager(t: RuleQuery) -> list[Finding]:
         details={"calls": int(ops.size)})]
 
 
+def _cpu_clock(t: RuleQuery) -> str:
+    """Said of CPU work (building a mask, compiling) where the trace is judged by device time, whose
+    figures stand beside it."""
+    return " of CPU time" if t.cuda else ""
+
+
 def _block_mask_rebuilt(t: RuleQuery) -> list[Finding]:
     ev, a = t.ev, t.a
     ids = ev.name_ids(frozenset({MODEL_BLOCK_MASK}))
@@ -108,8 +114,9 @@ def _block_mask_rebuilt(t: RuleQuery) -> list[Finding]:
     layers = sorted({int(x) for x in a.layer[builds].tolist() if x >= 0}) or [x.layer for x in t.s.layers]
     return [new_finding(
         "block-mask-rebuilt", "medium", "The BlockMask is built in every forward",
-        f"create_block_mask ran {per_step:g} times per step, {duration(spent)} per step: the mask is rebuilt in "
-        "every forward although it depends only on the sequence length and the mask function.",
+        f"create_block_mask ran {count(per_step, 'time', 'times')} per step, {duration(spent)}{_cpu_clock(t)} per "
+        "step: the mask is rebuilt in every forward although it depends only on the sequence length and the mask "
+        "function.",
         "Build the BlockMask once per sequence length (at model set-up, or cached by length) and pass it to every "
         "call; Hugging Face rebuilds it per forward unless you pass your own.",
         layers=layers, ops=[MODEL_BLOCK_MASK] if outside.any() else ["block_mask phase"], kernels=[],
@@ -126,7 +133,8 @@ def _recompiles(t: RuleQuery) -> list[Finding]:
     spent = t.per_step(outer)
     return [new_finding(
         "recompiles", "high", "torch.compile compiled inside the profiled steps",
-        f"Dynamo compiled during the profiled steps ({duration(spent)} per step, {outer.size} compile(s)): "
+        f"Dynamo compiled during the profiled steps ({duration(spent)}{_cpu_clock(t)} per step, "
+        f"{count(outer.size, 'compile', 'compiles')}): "
         "shapes, dtypes or guards changed after the warm-up, and the steps' times include compilation.",
         "Warm up with the shapes of the profiled steps, mark varying dimensions dynamic "
         "(torch._dynamo.mark_dynamic), or find the failing guard with TORCH_LOGS=recompiles.",
@@ -156,8 +164,9 @@ def _graph_break(t: RuleQuery) -> list[Finding]:
     eager = np.concatenate([r[1] for r in rows])
     return [new_finding(
         "graph-break", "medium", "Attention ran outside the compiled region",
-        f"The run asked for --compile, but in {layer_list(layers)} {eager.size / t.step_count:g} top-level ops "
-        "per step ran eagerly, outside any compiled region: a graph break, or the recompile limit reached.",
+        f"The run asked for --compile, but in {layer_list(layers)} "
+        f"{count(eager.size / t.step_count, 'top-level op', 'top-level ops')} per step ran eagerly, outside any "
+        "compiled region: a graph break, or the recompile limit reached.",
         "Find the break with TORCH_LOGS=graph_breaks (or torch._dynamo.explain), and raise "
         "torch._dynamo.config.cache_size_limit if each layer recompiles.",
         layers=layers, ops=t.names_by_time(eager), kernels=[], time_us=t.per_step(eager),
