@@ -170,6 +170,19 @@ def test_t5_names_its_position_bias_and_rebuilt_masks(
         assert not {"hidden-copy", "mask-rebuilt"} & eager
 
 
+def _plain(net: torch.nn.Module, out: Path, *, with_stack: bool) -> WorkerSummary:
+    """``net`` on a (B, S, D) batch under a plain profiler (one warm-up step, one active)."""
+    x = torch.randn(B, S, D)
+    with torch.inference_mode(), profile(activities=[ProfilerActivity.CPU], record_shapes=True, with_stack=with_stack,
+                                         schedule=schedule(wait=0, warmup=1, active=1), acc_events=True,
+                                         on_trace_ready=tensorboard_trace_handler(str(out))) as prof:
+        for _ in range(2):
+            net(x)
+            prof.step()
+    (path,) = out.glob("*.json*")
+    return summarize_trace(analyze(load_events(str(path))), file=path.name, worker="w", span=None)
+
+
 class _MHSA(torch.nn.Module):
     """Attention in a module whose name does not end in ``Attention``, its projections modules."""
 
@@ -199,15 +212,7 @@ def test_module_events_do_not_hide_the_projections(tmp_path: Path, with_stack: b
     """``with_stack`` records an ``nn.Module`` event around each projection (``Linear_0``): the
     projections were no longer the core's siblings, and the block stayed its core."""
     torch.manual_seed(0)
-    net, x = torch.nn.Sequential(_Block(), _Block()).eval(), torch.randn(B, S, D)
-    with torch.inference_mode(), profile(activities=[ProfilerActivity.CPU], record_shapes=True, with_stack=with_stack,
-                                         schedule=schedule(wait=0, warmup=1, active=1), acc_events=True,
-                                         on_trace_ready=tensorboard_trace_handler(str(tmp_path))) as prof:
-        for _ in range(2):
-            net(x)
-            prof.step()
-    (path,) = tmp_path.glob("*.json*")
-    summary = summarize_trace(analyze(load_events(str(path))), file=path.name, worker="w", span=None)
+    summary = _plain(torch.nn.Sequential(_Block(), _Block()).eval(), tmp_path, with_stack=with_stack)
     assert summary.inferred and [layer.layer for layer in summary.layers] == [0, 1]
     for layer in summary.layers:
         flops = {p.phase: p.flops for p in layer.phases}
@@ -241,15 +246,7 @@ def test_an_attention_module_that_holds_only_the_core_is_widened(tmp_path: Path)
     its block is widened to the projections around it, as a core found by its ops is."""
     torch.manual_seed(0)
     net = torch.nn.Sequential(*(torch.nn.Sequential(torch.nn.LayerNorm(D), _MHA()) for _ in range(2))).eval()
-    x = torch.randn(B, S, D)
-    with torch.inference_mode(), profile(activities=[ProfilerActivity.CPU], record_shapes=True, with_stack=True,
-                                         schedule=schedule(wait=0, warmup=1, active=1), acc_events=True,
-                                         on_trace_ready=tensorboard_trace_handler(str(tmp_path))) as prof:
-        for _ in range(2):
-            net(x)
-            prof.step()
-    (path,) = tmp_path.glob("*.json*")
-    summary = summarize_trace(analyze(load_events(str(path))), file=path.name, worker="w", span=None)
+    summary = _plain(net, tmp_path, with_stack=True)
     assert summary.inferred and [layer.layer for layer in summary.layers] == [0, 1]
     for layer in summary.layers:
         flops = {p.phase: p.flops for p in layer.phases}
