@@ -30,8 +30,9 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from tb_attn_plugin.analysis.flops import IMPLAUSIBLE, is_integer_op, op_flops, plausible
+from tb_attn_plugin.analysis.flops import IMPLAUSIBLE, UNCOUNTED, is_integer_op, op_flops, plausible
 from tb_attn_plugin.analysis.nesting import EPS_US, nearest_marked_ancestor, or_self, parents, subtree_sizes
+from tb_attn_plugin.ops import ATTENTION_CORE_OPS
 from tb_attn_plugin.scopes import PHASES, Scope, is_scope_name, read_scope
 from tb_attn_plugin.trace.events import Events
 from tb_attn_plugin.trace.kineto import BACKWARD_PREFIX, DEVICE_KINDS, STEP_PREFIX, Kind
@@ -127,6 +128,10 @@ def attribute(events: Events) -> Attribution:
     if implausible:
         diagnostics[IMPLAUSIBLE] = implausible
     flops_raw = _raw_flops(events, shape_ok)
+    library = events.name_ids(ATTENTION_CORE_OPS)
+    uncounted = int((np.isin(events.name, library) & (flops_raw == 0)).sum()) if library.size else 0
+    if uncounted:  # an attention library's varlen or paged call: its lengths are tensor values
+        diagnostics[UNCOUNTED] = uncounted
     parent, layer, head, phase, step, backward, flops, subtree_end = _sweep(
         events, is_scope, is_step, on_device, sc_layer, sc_head, sc_phase, step_no, is_bwd_name, flops_raw
     )

@@ -1,6 +1,10 @@
 """Which attention implementation really ran, per layer, from op and kernel names.
 
-Kernel names decide first, then op names (the first rule that matches wins):
+Kernel names decide first, then op names (the first rule that matches wins). An attention
+library's op or kernel (FlashAttention, FlashInfer, TensorRT-LLM, aiter, Composable Kernel,
+xformers, SageAttention, Transformer Engine: ``LIBRARY_BACKENDS``, docs/production.md) decides
+before the rules below, and a serving engine's attention op or kernel (vLLM, SGLang:
+``SERVING_BACKENDS``, ``<engine>-<implementation>``) before that:
 
 - ``cudnn``: kernels ``cudnn_generated*``, ``*fmha*`` from cuDNN; op
   ``aten::_scaled_dot_product_cudnn_attention`` (cuDNN launches through ``cuLaunchKernelEx``).
@@ -34,6 +38,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from tb_attn_plugin import ops as vocab
+from tb_attn_plugin.analysis.serving import canonical
 from tb_attn_plugin.ops import (
     COMPILED_REGION_OPS,
     COMPILED_REGION_PREFIX,
@@ -49,13 +55,25 @@ from tb_attn_plugin.ops import (
     SDPA_EFFICIENT_OP,
     SDPA_FLASH_OP,
     SDPA_MATH_OP,
+    SERVING_CORE_OPS,
+    SGLANG_AITER_DECODE_OPS,
+    SGLANG_AITER_PREFILL_OPS,
+    SGLANG_CORE_OPS,
+    SGLANG_TRITON_OPS,
     SOFTMAX_OPS,
+    VLLM_MLA_OPS,
+    VLLM_PAGED_KERNELS,
+    VLLM_PAGED_OPS,
+    VLLM_ROCM_PAGED_KERNELS,
+    VLLM_ROCM_PAGED_OPS,
+    VLLM_TRITON_KERNELS,
+    VLLM_UNIFIED_OPS,
 )
 
-__all__ = ["BACKENDS", "detect_backend"]
+__all__ = ["BACKENDS", "LIBRARY_BACKENDS", "SERVING_BACKENDS", "detect_backend"]
 
-BACKENDS = ("cudnn", "efficient", "rocm-flash", "flash", "cpu-flash", "flex", "flex-eager", "compiled", "int8-qk",
-            "performer", "linear", "sdpa-math", "naive", "unknown")
+BACKENDS: tuple[str, ...] = ("cudnn", "efficient", "rocm-flash", "flash", "cpu-flash", "flex", "flex-eager",
+                             "compiled", "int8-qk", "performer", "linear", "sdpa-math", "naive", "unknown")
 
 _KERNEL_RULES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("cudnn", ("cudnn_generated", "cudnn", "fmha_fprop", "fmha_bprop")),
@@ -83,6 +101,12 @@ def detect_backend(ops: Iterable[str], kernels: Iterable[str], phases: Iterable[
     op_set = {COMPILED_REGION_PREFIX if o.startswith(COMPILED_REGION_PREFIX) else o for o in ops}
     phase_set = set(phases)
     kernel_list = list(dict.fromkeys(kernels))
+    serving = _serving_backend(op_set, kernel_list)
+    if serving is not None:
+        return serving
+    library = _library_backend(op_set, kernel_list)
+    if library is not None:
+        return library
     for backend, needles in _KERNEL_RULES:
         hits = [k for k in kernel_list if any(n in k for n in needles) and not _is_gemm_noise(k, backend)]
         if hits:
@@ -109,6 +133,97 @@ def detect_backend(ops: Iterable[str], kernels: Iterable[str], phases: Iterable[
     if op_set & SOFTMAX_OPS and op_set & MATMUL_OPS:
         return "naive", sorted((op_set & SOFTMAX_OPS) | (op_set & MATMUL_OPS))
     return "unknown", []
+
+
+# -- serving engines: vLLM, SGLang ---------------------------------------------------------------
+# Named ``<engine>-<implementation>``: the implementation is the kernel family where the trace
+# names its kernel (``vllm-triton``, ``vllm-paged``), else the engine's op that dispatched it
+# (``vllm-unified``: vLLM's backend-agnostic op, the kernel unseen).
+SERVING_BACKENDS = ("vllm-triton", "vllm-paged", "vllm-rocm-paged", "vllm-unified", "vllm-unified-mla",
+                    "sglang-aiter-paged", "sglang-aiter-prefill", "sglang-triton", "sglang-unified")
+BACKENDS += SERVING_BACKENDS
+_SERVING_KERNEL_RULES: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("vllm-triton", VLLM_TRITON_KERNELS),
+    ("vllm-paged", VLLM_PAGED_KERNELS),
+    ("vllm-rocm-paged", VLLM_ROCM_PAGED_KERNELS),
+)
+_SERVING_OP_RULES: tuple[tuple[str, frozenset[str]], ...] = (
+    ("vllm-paged", VLLM_PAGED_OPS),
+    ("vllm-rocm-paged", VLLM_ROCM_PAGED_OPS),
+    ("vllm-unified-mla", VLLM_MLA_OPS),
+    ("vllm-unified", VLLM_UNIFIED_OPS),
+    ("sglang-aiter-paged", SGLANG_AITER_DECODE_OPS),
+    ("sglang-aiter-prefill", SGLANG_AITER_PREFILL_OPS),
+    ("sglang-triton", SGLANG_TRITON_OPS),
+    ("sglang-unified", SGLANG_CORE_OPS),
+)
+
+
+def _serving_backend(ops: set[str], kernels: list[str]) -> tuple[str, list[str]] | None:
+    """A serving engine's backend, where the layer runs one of its attention ops: its kernel family
+    where a kernel names it; else an attention library's kernel (``_KERNEL_RULES``, but not
+    ``compiled``: Triton kernels beside a serving op are Inductor's fused element-wise work); else
+    the op. None without a serving op or kernel."""
+    for backend, needles in _SERVING_KERNEL_RULES:
+        hits = [k for k in kernels if any(n in k for n in needles)]
+        if hits:
+            return backend, sorted(hits)[:3]
+    served = {canonical(o) for o in ops} & SERVING_CORE_OPS
+    if not served:
+        return None
+    for backend, needles in _KERNEL_RULES:
+        hits = [k for k in kernels if any(n in k for n in needles) and not _is_gemm_noise(k, backend)]
+        if hits and backend != "compiled":
+            return backend, sorted(hits)[:3]
+    for backend, names in _SERVING_OP_RULES:
+        if served & names:
+            return backend, sorted(o for o in ops if canonical(o) in names)[:3]
+    return None
+
+
+# -- attention libraries ------------------------------------------------------------------------
+# Named for the library that owns the entry point the trace shows: its op where one shows (the op is
+# the library's own; the kernel under it may be another's, as aiter's CK path is Composable Kernel's),
+# else its kernel. A library with a path per vendor names the AMD one so (``xformers-ck``); AMD's own
+# libraries keep their names (``aiter``, ``ck-fmha``). docs/production.md lists the names.
+LIBRARY_BACKENDS = ("flash-attn", "flash-attn-3", "flash-attn-4", "flashinfer", "trtllm-fmha", "aiter", "ck-fmha",
+                    "xformers", "xformers-ck", "xformers-flash", "sage", "te-fused")
+BACKENDS += LIBRARY_BACKENDS
+_LIBRARY_OP_RULES: tuple[tuple[str, frozenset[str]], ...] = (
+    ("flash-attn", vocab.FA2_OPS),
+    ("flash-attn-3", vocab.FA3_OPS),
+    ("aiter", vocab.AITER_ATTENTION_OPS),
+    ("xformers-ck", vocab.XFORMERS_CK_OPS),
+    ("xformers", vocab.XFORMERS_CUTLASS_OPS),
+    ("xformers-flash", vocab.XFORMERS_FLASH_OPS),
+    ("sage", frozenset(vocab.SAGE_OPS)),
+    ("te-fused", frozenset({vocab.TE_FUSED_ATTN_OP})),
+)
+#: Before the SDPA kernels' rules: FlashAttention 4's symbols contain ``flash_fwd``.
+_LIBRARY_KERNEL_RULES: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("flash-attn-3", vocab.FA3_KERNELS),
+    ("flash-attn-4", vocab.FA4_KERNELS),
+    ("flashinfer", vocab.FLASHINFER_KERNELS),
+    ("trtllm-fmha", vocab.TRTLLM_FMHA_KERNELS),
+    ("aiter", vocab.AITER_ASM_KERNELS),
+    ("ck-fmha", vocab.CK_FMHA_KERNELS),
+    ("sage", vocab.SAGE_KERNELS),
+)
+
+
+def _library_backend(ops: set[str], kernels: list[str]) -> tuple[str, list[str]] | None:
+    """An attention library's backend: from its op, with the library kernels under it as evidence;
+    else from its kernel. None where neither shows."""
+    library_kernels = [k for k in kernels if any(n in k for _, needles in _LIBRARY_KERNEL_RULES for n in needles)]
+    for backend, names in _LIBRARY_OP_RULES:
+        hits = sorted(ops & names)
+        if hits:
+            return backend, (hits[:2] + sorted(library_kernels)[:1])
+    for backend, needles in _LIBRARY_KERNEL_RULES:
+        hits = [k for k in kernels if any(n in k for n in needles)]
+        if hits:
+            return backend, sorted(hits)[:3]
+    return None
 
 
 def _is_gemm_noise(kernel: str, backend: str) -> bool:

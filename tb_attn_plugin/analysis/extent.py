@@ -34,6 +34,7 @@ from typing import NamedTuple
 import numpy as np
 
 from tb_attn_plugin.analysis.nesting import nearest_marked_ancestor
+from tb_attn_plugin.analysis.serving import canonical
 from tb_attn_plugin.ops import (
     ARITHMETIC_OPS,
     CAT_OP,
@@ -42,12 +43,17 @@ from tb_attn_plugin.ops import (
     KV_CACHE_OPS,
     KV_EXPAND_OPS,
     LAYOUT_OPS,
+    LIBRARY_KV_WRITE_OPS,
+    LIBRARY_ROPE_OPS,
     MATMUL_ARGS,
     NORM_OPS,
     NORM_PIECE_OPS,
     POSITION_BIAS_OPS,
     PROJECTION_OPS,
     ROPE_OPS,
+    SERVING_BOOKKEEPING_OPS,
+    SERVING_KV_WRITE_OPS,
+    SERVING_ROPE_OPS,
     TENSOR_NEW_OPS,
 )
 from tb_attn_plugin.trace.events import Events
@@ -57,11 +63,16 @@ __all__ = ["Extent", "widen"]
 
 #: Sibling ops looked at on each side of a core (rotary embeddings take about 20).
 _MAX_OPS = 64
+#: A serving engine's or an attention library's own ops between its projections and its core: RoPE,
+#: the paged KV-cache write, vLLM's weak references to graph outputs (names read through
+#: ``serving.canonical``).
+_SERVING_PREPARE = SERVING_ROPE_OPS | SERVING_KV_WRITE_OPS | SERVING_BOOKKEEPING_OPS | LIBRARY_ROPE_OPS \
+    | LIBRARY_KV_WRITE_OPS
 #: Ops that prepare q, k and v between their projections and the core, the bookkeeping of a
 #: KV cache (``torch.tensor([])``: empty, lift_fresh, detach_), and a relative position bias
 #: computed between the projections and q·kᵀ (T5's first layer of each stack).
 _PREPARE = LAYOUT_OPS | ROPE_OPS | ARITHMETIC_OPS | KV_CACHE_OPS | KV_EXPAND_OPS | DTYPE_CONVERT_OPS | COPY_OPS \
-    | TENSOR_NEW_OPS | POSITION_BIAS_OPS | {CAT_OP}
+    | TENSOR_NEW_OPS | POSITION_BIAS_OPS | {CAT_OP} | _SERVING_PREPARE
 #: What only a position bias between the projections and the core explains: not passed once the
 #: projections are found (before them, an ``embedding`` is the model's token lookup, and the walk
 #: would go on into the previous step's last projection, the LM head).
@@ -121,7 +132,7 @@ def _back(events: Events, before: list[int], floor: int) -> int | None:
     for i in before:
         if i <= floor:
             break
-        op = names[name[i]]
+        op = canonical(names[name[i]])
         if op in PROJECTION_OPS:
             own = _input(events, i)
             if start is not None and (dims is None or own != dims):
@@ -154,7 +165,7 @@ def _forward(names: tuple[str, ...], name: np.ndarray, after: list[int]) -> int 
     """The block's output projection after its core (``after``: the core's siblings, nearest
     first), or None."""
     for i in after:
-        op = names[name[i]]
+        op = canonical(names[name[i]])
         if op in PROJECTION_OPS:
             return i
         if op not in _MERGE:

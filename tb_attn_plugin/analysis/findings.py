@@ -134,6 +134,8 @@ def _dispatch_bound(t: RuleQuery) -> list[Finding]:
 
 
 def _dispatch_gpu(t: RuleQuery) -> list[Finding]:
+    if t.s.attention_share_device is None:
+        return []  # graphs captured or replayed the kernels: device time is not what ran (analysis.graphs)
     rows = [(layer, layer.cpu_us / layer.calls, layer.device_us / layer.calls,
              sum(p.kernels for p in layer.phases) / layer.calls)
             for layer in t.s.layers if layer.calls > 0 and layer.device_us > 0]

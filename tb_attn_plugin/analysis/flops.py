@@ -23,6 +23,13 @@ CPU flash kernel, so we compute FLOPs ourselves (one multiply-add = 2 FLOPs):
   is not counted again (only the outermost op of a nest counts).
 - Fused attention backward: 2.5 × the forward (it recomputes q·kᵀ and runs four more matmuls:
   five matmul-sized products against two).
+- Attention libraries' ops (``library_flops``, docs/production.md): FlashAttention 2 and 3, aiter's
+  dense calls, xformers' CK and CUTLASS ops and SageAttention, from their (B, S, H, D) q and k, as
+  2·B·H·(pairs kept)·(D + Dv); their causal masks and local windows are aligned to the bottom right
+  (FlashAttention's convention, SageAttention's to the top left, xformers' by its mask type), and a
+  window counts the pairs it keeps exactly. Varlen and paged calls carry their lengths in tensor
+  values (cu_seqlens, page tables), which the profiler does not record: their FLOPs are unknown,
+  counted 0, and counted under ``UNCOUNTED`` in the diagnostics, as are library ops with no formula.
 
 The math backend and naive attention are not fused: their matmuls are counted one by one, at
 full S×S even when causal, because that is the work they do. Only the outermost counted op of
@@ -40,13 +47,20 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 
+import numpy as np
+
 from tb_attn_plugin.ops import (
+    ATTENTION_CORE_OPS,
     EFFICIENT_FORWARD_OP,
     INT_MATMUL_ARGS,
+    LIBRARY_ATTENTION,
+    LIBRARY_BACKWARD_OPS,
     LINEAR_OP,
     MATMUL_ARGS,
+    SAGE_OPS,
     SDPA_BACKWARD,
     SDPA_FORWARD,
+    XFORMERS_FORWARD,
 )
 from tb_attn_plugin.trace.events import OpShapes
 
@@ -54,11 +68,14 @@ __all__ = [
     "BACKWARD_FACTOR",
     "IMPLAUSIBLE",
     "MAX_TENSOR_BYTES",
+    "UNCOUNTED",
     "causal_fraction",
     "elem_bytes",
     "flop_rate",
     "is_causal",
     "is_integer_op",
+    "kept_pairs",
+    "library_flops",
     "op_flops",
     "plausible",
     "tensor_bytes",
@@ -68,6 +85,11 @@ __all__ = [
 MAX_TENSOR_BYTES = 1 << 50
 #: The diagnostics label for ops whose shapes are not believed.
 IMPLAUSIBLE = "ops whose shapes claim a tensor over 1 PiB or a negative size (shapes ignored)"
+#: The diagnostics label for attention library calls whose work their recorded shapes do not give.
+UNCOUNTED = ("attention library calls whose FLOPs the recorded shapes do not give (varlen or paged: "
+             "lengths in tensor values; or no formula): counted as 0")
+#: Rows summed one by one for a local window (a causal mask without one has a closed form).
+_MAX_WINDOW_ROWS = 1 << 22
 
 #: A fused attention backward's FLOPs over its forward's (``flex_attention``'s too).
 BACKWARD_FACTOR = 2.5
@@ -206,7 +228,92 @@ def _op_flops(name: str, s: OpShapes) -> float:
         if not q or not k:
             return 0.0
         return BACKWARD_FACTOR * _attention(q, k, v, is_causal(s, ci))
+    if name in ATTENTION_CORE_OPS:
+        return library_flops(name, s) or 0.0
     return 0.0
+
+
+def kept_pairs(sq: int, sk: int, *, offset: int, left: int | None = None, right: int | None = None) -> int | None:
+    """(query, key) pairs a mask keeps: query i sits at key position i + ``offset`` (sk - sq for a
+    mask aligned to the bottom right, 0 for the top left) and sees ``left`` keys before it and
+    ``right`` after (None: all; causal is right = 0). None for a window over more rows than
+    ``_MAX_WINDOW_ROWS``."""
+    if left is None and right is None:
+        return sq * sk
+    if left is None and right == 0:
+        return _kept_closed_form(sq, sk, offset)
+    if sq > _MAX_WINDOW_ROWS:
+        return None
+    pos = np.arange(sq, dtype=np.int64) + offset
+    hi = np.minimum(sk, pos + right + 1) if right is not None else np.full(sq, sk, np.int64)
+    lo = np.maximum(0, pos - left) if left is not None else np.zeros(sq, np.int64)
+    return int(np.maximum(hi - lo, 0).sum())
+
+
+def _scalar(s: OpShapes, i: int) -> int | None:
+    """An int or bool argument's recorded value (``Concrete Inputs``), or None where it is not."""
+    if i >= len(s.concrete):
+        return None
+    text = s.concrete[i].strip().lower()
+    if text in ("true", "false"):
+        return int(text == "true")
+    try:
+        return int(text)
+    except ValueError:
+        return None
+
+
+def _recorded(s: OpShapes, i: int) -> bool:
+    """Whether an optional argument was passed: a tensor with sizes, or a value other than -1."""
+    dims = s.dims[i] if i < len(s.dims) else None
+    if isinstance(dims, list) and dims:
+        return True
+    text = s.concrete[i].strip().lower() if i < len(s.concrete) else ""
+    return text not in ("", "none", "-1")
+
+
+def library_flops(name: str, s: OpShapes) -> float | None:
+    """FLOPs of one attention library call (module docstring), or None where its recorded shapes
+    and arguments do not determine them (varlen, paged, appended, unrecorded flags, no formula)."""
+    if name in LIBRARY_ATTENTION:
+        qi, ci, li, ri, varlen, zero = LIBRARY_ATTENTION[name]
+        if any(_recorded(s, i) for i in varlen) or any(_scalar(s, i) != 0 for i in zero):
+            return None
+        q, k, v = _dims(s, qi), _dims(s, qi + 1), _dims(s, qi + 2)
+        causal, left, right = _scalar(s, ci), _scalar(s, li), _scalar(s, ri)
+        if not q or not k or len(q) != 4 or len(k) != 4 or causal is None or left is None or right is None:
+            return None
+        b, sq, h, d = q
+        sk = k[1]
+        pairs = kept_pairs(sq, sk, offset=sk - sq, left=left if left >= 0 else None,
+                           right=0 if causal else right if right >= 0 else None)
+        if pairs is None:
+            return None
+        flops = 2.0 * b * h * pairs * (d + (v[3] if v and len(v) == 4 else d))
+        return BACKWARD_FACTOR * flops if name in LIBRARY_BACKWARD_OPS else flops
+    if name in XFORMERS_FORWARD:
+        q, k, v = _dims(s, 0), _dims(s, 1), _dims(s, 2)
+        mask = _scalar(s, 9)  # custom_mask_type: 0 none, 1 causal from the top left, 2 from the bottom right
+        if any(_recorded(s, i) for i in XFORMERS_FORWARD[name]) or not q or not k or len(q) != 4 or len(k) != 4 \
+                or mask not in (0, 1, 2):
+            return None
+        b, sq, h, d = q
+        sk = k[1]
+        pairs = kept_pairs(sq, sk, offset=sk - sq if mask == 2 else 0, right=0 if mask else None)
+        return 2.0 * b * h * (pairs or 0) * (d + (v[3] if v and len(v) == 4 else d))
+    if name in SAGE_OPS:
+        at = SAGE_OPS[name]
+        layout, causal = _scalar(s, at), _scalar(s, at + 1)
+        q, k = _dims(s, 0), _dims(s, 1)
+        if layout not in (0, 1) or causal not in (0, 1) or not q or not k or len(q) != 4 or len(k) != 4:
+            return None
+        # tensor_layout 0: (B, S, H, D); 1: (B, H, S, D). V is quantized and may be laid out
+        # otherwise (transposed, padded): its head size is q's.
+        b, h, sq, d = (q[0], q[2], q[1], q[3]) if layout == 0 else q
+        sk = k[1] if layout == 0 else k[2]
+        pairs = kept_pairs(sq, sk, offset=0, right=0 if causal else None)
+        return 4.0 * b * h * (pairs or 0) * d
+    return None
 
 
 def elem_bytes(dtype: str) -> int:

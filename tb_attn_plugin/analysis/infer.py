@@ -3,9 +3,14 @@
 Three sources, best first:
 
 1. ``nn.Module`` events (``with_modules`` / ``with_stack``) of classes whose name ends in
-   ``Attention`` (the outermost one of a nest): one block per module instance, numbered in
-   order of first appearance.
-2. Otherwise, every top-level SDPA call is a block.
+   ``Attention`` (the outermost one of a nest): one block per module instance. Cores found by
+   2 and 3 outside every such module are blocks too (a torch.compile'd transformer's SDPA calls,
+   its modules compiled away, beside its text encoders' modules); a core inside one is its.
+2. Otherwise, every top-level SDPA call is a block (a backend's own SDPA op, such as
+   ``_scaled_dot_product_flash_attention``, when no ``scaled_dot_product_attention`` encloses
+   it, as torch.compile calls it), and so is every serving engine's attention op
+   (``ops.SERVING_CORE_OPS``: vLLM's ``unified_attention_with_output``, SGLang's profiler ranges),
+   from the KV-cache write just before it (``serving.serving_cores``).
 3. Otherwise, ``matmul -> softmax -> matmul`` on one thread is a block. The first matmul may be
    integer (``_int_mm``: int8 attention's q·kᵀ, one call per head), and then the block starts
    at the first of the integer GEMMs just before the softmax.
@@ -16,8 +21,10 @@ Three sources, best first:
    nothing about attention, and is left alone. Each call is a block with one ``compiled`` phase:
    the region fuses its phases, and its kernels are the region's.
 
-Blocks found by 2 and 3 are numbered by their order within their step (or the trace, when it
-has no ``ProfilerStep``), and widened from their core to their projections (``extent``). A layer
+Layers are numbered by ``analysis.numbering``: a module instance is a layer, and a block found by
+its ops is the k-th of the outermost module or compiled region call that holds it (of its step,
+when none does). Blocks found by 2 and 3 are widened from their core to their projections
+(``extent``), never into a module's block. A layer
 any of whose blocks found no projection is *core only* (``Inferred.core_only``): its figures cover
 the core alone. Blocks found by 1 are whole modules, and blocks found by 4 whole compiled frames:
 the frame is what the model compiled (each block, or ``flex_attention`` alone), its ops are
@@ -41,15 +48,19 @@ import numpy as np
 
 from tb_attn_plugin.analysis.extent import Extent, widen
 from tb_attn_plugin.analysis.nesting import nearest_marked_ancestor
+from tb_attn_plugin.analysis.numbering import Found, number_blocks
 from tb_attn_plugin.analysis.query import ancestors
 from tb_attn_plugin.analysis.roles import SyntheticScope, assign_roles, phase_spans, span_scope
+from tb_attn_plugin.analysis.serving import is_serving_core, serving_cores
 from tb_attn_plugin.ops import (
+    ATTENTION_CORE_OPS,
     COMPILED_REGION_PREFIX,
     FUSED_BLOCK_OPS,
     INT_MM_OP,
     MATMUL_ARGS,
     MATMUL_OPS,
     PROJECTION_OPS,
+    SDPA_FORWARD,
     SDPA_OPS,
     SOFTMAX_OPS,
 )
@@ -87,7 +98,7 @@ def infer_scopes(events: Events, parent: np.ndarray, backward: np.ndarray, step:
     name = events.name
     forward = ~backward
     module_ids = [i for i, n in enumerate(names) if _is_attention_module(n)]
-    blocks: list[tuple[int, int, int, str, bool]] = []  # (first event, last event, layer, module, core only)
+    found: list[Found] = []
     if module_ids:
         candidates = np.flatnonzero(np.isin(name, module_ids) & (kind == Kind.MODULE) & forward).tolist()
         chosen = set(candidates)
@@ -98,18 +109,23 @@ def infer_scopes(events: Events, parent: np.ndarray, backward: np.ndarray, step:
                 p = int(parent[p])
             if p < 0:
                 outer.append((i, names[name[i]][len(MODULE_PREFIX):]))
-        order = {inst: k for k, inst in enumerate(dict.fromkeys(inst for _, inst in outer))}
-        blocks = _module_blocks(events, parent, [(i, order[inst], inst) for i, inst in outer])
+        found = _module_blocks(events, parent, outer)
+        # Attention no such module holds (a compiled transformer's SDPA calls next to a text
+        # encoder's modules): found by its ops, as in a trace without modules.
+        in_module = np.zeros(len(events), np.bool_)
+        in_module[candidates] = True
+        inside = nearest_marked_ancestor(parent, in_module)
+        spans = [s for s in _blocks_from_ops(events, parent, forward) if inside[s[0]] < 0]
+        found += _op_found(events, spans, widen(events, parent, spans), found)
     else:
-        spans = widen(events, parent, _blocks_from_ops(events, parent, forward)) \
-            or [Extent(first, last, False) for first, last in _compiled_blocks(events, parent, forward, step)]
-        counters: dict[tuple[int, int], int] = {}
-        for first, last, core_only in spans:
-            key = (int(step[first]), int(events.track[first]))
-            layer = counters.get(key, 0)
-            counters[key] = layer + 1
-            # A fused block op (nn.MultiheadAttention's fast path) holds its projections: never core only.
-            blocks.append((first, last, layer, "", core_only and names[name[first]] not in FUSED_BLOCK_OPS))
+        spans = _blocks_from_ops(events, parent, forward)
+        wide = widen(events, parent, spans)
+        if not wide:
+            spans = _compiled_blocks(events, parent, forward, step)
+            wide = [Extent(first, last, False) for first, last in spans]
+        found = _op_found(events, spans, wide, [])
+    layers = number_blocks(events, parent, step, found)
+    blocks = sorted((b.first, b.last, layer, b.module, b.core_only) for b, layer in zip(found, layers, strict=True))
     kept = [b for b in blocks if b[2] < MAX_LAYERS]
     if len(kept) < len(blocks) and diagnostics is not None:
         diagnostics[TOO_MANY_BLOCKS] = diagnostics.get(TOO_MANY_BLOCKS, 0) + len(blocks) - len(kept)
@@ -122,33 +138,60 @@ def infer_scopes(events: Events, parent: np.ndarray, backward: np.ndarray, step:
         if first == last and compiled[events.name[first]] and not module:
             out += [block, _scope(events, first, format_scope(layer, phase="compiled"))]
             continue
-        lo = first + 1 if first == last else first
+        # A block of one op is read through its own ops (a module's, the fused block op's, the SDPA
+        # op's call of its backend), but for a backend's own SDPA op, which torch.compile calls
+        # with no ``scaled_dot_product_attention`` around it, and a serving engine's core op: its
+        # ops are its kernel's bookkeeping (layout, empty outputs), and the op is the sdpa phase whole.
+        lo = first + 1 if first == last and names[name[first]] not in SDPA_FORWARD \
+            and not is_serving_core(names[name[first]]) and names[name[first]] not in ATTENTION_CORE_OPS else first
         phases = _phases(events, _top_ops(cpu_op, cpu_above, lo, _extent(events, last)), layer, parent)
         out += [_enclosing(block, phases), *phases]
     return Inferred(out, frozenset(b[2] for b in kept if b[4]))
 
 
-def _module_blocks(events: Events, parent: np.ndarray,
-                   modules: list[tuple[int, int, str]]) -> list[tuple[int, int, int, str, bool]]:
-    """Blocks of ``*Attention`` module events ``(event, layer, instance)``. A module with no
-    projection inside is the core alone (flash_attn's ``MHA`` keeps its ``Wqkv`` and ``out_proj``
-    outside the ``SelfAttention`` it calls): its ops are widened to the projections around them,
-    as a core found by its ops is (``extent.widen``)."""
+def _module_blocks(events: Events, parent: np.ndarray, modules: list[tuple[int, str]]) -> list[Found]:
+    """Blocks of ``*Attention`` module events ``(event, instance)``. A module with no projection
+    inside is the core alone (flash_attn's ``MHA`` keeps its ``Wqkv`` and ``out_proj`` outside the
+    ``SelfAttention`` it calls): its ops are widened to the projections around them, as a core
+    found by its ops is (``extent.widen``)."""
     cpu_op = events.kind == Kind.CPU_OP
     cpu_above = nearest_marked_ancestor(parent, cpu_op)
     projection = np.isin(events.name, events.name_ids(PROJECTION_OPS))
-    out: list[tuple[int, int, int, str, bool]] = []
+    out: list[Found] = []
     cores: list[tuple[int, int, int]] = []  # (index into out, first op, last op)
-    for i, layer, inst in modules:
+    for i, inst in modules:
         end = _extent(events, i)
         ops = _top_ops(cpu_op, cpu_above, i + 1, end)
         if ops and not (projection[i + 1:end] & cpu_op[i + 1:end]).any():
             cores.append((len(out), ops[0], ops[-1]))
-        out.append((i, i, layer, inst, False))
+        out.append(Found(i, i, i, inst, False))
     wide = widen(events, parent, [(first, last) for _, first, last in cores])
     for (k, _, _), (first, last, core_only) in zip(cores, wide, strict=True):
-        _, _, layer, inst, _ = out[k]
-        out[k] = (first, last, layer, inst, core_only)
+        out[k] = out[k]._replace(first=first, last=last, core_only=core_only)
+    return out
+
+
+def _op_found(events: Events, cores: list[tuple[int, int]], wide: list[Extent], modules: list[Found]) -> list[Found]:
+    """Blocks found by their ops: each core ``cores[k]`` widened to ``wide[k]``. A side widened
+    into a module block (``modules``) is the core's again: the projection there is the module's.
+    A fused block op (nn.MultiheadAttention's fast path) holds its projections: never core only."""
+    if not cores:
+        return []
+    edge = np.zeros(len(events) + 1, np.int64)
+    for b in modules:
+        edge[b.first] += 1
+        edge[max(_extent(events, b.anchor), _extent(events, b.last))] -= 1
+    # taken[j]: how many events before event j lie in a module block
+    taken = np.concatenate(([0], np.cumsum(np.cumsum(edge[:-1]) > 0)))
+    names, name = events.names, events.name
+    out = []
+    for (core_first, core_last), (first, last, core_only) in zip(cores, wide, strict=True):
+        if taken[core_first] > taken[first]:
+            first = core_first
+        if taken[last + 1] > taken[core_last + 1]:
+            last = core_last
+        core_only = core_only or (first, last) == (core_first, core_last)
+        out.append(Found(core_first, first, last, "", core_only and names[name[first]] not in FUSED_BLOCK_OPS))
     return out
 
 
@@ -212,14 +255,19 @@ def _blocks_from_ops(events: Events, parent: np.ndarray, forward: np.ndarray) ->
 
 
 def _cores(events: Events, parent: np.ndarray, forward: np.ndarray) -> list[tuple[int, int]]:
-    """(first, last) event of each core: a top-level SDPA op, or matmul -> softmax -> matmul."""
+    """(first, last) event of each core: a serving engine's attention op (``serving_cores``), a
+    top-level SDPA op outside one, or matmul -> softmax -> matmul."""
     names = events.names
     name = events.name
     cpu = (events.kind == Kind.CPU_OP) & forward
-    sdpa_ids = [i for i, n in enumerate(names) if n in SDPA_OPS]
-    if sdpa_ids:
-        return [(i, i) for i in np.flatnonzero(cpu & np.isin(name, sdpa_ids)).tolist()
-                if not _has_ancestor(events, parent, i, SDPA_OPS)]
+    serving = serving_cores(events, parent, cpu)
+    sdpa_ids = [i for i, n in enumerate(names) if n in SDPA_OPS or n in ATTENTION_CORE_OPS]  # a library's core too
+    if sdpa_ids or serving:
+        served = {i for i, n in enumerate(names) if is_serving_core(n)}
+        sdpa = [(i, i) for i in np.flatnonzero(cpu & np.isin(name, sdpa_ids)).tolist()
+                if not _has_ancestor(events, parent, i, SDPA_OPS)
+                and not (served and any(int(name[p]) in served for p in ancestors(parent, i)))] if sdpa_ids else []
+        return sorted(serving + sdpa)
     soft_ids = [i for i, n in enumerate(names) if n in SOFTMAX_OPS]
     mm_ids = [i for i, n in enumerate(names) if n in MATMUL_OPS or n == INT_MM_OP]
     int_id = names.index(INT_MM_OP) if INT_MM_OP in names else -1

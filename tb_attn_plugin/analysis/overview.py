@@ -27,7 +27,8 @@ def headline(w: WorkerSummary) -> str:
     per step (6% of attention): the most a fix can save." Empty without attention."""
     if not w.layers:
         return ""
-    device = w.device != "cpu" and w.attention_device_us > 0
+    # No device share where graphs hid the kernels (``analysis.graphs``): judged by CPU time.
+    device = w.device != "cpu" and w.attention_device_us > 0 and w.attention_share_device is not None
     clock = "device" if device else "CPU"
     attention = w.attention_device_us if device else w.attention_cpu_us
     step = w.step_device_us if device else w.step_cpu_us

@@ -10,7 +10,14 @@ every op whose phase is known, scoped or assigned:
 - projections (``linear``, ``addmm``, ``mm``): ``qkv_proj`` before the core, ``out_proj`` after;
 - rotary embeddings: ``neg``/``cos``/``sin`` (and the complex form) before the core, and, in a
   block that has them, the ``mul``/``add`` around them and the ``cat`` right after a ``neg``;
-- the KV cache: any other ``cat`` (or ``index_copy_``) before the core;
+- the KV cache: any other ``cat`` (or ``index_copy_``) before the core, and a serving engine's
+  write into its paged cache (``ops.SERVING_KV_WRITE_OPS``);
+- a serving engine's attention op (``ops.SERVING_CORE_OPS``): ``sdpa``, the fused core, and its
+  RoPE op: ``rope``; names read through ``serving.canonical`` (SGLang's profiler counters dropped,
+  a serving GEMM wrapper read as the ``linear`` it wraps);
+- an attention library's op (``ops.ATTENTION_CORE_OPS``: FlashAttention, aiter, xformers,
+  SageAttention, Transformer Engine): ``sdpa``; its KV-cache write (``ops.LIBRARY_KV_WRITE_OPS``):
+  ``kv_cache``; its rotary op (``ops.LIBRARY_ROPE_OPS``): ``rope``;
 - ``expand``/``repeat_interleave`` before the core: ``kv_expand``;
 - building a mask (``bitwise_not``, ``tril``, ``arange``, ``zeros_like``...) before the core,
   and applying one (``add``, ``where``, ``masked_fill``) on the scores: ``mask``;
@@ -39,8 +46,10 @@ from functools import lru_cache
 import numpy as np
 
 from tb_attn_plugin.analysis.attribute import Attribution
+from tb_attn_plugin.analysis.serving import canonical
 from tb_attn_plugin.ops import (
     ARITHMETIC_OPS,
+    ATTENTION_CORE_OPS,
     CAT_OP,
     DROPOUT_OPS,
     DTYPE_CONVERT_OPS,
@@ -49,6 +58,8 @@ from tb_attn_plugin.ops import (
     KV_CACHE_OPS,
     KV_EXPAND_OPS,
     LAYOUT_OPS,
+    LIBRARY_KV_WRITE_OPS,
+    LIBRARY_ROPE_OPS,
     MASK_MAKING_OPS,
     MASK_OPS,
     MATMUL_OPS,
@@ -60,6 +71,9 @@ from tb_attn_plugin.ops import (
     ROPE_OPS,
     SCALE_OPS,
     SDPA_OPS,
+    SERVING_CORE_OPS,
+    SERVING_KV_WRITE_OPS,
+    SERVING_ROPE_OPS,
     SOFTMAX_OPS,
     TRANSPOSE_OPS,
     UNSQUEEZE_OPS,
@@ -98,7 +112,7 @@ def _advance(stage: int, phase: str) -> int:
 
 def _role(op: str, stage: int, previous: str | None, last_phase: str | None, rope: bool) -> str | None:
     """The phase of one op outside layout ops, or None (other)."""
-    if op in SDPA_OPS:
+    if op in SDPA_OPS or op in SERVING_CORE_OPS or op in ATTENTION_CORE_OPS:
         return Phase.SDPA
     if op in SOFTMAX_OPS:
         return Phase.SOFTMAX if stage < _DONE else None
@@ -125,8 +139,10 @@ def _role(op: str, stage: int, previous: str | None, last_phase: str | None, rop
     if stage == _PROBS:
         return None
     # Before the core.
-    if op in ROPE_OPS:
+    if op in ROPE_OPS or op in SERVING_ROPE_OPS or op in LIBRARY_ROPE_OPS:
         return Phase.ROPE
+    if op in SERVING_KV_WRITE_OPS or op in LIBRARY_KV_WRITE_OPS:
+        return Phase.KV_CACHE
     if op in KV_CACHE_OPS:
         return Phase.ROPE if op == CAT_OP and previous == NEG_OP else Phase.KV_CACHE
     if op in KV_EXPAND_OPS:  # right after building a mask: broadcasting it
@@ -142,7 +158,7 @@ def assign_roles(ops: Sequence[str], phases: Sequence[str | None]) -> list[str |
     """Each op's phase: ``phases[i]`` where a scope gave one, else by role (module docstring),
     else None. ``ops``: a block's top-level op names in order; ``phases``: their scopes' phases,
     None for an op outside phase scopes, ``CORE`` for a head scope."""
-    return list(_assign(tuple(ops), tuple(phases)))
+    return list(_assign(tuple(canonical(op) for op in ops), tuple(phases)))
 
 
 @lru_cache(maxsize=1024)  # every call of a layer, and usually every layer, is the same sequence

@@ -37,6 +37,7 @@ from tb_attn_plugin.analysis.collectives import collectives
 from tb_attn_plugin.analysis.findings import find
 from tb_attn_plugin.analysis.flops import flop_rate
 from tb_attn_plugin.analysis.generation import generation
+from tb_attn_plugin.analysis.graphs import graph_use
 from tb_attn_plugin.analysis.overview import headline
 from tb_attn_plugin.analysis.peaks import peaks_for
 from tb_attn_plugin.analysis.query import TraceQuery, ancestors
@@ -210,6 +211,8 @@ class _Summarizer:
         has_device = bool(device_in.any())
         if not self.steps:
             notes.append("no ProfilerStep# in this trace: the whole trace counts as one step")
+        graphs = graph_use(ev, a)  # kernels captured into CUDA/HIP graphs, or run in replays
+        notes.extend(graphs.notes)
         backends = sorted({layer.backend for layer in layer_stats})
         rank, world_size = rank_of(ev.meta.distributed_info, worker, file, diagnostics=self.diag)
         found = collectives(ev, a.parent, [(float(ev.ts[i]), float(ev.ts[i] + ev.dur[i])) for i in step_idx],
@@ -228,7 +231,8 @@ class _Summarizer:
             step_cpu_us=self._per_step(step_cpu), step_device_us=self._per_step(step_device),
             attention_cpu_us=att_cpu, attention_device_us=att_dev,
             attention_share_cpu=att_cpu / self._per_step(step_cpu) if step_cpu > 0 else None,
-            attention_share_device=att_dev / self._per_step(step_device) if has_device and step_device > 0 else None,
+            attention_share_device=att_dev / self._per_step(step_device)
+            if has_device and step_device > 0 and graphs.device_share_known else None,
             layers=layer_stats, per_step=per_step, spread=spreads,
             diagnostics=fold_diagnostics(self.diag), notes=notes,
             rank=rank, world_size=world_size, collectives=found,
