@@ -58,7 +58,7 @@ def findings_html(runs: Sequence[RunSummary]) -> str:
 
 def overview_html(runs: Sequence[RunSummary], source: str) -> str:
     """The overview, the findings and the unreadable files, as one HTML fragment."""
-    workers = [(r.run, w.worker, w.span or "", w.device, w.backend, len(w.layers), w.step_count, w.headline)
+    workers = [(r.run, w.worker, w.span or "", w.gpu or w.device, w.backend, len(w.layers), w.step_count, w.headline)
                for r in runs for w in r.workers]
     parts = [f"<div><p><strong>tb-attn summaries</strong> of <code>{_e(source)}</code>: {_e(_counts(runs))}</p>"]
     if workers:
@@ -77,9 +77,9 @@ def overview_text(runs: Sequence[RunSummary], source: str) -> str:
     for r in runs:
         for w in r.workers:
             span = f" span {w.span}" if w.span else ""
-            lines.append(f"  {r.run} / {w.worker}{span} ({w.device}, {w.backend}, {_n(len(w.layers), 'layer')}, "
-                         f"{_n(w.step_count, 'step')}, {_n(len(w.findings), 'finding')}): "
-                         f"{w.headline or 'no attention found'}")
+            lines.append(f"  {r.run} / {w.worker}{span} ({w.gpu or w.device}, {w.backend}, "
+                         f"{_n(len(w.layers), 'layer')}, {_n(w.step_count, 'step')}, "
+                         f"{_n(len(w.findings), 'finding')}): {w.headline or 'no attention found'}")
         lines.extend(f"  {r.run} / {e.file}: unreadable: {e.error}" for e in r.errors)
     if len(lines) > MAX_ROWS + 1:
         lines = [*lines[:MAX_ROWS + 1], f"  ... and {len(lines) - MAX_ROWS - 1} more lines: r.workers(), r.errors()"]

@@ -337,8 +337,10 @@ def summary_table(summaries: Sequence[RunSummary]) -> str:
             what = wording.attention(sum(x.core_only for x in worker.layers), len(worker.layers)).removeprefix("the ")
             lines.append(f"run {run.run}  worker {worker.worker}" + (f"  span {worker.span}" if worker.span else "")
                          + f"  [{worker.file}]")
-            lines.append(f"  device {worker.device}, backend {worker.backend}, {worker.step_count} step(s)"
+            lines.append(f"  device {worker.gpu or worker.device}, backend {worker.backend}, "
+                         f"{worker.step_count} step(s)"
                          + (", inferred (no tb-attn scopes)" if worker.inferred else "")
+                         + ("" if worker.memory_recorded else f", {wording.MEMORY_NOT_RECORDED}")
                          + (f", {what} {share:.1%} of {where} step time" if share is not None else ""))
             if worker.headline:
                 lines.extend(textwrap.wrap(printable(worker.headline), width=100, initial_indent="  ",

@@ -122,6 +122,7 @@ class RunFigures(msgspec.Struct, kw_only=True):
     per: Literal["step", "decode"] = "step"
     prefill_us: float | None = None  # a generation's prefill step: its attention time on ``clock``
     core_only: int = 0  # layers of the worker found by their core alone (LayerStats.core_only): figures of the core
+    memory_recorded: bool = True  # the worker's trace has memory events (WorkerSummary.memory_recorded); false: no peak
 
 
 class RunInfo(msgspec.Struct, kw_only=True):

@@ -349,6 +349,8 @@ class WorkerSummary(msgspec.Struct, kw_only=True):
     headline: str = ""  # where attention time goes and what the top finding saves at most (analysis/overview.py)
     generation: Generation | None = None  # prefill and decode steps (analysis/generation.py), where the trace has them
     roofline: Roofline | None = None  # the peaks and the run's point (analysis/roofline.py); null: no attention
+    gpu: str | None = None  # device "cuda": the platform and the trace's device name, "ROCm · AMD Instinct MI300X"
+    memory_recorded: bool = True  # the trace has memory events (profile_memory=True); false: memory figures read 0
 
 
 class FileError(msgspec.Struct, kw_only=True):

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import HAND_TRACES
+from helpers import HAND_TRACES, SHARED_TRACES
 
 from tb_attn_plugin.cli import main
 from tb_attn_plugin.report import CSV_FIELDS, printable
@@ -319,3 +319,31 @@ def test_csv_and_compare_carry_the_roofline(builtin_logdir: Path, capsys: pytest
     assert main(["compare", str(builtin_logdir), "--runs", "naive,sdpa"]) == 0
     out = capsys.readouterr().out
     assert "FLOP/B" in out and "% roof" in out and "bound" in out
+
+
+def _header(out: str) -> str:
+    """The line under ``run ...`` that names the device."""
+    return next(line for line in out.splitlines() if line.startswith("  device "))
+
+
+@pytest.mark.parametrize(("trace", "device", "memory"), [
+    ("gpu/tracelens_mi300x_bert-small_sdpa-flash.json.gz", "ROCm · AMD Instinct MI300X VF", True),
+    ("gpu/tracelens_h100_bert-small_sdpa-flash.json.gz", "CUDA · NVIDIA H100 80GB HBM3", True),
+    # No memory events, and ROCm only by its hipLaunchKernel calls.
+    ("other/hta_amd_trace_mi250_minitoy_train_ROCm6_2_kineto.json.gz", "ROCm · AMD Radeon Graphics", False),
+])
+def test_the_header_names_the_gpu_and_memory_not_recorded(trace: str, device: str, memory: bool,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    path = SHARED_TRACES / trace
+    if not path.exists():
+        pytest.skip(f"{path} is not here")
+    assert main(["summarize", str(path)]) == 0
+    header = _header(capsys.readouterr().out)
+    assert header.startswith(f"  device {device}, backend ")
+    assert ("memory not recorded (profile_memory=False)" in header) is not memory
+
+
+def test_the_header_of_a_cpu_trace_says_cpu(builtin_logdir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["summarize", str(builtin_logdir), "--run", "naive"]) == 0
+    header = _header(capsys.readouterr().out)
+    assert header.startswith("  device cpu, backend naive") and "memory not recorded" not in header

@@ -121,6 +121,8 @@ export interface RunFigures {
   prefill_us: number | null;
   /** layers of the worker found by their core alone (LayerStats.core_only): figures of the core */
   core_only: number;
+  /** the worker's trace has memory events (WorkerSummary.memory_recorded); false: no peak */
+  memory_recorded: boolean;
 }
 
 /** How far one per-step figure's steps were apart (analysis/spread.py, docs/summary.md). */
@@ -192,6 +194,10 @@ export interface WorkerSummary {
   generation: Generation | null;
   /** the peaks and the run's point (analysis/roofline.py); null: no attention */
   roofline: Roofline | null;
+  /** device "cuda": the platform and the trace's device name, "ROCm · AMD Instinct MI300X" */
+  gpu: string | null;
+  /** the trace has memory events (profile_memory=True); false: memory figures read 0 */
+  memory_recorded: boolean;
 }
 
 export interface LayerStats {

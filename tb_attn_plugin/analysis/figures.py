@@ -40,7 +40,8 @@ def run_figures(run: RunSummary) -> RunFigures | None:
             peak_bytes=max((layer.peak_bytes for layer in w.layers), default=0), backend=w.backend,
             steps=len(decode), worker=w.worker, workers=len(run.workers), unreadable=len(run.errors),
             attention_spread=spread(decode) if len(decode) > 1 else None, per="decode",
-            prefill_us=g.prefill.attention_us if g.prefill is not None else None, core_only=core_only)
+            prefill_us=g.prefill.attention_us if g.prefill is not None else None, core_only=core_only,
+            memory_recorded=w.memory_recorded)
     return RunFigures(
         clock="device" if device else "cpu",
         attention_us=w.attention_device_us if device else w.attention_cpu_us,
@@ -55,4 +56,5 @@ def run_figures(run: RunSummary) -> RunFigures | None:
         unreadable=len(run.errors),
         attention_spread=w.spread.get("attention_device_us" if device else "attention_cpu_us"),
         core_only=core_only,
+        memory_recorded=w.memory_recorded,
     )

@@ -25,6 +25,7 @@ __all__ = [
     "PEAK_TABLE",
     "PeakRow",
     "Peaks",
+    "device_name",
     "device_peaks",
     "find_row",
     "parse_rate",
@@ -161,13 +162,21 @@ def find_row(props: Mapping[str, Any]) -> tuple[PeakRow | None, str]:
     return None, f"no peak known for '{name}': give --peak-flops and --peak-bw"
 
 
+def device_name(device_properties: Sequence[Mapping[str, Any]]) -> str:
+    """The name of a GPU trace's first device (the one its kernels ran on, for a one-GPU
+    process), clipped; "" where the trace lists no device or names none."""
+    if not device_properties:
+        return ""
+    return clip(str(device_properties[0].get("name", "")), MAX_LABEL_CHARS)
+
+
 def device_peaks(device_properties: Sequence[Mapping[str, Any]]) -> Peaks | None:
-    """The peaks of a GPU trace's first device (the one its kernels ran on, for a one-GPU
-    process), or None where the trace lists no device."""
+    """The peaks of a GPU trace's first device (``device_name``), or None where the trace lists
+    no device."""
     if not device_properties:
         return None
     props = device_properties[0]
-    name = clip(str(props.get("name", "")), MAX_LABEL_CHARS) or "an unnamed device"
+    name = device_name(device_properties) or "an unnamed device"
     row, why = find_row(props)
     if row is None:
         return Peaks(device=name, source="", note=why)

@@ -37,6 +37,7 @@ from tb_attn_plugin.analysis.collectives import collectives
 from tb_attn_plugin.analysis.findings import find
 from tb_attn_plugin.analysis.flops import flop_rate
 from tb_attn_plugin.analysis.generation import generation
+from tb_attn_plugin.analysis.gpu import gpu_label
 from tb_attn_plugin.analysis.graphs import graph_use
 from tb_attn_plugin.analysis.overview import headline
 from tb_attn_plugin.analysis.peaks import peaks_for
@@ -224,7 +225,8 @@ class _Summarizer:
         spreads = self._spreads(**{k: np.array([getattr(p, f) for p in per_step]) for k, f in fields.items()})
         return WorkerSummary(
             file=file, worker=worker, span=span,
-            device="cuda" if has_device else "cpu",
+            device="cuda" if has_device else "cpu", gpu=gpu_label(ev) if has_device else None,
+            memory_recorded=len(ev.mem_ts) > 0,
             inferred=self.inferred and bool(layer_stats),
             backend=backends[0] if len(backends) == 1 else ("mixed" if backends else "none"),
             steps=self.steps, step_count=self.step_count,

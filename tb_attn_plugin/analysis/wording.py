@@ -8,10 +8,13 @@ and light: no numpy, nothing that the CLI would pay for at start-up.
 
 from __future__ import annotations
 
-__all__ = ["MAX_LISTED", "attention", "core_only_note", "count", "duration", "int_range", "layer_list", "mib", "ms",
-           "number", "pct", "share", "size"]
+__all__ = ["MAX_LISTED", "MEMORY_NOT_RECORDED", "attention", "core_only_note", "count", "duration", "int_range",
+           "layer_list", "mib", "ms", "number", "pct", "share", "size"]
 
 MAX_LISTED = 12  # layers named in a sentence (a finding's evidence lists them all)
+#: Why a trace without memory events has no bytes figures (``WorkerSummary.memory_recorded``); the
+#: tab's ``MEMORY_NOT_RECORDED`` (frontend/src/views/common.ts) says the same.
+MEMORY_NOT_RECORDED = "memory not recorded (profile_memory=False)"
 _UNITS = (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10))
 
 

@@ -26,9 +26,11 @@ __all__ = [
     "BACKWARD_PREFIX",
     "CATEGORY_KIND",
     "DEVICE_PROPERTY_KEYS",
+    "HIP_RUNTIME_PREFIX",
     "MEMORY_EVENT_NAME",
     "MODULE_PREFIX",
     "NO_ARGS",
+    "ROCM_KEYS",
     "STEP_PREFIX",
     "UNSET",
     "Kind",
@@ -101,6 +103,11 @@ BACKWARD_PREFIX = "autograd::engine::evaluate_function: "
 
 #: Top-level keys that describe devices, by schema generation.
 DEVICE_PROPERTY_KEYS: tuple[str, ...] = ("deviceProperties", "computeProperties")
+#: Top-level keys only a ROCm build's Kineto writes (roctracer and the HIP runtime's versions).
+ROCM_KEYS: tuple[str, ...] = ("roctracer_version", "hip_runtime_version", "hip_driver_version")
+#: How HIP runtime calls begin (``hipLaunchKernel``, ``hipMemcpyAsync``): a ROCm trace's, where
+#: its header lacks ``ROCM_KEYS`` (older ROCm builds).
+HIP_RUNTIME_PREFIX = "hip"
 
 
 #: What an integer field of ``WireArgs`` holds when the event does not have it. Not a value the

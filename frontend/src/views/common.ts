@@ -89,6 +89,12 @@ export function findingsBox(findings: Finding[]): HTMLElement | null {
 }
 
 /** What the "core only" mark means (LayerStats.core_only). */
+/** A figure the trace cannot give. */
+export const DASH = "\u2014";
+
+/** Why a trace without memory events shows no bytes (WorkerSummary.memory_recorded). */
+export const MEMORY_NOT_RECORDED = "memory not recorded (profile_memory=False)";
+
 export const CORE_ONLY_TITLE =
   "Found by its core alone (SDPA, or q\u00b7k\u1d40 \u2192 softmax \u2192 attn\u00b7v): the projections around the core " +
   "(q, k, v before it, the output after it) could not be found, so this layer's figures cover the attention core only.";

@@ -7,7 +7,7 @@ import { spanOptions } from "../spans";
 import { TABS, type Actions, type State, type Tab } from "../state";
 import { noisyMark, spreadTitle } from "../spread";
 import type { RunEntry, Spread, WorkerSummary } from "../types";
-import { CORE_ONLY_TITLE, errorBox, findingsBox, infoText, loadingBox, nameList, note } from "./common";
+import { CORE_ONLY_TITLE, DASH, MEMORY_NOT_RECORDED, errorBox, findingsBox, infoText, loadingBox, nameList, note } from "./common";
 import { DrillView } from "./drilldown";
 import { GenerationView, stepLabel } from "./generation";
 import { HeadsView } from "./heads";
@@ -257,13 +257,24 @@ export class RunView {
         ws.layers.length
           ? h(
               "span",
-              { class: "stat", title: "The largest rise of allocated memory over a layer's start, across layers (as the runs list and Compare show it)" },
+              {
+                class: "stat",
+                title: ws.memory_recorded
+                  ? "The largest rise of allocated memory over a layer's start, across layers (as the runs list and Compare show it)"
+                  : MEMORY_NOT_RECORDED,
+                dataset: { testid: "peak" },
+              },
               h("span", "stat-label", "peak"),
-              h("b", null, fmtBytes(Math.max(...ws.layers.map((l) => l.peak_bytes)))),
+              h("b", null, ws.memory_recorded ? fmtBytes(Math.max(...ws.layers.map((l) => l.peak_bytes))) : DASH),
             )
           : null,
         h("span", { class: "stat", title: `ProfilerStep numbers: ${ws.steps.join(", ")}` }, h("b", null, fmtCount(ws.step_count)), h("span", "stat-label", ws.step_count === 1 ? "step profiled" : "steps profiled")),
-        h("span", "stat", h("span", "stat-label", "device"), h("b", null, ws.device)),
+        h(
+          "span",
+          { class: "stat", title: ws.gpu ? "The platform and the device the trace names (deviceProperties)" : "", dataset: { testid: "device" } },
+          h("span", "stat-label", "device"),
+          h("b", null, ws.gpu ?? ws.device),
+        ),
       ),
     );
     if (ws.inferred || ws.layers.some((l) => l.inferred)) {

@@ -7,6 +7,7 @@ import { h } from "../dom";
 import { fmtBytes, fmtCount, fmtMs, fmtShare, fmtUs } from "../format";
 import { noisyMark } from "../spread";
 import type { RunEntry, RunFigures } from "../types";
+import { MEMORY_NOT_RECORDED } from "./common";
 
 export const PARSING = "\u2026";
 export const NONE = "\u2014";
@@ -46,7 +47,7 @@ export const FIGURE_COLUMNS: Column[] = [
     label: "peak",
     title: "Peak: the largest rise of allocated memory over a layer's start, across layers (Compare's \u201cpeak\u201d)",
     num: true,
-    value: fig((f) => f.peak_bytes),
+    value: fig((f) => (f.memory_recorded ? f.peak_bytes : null)),
   },
   { key: "backend", label: "backend", title: "The SDPA backend that really ran", value: fig((f) => f.backend) },
   { key: "steps", label: "steps", title: "Profiled steps", num: true, value: fig((f) => f.steps) },
@@ -108,7 +109,9 @@ export function figureCells(r: RunEntry): HTMLElement[] {
       coreMark(f),
     ),
     h("td", { class: "num fig", dataset: { col: "share" } }, fmtShare(f.attention_share), coreMark(f)),
-    h("td", { class: "num fig", title: `${f.peak_bytes} bytes`, dataset: { col: "peak" } }, fmtBytes(f.peak_bytes)),
+    f.memory_recorded
+      ? h("td", { class: "num fig", title: `${f.peak_bytes} bytes`, dataset: { col: "peak" } }, fmtBytes(f.peak_bytes))
+      : h("td", { class: "num fig muted", title: MEMORY_NOT_RECORDED, dataset: { col: "peak" } }, NONE),
     h("td", { class: "fig", dataset: { col: "backend" } }, f.backend),
     h("td", { class: "num fig", dataset: { col: "steps" } }, fmtCount(f.steps)),
   ];
