@@ -58,6 +58,15 @@ def test_memory_not_recorded_reads_a_dash(device_tensorboard: TensorBoard, page:
     frame = open_tab(page, device_tensorboard.url)
     open_run(frame, "sd35")
     expect(stat(frame, "device").locator("b")).to_have_text("ROCm · AMD Instinct MI300X")
+    # Mixed backends read as runs of layers: the text encoders' SDPA, T5's eager layers, the MMDiT's.
+    runs, first = [], 0
+    for i, layer in enumerate(ws.layers):
+        if i + 1 == len(ws.layers) or ws.layers[i + 1].backend != layer.backend:
+            span = f"L{ws.layers[first].layer}" + (f"\u2013{layer.layer}" if i > first else "")
+            runs.append(f"{span} {layer.backend}")
+            first = i + 1
+    assert ws.backend == "mixed" and 1 < len(runs) < 10
+    expect(stat(frame, "backend")).to_contain_text(f"({', '.join(runs)})")
     peak = stat(frame, "peak")
     expect(peak.locator("b")).to_have_text("\u2014")
     expect(peak).to_have_attribute("title", NOT_RECORDED)

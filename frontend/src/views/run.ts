@@ -223,7 +223,7 @@ export class RunView {
       "stat",
       h("span", "stat-label", "backend"),
       h("span", { class: `backend-chip`, title: evidence.length ? `evidence: ${evidence.join(", ")}` : "" }, ws.backend),
-      ws.backend === "mixed" ? h("span", "muted", ` (${ws.layers.map((l) => `L${l.layer} ${l.backend}`).join(", ")})`) : null,
+      ws.backend === "mixed" ? h("span", "muted", ` (${backendRuns(ws.layers)})`) : null,
       backends.length === 1 && evidence.length ? h("span", "muted small", " from ", ...nameList(evidence.slice(0, 3))) : null,
     );
     const allCore = ws.layers.length > 0 && ws.layers.every((l) => l.core_only);
@@ -384,6 +384,18 @@ export class RunView {
 }
 
 /** The rank selection the ranks view shows (the server's answer, not a selection still asked for); null: every rank. */
+/** Each run of consecutive layers that ran one backend, as "L0\u201343 rocm-flash, L44 naive"
+ * (a model of 107 layers listed every one). */
+export function backendRuns(layers: readonly { layer: number; backend: string }[]): string {
+  const runs: { first: number; last: number; backend: string }[] = [];
+  for (const l of [...layers].sort((a, b) => a.layer - b.layer)) {
+    const prev = runs[runs.length - 1];
+    if (prev && prev.backend === l.backend && prev.last === l.layer - 1) prev.last = l.layer;
+    else runs.push({ first: l.layer, last: l.layer, backend: l.backend });
+  }
+  return runs.map((r) => `L${r.first}${r.last > r.first ? `\u2013${r.last}` : ""} ${r.backend}`).join(", ");
+}
+
 function shownRanks(s: State): string | null {
   return s.ranks.data?.run === s.run ? (s.ranks.data?.ranks_selected ?? null) : null;
 }
