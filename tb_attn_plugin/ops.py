@@ -507,6 +507,9 @@ SERVING_ROPE_OPS = frozenset({"_C::rotary_embedding", "_C::batched_rotary_embedd
 #: (vllm/model_executor/layers/utils.py ``rocm_unquantized_gemm``) and aiter's, which SGLang calls
 #: on ROCm (aiter/ops/gemm_op_a16w16.py). Read as the projection inside them.
 SERVING_GEMM_OPS = frozenset({"vllm::rocm_unquantized_gemm", "aiter::gemm_a16w16"})
+#: A serving model's QK-norm as one op: SGLang's ``apply_qk_norm`` (python/sglang/srt/models/utils.py)
+#: under its kernel-shape profiler, read through ``serving.canonical``.
+SERVING_QK_NORM_OPS = frozenset({"sglang_profiler::utils_apply_qk_norm"})
 #: Bookkeeping between vLLM's graph pieces: weak references to the pieces' outputs
 #: (vllm/utils/torch_utils.py ``weak_ref_tensor``); no work of the model's.
 SERVING_BOOKKEEPING_OPS = frozenset({"_C::weak_ref_tensor"})
@@ -518,6 +521,38 @@ VLLM_TRITON_KERNELS = ("kernel_unified_attention",)
 VLLM_PAGED_KERNELS = ("paged_attention_v1_kernel", "paged_attention_v2_kernel")
 VLLM_ROCM_PAGED_KERNELS = ("paged_attention_ll4mi",)
 
+# -- Inductor's generated kernels ----------------------------------------------------------------
+#: torch.compile's Triton kernels are named ``triton_<category>_fused_<origins>_<n>``: the first three
+#: letters of the category (pointwise, reduction, persistent reduction, template, foreach), then
+#: the sorted names of the ATen ops the kernel was generated from, joined by "_" (PyTorch
+#: ``torch/_inductor/codegen/triton.py`` and ``get_fused_kernel_name`` in ``torch/_inductor/utils.py``).
+#: The op events Inductor records around each launch carry the same name.
+INDUCTOR_KERNEL_PREFIX = "triton_"
+INDUCTOR_TEMPLATE = "tem"
+#: A template kernel from these is a GEMM with its epilogue fused: a projection.
+INDUCTOR_GEMM_ORIGINS = frozenset({"mm", "addmm", "linear"})
+#: Origins that only move, convert or join data (the SDPA op names the layout kernel that feeds
+#: it its q, k and v, or takes its output apart).
+INDUCTOR_LAYOUT_ORIGINS = frozenset({
+    *(op.removeprefix("aten::") for op in LAYOUT_OPS | COPY_OPS | DTYPE_CONVERT_OPS | KV_EXPAND_OPS),
+    "cat", "stack", "constant_pad_nd", "copy", "_to_copy", "expand", "clone", "permute",
+    *(op.removeprefix("aten::") for op in SDPA_OPS)})
+#: A norm: whole, or RMSNorm's pieces (``mean`` with ``rsqrt``).
+INDUCTOR_NORM_ORIGINS = frozenset({"native_layer_norm", "layer_norm", "rms_norm", "_fused_rms_norm",
+                                   "native_group_norm", "var_mean"})
+INDUCTOR_RMS_ORIGINS = frozenset({"mean", "rsqrt"})
+INDUCTOR_NORM_PIECE_ORIGINS = frozenset({"mean", "rsqrt", "pow", "sqrt", "sum"})
+#: Element-wise arithmetic (``addmm`` in a pointwise kernel is the bias of an extern GEMM).
+INDUCTOR_ARITH_ORIGINS = frozenset({"add", "sub", "mul", "div", "rsub", "addmm", "reciprocal"})
+#: Rotary embeddings: rotate_half's ``neg``, the tables' ``cos`` and ``sin``, the complex form.
+INDUCTOR_ROPE_ORIGINS = frozenset(op.removeprefix("aten::") for op in ROPE_OPS)
+#: What an Inductor kernel is read as, for the roles and the block's extent (``analysis.inductor``):
+#: a projection's element-wise prologue or epilogue (bias, scale, residual: no ATen op says that),
+#: a layout kernel as a view, a norm as ``layer_norm``.
+INDUCTOR_EPILOGUE_OP = "inductor::epilogue"
+INDUCTOR_LAYOUT_OP = "aten::view"
+INDUCTOR_NORM_OP = "aten::layer_norm"
+
 # -- CUDA/HIP graphs ------------------------------------------------------------------------------
 #: Runtime calls that capture a stream into a graph: kernels launched between them are recorded
 #: into the graph, not run (their launches show; their kernels do not).
@@ -527,9 +562,16 @@ GRAPH_CAPTURE_END = frozenset({"cudaStreamEndCapture", "hipStreamEndCapture", "c
 #: Replaying a captured graph: its kernels run under this one launch, not under the ops that
 #: captured them.
 GRAPH_LAUNCH = frozenset({"cudaGraphLaunch", "hipGraphLaunch", "cuGraphLaunch"})
+#: What ``torch.cuda.graph`` runs as it begins a capture, between the ops captured before and after:
+#: the RNG state's seed and offset filled for the graph (``capture_prologue`` in PyTorch's
+#: ``aten/src/ATen/cuda/CUDAGeneratorImpl.cpp``).
+GRAPH_CAPTURE_BOOKKEEPING_OPS = frozenset({"aten::fill_"})
 
-__all__ += ["GRAPH_CAPTURE_BEGIN", "GRAPH_CAPTURE_END", "GRAPH_LAUNCH", "SERVING_BOOKKEEPING_OPS", "SERVING_CORE_OPS",
-            "SERVING_GEMM_OPS", "SERVING_KV_WRITE_OPS", "SERVING_ROPE_OPS", "SGLANG_AITER_DECODE_OPS",
+__all__ += ["INDUCTOR_ARITH_ORIGINS", "INDUCTOR_EPILOGUE_OP", "INDUCTOR_GEMM_ORIGINS", "INDUCTOR_KERNEL_PREFIX",
+            "INDUCTOR_LAYOUT_OP", "INDUCTOR_LAYOUT_ORIGINS", "INDUCTOR_NORM_OP", "INDUCTOR_NORM_ORIGINS", "INDUCTOR_NORM_PIECE_ORIGINS",
+            "INDUCTOR_RMS_ORIGINS", "INDUCTOR_ROPE_ORIGINS", "INDUCTOR_TEMPLATE"]
+__all__ += ["GRAPH_CAPTURE_BEGIN", "GRAPH_CAPTURE_BOOKKEEPING_OPS", "GRAPH_CAPTURE_END", "GRAPH_LAUNCH", "SERVING_BOOKKEEPING_OPS", "SERVING_CORE_OPS",
+            "SERVING_GEMM_OPS", "SERVING_KV_WRITE_OPS", "SERVING_QK_NORM_OPS", "SERVING_ROPE_OPS", "SGLANG_AITER_DECODE_OPS",
             "SGLANG_AITER_PREFILL_OPS", "SGLANG_CORE_OPS", "SGLANG_PROFILER_CORE_OPS", "SGLANG_PROFILER_PREFIX",
             "SGLANG_TRITON_OPS", "VLLM_CORE_OPS", "VLLM_MLA_OPS", "VLLM_PAGED_KERNELS", "VLLM_PAGED_OPS",
             "VLLM_ROCM_PAGED_KERNELS", "VLLM_ROCM_PAGED_OPS", "VLLM_TRITON_KERNELS", "VLLM_UNIFIED_OPS"]

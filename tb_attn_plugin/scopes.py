@@ -83,7 +83,7 @@ OUT_OF_RANGE = f"scopes with a number out of range (layers and heads over {MAX_L
 class Phase(StrEnum):
     """Phases of one attention block, in execution order."""
 
-    QKV_PROJ = "qkv_proj"  # q, k and v projections, and the split into heads
+    QKV_PROJ = "qkv_proj"  # q, k and v projections, their bias and QK-norm, and the split into heads
     ROPE = "rope"  # rotary position embeddings applied to q and k
     KV_CACHE = "kv_cache"  # appending this call's k and v to a KV cache
     KV_EXPAND = "kv_expand"  # repeating k/v heads for grouped-query attention (naive only)

@@ -16,7 +16,9 @@ same vocabulary ``roles`` places them by:
   ``_MAX_OPS``: without one there is no telling a block's preparation from the previous
   sublayer's tail, and the core stays alone;
 - forward from the core, over the head merge (layout ops, copies) to the first projection after
-  it, included. Without one, nothing is added.
+  it, included, and over what a compiled graph's call or the start of a graph capture runs before
+  its first op (vLLM's piecewise graphs: the output projection is the next piece's). Without
+  one, nothing is added.
 
 A core that finds a projection on neither side stays alone and says so (``Extent.core_only``):
 its figures leave out the projections, the head split and the merge around it, and every
@@ -38,8 +40,12 @@ from tb_attn_plugin.analysis.serving import canonical
 from tb_attn_plugin.ops import (
     ARITHMETIC_OPS,
     CAT_OP,
+    COMPILE_BOOKKEEPING_PREFIXES,
+    COMPILED_GRAPH_PREFIX,
     COPY_OPS,
+    GRAPH_CAPTURE_BOOKKEEPING_OPS,
     DTYPE_CONVERT_OPS,
+    INDUCTOR_EPILOGUE_OP,
     KV_CACHE_OPS,
     KV_EXPAND_OPS,
     LAYOUT_OPS,
@@ -51,8 +57,10 @@ from tb_attn_plugin.ops import (
     POSITION_BIAS_OPS,
     PROJECTION_OPS,
     ROPE_OPS,
+    SDPA_OPS,
     SERVING_BOOKKEEPING_OPS,
     SERVING_KV_WRITE_OPS,
+    SERVING_QK_NORM_OPS,
     SERVING_ROPE_OPS,
     TENSOR_NEW_OPS,
 )
@@ -67,7 +75,7 @@ _MAX_OPS = 64
 #: the paged KV-cache write, vLLM's weak references to graph outputs (names read through
 #: ``serving.canonical``).
 _SERVING_PREPARE = SERVING_ROPE_OPS | SERVING_KV_WRITE_OPS | SERVING_BOOKKEEPING_OPS | LIBRARY_ROPE_OPS \
-    | LIBRARY_KV_WRITE_OPS
+    | LIBRARY_KV_WRITE_OPS | {INDUCTOR_EPILOGUE_OP}
 #: Ops that prepare q, k and v between their projections and the core, the bookkeeping of a
 #: KV cache (``torch.tensor([])``: empty, lift_fresh, detach_), and a relative position bias
 #: computed between the projections and q·kᵀ (T5's first layer of each stack).
@@ -80,9 +88,13 @@ _BIAS_ONLY = POSITION_BIAS_OPS - (LAYOUT_OPS | ROPE_OPS | ARITHMETIC_OPS | KV_CA
                                   | DTYPE_CONVERT_OPS | COPY_OPS | TENSOR_NEW_OPS)
 #: A norm of q or k between its projection and the core (Qwen3's, OLMo's QK-norm), whole or as
 #: RMSNorm's pieces.
-_QK_NORM = NORM_OPS | NORM_PIECE_OPS
-#: The head merge between the core and the output projection.
-_MERGE = LAYOUT_OPS | COPY_OPS
+_QK_NORM = NORM_OPS | NORM_PIECE_OPS | SERVING_QK_NORM_OPS
+#: The head merge between the core and the output projection (in a compiled region, Inductor's
+#: kernels: the merge, and the element-wise work fused into it).
+_MERGE = LAYOUT_OPS | COPY_OPS | {INDUCTOR_EPILOGUE_OP}
+#: Ops looked at past joint attention's first output projection for its second (the merge, and
+#: the first stream's residual and norm where Inductor ran them in between).
+_MAX_OUTPUT_GAP = 8
 
 
 class Extent(NamedTuple):
@@ -100,34 +112,59 @@ def widen(events: Events, parent: np.ndarray, spans: list[tuple[int, int]]) -> l
         return []
     cpu = events.kind == Kind.CPU_OP
     names = events.names
-    # Siblings by their nearest ancestor that is not a module event: with_stack's ``nn.Module``
-    # events (the q, k and v projections each inside its own ``nn.Module: Linear``) do not part
-    # them; a profiler step does.
-    siblings = _Siblings(nearest_marked_ancestor(parent, events.kind != Kind.MODULE), cpu)
+    # Siblings by their nearest ancestor that is neither a module event nor a compiled graph's
+    # call: with_stack's ``nn.Module`` events (the q, k and v projections each inside its own
+    # ``nn.Module: Linear``) do not part them, nor do the pieces of a graph that torch.compile split
+    # at the attention op (vLLM's piecewise graphs hold the projections and RoPE, and the attention
+    # op runs between them); a profiler step does.
+    siblings = _Siblings(nearest_marked_ancestor(parent, (events.kind != Kind.MODULE) & ~_graph_calls(events)), cpu)
     out: list[Extent] = []
     for first, last in spans:
         floor = out[-1][1] if out and events.track[out[-1][1]] == events.track[first] else -1
-        start = _back(events, siblings.before(first, _MAX_OPS), floor)
-        stop = _forward(names, events.name, siblings.after(last, _MAX_OPS))
+        tokens = _tokens(events, first, last)
+        start, rows = _back(events, siblings.before(first, _MAX_OPS), floor, tokens)
+        stop = _forward(events, siblings.after(last, _MAX_OPS), tokens if len(rows) == 2 else None)
         out.append(Extent(first if start is None else start, last if stop is None else stop,
                           start is None and stop is None))
     return out
 
 
-def _back(events: Events, before: list[int], floor: int) -> int | None:
+def _graph_calls(events: Events) -> np.ndarray:
+    """Per event: whether it is Inductor's annotation around a compiled graph's call."""
+    ids = [k for k, n in enumerate(events.names) if n.startswith(COMPILED_GRAPH_PREFIX)]
+    return np.isin(events.name, ids) & (events.kind == Kind.ANNOTATION)
+
+
+def _tokens(events: Events, first: int, last: int) -> int | None:
+    """How many query tokens an SDPA core attends for (q's ``B * S``), if it is one with shapes."""
+    for i in (last, first):
+        if canonical(events.names[events.name[i]]) in SDPA_OPS:
+            q = _dims(events, i, 0)
+            return q[0] * q[2] if q is not None and len(q) == 4 else None
+    return None
+
+
+def _rows(dims: list[int] | None) -> int | None:
+    """The rows of a projection's input: every dimension but the features."""
+    return None if not dims else int(np.prod(dims[:-1]))
+
+
+def _back(events: Events, before: list[int], floor: int, tokens: int | None) -> tuple[int | None, set[int]]:
     """The first op of the block before its core (``before``: the core's siblings, nearest
-    first), or None without a projection.
+    first), or None without a projection; and the rows of the projections' inputs.
 
     Past the nearest projection the walk goes on over what prepares q, k and v (a QK-norm sits
     between a projection and the next), taking each further projection of the same input (q, k and
     v project one hidden state): a projection of another input is another sublayer's, and so is
     whatever lies before the block's first projection but the layout ops that feed it (GPT-2's
     Conv1D views its input first). Without recorded shapes only layout ops may separate the
-    projections."""
+    projections. Joint attention (MMDiT, Flux) projects two streams, text and image, and attends
+    over them joined: a projection of a second input is the block's when the two inputs' rows add
+    up to the core's query tokens (``tokens``)."""
     names, name = events.names, events.name
     start: int | None = None
     lead: int | None = None  # the earliest of the layout ops right before ``start``
-    dims: list[int] | None = None
+    inputs: list[list[int]] = []  # the projections' inputs (two in joint attention)
     adjacent = False
     for i in before:
         if i <= floor:
@@ -135,40 +172,58 @@ def _back(events: Events, before: list[int], floor: int) -> int | None:
         op = canonical(names[name[i]])
         if op in PROJECTION_OPS:
             own = _input(events, i)
-            if start is not None and (dims is None or own != dims):
-                break
-            start, lead, dims, adjacent = i, None, own, True
+            if start is not None and (not inputs or own not in inputs):
+                if own is None or len(inputs) != 1 or tokens is None or _rows(own) + _rows(inputs[0]) != tokens:
+                    break
+                inputs.append(own)
+            elif own is not None and not inputs:
+                inputs.append(own)
+            start, lead, adjacent = i, None, True
         elif start is not None and op in LAYOUT_OPS:
             lead = i if adjacent else lead
         elif op in _PREPARE or op in _QK_NORM:
-            if start is not None and (dims is None or op in _BIAS_ONLY):
+            if start is not None and (not inputs or op in _BIAS_ONLY):
                 break
             adjacent = False
         else:
             break
-    return lead if lead is not None else start
+    return (lead if lead is not None else start), {r for r in map(_rows, inputs) if r is not None}
 
 
 def _input(events: Events, i: int) -> list[int] | None:
     """A projection's input's dims (``addmm``'s second argument: its first is the bias), if
     recorded."""
+    return _dims(events, i, MATMUL_ARGS.get(events.names[events.name[i]], (0, 1))[0])
+
+
+def _dims(events: Events, i: int, arg: int) -> list[int] | None:
     sid = int(events.shape[i])
     if sid < 0:
         return None
     dims = events.shapes[sid].dims
-    arg = MATMUL_ARGS.get(events.names[events.name[i]], (0, 1))[0]
     first = dims[arg] if arg < len(dims) else None
     return [int(x) for x in first] if isinstance(first, list) and first else None
 
 
-def _forward(names: tuple[str, ...], name: np.ndarray, after: list[int]) -> int | None:
+def _forward(events: Events, after: list[int], tokens: int | None) -> int | None:
     """The block's output projection after its core (``after``: the core's siblings, nearest
-    first), or None."""
-    for i in after:
+    first), or None. Joint attention (``tokens``: its query tokens, where ``_back`` found two
+    streams) ends at the second stream's output projection, whose input's rows are the tokens the
+    first one's left: nothing but that count is asked of what lies between (Inductor fuses the
+    first stream's residual and norm with whatever fed them)."""
+    names, name = events.names, events.name
+    for k, i in enumerate(after):
         op = canonical(names[name[i]])
         if op in PROJECTION_OPS:
+            first = _rows(_input(events, i))
+            if tokens is None or first is None:
+                return i
+            for j in after[k + 1:k + 1 + _MAX_OUTPUT_GAP]:
+                other = canonical(names[name[j]])
+                if other in PROJECTION_OPS:
+                    return j if _rows(_input(events, j)) == tokens - first else i
             return i
-        if op not in _MERGE:
+        if op not in _MERGE and op not in GRAPH_CAPTURE_BOOKKEEPING_OPS and not op.startswith(COMPILE_BOOKKEEPING_PREFIXES):
             return None
     return None
 

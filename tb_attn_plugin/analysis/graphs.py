@@ -17,8 +17,9 @@ from typing import NamedTuple
 import numpy as np
 
 from tb_attn_plugin.analysis.attribute import Attribution
-from tb_attn_plugin.analysis.wording import count, layer_list
+from tb_attn_plugin.analysis.wording import count, layer_list, series
 from tb_attn_plugin.ops import GRAPH_CAPTURE_BEGIN, GRAPH_CAPTURE_END, GRAPH_LAUNCH
+from tb_attn_plugin.scopes import PHASES
 from tb_attn_plugin.trace.events import Events
 from tb_attn_plugin.trace.kineto import Kind
 
@@ -59,9 +60,8 @@ def graph_use(events: Events, attr: Attribution) -> GraphUse:
     if captures:
         what = names[int(events.name[np.flatnonzero(begin)[0]])]
         if captured:
-            notes.append(f"{layer_list(captured).capitalize()} ran while a CUDA/HIP graph was captured ({what}): the "
-                         "kernels they launched were recorded into the graph, not run, so the trace holds no device "
-                         f"time for them and their device figures are unavailable; {GRAPHS_OFF}")
+            notes.append(_captured_note(events, attr, launched, inside, captured, what,
+                                        spanning=bool((attention & (begin | end)).any())))
         eager = [layer for layer in layers if layer not in captured]
         notes.append(f"This trace was recorded while {count(captures, 'CUDA/HIP graph was', 'CUDA/HIP graphs were')} "
                      f"captured ({what}): kernels launched inside a capture did not run, so the step's device time "
@@ -74,6 +74,32 @@ def graph_use(events: Events, attr: Attribution) -> GraphUse:
                      "a replay runs belong to its launch, not to the ops that captured them, so attention's device "
                      f"figures leave them out and its share of the device step time is not given; {GRAPHS_OFF}")
     return GraphUse(tuple(notes), tuple(captured), False)
+
+
+def _captured_note(events: Events, attr: Attribution, launched: np.ndarray, inside: np.ndarray,
+                   captured: list[int], what: str, *, spanning: bool) -> str:
+    """What the captures hid of ``captured`` layers: the phases whose launches were captured, those
+    that ran (a piecewise graph runs attention between its pieces), and, where a block spans pieces
+    (``spanning``), the capture's own work inside it."""
+    sel = launched & np.isin(attr.layer, captured)
+    hidden = _phase_names(attr, sel & inside)
+    ran = [p for p in _phase_names(attr, sel & ~inside) if p not in hidden]
+    where = f"the kernels launched from {series(hidden)}" if hidden else "the kernels they launched"
+    out = (f"{layer_list(captured).capitalize()} ran while a CUDA/HIP graph was captured ({what}): {where} were "
+           "recorded into the graph, not run, so the trace holds no device time for them and their device figures "
+           "are unavailable")
+    if ran:
+        out += f"; {series(ran)} ran outside the captures, and their device figures are the kernels that ran"
+    if spanning:
+        out += ("; their blocks span graph pieces, so their CPU time holds the capture's own work between the "
+                "pieces (ending one capture, beginning the next), under \"other\"")
+    return f"{out}; {GRAPHS_OFF}"
+
+
+def _phase_names(attr: Attribution, sel: np.ndarray) -> list[str]:
+    """The phases of the events ``sel``, in the order of ``scopes.PHASES``."""
+    codes = sorted({int(c) for c in attr.phase[sel].tolist() if c >= 0})
+    return [PHASES[c] for c in codes]
 
 
 def _in_captures(events: Events, begins: np.ndarray, ends: np.ndarray) -> np.ndarray:

@@ -8,6 +8,9 @@ the block (before the core, on the scores, on the probabilities, after the core)
 every op whose phase is known, scoped or assigned:
 
 - projections (``linear``, ``addmm``, ``mm``): ``qkv_proj`` before the core, ``out_proj`` after;
+- a whole norm right after a projection, before the core (a QK-norm): ``qkv_proj``; a
+  projection's bias, scale or residual that Inductor fused into a kernel of its own
+  (``analysis.inductor``): ``qkv_proj`` before the core, ``out_proj`` after;
 - rotary embeddings: ``neg``/``cos``/``sin`` (and the complex form) before the core, and, in a
   block that has them, the ``mul``/``add`` around them and the ``cat`` right after a ``neg``;
 - the KV cache: any other ``cat`` (or ``index_copy_``) before the core, and a serving engine's
@@ -54,6 +57,7 @@ from tb_attn_plugin.ops import (
     DROPOUT_OPS,
     DTYPE_CONVERT_OPS,
     FUSED_BLOCK_OPS,
+    INDUCTOR_EPILOGUE_OP,
     INT_MM_OP,
     KV_CACHE_OPS,
     KV_EXPAND_OPS,
@@ -73,6 +77,7 @@ from tb_attn_plugin.ops import (
     SDPA_OPS,
     SERVING_CORE_OPS,
     SERVING_KV_WRITE_OPS,
+    SERVING_QK_NORM_OPS,
     SERVING_ROPE_OPS,
     SOFTMAX_OPS,
     TRANSPOSE_OPS,
@@ -89,6 +94,9 @@ CORE = "core"
 _PAD = 1e-4  # synthetic scopes are padded so that they sort before the ops they wrap
 _MIN_GAP_US = 0.01  # well above attribute.EPS_US: a shorter gap before a scope is not covered
 _PRE, _SCORES, _PROBS, _DONE = range(4)
+#: A norm of q or k, whole (a norm op, SGLang's ``apply_qk_norm``, an Inductor kernel read as a
+#: norm), right after a projection and before the core: Qwen3's, OLMo's, SD3's QK-norm.
+_QK_NORM = NORM_OPS | SERVING_QK_NORM_OPS
 _ADDS = ARITHMETIC_OPS - SCALE_OPS
 
 
@@ -124,6 +132,10 @@ def _role(op: str, stage: int, previous: str | None, last_phase: str | None, rop
         return (Phase.AV_MATMUL if stage == _PROBS else Phase.OUT_PROJ if stage == _DONE else Phase.QK_MATMUL)
     if op in PROJECTION_OPS:
         return Phase.QKV_PROJ if stage == _PRE else Phase.OUT_PROJ if stage == _DONE else None
+    if op == INDUCTOR_EPILOGUE_OP:  # a projection's bias, scale or residual, fused by Inductor
+        return Phase.QKV_PROJ if stage == _PRE else Phase.OUT_PROJ if stage == _DONE else None
+    if op in _QK_NORM and stage == _PRE and last_phase == Phase.QKV_PROJ:
+        return Phase.QKV_PROJ
     if stage == _DONE:
         return Phase.OUT_PROJ if op in DROPOUT_OPS | _ADDS | NORM_OPS | {CAT_OP} else None
     if op in DROPOUT_OPS:

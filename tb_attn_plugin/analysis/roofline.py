@@ -136,6 +136,8 @@ def _roof_layers(layers: list[LayerStats], peaks: Peaks, device: bool) -> _Terms
         for p in layer.phases:
             pt = _phase_terms(p, peaks, device)
             p.roof = _roof(pt, peaks)
+            if device and pt.time_us <= 0:
+                continue  # no kernel ran for it (captured into a CUDA graph): its work has no time here
             terms.add(pt)
         layer.roof = _roof(terms, peaks)
         run.add(terms)
@@ -170,7 +172,9 @@ def _by_phase(summary: WorkerSummary) -> dict[str, tuple[list[tuple[LayerStats, 
         for p in layer.phases:
             rows, terms = out.setdefault(p.phase, ([], _Terms()))
             rows.append((layer, p))
-            terms.add(_phase_terms(p, peaks, device))
+            pt = _phase_terms(p, peaks, device)
+            if not device or pt.time_us > 0:
+                terms.add(pt)
     return out
 
 

@@ -16,6 +16,7 @@ from functools import lru_cache
 
 import numpy as np
 
+from tb_attn_plugin.analysis.inductor import representative
 from tb_attn_plugin.analysis.query import ancestors
 from tb_attn_plugin.ops import (
     LAYOUT_OPS,
@@ -37,12 +38,13 @@ _COUNTER = re.compile(r"_\d+$")
 
 @lru_cache(maxsize=4096)
 def canonical(name: str) -> str:
-    """``name`` without SGLang's profiler counter; a serving GEMM wrapper as ``aten::linear``."""
+    """``name`` without SGLang's profiler counter; a serving GEMM wrapper as ``aten::linear``; an
+    Inductor kernel as the op it stands for (``inductor.representative``)."""
     if name.startswith(SGLANG_PROFILER_PREFIX):
         return _COUNTER.sub("", name)
     if name in SERVING_GEMM_OPS:
         return LINEAR_OP
-    return name
+    return representative(name) or name
 
 
 def is_serving_core(name: str) -> bool:

@@ -130,6 +130,13 @@ class _Summarizer:
                 self.head_ranges.setdefault(scope.layer, set()).update(scope.heads)
 
     # -- helpers --------------------------------------------------------------------------
+    def _rate(self, phases: list[PhaseStats], device_us: float, cpu_us: float) -> float:
+        """A layer's FLOP/s: on a device, the FLOPs of its phases that ran kernels over their time
+        (a phase captured into a CUDA graph ran none here); else over CPU time."""
+        if not self.has_device:
+            return flop_rate(sum(p.flops for p in phases), cpu_us)
+        return flop_rate(sum(p.flops for p in phases if p.device_us > 0), device_us)
+
     def _per_step(self, x: float) -> float:
         return float(x) / self.step_count
 
@@ -313,7 +320,7 @@ class _Summarizer:
             backend_evidence=[clip(n) for n in evidence],
             inferred=self.inferred, core_only=layer in self.core_only,
             calls=self._per_step(block_scopes.size), cpu_us=cpu_us, device_us=device_us,
-            flops=flops, flops_per_s=flop_rate(flops, device_us or cpu_us), iops=sum(p.iops for p in phases),
+            flops=flops, flops_per_s=self._rate(phases, device_us, cpu_us), iops=sum(p.iops for p in phases),
             alloc_bytes=alloc, peak_bytes=self._peak(block_scopes), sxs_bytes=sxs,
             sxs_mask_bytes=sum(p.sxs_mask_bytes for p in phases), score_tensor_bytes=sizes.tensor_bytes,
             score_shape=list(sizes.shape),
@@ -395,7 +402,7 @@ class _Summarizer:
             ops=self._names(ops),
             op_count=self._per_step(ops.size),
             flops=flops,
-            flops_per_s=flop_rate(flops, device_us or cpu_us),
+            flops_per_s=flop_rate(flops, device_us if self.has_device else cpu_us),
             iops=self._per_step(a.iops[fwd].sum()) if a.iops.size else 0.0,
             alloc_bytes=self._per_step(nbytes[nbytes > 0].sum()),
             freed_bytes=self._per_step(-nbytes[nbytes < 0].sum()),

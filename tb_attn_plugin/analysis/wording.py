@@ -9,7 +9,7 @@ and light: no numpy, nothing that the CLI would pay for at start-up.
 from __future__ import annotations
 
 __all__ = ["MAX_LISTED", "MEMORY_NOT_RECORDED", "attention", "core_only_note", "count", "duration", "int_range",
-           "layer_list", "mib", "ms", "number", "pct", "share", "size"]
+           "layer_list", "mib", "ms", "number", "pct", "series", "share", "size"]
 
 MAX_LISTED = 12  # layers named in a sentence (a finding's evidence lists them all)
 #: Why a trace without memory events has no bytes figures (``WorkerSummary.memory_recorded``); the
@@ -79,6 +79,11 @@ def layer_list(layers: list[int]) -> str:
     if len(layers) > MAX_LISTED:
         return "layers " + ", ".join(map(str, layers[:MAX_LISTED])) + f" and {len(layers) - MAX_LISTED} more"
     return "layers " + ", ".join(map(str, layers[:-1])) + f" and {layers[-1]}"
+
+
+def series(items: list[str]) -> str:
+    """``'a'``, ``'a and b'``, ``'a, b and c'``."""
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + f" and {items[-1]}" if items else ""
 
 
 def attention(core_only: int, layers: int) -> str:

@@ -109,9 +109,20 @@ def test_with_memory_events_memory_is_recorded(path: Path) -> None:
 
 
 def test_a_recorded_zero_stays_a_zero() -> None:
-    """vLLM's trace records memory, and none of its 24 layers allocates within its block: a measured 0."""
-    s = _summary(VLLM)
-    assert s.memory_recorded and len(s.layers) == 24 and _peak(s) == 0
+    """A trace that records memory (an allocation before the block) and a block that allocates
+    nothing: a measured 0."""
+    cpu = {"pid": 1, "tid": 1}
+    events = [
+        {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "ts": 0, "dur": 100, **cpu, "args": {}},
+        {"ph": "i", "cat": "cpu_instant_event", "s": "t", "name": "[memory]", "ts": 5, **cpu,
+         "args": {"Addr": 1, "Bytes": 1024, "Total Allocated": 1024, "Total Reserved": 2048, "Device Type": 0,
+                  "Device Id": -1}},
+        {"ph": "X", "cat": "cpu_op", "name": "aten::scaled_dot_product_attention", "ts": 10, "dur": 20, **cpu,
+         "args": {}},
+    ]
+    s = summarize_trace(analyze(decode_bytes(json.dumps({"traceEvents": events}).encode())), file="z.json",
+                        worker="w", span=None)
+    assert s.memory_recorded and len(s.layers) == 1 and _peak(s) == 0
     assert sum(layer.alloc_bytes for layer in s.layers) == 0
 
 

@@ -63,20 +63,22 @@ def _phases(layer: LayerStats) -> dict[str, Any]:
 
 def _nested_kernels_us(events: list[dict[str, Any]], op: str) -> list[float]:
     """For each call of ``op`` (file order by start), the summed durations of the kernels launched
-    by the CPU ops nested in it: kernels and ops share ``External id``. Read from the raw JSON,
-    apart from the engine."""
-    cpu = sorted((e for e in events if e.get("ph") == "X" and e.get("cat") == "cpu_op"), key=lambda e: e["ts"])
+    inside it: the runtime launches on its thread within its span, matched to kernels by
+    ``correlation``. Read from the raw JSON, apart from the engine."""
     kernel_us: dict[int, float] = {}
     for e in events:
         if e.get("cat") == "kernel":
-            ext = e["args"]["External id"]
-            kernel_us[ext] = kernel_us.get(ext, 0.0) + e["dur"]
+            corr = e["args"]["correlation"]
+            kernel_us[corr] = kernel_us.get(corr, 0.0) + e["dur"]
+    launches = [e for e in events if e.get("ph") == "X" and e.get("cat") == "cuda_runtime"]
+    calls = sorted((e for e in events if e.get("ph") == "X" and e.get("cat") == "cpu_op" and e["name"] == op),
+                   key=lambda e: e["ts"])
     out = []
-    for call in (e for e in cpu if e["name"] == op):
+    for call in calls:
         end = call["ts"] + call["dur"]
-        inner = [e["args"]["External id"] for e in cpu
-                 if e["tid"] == call["tid"] and call["ts"] <= e["ts"] and e["ts"] + e["dur"] <= end]
-        out.append(sum(kernel_us.get(x, 0.0) for x in inner))
+        inner = [e["args"].get("correlation") for e in launches
+                 if e["tid"] == call["tid"] and call["ts"] <= e["ts"] <= end]
+        out.append(sum(kernel_us.get(x, 0.0) for x in inner if x is not None))
     return out
 
 
@@ -97,16 +99,30 @@ def decode() -> WorkerSummary:
 
 # -- vLLM, piecewise graph capture ---------------------------------------------------------------
 
+#: gpt-oss-20b's attention (vLLM's capture at 8192 tokens): hidden 2880, 64 query heads and 8 KV
+#: heads of 64; the projections' shapes as recorded (the ``aten::linear`` inside ``rocm_unquantized_gemm``).
+TOKENS, HIDDEN, QKV_OUT, O_IN = 8192, 2880, (64 + 2 * 8) * 64, 64 * 64
+
+
 def test_vllm_layers_are_found_by_their_attention_op(vllm: WorkerSummary) -> None:
-    """24 ``vllm::unified_attention_with_output`` calls, one per layer; no module events, and the
-    projections are inside other graph pieces, so each block is its KV write and core, core only."""
+    """24 ``vllm::unified_attention_with_output`` calls, one per layer; no module events. The
+    projections and RoPE run in the compiled graph pieces on either side of the attention op
+    (``## Call CompiledFxGraph``), which do not part them from it: each block is the qkv GEMM (the
+    last of the piece before), RoPE, the KV write, the core and the output GEMM (the first of the
+    piece after), with the projections' FLOPs from their shapes."""
     assert NO_ATTENTION not in vllm.notes
     assert [layer.layer for layer in vllm.layers] == list(range(24))
     for layer in vllm.layers:
         assert layer.backend == "vllm-unified" and layer.backend_evidence == ["vllm::unified_attention_with_output"]
-        assert [p.phase for p in layer.phases if p.calls] == ["kv_cache", "sdpa"]
-        assert layer.core_only
-        assert layer.flops == 0  # varlen over a paged cache: the context lengths are in tensors
+        assert [p.phase for p in layer.phases if p.calls] == ["qkv_proj", "rope", "kv_cache", "sdpa", "out_proj"]
+        assert not layer.core_only
+        phases = _phases(layer)
+        assert phases["qkv_proj"].flops == 2 * TOKENS * HIDDEN * QKV_OUT
+        assert phases["out_proj"].flops == 2 * TOKENS * O_IN * HIDDEN
+        assert phases["sdpa"].flops == 0  # varlen over a paged cache: the context lengths are in tensors
+        # Captured: no kernel ran for the projections, so no rate is given for them.
+        assert phases["qkv_proj"].device_us == 0 and phases["qkv_proj"].flops_per_s == 0
+        assert layer.flops_per_s == 0
 
 
 def test_vllm_device_time_is_the_kernels_that_ran(vllm: WorkerSummary) -> None:
@@ -126,8 +142,11 @@ def test_vllm_device_time_is_the_kernels_that_ran(vllm: WorkerSummary) -> None:
 def test_vllm_capture_is_said_and_no_device_share_given(vllm: WorkerSummary) -> None:
     """25 ``hipStreamBeginCapture`` calls: the step's device time is only what ran between them."""
     assert vllm.attention_share_device is None
-    (note,) = [n for n in vllm.notes if "captured" in n]
-    assert "25 CUDA/HIP graphs were captured (hipStreamBeginCapture)" in note and "layers 0-23 ran outside" in note
+    (layers, note) = [n for n in vllm.notes if "captured" in n]
+    assert "25 CUDA/HIP graphs were captured (hipStreamBeginCapture)" in note
+    assert layers.startswith("Layers 0-23 ran while a CUDA/HIP graph was captured")
+    assert "launched from qkv_proj, rope and out_proj were recorded" in layers
+    assert "kv_cache and sdpa ran outside the captures" in layers and "under \"other\"" in layers
     assert "device step time" not in vllm.headline and "CPU step time" in vllm.headline
     assert not [f for f in vllm.findings if f.id == "dispatch-bound"]
 
@@ -159,16 +178,26 @@ def test_sglang_prefill_phase_device_times_are_their_kernels(prefill: WorkerSumm
         assert [_phases(layer)[phase].device_us for layer in prefill.layers] == pytest.approx(expected)
 
 
-def test_sglang_prefill_leaves_only_the_qk_norm_unplaced(prefill: WorkerSummary) -> None:
-    """What no phase names is Qwen3's QK-norm (``apply_qk_norm``: a copy and an RMSNorm each of q
-    and k, 4 kernels) and the cos/sin cache's dtype conversion: at most 20% of a layer's device time
-    (17% at most here). More would mean a serving op left unplaced."""
+def test_sglang_prefill_places_the_qk_norm_with_the_projections(prefill: WorkerSummary) -> None:
+    """Qwen3's QK-norm (``apply_qk_norm``: a copy and an RMSNorm each of q and k, 4 kernels) runs
+    between the qkv GEMM and RoPE: ``qkv_proj`` holds it, 5 kernels. What no phase names is the
+    cos/sin cache's dtype conversion alone, which launches nothing."""
+    kernels = sorted((e for e in _raw(SGLANG_PREFILL) if e.get("cat") == "kernel"), key=lambda e: e["ts"])
     for layer in prefill.layers:
-        other = _phases(layer)["other"]
-        assert other.device_us <= 0.20 * layer.device_us
-        assert other.kernels == 4
-        assert {canonical(op) for op in other.ops} == {"sglang_profiler::utils_apply_qk_norm",
-                                                       "sglang_profiler::rmsnorm_rmsnorm2d_fwd", "aten::to"}
+        other, qkv = _phases(layer)["other"], _phases(layer)["qkv_proj"]
+        assert other.device_us == 0 and other.kernels == 0
+        assert {canonical(op) for op in other.ops} == {"aten::to"}
+        assert qkv.kernels == 5
+        assert "sglang_profiler::utils_apply_qk_norm" in {canonical(op) for op in qkv.ops}
+    # Each layer's qkv_proj time is its GEMM's (the k-th qkv-shaped GEMM kernel) and the kernels
+    # launched inside its ``apply_qk_norm`` (the k-th call), read from the raw JSON.
+    events = _raw(SGLANG_PREFILL)
+    (norm_op,) = {e["name"] for e in events if e.get("cat") == "cpu_op" and "utils_apply_qk_norm" in e["name"]}
+    norms = _nested_kernels_us(events, norm_op)
+    gemms = [e["dur"] for e in kernels if "MT256x192x64" in e["name"]]
+    assert len(gemms) == len(norms) == 36
+    qkv_us = [_phases(layer)["qkv_proj"].device_us for layer in prefill.layers]
+    assert qkv_us == pytest.approx([g + n for g, n in zip(gemms, norms, strict=True)])
     assert prefill.attention_share_device is not None  # no graph: the device share stands
     assert not [n for n in prefill.notes if "graph" in n]
 
