@@ -442,17 +442,6 @@ __all__ += ["AITER_ASM_KERNELS", "AITER_ATTENTION_OPS", "AITER_FORWARD_OP", "AIT
             "SAGE_OPS", "SAGE_QUANT_KERNELS", "TE_FUSED_ATTN_OP", "TE_KV_WRITE_OPS", "TRTLLM_FMHA_KERNELS",
             "XFORMERS_CK_OPS", "XFORMERS_CUTLASS_OPS", "XFORMERS_FLASH_OPS", "XFORMERS_FORWARD"]
 
-# -- what the decoder keeps ----------------------------------------------------------------------
-
-#: Ops whose ``Input Dims`` / ``Input type`` / ``Concrete Inputs`` are read (FLOPs, bytes moved,
-#: S×S score sizes, dtypes, copies). The decoder skips the shapes of every other op to save
-#: memory and time; the element-wise ops' shapes cost about N% more decoding time on a trace of a
-#: whole model (bench/README.md, "Bytes model").
-SHAPE_OPS: frozenset[str] = frozenset(
-    {*MATMUL_ARGS, *INT_MATMUL_ARGS, LINEAR_OP, *SOFTMAX_OPS, *MASKED_FILL_OPS, *SDPA_OPS, FLASH_FORWARD_OP,
-     EFFICIENT_FORWARD_OP, *SDPA_BACKWARD, *KERNEL_BACKWARD_OPS, *COPY_OPS, *DTYPE_CONVERT_OPS, *FUSED_BLOCK_OPS,
-     *KV_EXPAND_OPS, *ELEMENTWISE_OPS, NATIVE_DROPOUT_OP, *NORM_OPS, EMBEDDING_OP, *LIBRARY_SHAPE_OPS})
-
 # -- serving engines: vLLM, SGLang ---------------------------------------------------------------
 # A serving engine runs attention as its own custom op over a paged KV cache, not as SDPA; its
 # RoPE and its KV-cache write are ops of their own too. Names as the engines register them (the
@@ -473,8 +462,9 @@ VLLM_CORE_OPS = VLLM_UNIFIED_OPS | VLLM_MLA_OPS | VLLM_PAGED_OPS | VLLM_ROCM_PAG
 SGLANG_CORE_OPS = frozenset({"sglang::unified_attention_with_output"})
 #: SGLang's kernel-shape profiler (python/sglang/srt/utils/kernel_shape_profiler.py) wraps kernel
 #: entry points as ops named ``sglang_profiler::<last module name>_<function>_<counter>``; the
-#: counter differs between runs, so the names below are without it (``analysis.serving.canonical``).
+#: counter differs between runs, so the names below are without it (``analysis.opnames.canonical``).
 SGLANG_PROFILER_PREFIX = "sglang_profiler::"
+SGLANG_PROFILER_COUNTER = r"_\d+$"
 #: Its attention entry points: aiter's paged decode (aiter/ops/attention.py ``paged_attention_ragged``,
 #: which SGLang's aiter backend calls), aiter's paged prefill (aiter/ops/mha.py ``_mha_batch_prefill``),
 #: and SGLang's Triton kernels (python/sglang/srt/layers/attention/triton_ops/decode_attention.py,
@@ -499,6 +489,25 @@ SERVING_KV_WRITE_OPS = frozenset({
     "vllm::unified_kv_cache_update", "vllm::unified_mla_kv_cache_update", "_C_cache_ops::reshape_and_cache",
     "_C_cache_ops::reshape_and_cache_flash", "_C_cache_ops::concat_and_cache_mla", "sglang::store_cache",
     "sglang_profiler::memory_pool__set_kv_buffer_impl"})
+#: A serving engine's ops whose shapes are read: its core's q (heads and head size, analysis/batch.py),
+#: its KV write's k, v and cache (the cache's bytes per token). SGLang's are matched without their
+#: counter (``SGLANG_PROFILER_COUNTER``).
+SERVING_SHAPE_OPS = SERVING_CORE_OPS | SERVING_KV_WRITE_OPS
+#: Where a KV write op's cache is among its inputs (k, v, cache...: vLLM's ``reshape_and_cache*`` and
+#: ``concat_and_cache_mla``, SGLang's ``store_cache`` and ``set_kv_buffer``): its element type is the
+#: cache's (``unsigned char`` where vLLM stores FP8 as bytes).
+SERVING_KV_CACHE_ARG = 2
+#: vLLM's annotation of each engine iteration (vllm/v1/worker/gpu_worker.py ``annotate_profile``):
+#: ``execute_context_<requests>(<tokens>)_generation_<requests>(<tokens>)``, prefill ("context": no
+#: token generated yet) and decode requests and their scheduled tokens. A detailed form, seen in
+#: AMD's SGLang traces (shared/production-traces), adds the step's tokens and, per kind, the sums of
+#: the query lengths, key lengths, their squares and their products (``analysis.batch``).
+SERVING_BATCH_PATTERN = r"^execute_context_(?P<cn>\d+)\((?P<ct>\d+)\)_generation_(?P<gn>\d+)\((?P<gt>\d+)\)$"
+SERVING_BATCH_DETAILED_PATTERN = "".join((
+    r"^execute_(?P<tokens>\d+)_context_(?P<cn>\d+)\(",
+    r"sq(?P<csq>\d+)sk(?P<csk>\d+)sqsq(?P<csqsq>\d+)sqsk(?P<csqsk>\d+)",
+    r"\)_generation_(?P<gn>\d+)\(",
+    r"sq(?P<gsq>\d+)sk(?P<gsk>\d+)sqsq(?P<gsqsq>\d+)sqsk(?P<gsqsk>\d+)\)$"))
 #: Rotary embeddings as one op: vLLM's (csrc/torch_bindings.cpp) and sgl-kernel's
 #: (sgl-kernel/csrc/common_extension.cc).
 SERVING_ROPE_OPS = frozenset({"_C::rotary_embedding", "_C::batched_rotary_embedding", "sgl_kernel::rotary_embedding",
@@ -520,6 +529,18 @@ SERVING_BOOKKEEPING_OPS = frozenset({"_C::weak_ref_tensor"})
 VLLM_TRITON_KERNELS = ("kernel_unified_attention",)
 VLLM_PAGED_KERNELS = ("paged_attention_v1_kernel", "paged_attention_v2_kernel")
 VLLM_ROCM_PAGED_KERNELS = ("paged_attention_ll4mi",)
+
+# -- what the decoder keeps ----------------------------------------------------------------------
+
+#: Ops whose ``Input Dims`` / ``Input type`` / ``Concrete Inputs`` are read (FLOPs, bytes moved,
+#: S×S score sizes, dtypes, copies, a serving core's q and its KV cache's element type). The
+#: decoder skips the shapes of every other op to save memory and time; the element-wise ops' shapes
+#: cost about N% more decoding time on a trace of a whole model (bench/README.md, "Bytes model").
+SHAPE_OPS: frozenset[str] = frozenset(
+    {*MATMUL_ARGS, *INT_MATMUL_ARGS, LINEAR_OP, *SOFTMAX_OPS, *MASKED_FILL_OPS, *SDPA_OPS, FLASH_FORWARD_OP,
+     EFFICIENT_FORWARD_OP, *SDPA_BACKWARD, *KERNEL_BACKWARD_OPS, *COPY_OPS, *DTYPE_CONVERT_OPS, *FUSED_BLOCK_OPS,
+     *KV_EXPAND_OPS, *ELEMENTWISE_OPS, NATIVE_DROPOUT_OP, *NORM_OPS, EMBEDDING_OP, *LIBRARY_SHAPE_OPS,
+     *SERVING_SHAPE_OPS})
 
 # -- Inductor's generated kernels ----------------------------------------------------------------
 #: torch.compile's Triton kernels are named ``triton_<category>_fused_<origins>_<n>``: the first three
@@ -568,10 +589,36 @@ GRAPH_LAUNCH = frozenset({"cudaGraphLaunch", "hipGraphLaunch", "cuGraphLaunch"})
 GRAPH_CAPTURE_BOOKKEEPING_OPS = frozenset({"aten::fill_"})
 
 __all__ += ["INDUCTOR_ARITH_ORIGINS", "INDUCTOR_EPILOGUE_OP", "INDUCTOR_GEMM_ORIGINS", "INDUCTOR_KERNEL_PREFIX",
-            "INDUCTOR_LAYOUT_OP", "INDUCTOR_LAYOUT_ORIGINS", "INDUCTOR_NORM_OP", "INDUCTOR_NORM_ORIGINS", "INDUCTOR_NORM_PIECE_ORIGINS",
-            "INDUCTOR_RMS_ORIGINS", "INDUCTOR_ROPE_ORIGINS", "INDUCTOR_TEMPLATE"]
-__all__ += ["GRAPH_CAPTURE_BEGIN", "GRAPH_CAPTURE_BOOKKEEPING_OPS", "GRAPH_CAPTURE_END", "GRAPH_LAUNCH", "SERVING_BOOKKEEPING_OPS", "SERVING_CORE_OPS",
-            "SERVING_GEMM_OPS", "SERVING_KV_WRITE_OPS", "SERVING_QK_NORM_OPS", "SERVING_ROPE_OPS", "SGLANG_AITER_DECODE_OPS",
-            "SGLANG_AITER_PREFILL_OPS", "SGLANG_CORE_OPS", "SGLANG_PROFILER_CORE_OPS", "SGLANG_PROFILER_PREFIX",
-            "SGLANG_TRITON_OPS", "VLLM_CORE_OPS", "VLLM_MLA_OPS", "VLLM_PAGED_KERNELS", "VLLM_PAGED_OPS",
-            "VLLM_ROCM_PAGED_KERNELS", "VLLM_ROCM_PAGED_OPS", "VLLM_TRITON_KERNELS", "VLLM_UNIFIED_OPS"]
+            "INDUCTOR_LAYOUT_OP", "INDUCTOR_LAYOUT_ORIGINS", "INDUCTOR_NORM_OP", "INDUCTOR_NORM_ORIGINS",
+            "INDUCTOR_NORM_PIECE_ORIGINS", "INDUCTOR_RMS_ORIGINS", "INDUCTOR_ROPE_ORIGINS", "INDUCTOR_TEMPLATE"]
+__all__ += [
+    "GRAPH_CAPTURE_BEGIN",
+    "GRAPH_CAPTURE_BOOKKEEPING_OPS",
+    "GRAPH_CAPTURE_END",
+    "GRAPH_LAUNCH",
+    "SERVING_BATCH_DETAILED_PATTERN",
+    "SERVING_BATCH_PATTERN",
+    "SERVING_BOOKKEEPING_OPS",
+    "SERVING_CORE_OPS",
+    "SERVING_GEMM_OPS",
+    "SERVING_KV_CACHE_ARG",
+    "SERVING_KV_WRITE_OPS",
+    "SERVING_QK_NORM_OPS",
+    "SERVING_ROPE_OPS",
+    "SERVING_SHAPE_OPS",
+    "SGLANG_AITER_DECODE_OPS",
+    "SGLANG_AITER_PREFILL_OPS",
+    "SGLANG_CORE_OPS",
+    "SGLANG_PROFILER_CORE_OPS",
+    "SGLANG_PROFILER_COUNTER",
+    "SGLANG_PROFILER_PREFIX",
+    "SGLANG_TRITON_OPS",
+    "VLLM_CORE_OPS",
+    "VLLM_MLA_OPS",
+    "VLLM_PAGED_KERNELS",
+    "VLLM_PAGED_OPS",
+    "VLLM_ROCM_PAGED_KERNELS",
+    "VLLM_ROCM_PAGED_OPS",
+    "VLLM_TRITON_KERNELS",
+    "VLLM_UNIFIED_OPS",
+]

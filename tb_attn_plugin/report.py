@@ -324,6 +324,7 @@ def _findings_lines(findings: Sequence[Finding]) -> list[str]:
 def summary_table(summaries: Sequence[RunSummary]) -> str:
     from tb_attn_plugin.report_generation import generation_lines
     from tb_attn_plugin.report_roofline import roofline_lines
+    from tb_attn_plugin.report_serving import serving_lines
     from tb_attn_plugin.report_strategies import variant_lines
 
     lines: list[str] = []
@@ -356,6 +357,7 @@ def summary_table(summaries: Sequence[RunSummary]) -> str:
                 lines.append(f"  note: {note}")
             lines.extend(variant_lines(run, worker))
             lines.extend(generation_lines(worker))
+            lines.extend(serving_lines(worker))
             if not worker.layers:
                 lines.append("")
                 continue

@@ -321,6 +321,27 @@ class Finding(msgspec.Struct, kw_only=True):
     evidence: Evidence
 
 
+class ServingBatch(msgspec.Struct, kw_only=True):
+    """What a serving engine batched, per profiled step, from its iteration annotations
+    (analysis/batch.py, docs/production.md): requests and tokens of each kind, and the KV cache."""
+
+    annotation: str  # the first annotation's name: the evidence
+    iterations: float  # engine iterations
+    prefill_requests: float  # requests with no token generated yet ("context" in vLLM's words)
+    prefill_tokens: float
+    decode_requests: float
+    decode_tokens: float
+    pairs: float | None  # (query, key) pairs one layer's cores attend, causal; null: the annotations lack the sums
+    fewest_pairs: float  # the fewest pairs the batches can attend (equal prefills, no cached prefix)
+    decode_keys: float | None  # keys decode requests read (their contexts); null: not annotated
+    kv_bytes_per_token: float | None  # one layer's KV cache per token (k and v at the cache's element size)
+    kv_dtype: str | None  # the cache's element type, from the KV write op
+    decode_kv_bytes: float | None  # the KV cache decode reads, all layers: decode_keys x layers x kv_bytes_per_token
+    decode_core_us: float | None = None  # the cores' device time per step, where every iteration is decode only
+    decode_roof_us: float | None = None  # decode_kv_bytes at the peak memory bandwidth (analysis/roofline.py)
+    sentences: list[str] = []  # what the figures above say, for the CLI and the tab (analysis/batch.py)
+
+
 class WorkerSummary(msgspec.Struct, kw_only=True):
     schema: str = SUMMARY_SCHEMA
     file: str
@@ -351,6 +372,7 @@ class WorkerSummary(msgspec.Struct, kw_only=True):
     roofline: Roofline | None = None  # the peaks and the run's point (analysis/roofline.py); null: no attention
     gpu: str | None = None  # device "cuda": the platform and the trace's device name, "ROCm · AMD Instinct MI300X"
     memory_recorded: bool = True  # the trace has memory events (profile_memory=True); false: memory figures read 0
+    serving: ServingBatch | None = None  # a serving engine's batches (analysis/batch.py), where annotated
 
 
 class FileError(msgspec.Struct, kw_only=True):

@@ -35,7 +35,8 @@ def test_the_decoder_keeps_the_shapes_the_analysis_reads() -> None:
             | ops.KV_EXPAND_OPS  # the KV cache's K and V before grouped-query expansion (analysis/generation.py)
             | ops.ELEMENTWISE_OPS | ops.NORM_OPS | {ops.NATIVE_DROPOUT_OP}  # bytes moved (analysis/traffic.py)
             | {ops.EMBEDDING_OP}  # a relative position bias's (Sq, Sk) bucket index (analysis/op_findings.py)
-            | ops.LIBRARY_SHAPE_OPS)  # attention libraries' cores: their FLOPs (analysis/flops.py library_flops)
+            | ops.LIBRARY_SHAPE_OPS  # attention libraries' cores: their FLOPs (analysis/flops.py library_flops)
+            | ops.SERVING_SHAPE_OPS)  # serving cores' q and KV writes' cache (analysis/batch.py)
     assert read == ops.SHAPE_OPS
     # Element-wise ops whose bytes the roofline needs are kept (their cost: bench/README.md, "Bytes
     # model"); other frequent ops stay out: allocations, activations, reductions.

@@ -82,6 +82,8 @@ td.saved { color: #2e7d32; }
 .meter { display: inline-block; width: 80px; height: 8px; background: #eee; border-radius: 4px; overflow: hidden; }
 .meter-fill { display: block; height: 100%; background: #fb8c00; }
 .notes { margin: 6px 0 0; padding-left: 18px; color: #5d4037; }
+.serving { margin: 8px 0 0; }
+.serving ul { margin: 4px 0 0; padding-left: 18px; }
 .findings { margin: 8px 0 0; }
 .findings-title { font-weight: 600; margin: 4px 0; }
 .finding { border-left: 3px solid #bbb; padding: 2px 8px; margin: 4px 0; background: #fafafa; }

@@ -198,6 +198,8 @@ export interface WorkerSummary {
   gpu: string | null;
   /** the trace has memory events (profile_memory=True); false: memory figures read 0 */
   memory_recorded: boolean;
+  /** a serving engine's batches (analysis/batch.py), where annotated */
+  serving: ServingBatch | null;
 }
 
 export interface LayerStats {
@@ -532,6 +534,40 @@ export interface Roofline {
   note: string;
   /** every layer's forward attention as one point */
   attention: Roof | null;
+}
+
+/**
+ * What a serving engine batched, per profiled step, from its iteration annotations
+ * (analysis/batch.py, docs/production.md): requests and tokens of each kind, and the KV cache.
+ */
+export interface ServingBatch {
+  /** the first annotation's name: the evidence */
+  annotation: string;
+  /** engine iterations */
+  iterations: number;
+  /** requests with no token generated yet ("context" in vLLM's words) */
+  prefill_requests: number;
+  prefill_tokens: number;
+  decode_requests: number;
+  decode_tokens: number;
+  /** (query, key) pairs one layer's cores attend, causal; null: the annotations lack the sums */
+  pairs: number | null;
+  /** the fewest pairs the batches can attend (equal prefills, no cached prefix) */
+  fewest_pairs: number;
+  /** keys decode requests read (their contexts); null: not annotated */
+  decode_keys: number | null;
+  /** one layer's KV cache per token (k and v at the cache's element size) */
+  kv_bytes_per_token: number | null;
+  /** the cache's element type, from the KV write op */
+  kv_dtype: string | null;
+  /** the KV cache decode reads, all layers: decode_keys x layers x kv_bytes_per_token */
+  decode_kv_bytes: number | null;
+  /** the cores' device time per step, where every iteration is decode only */
+  decode_core_us: number | null;
+  /** decode_kv_bytes at the peak memory bandwidth (analysis/roofline.py) */
+  decode_roof_us: number | null;
+  /** what the figures above say, for the CLI and the tab (analysis/batch.py) */
+  sentences: string[];
 }
 
 export interface FileError {

@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from tb_attn_plugin.analysis.batch import batch_flops
 from tb_attn_plugin.analysis.flops import IMPLAUSIBLE, UNCOUNTED, is_integer_op, op_flops, plausible
 from tb_attn_plugin.analysis.nesting import EPS_US, nearest_marked_ancestor, or_self, parents, subtree_sizes
 from tb_attn_plugin.ops import ATTENTION_CORE_OPS
@@ -128,6 +129,7 @@ def attribute(events: Events) -> Attribution:
     if implausible:
         diagnostics[IMPLAUSIBLE] = implausible
     flops_raw = _raw_flops(events, shape_ok)
+    batch_flops(events, flops_raw)  # serving cores: their work from the engine's batch annotations
     library = events.name_ids(ATTENTION_CORE_OPS)
     uncounted = int((np.isin(events.name, library) & (flops_raw == 0)).sum()) if library.size else 0
     if uncounted:  # an attention library's varlen or paged call: its lengths are tensor values

@@ -39,7 +39,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from tb_attn_plugin import ops as vocab
-from tb_attn_plugin.analysis.serving import canonical
+from tb_attn_plugin.analysis.opnames import canonical
 from tb_attn_plugin.ops import (
     COMPILED_REGION_OPS,
     COMPILED_REGION_PREFIX,

@@ -36,15 +36,15 @@ from typing import NamedTuple
 import numpy as np
 
 from tb_attn_plugin.analysis.nesting import nearest_marked_ancestor
-from tb_attn_plugin.analysis.serving import canonical
+from tb_attn_plugin.analysis.opnames import canonical
 from tb_attn_plugin.ops import (
     ARITHMETIC_OPS,
     CAT_OP,
     COMPILE_BOOKKEEPING_PREFIXES,
     COMPILED_GRAPH_PREFIX,
     COPY_OPS,
-    GRAPH_CAPTURE_BOOKKEEPING_OPS,
     DTYPE_CONVERT_OPS,
+    GRAPH_CAPTURE_BOOKKEEPING_OPS,
     INDUCTOR_EPILOGUE_OP,
     KV_CACHE_OPS,
     KV_EXPAND_OPS,
@@ -111,7 +111,6 @@ def widen(events: Events, parent: np.ndarray, spans: list[tuple[int, int]]) -> l
     if not spans:
         return []
     cpu = events.kind == Kind.CPU_OP
-    names = events.names
     # Siblings by their nearest ancestor that is neither a module event nor a compiled graph's
     # call: with_stack's ``nn.Module`` events (the q, k and v projections each inside its own
     # ``nn.Module: Linear``) do not part them, nor do the pieces of a graph that torch.compile split
@@ -144,6 +143,11 @@ def _tokens(events: Events, first: int, last: int) -> int | None:
     return None
 
 
+def _joined(a: list[int], b: list[int]) -> int:
+    """The rows of two projections' inputs together."""
+    return int(np.prod(a[:-1])) + int(np.prod(b[:-1]))
+
+
 def _rows(dims: list[int] | None) -> int | None:
     """The rows of a projection's input: every dimension but the features."""
     return None if not dims else int(np.prod(dims[:-1]))
@@ -173,7 +177,7 @@ def _back(events: Events, before: list[int], floor: int, tokens: int | None) -> 
         if op in PROJECTION_OPS:
             own = _input(events, i)
             if start is not None and (not inputs or own not in inputs):
-                if own is None or len(inputs) != 1 or tokens is None or _rows(own) + _rows(inputs[0]) != tokens:
+                if own is None or len(inputs) != 1 or tokens is None or _joined(own, inputs[0]) != tokens:
                     break
                 inputs.append(own)
             elif own is not None and not inputs:
@@ -223,9 +227,14 @@ def _forward(events: Events, after: list[int], tokens: int | None) -> int | None
                 if other in PROJECTION_OPS:
                     return j if _rows(_input(events, j)) == tokens - first else i
             return i
-        if op not in _MERGE and op not in GRAPH_CAPTURE_BOOKKEEPING_OPS and not op.startswith(COMPILE_BOOKKEEPING_PREFIXES):
+        if op not in _MERGE and not _bookkeeping(op):
             return None
     return None
+
+
+def _bookkeeping(op: str) -> bool:
+    """What a compiled graph's call or the start of a graph capture runs around the model's ops."""
+    return op in GRAPH_CAPTURE_BOOKKEEPING_OPS or op.startswith(COMPILE_BOOKKEEPING_PREFIXES)
 
 
 class _Siblings:

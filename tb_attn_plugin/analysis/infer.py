@@ -49,9 +49,10 @@ import numpy as np
 from tb_attn_plugin.analysis.extent import Extent, widen
 from tb_attn_plugin.analysis.nesting import nearest_marked_ancestor
 from tb_attn_plugin.analysis.numbering import Found, number_blocks
+from tb_attn_plugin.analysis.opnames import is_serving_core
 from tb_attn_plugin.analysis.query import ancestors
 from tb_attn_plugin.analysis.roles import SyntheticScope, assign_roles, phase_spans, span_scope
-from tb_attn_plugin.analysis.serving import is_serving_core, serving_cores
+from tb_attn_plugin.analysis.serving import serving_cores
 from tb_attn_plugin.ops import (
     ATTENTION_CORE_OPS,
     COMPILED_REGION_PREFIX,

@@ -49,7 +49,7 @@ from functools import lru_cache
 import numpy as np
 
 from tb_attn_plugin.analysis.attribute import Attribution
-from tb_attn_plugin.analysis.serving import canonical
+from tb_attn_plugin.analysis.opnames import canonical
 from tb_attn_plugin.ops import (
     ARITHMETIC_OPS,
     ATTENTION_CORE_OPS,

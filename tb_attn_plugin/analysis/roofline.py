@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from tb_attn_plugin.analysis.batch import decode_roof
 from tb_attn_plugin.analysis.findings import SEVERITIES
 from tb_attn_plugin.analysis.peaks import Peaks, with_overrides
 from tb_attn_plugin.analysis.query import new_finding
@@ -123,6 +124,8 @@ def apply_roofline(summary: WorkerSummary, peaks: Peaks) -> None:
         device=peaks.device, source=peaks.source, clock="device" if device else "cpu",
         peak_flops={k: float(v) for k, v in peaks.flops.items()}, peak_bytes_per_s=peaks.bytes_per_s,
         launch_us=peaks.launch_us, note=peaks.note, attention=_roof(run, peaks)) if summary.layers else None
+    if summary.serving is not None:
+        summary.serving = decode_roof(summary.serving, summary.layers, peaks.bytes_per_s)
     kept = [f for f in summary.findings if f.id != "far-from-roof"]
     summary.findings = sorted(kept + far_from_roof(summary),
                               key=lambda f: (SEVERITIES.index(f.severity), f.id, f.evidence.layers))

@@ -24,6 +24,7 @@ import numpy as np
 from tb_attn_plugin.analysis.analyze import Analysis, analyze
 from tb_attn_plugin.analysis.attribute import Attribution
 from tb_attn_plugin.analysis.backend import detect_backend
+from tb_attn_plugin.analysis.batch import serving_batch
 from tb_attn_plugin.analysis.bounds import (
     BAD_HEAD_COUNT,
     MAX_PHASE_NAMES,
@@ -245,6 +246,7 @@ class _Summarizer:
             layers=layer_stats, per_step=per_step, spread=spreads,
             diagnostics=fold_diagnostics(self.diag), notes=notes,
             rank=rank, world_size=world_size, collectives=found,
+            serving=serving_batch(ev, a.step, self.steps, len(layer_stats)),
         )
 
     def _trace_span(self) -> float:

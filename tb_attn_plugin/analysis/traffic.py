@@ -48,6 +48,7 @@ import numpy as np
 import numpy.typing as npt
 
 from tb_attn_plugin.analysis.attribute import Attribution
+from tb_attn_plugin.analysis.batch import batch_bytes
 from tb_attn_plugin.analysis.flops import elem_bytes, plausible
 from tb_attn_plugin.analysis.nesting import nearest_marked_ancestor
 from tb_attn_plugin.ops import (
@@ -230,6 +231,8 @@ def event_bytes(events: Events, attr: Attribution) -> tuple[F64, B]:
         pairs, which = np.unique(nid * len(events.shapes) + shape[sel], return_inverse=True)
         per_pair = np.array([_pair_bytes(events, int(p)) for p in pairs], np.float64)
         raw[sel] = per_pair[which]
+    served = batch_bytes(events, idx)  # serving cores: their bytes from the engine's batch annotations
+    raw = np.where(np.isnan(raw), served, raw)
     has = ~np.isnan(raw)
     names = events.name[idx]
     per_name = np.array([nm in COMPOSITE_OPS for nm in events.names], np.bool_)

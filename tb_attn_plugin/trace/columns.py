@@ -14,6 +14,7 @@ decoders append to the same columns and must stay side by side.
 
 from __future__ import annotations
 
+import re
 from array import array
 from collections import Counter
 from itertools import compress, repeat
@@ -23,7 +24,7 @@ from typing import Any
 import msgspec
 import numpy as np
 
-from tb_attn_plugin.ops import SHAPE_OPS
+from tb_attn_plugin.ops import SGLANG_PROFILER_COUNTER, SGLANG_PROFILER_PREFIX, SHAPE_OPS
 from tb_attn_plugin.trace.coerce import (
     MAX_NAME_CHARS,
     MAX_SIZE,
@@ -67,6 +68,14 @@ _PH_NAME = attrgetter("ph", "name")
 _EXT, _EXT_LC, _CORR, _SEQ, _BYTES, _TOTAL, _DEV_TYPE, _DEV_ID = (
     attrgetter(f) for f in ("ext", "ext_lc", "corr", "seq", "nbytes", "total", "dev_type", "dev_id"))
 _DIMS, _TYPES, _CONCRETE = (attrgetter(f) for f in ("dims", "types", "concrete"))
+_COUNTER = re.compile(SGLANG_PROFILER_COUNTER)
+
+
+def _keeps_shapes(name: str) -> bool:
+    """Whether op ``name``'s shapes are read (``ops.SHAPE_OPS``; SGLang's ranges without their counter)."""
+    return name in SHAPE_OPS or (name.startswith(SGLANG_PROFILER_PREFIX) and _COUNTER.sub("", name) in SHAPE_OPS)
+
+
 _IS_COMPLETE = "X".__eq__
 _IS_MEMORY = ("i", MEMORY_EVENT_NAME).__eq__
 
@@ -143,7 +152,7 @@ class Builder:
         if nid is None:
             nid = self.name_ids[clean] = len(self.names)
             self.names.append(clean)
-            self.shape_name[nid] = clean in SHAPE_OPS
+            self.shape_name[nid] = _keeps_shapes(clean)
         if clean is not name and len(name) <= MAX_NAME_CHARS:
             self.name_ids[name] = nid
             self.aliases.append(name)

@@ -298,9 +298,10 @@ def test_the_sglang_prefill_trace_names_its_backend(sglang: WorkerSummary) -> No
     assert len(sglang.layers) == 36
     assert all("aiter" in layer.backend and layer.backend_evidence for layer in sglang.layers)
     assert "aiter" in sglang.backend
-    # Paged and varlen: the attention FLOPs are unknown and said so, once per layer, not guessed.
-    assert sglang.diagnostics[UNCOUNTED] == 36
-    assert all({p.phase: p.flops for p in layer.phases}.get("sdpa", 0) == 0 for layer in sglang.layers)
+    # Paged and varlen: the shapes do not give the FLOPs, but the engine's batch annotation does
+    # (tests/analysis/test_serving_batch.py), so no call is left uncounted.
+    assert UNCOUNTED not in sglang.diagnostics
+    assert all({p.phase: p.flops for p in layer.phases}["sdpa"] > 0 for layer in sglang.layers)
 
 
 def test_every_library_backend_is_documented() -> None:

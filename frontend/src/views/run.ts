@@ -16,6 +16,7 @@ import { maskStat } from "./sparsity";
 import { MemoryView } from "./memory";
 import { RanksView } from "./ranks";
 import { RooflineView } from "./roofline";
+import { servingBox } from "./serving";
 import { TimelineView } from "./timeline";
 
 const TAB_LABELS: Record<Tab, string> = {
@@ -300,6 +301,8 @@ export class RunView {
       );
     }
     if (ws.notes.length) out.push(h("ul", "notes", ...ws.notes.map((n) => h("li", null, n))));
+    const serving = servingBox(ws.serving);
+    if (serving) out.push(serving);
     const findings = findingsBox(ws.findings ?? []);
     if (findings) out.push(findings);
     const diag = Object.entries(ws.diagnostics).filter(([, v]) => v);
