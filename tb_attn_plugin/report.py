@@ -263,8 +263,10 @@ def summary_csv(summaries: Sequence[RunSummary]) -> str:
                     w.writerow(printable(str(c)) for c in (
                         run.run, worker.worker, worker.span or "", worker.step_count,
                         layer.layer, layer.module or "", layer.backend, layer.inferred, layer.core_only, ph.phase,
-                        _num(ph.calls), _num(ph.cpu_us), _num(ph.cpu_self_us), _num(ph.device_us),
-                        _num(ph.kernels), _num(ph.flops), _num(ph.flops_per_s), _num(ph.alloc_bytes),
+                        _num(ph.calls), _num(ph.cpu_us), _num(ph.cpu_self_us),
+                        "" if ph.captured else _num(ph.device_us),  # captured into a graph: unavailable
+                        _num(ph.kernels), _num(ph.flops), "" if ph.captured else _num(ph.flops_per_s),
+                        _num(ph.alloc_bytes),
                         _num(ph.freed_bytes), ph.peak_bytes, _num(ph.sxs_bytes), _num(ph.backward.calls),
                         _num(ph.backward.cpu_us), _num(ph.backward.device_us), _num(ph.backward.flops),
                         *roof_csv_cells(ph)))

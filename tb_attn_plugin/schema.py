@@ -154,6 +154,7 @@ class PhaseStats(msgspec.Struct, kw_only=True):
     unmodeled_ops: float = 0.0  # ops per step that move data with no bytes formula (bytes: a lower bound)
     dtype: str | None = None  # the peak class of its FLOPs, None: no FLOPs
     roof: Roof | None = None  # null: no roofline (no time, or no FLOPs and no bytes)
+    captured: bool = False  # its kernels were captured into a CUDA/HIP graph, not run: device figures unavailable
 
 
 class HeadStats(msgspec.Struct, kw_only=True):

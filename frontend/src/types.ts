@@ -285,6 +285,8 @@ export interface PhaseStats {
   dtype: string | null;
   /** null: no roofline (no time, or no FLOPs and no bytes) */
   roof: Roof | null;
+  /** its kernels were captured into a CUDA/HIP graph, not run: device figures unavailable */
+  captured: boolean;
 }
 
 /** Backward work attributed to a phase or layer through autograd sequence numbers. */

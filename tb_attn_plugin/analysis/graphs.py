@@ -37,6 +37,7 @@ class GraphUse(NamedTuple):
     notes: tuple[str, ...]
     captured: tuple[int, ...]
     device_share_known: bool
+    captured_phases: frozenset[tuple[int, str]] = frozenset()  # (layer, phase) with a launch captured
 
 
 def graph_use(events: Events, attr: Attribution) -> GraphUse:
@@ -73,7 +74,10 @@ def graph_use(events: Events, attr: Attribution) -> GraphUse:
         notes.append(f"{count(replays, 'CUDA/HIP graph replay', 'CUDA/HIP graph replays')} ({what}): the kernels "
                      "a replay runs belong to its launch, not to the ops that captured them, so attention's device "
                      f"figures leave them out and its share of the device step time is not given; {GRAPHS_OFF}")
-    return GraphUse(tuple(notes), tuple(captured), False)
+    hidden = launched & inside & (attr.phase >= 0)
+    phases = frozenset((int(layer), PHASES[int(code)])
+                       for layer, code in zip(attr.layer[hidden].tolist(), attr.phase[hidden].tolist(), strict=True))
+    return GraphUse(tuple(notes), tuple(captured), False, phases)
 
 
 def _captured_note(events: Events, attr: Attribution, launched: np.ndarray, inside: np.ndarray,

@@ -222,6 +222,9 @@ class _Summarizer:
             notes.append("no ProfilerStep# in this trace: the whole trace counts as one step")
         graphs = graph_use(ev, a)  # kernels captured into CUDA/HIP graphs, or run in replays
         notes.extend(graphs.notes)
+        for layer in layer_stats:
+            for p in layer.phases:
+                p.captured = (layer.layer, p.phase) in graphs.captured_phases
         backends = sorted({layer.backend for layer in layer_stats})
         rank, world_size = rank_of(ev.meta.distributed_info, worker, file, diagnostics=self.diag)
         found = collectives(ev, a.parent, [(float(ev.ts[i]), float(ev.ts[i] + ev.dur[i])) for i in step_idx],

@@ -17,7 +17,9 @@ Synthetic traces cover names no public trace shows, each citing the source the n
 
 from __future__ import annotations
 
+import csv
 import gzip
+import io
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -33,7 +35,8 @@ from tb_attn_plugin.analysis.opnames import canonical
 from tb_attn_plugin.analysis.roles import assign_roles
 from tb_attn_plugin.analysis.summary import summarize_trace
 from tb_attn_plugin.loader import load_events
-from tb_attn_plugin.schema import LayerStats, WorkerSummary
+from tb_attn_plugin.report import summary_csv
+from tb_attn_plugin.schema import LayerStats, RunSummary, WorkerSummary
 from tb_attn_plugin.trace.decode import decode_bytes
 
 PRODUCTION = SHARED_TRACES.parent / "production-traces"
@@ -120,9 +123,15 @@ def test_vllm_layers_are_found_by_their_attention_op(vllm: WorkerSummary) -> Non
         assert phases["qkv_proj"].flops == 2 * TOKENS * HIDDEN * QKV_OUT
         assert phases["out_proj"].flops == 2 * TOKENS * O_IN * HIDDEN
         assert phases["sdpa"].flops == 0  # varlen over a paged cache: the context lengths are in tensors
-        # Captured: no kernel ran for the projections, so no rate is given for them.
+        # Captured: no kernel ran for the projections, so no rate is given for them, and they say so.
         assert phases["qkv_proj"].device_us == 0 and phases["qkv_proj"].flops_per_s == 0
         assert layer.flops_per_s == 0
+        assert [p.phase for p in layer.phases if p.captured] == ["qkv_proj", "rope", "out_proj"]
+    # The CSV leaves a captured phase's device time empty, not 0.
+    rows = list(csv.DictReader(io.StringIO(summary_csv([RunSummary(run="r", metadata=None, workers=[vllm],
+                                                                  errors=[])]))))
+    assert {(r["phase"], r["device_us"]) for r in rows if r["layer"] == "0"} >= {("qkv_proj", ""), ("rope", "")}
+    assert next(r for r in rows if r["layer"] == "0" and r["phase"] == "sdpa")["device_us"] != ""
 
 
 def test_vllm_device_time_is_the_kernels_that_ran(vllm: WorkerSummary) -> None:

@@ -106,3 +106,11 @@ export function layerMarks(l: LayerStats): (HTMLElement | null)[] {
     l.core_only ? h("span", { class: "badge core-only", title: CORE_ONLY_TITLE, dataset: { testid: "core-only" } }, "core only") : null,
   ];
 }
+
+export const CAPTURED_TITLE = "Captured into a CUDA/HIP graph, not run: the trace holds no device time for it";
+
+/** The phases whose kernels were captured into a CUDA/HIP graph (PhaseStats.captured): ``phase``'s
+ *  own, or any of the layer's with null. */
+export function capturedIn(l: LayerStats, phase: string | null): string[] {
+  return l.phases.filter((p) => p.captured && (phase === null || p.phase === phase)).map((p) => p.phase);
+}

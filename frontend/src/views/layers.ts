@@ -5,7 +5,7 @@ import { stackedMax, valueAxis } from "../axes";
 import { createChart, esc, swatch, TOOLTIP_BASE, type EChart } from "../charts";
 import { h, replace, select } from "../dom";
 import { CHART_METRICS, METRICS, metric, phaseColor, phaseLabel, phasesOf, type MetricKey } from "../metrics";
-import { layerMarks } from "./common";
+import { CAPTURED_TITLE, capturedIn, layerMarks } from "./common";
 import { roofBoundCell, roofBoundHeader, roofShareCell, roofShareHeader } from "./roofline";
 import { hasMasks, kindBadge, layerCategory, savedCell, savedHeader } from "./sparsity";
 import { defaultTime, type Actions, type Selection, type State } from "../state";
@@ -365,6 +365,9 @@ export class LayersView {
             shownCols.map((m) => {
               const v = cellValue(l, g, m.key);
               if (v === null) return h("td", "num empty", "");
+              const hidden = capturedIn(l, g === BLOCK ? null : g);
+              if (hidden.length && (m.key === "device_us" || m.key === "flops_per_s") && g !== BLOCK)
+                return h("td", { class: "num empty", title: CAPTURED_TITLE }, "\u2014");
               const mx = max.get(`${g}:${m.key}`) ?? 0;
               const pct = mx > 0 ? Math.max(0, Math.min(100, (v / mx) * 100)) : 0;
               const color = g === BLOCK ? "rgba(97,97,97,.16)" : hexAlpha(phaseColor(g), 0.28);
@@ -373,7 +376,7 @@ export class LayersView {
                 "td",
                 {
                   class: `num cell${v === 0 ? " zero" : ""}${isSel(l, g, m.key) ? " sel" : ""}`,
-                  title: `L${l.layer} ${g === BLOCK ? "block" : g}, ${m.title}: ${m.format(v)} per step (mean)${SPREAD_METRICS.includes(m.key) ? `; ${spreadTitle(cellSpread(l, g, m.key), m.format)}` : ""}`,
+                  title: `L${l.layer} ${g === BLOCK ? "block" : g}, ${m.title}: ${m.format(v)} per step (mean)${SPREAD_METRICS.includes(m.key) ? `; ${spreadTitle(cellSpread(l, g, m.key), m.format)}` : ""}${hidden.length && m.key === "device_us" ? `; partial: ${hidden.join(", ")} captured into a CUDA/HIP graph, not run here` : ""}`,
                   attrs: { tabindex: 0 },
                   style: { background: `linear-gradient(to right, ${color} ${pct.toFixed(1)}%, transparent ${pct.toFixed(1)}%)` },
                   on: {

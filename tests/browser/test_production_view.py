@@ -1,0 +1,68 @@
+"""Production traces in the tab (issue 33): the SGLang prefill's serving batches say what the
+summary's figures say, and vLLM's piecewise capture shows its blocks whole, in a real browser.
+Screenshots go to ``test-artifacts/``."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from helpers import SHARED_TRACES
+from pages import back_to_runs, engine_summary, open_run, open_tab, shot
+from playwright.sync_api import Page, expect
+
+from devtools.tbserver import TensorBoard
+
+PRODUCTION = SHARED_TRACES.parent / "production-traces"
+TRACES = {
+    "sglang": PRODUCTION / "tracelens_sglang_qwen3-8b_mi300_prefilldecode.json.gz",
+    "vllm": PRODUCTION / "tracelens_vllm_mi300_prefilldecode_piecewise_graphs.pt.trace.json.gz",
+}
+
+
+@pytest.fixture(scope="module")
+def production_tensorboard(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TensorBoard]:
+    missing = [str(p) for p in TRACES.values() if not p.exists()]
+    if missing:
+        pytest.skip(f"not here: {missing}")
+    logdir = tmp_path_factory.mktemp("production-logdir")
+    for run, path in TRACES.items():
+        (logdir / run).mkdir()
+        shutil.copy(path, logdir / run / "w.1.pt.trace.json.gz")
+    with TensorBoard(logdir, only=["tb_attn"]) as tb:
+        yield tb
+
+
+def test_the_serving_box_says_the_batch(production_tensorboard: TensorBoard, page: Page, artifacts: Path) -> None:
+    ws = engine_summary(Path(production_tensorboard.logdir), "sglang")
+    assert ws.serving is not None
+    frame = open_tab(page, production_tensorboard.url)
+    open_run(frame, "sglang")
+    box = frame.locator("[data-testid=serving]")
+    expect(box.locator("li")).to_have_count(len(ws.serving.sentences))
+    for i, sentence in enumerate(ws.serving.sentences):
+        expect(box.locator("li").nth(i)).to_have_text(sentence)
+    expect(box).to_contain_text("15 prefill requests (15360 tokens) and no decode")
+    shot(page, artifacts, "serving-sglang")
+    back_to_runs(frame)
+
+
+def test_a_piecewise_capture_shows_whole_blocks(production_tensorboard: TensorBoard, page: Page,
+                                                artifacts: Path) -> None:
+    """No serving box without annotations; every layer holds its projections, and no layer is marked
+    core only."""
+    ws = engine_summary(Path(production_tensorboard.logdir), "vllm")
+    assert ws.serving is None and ws.layers and not any(x.core_only for x in ws.layers)
+    frame = open_tab(page, production_tensorboard.url)
+    open_run(frame, "vllm")
+    expect(frame.locator("[data-testid=serving]")).to_have_count(0)
+    expect(frame.locator("[data-testid=core-only-note]")).to_have_count(0)
+    expect(frame.locator("ul.notes")).to_contain_text("kv_cache and sdpa ran outside the captures")
+    # The captured phases' device time reads a dash, not 0: qkv_proj, rope and out_proj of 24 layers.
+    captured = frame.locator('td[title^="Captured into a CUDA/HIP graph, not run"]')
+    expect(captured).to_have_count(3 * len(ws.layers))
+    expect(captured.first).to_have_text("\u2014")
+    shot(page, artifacts, "vllm-piecewise")
+    back_to_runs(frame)
