@@ -25,6 +25,7 @@ from tb_attn_plugin.analysis.op_findings import OP_RULES
 from tb_attn_plugin.analysis.quant_findings import QUANT_RULES
 from tb_attn_plugin.analysis.query import MAX_NAMES, RuleQuery, new_finding
 from tb_attn_plugin.analysis.scores import OTHER
+from tb_attn_plugin.analysis.serving_findings import SERVING_RULES
 from tb_attn_plugin.analysis.sparse_findings import SPARSE_RULES
 from tb_attn_plugin.analysis.wording import attention, core_only_note, count, duration, layer_list, number, pct, size
 from tb_attn_plugin.ops import FUSED_BLOCK_OPS
@@ -64,8 +65,8 @@ def find(analysis: Analysis, summary: WorkerSummary, *, metadata: dict[str, obje
         return []
     t = RuleQuery(analysis.events, analysis.attr, summary, metadata or {})
     out: list[Finding] = []
-    for rule in (*OP_RULES, *SPARSE_RULES, *QUANT_RULES, *GENERATION_RULES, _sxs_materialized, _dispatch_bound,
-                 _backend_mismatch, _unplaced, _share_of_step):
+    for rule in (*OP_RULES, *SPARSE_RULES, *QUANT_RULES, *GENERATION_RULES, *SERVING_RULES, _sxs_materialized,
+                 _dispatch_bound, _backend_mismatch, _unplaced, _share_of_step):
         out.extend(rule(t))
     if any(f.id == "decode-dispatch-bound" for f in out):  # the same cause, said of decode steps with their figures
         out = [f for f in out if f.id != "dispatch-bound"]

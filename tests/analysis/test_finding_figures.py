@@ -432,6 +432,11 @@ def _local_heads(f: Finding, w: WorkerSummary) -> list[Check]:
                      "attention's forward time)", saved)]
 
 
+def _per_sequence(f: Finding, w: WorkerSummary) -> list[Check]:
+    spent = sum(_time(p, w) for x in _layers(f, w) for p in x.phases if p.phase == "sdpa")
+    return [("time_us", f.evidence.time_us, spent), f"{duration(spent)} per step in all"]
+
+
 RULES: dict[str, Rule] = {
     "share-of-step": _share_of_step, "unplaced-time": _unplaced_time, "sxs-materialized": _sxs_materialized,
     "dispatch-bound": _dispatch_bound, "backend-mismatch": _backend_mismatch, "hidden-copy": _hidden_copy,
@@ -441,7 +446,7 @@ RULES: dict[str, Rule] = {
     "decode-dispatch-bound": _decode_dispatch_bound, "quantization-overhead": _quantization_overhead,
     "sparsity-unused": _sparsity_unused, "flex-eager": _flex_eager, "block-mask-rebuilt": _block_mask_rebuilt,
     "recompiles": _recompiles, "graph-break": _graph_break, "far-from-roof": _far_from_roof,
-    "local-heads": _local_heads,
+    "local-heads": _local_heads, "per-sequence-attention": _per_sequence,
 }
 #: Finding ids that quote no figure, with the reason.
 NO_FIGURES: dict[str, str] = {}
@@ -453,6 +458,8 @@ UNSEEN: dict[str, str] = {
     "graph-break": "the runner's compiled models compile whole",
     "local-heads": "needs the runner's --attn-stats event files, which no session logdir here writes "
                    "(test_local_heads_quote_the_head_table gives a runner trace statistics)",
+    "per-sequence-attention": "no trace here loops over its sequences (tests/analysis/test_serving_findings.py "
+                              "builds one and checks its figures with this rule)",
 }
 
 
