@@ -430,15 +430,18 @@ CK_FMHA_KERNELS = ("FmhaFwdKernel", "FmhaFwdSplitKVKernel", "FmhaFwdPagedKVKerne
                    "FmhaBatchPrefillWithPagedKVCacheKernel")
 SAGE_KERNELS = ("qk_int_sv_f16_attn_kernel", "qk_int_sv_f8_attn_kernel")
 #: SageAttention's quantization kernels (csrc/fused/fused.cu; sageattention/triton/quant_per_block.py):
-#: pybind and Triton calls with no op of their own, so no role places them (docs/production.md).
+#: pybind and Triton calls with no op of their own.
 SAGE_QUANT_KERNELS = ("QuantInt8Kernel", "MeanScaleKernel", "SubMeanKernel", "TransposePadPermuteKernel",
                       "quant_per_block_int8_kernel")
+#: Attention libraries' quantization kernels, matched by substring: their device time is the
+#: ``quantize`` phase's wherever in a block they were launched (``analysis.attribute``).
+LIBRARY_QUANT_KERNELS = SAGE_QUANT_KERNELS
 
 __all__ += ["AITER_ASM_KERNELS", "AITER_ATTENTION_OPS", "AITER_FORWARD_OP", "AITER_KV_WRITE_OPS", "AITER_ROPE_OPS",
             "AITER_V3_FORWARD_OP", "AITER_VARLEN_OPS", "ATTENTION_CORE_OPS", "CK_FMHA_KERNELS", "FA2_BACKWARD_OP",
             "FA2_FORWARD_OP", "FA2_OPS", "FA2_VARLEN_FORWARD_OP", "FA3_BACKWARD_OP", "FA3_FORWARD_OP", "FA3_KERNELS",
             "FA3_OPS", "FA4_KERNELS", "FLASHINFER_KERNELS", "LIBRARY_ATTENTION", "LIBRARY_BACKWARD_OPS",
-            "LIBRARY_KV_WRITE_OPS", "LIBRARY_ROPE_OPS", "LIBRARY_SHAPE_OPS", "SAGE_KERNELS",
+            "LIBRARY_KV_WRITE_OPS", "LIBRARY_QUANT_KERNELS", "LIBRARY_ROPE_OPS", "LIBRARY_SHAPE_OPS", "SAGE_KERNELS",
             "SAGE_OPS", "SAGE_QUANT_KERNELS", "TE_FUSED_ATTN_OP", "TE_KV_WRITE_OPS", "TRTLLM_FMHA_KERNELS",
             "XFORMERS_CK_OPS", "XFORMERS_CUTLASS_OPS", "XFORMERS_FLASH_OPS", "XFORMERS_FORWARD"]
 

@@ -33,8 +33,8 @@ import numpy.typing as npt
 from tb_attn_plugin.analysis.batch import batch_flops
 from tb_attn_plugin.analysis.flops import IMPLAUSIBLE, UNCOUNTED, is_integer_op, op_flops, plausible
 from tb_attn_plugin.analysis.nesting import EPS_US, nearest_marked_ancestor, or_self, parents, subtree_sizes
-from tb_attn_plugin.ops import ATTENTION_CORE_OPS
-from tb_attn_plugin.scopes import PHASES, Scope, is_scope_name, read_scope
+from tb_attn_plugin.ops import ATTENTION_CORE_OPS, LIBRARY_QUANT_KERNELS
+from tb_attn_plugin.scopes import PHASES, Phase, Scope, is_scope_name, read_scope
 from tb_attn_plugin.trace.events import Events
 from tb_attn_plugin.trace.kineto import BACKWARD_PREFIX, DEVICE_KINDS, STEP_PREFIX, Kind
 
@@ -160,6 +160,7 @@ def _split_integer_ops(events: Events, counted: F64) -> F64:
 
 
 _STEP_DIGITS = len(str(MAX_STEP_NUMBER))
+_QUANTIZE = PHASES.index(Phase.QUANTIZE)
 
 
 def _step_number(text: str) -> int | None:
@@ -331,6 +332,11 @@ def _attribute_device(
     dst, src = device[found], src[found]
     layer[dst], head[dst], phase[dst], step[dst], backward[dst] = layer[src], head[src], phase[src], step[src], \
         backward[src]
+    # A library's quantization kernels launched with no op of their own (SageAttention's pybind and
+    # Triton calls) quantize, wherever in the block they were launched from.
+    quant = np.array([any(k in n for k in LIBRARY_QUANT_KERNELS) for n in events.names] or [False], np.bool_)
+    hit = device[quant[events.name[device]] & (layer[device] >= 0) & (phase[device] < 0)]
+    phase[hit] = _QUANTIZE
 
 
 def _attribute_memory(
