@@ -22,7 +22,7 @@ from tb_attn_plugin.cli import main
 MAPS = frozenset({"spread", "diagnostics", "peak_flops", "details", "values", "metadata"})
 # Fields holding a struct or null: a null one gives null columns under its prefix.
 STRUCTS = frozenset({"backward", "roof", "mask", "roofline", "attention", "attention_spread", "prefill", "decode",
-                     "fit", "generation"})
+                     "fit", "generation", "serving"})
 GPU = sorted((SHARED_TRACES / "gpu").glob("*.json.gz"))
 FRAMES = ("workers", "phases", "layers", "heads", "steps", "tokens", "generation", "kernels", "ops", "memory",
           "collectives", "spreads", "findings", "ranks", "errors")
