@@ -586,6 +586,14 @@ GRAPH_CAPTURE_END = frozenset({"cudaStreamEndCapture", "hipStreamEndCapture", "c
 #: Replaying a captured graph: its kernels run under this one launch, not under the ops that
 #: captured them.
 GRAPH_LAUNCH = frozenset({"cudaGraphLaunch", "hipGraphLaunch", "cuGraphLaunch"})
+#: Kernels a graph replay runs around its attention cores, matched by substring: the paged KV
+#: write (vLLM csrc/cache_kernels.cu ``reshape_and_cache_kernel``, ``reshape_and_cache_flash_kernel``,
+#: ``concat_and_cache_mla_kernel``; SGLang's ``store_kvcache``; FlashInfer's ``AppendPagedKVCacheKernel``)
+#: and RoPE (vLLM csrc/pos_encoding_kernels.cu ``rotary_embedding_kernel``,
+#: ``batched_rotary_embedding_kernel``; FlashInfer's ``BatchQKApplyRotary``).
+REPLAY_KV_WRITE_KERNELS = ("reshape_and_cache_kernel", "reshape_and_cache_flash_kernel", "concat_and_cache_mla_kernel",
+                           "store_kvcache", "AppendPagedKVCacheKernel")
+REPLAY_ROPE_KERNELS = ("rotary_embedding_kernel", "BatchQKApplyRotary")
 #: What ``torch.cuda.graph`` runs as it begins a capture, between the ops captured before and after:
 #: the RNG state's seed and offset filled for the graph (``capture_prologue`` in PyTorch's
 #: ``aten/src/ATen/cuda/CUDAGeneratorImpl.cpp``).
@@ -599,6 +607,8 @@ __all__ += [
     "GRAPH_CAPTURE_BOOKKEEPING_OPS",
     "GRAPH_CAPTURE_END",
     "GRAPH_LAUNCH",
+    "REPLAY_KV_WRITE_KERNELS",
+    "REPLAY_ROPE_KERNELS",
     "SERVING_BATCH_DETAILED_PATTERN",
     "SERVING_BATCH_PATTERN",
     "SERVING_BOOKKEEPING_OPS",

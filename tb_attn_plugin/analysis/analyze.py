@@ -18,6 +18,7 @@ import numpy as np
 from tb_attn_plugin.analysis.attribute import Attribution, attribute
 from tb_attn_plugin.analysis.bounds import merge_diagnostics
 from tb_attn_plugin.analysis.infer import infer_scopes
+from tb_attn_plugin.analysis.replays import place_replay_kernels
 from tb_attn_plugin.analysis.roles import role_scopes
 from tb_attn_plugin.trace.events import Events
 from tb_attn_plugin.trace.kineto import Kind
@@ -56,14 +57,18 @@ def analyze(events: Events) -> Analysis:
         return Analysis(events, attr, False, (), merge_diagnostics(events.diagnostics, attr.diagnostics))
     found: dict[str, int] = {}
     synthetic, core_only = infer_scopes(events, attr.parent, attr.backward, attr.step, diagnostics=found)
-    if not synthetic:
+    if synthetic:
+        events = with_annotations(events, [(s.track, s.ts, s.dur, s.name) for s in synthetic])
+        attr = attribute(events)
+    # Attention a graph replay ran has no op in the trace: its kernels are read by name.
+    scoped = frozenset(int(x) for x in np.unique(attr.layer[attr.is_scope & (attr.layer >= 0)]).tolist())
+    replayed = place_replay_kernels(events, attr).layers - scoped
+    if not synthetic and not replayed:
         return Analysis(events, attr, False, ("no attention found in this trace",),
                         merge_diagnostics(events.diagnostics, attr.diagnostics, found))
-    events = with_annotations(events, [(s.track, s.ts, s.dur, s.name) for s in synthetic])
-    attr = attribute(events)
-    return Analysis(events, attr, True,
-                    ("no tb-attn scopes in this trace: attention was inferred from module names and op patterns",),
-                    merge_diagnostics(events.diagnostics, attr.diagnostics, found), core_only)
+    how = "module names and op patterns" if synthetic else "the kernels its graph replays ran"
+    return Analysis(events, attr, True, (f"no tb-attn scopes in this trace: attention was inferred from {how}",),
+                    merge_diagnostics(events.diagnostics, attr.diagnostics, found), core_only | replayed)
 
 
 def with_annotations(events: Events, rows: list[tuple[int, float, float, str]]) -> Events:

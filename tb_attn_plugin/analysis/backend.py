@@ -70,7 +70,7 @@ from tb_attn_plugin.ops import (
     VLLM_UNIFIED_OPS,
 )
 
-__all__ = ["BACKENDS", "LIBRARY_BACKENDS", "SERVING_BACKENDS", "detect_backend"]
+__all__ = ["BACKENDS", "LIBRARY_BACKENDS", "SERVING_BACKENDS", "detect_backend", "is_attention_kernel"]
 
 BACKENDS: tuple[str, ...] = ("cudnn", "efficient", "rocm-flash", "flash", "cpu-flash", "flex", "flex-eager",
                              "compiled", "int8-qk", "performer", "linear", "sdpa-math", "naive", "unknown")
@@ -229,3 +229,19 @@ def _library_backend(ops: set[str], kernels: list[str]) -> tuple[str, list[str]]
 def _is_gemm_noise(kernel: str, backend: str) -> bool:
     # cuDNN also names plain convolution/gemm kernels; only attention ones count.
     return backend == "cudnn" and "fmha" not in kernel and "cudnn_generated" not in kernel and "flash" not in kernel
+
+
+#: Too broad for a kernel alone to say "attention": cuDNN runs convolutions too, Triton anything.
+_BROAD = frozenset({"cudnn", "triton_"})
+
+
+def is_attention_kernel(name: str) -> bool:
+    """Whether a kernel's name alone says it is an attention core: a serving engine's, a library's
+    or one of PyTorch's SDPA kernels (this module's rules, but for needles that name other work
+    too), not a GEMM that a rule's needle happens to match."""
+    for rules in (_SERVING_KERNEL_RULES, _LIBRARY_KERNEL_RULES, _KERNEL_RULES):
+        for backend, needles in rules:
+            if backend != "compiled" and any(n in name for n in needles if n not in _BROAD) \
+                    and not _is_gemm_noise(name, backend):
+                return True
+    return False

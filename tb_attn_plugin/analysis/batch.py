@@ -257,8 +257,8 @@ def _said(b: ServingBatch) -> ServingBatch:
                    "4 · heads · head size FLOPs each, counted from the annotated lengths")
     else:
         out.append(f"The annotations give no sequence lengths: each layer's cores attend at least "
-                   f"{_big(b.fewest_pairs)} (query, key) pairs per step (equal prefill lengths, no cached prefix), "
-                   "and their FLOPs are not counted")
+                   f"{_big(b.fewest_pairs)} (query, key) pairs per step (prefills of equal length with no cached "
+                   "prefix, one key per decode token), and their FLOPs are not counted")
     if b.kv_bytes_per_token is not None:
         out.append(f"KV cache: {size(b.kv_bytes_per_token)} per token per layer "
                    f"({(b.kv_dtype or '').removeprefix('c10::')}, from the KV write's k, v and cache)")

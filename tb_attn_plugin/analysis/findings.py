@@ -301,12 +301,12 @@ def _share_of_step(t: RuleQuery) -> list[Finding]:
     text = (f"{what.capitalize()}, forward and backward over {count(len(s.layers), 'layer', 'layers')}, takes "
             + " and ".join(parts) + ".")
     if note:
-        text += (f" In {layer_list(core)} only the core was found (SDPA, or q·kᵀ → softmax → attn·v), with no "
-                 "projection around it: their share leaves out their projections.")
+        text += (f" In {layer_list(core)} only the core was found (an attention op or kernel, or q·kᵀ → softmax → "
+                 "attn·v), with no projection around it: their share leaves out their projections.")
     elif core:
-        text += (" No q, k, v or output projection was found around the core (SDPA, or q·kᵀ → softmax → attn·v) "
-                 "in any layer, so the figures leave out any projections, head split and merge the model runs "
-                 "around it: a whole attention block takes more.")
+        text += (" No q, k, v or output projection was found around the core (an attention op or kernel, or q·kᵀ "
+                 "→ softmax → attn·v) in any layer, so the figures leave out any projections, head split and merge "
+                 "the model runs around it: a whole attention block takes more.")
     text += f" Making {what} twice as fast would save at most {pct(top / 2)} of the step."
     fix = (f"{what.capitalize()} dominates the step: the other findings are where step time is won."
            if top >= SHARE_NOTABLE else

@@ -21,7 +21,7 @@ from tb_attn_plugin.analysis.wording import count, layer_list, series
 from tb_attn_plugin.ops import GRAPH_CAPTURE_BEGIN, GRAPH_CAPTURE_END, GRAPH_LAUNCH
 from tb_attn_plugin.scopes import PHASES
 from tb_attn_plugin.trace.events import Events
-from tb_attn_plugin.trace.kineto import Kind
+from tb_attn_plugin.trace.kineto import DEVICE_KINDS, Kind
 
 __all__ = ["GRAPHS_OFF", "GraphUse", "graph_use"]
 
@@ -69,15 +69,17 @@ def graph_use(events: Events, attr: Attribution) -> GraphUse:
                      "covers only the kernels run outside the captures, and attention's share of it is not given"
                      + (f"; {layer_list(eager)} ran outside the captures (a piecewise graph leaves attention out "
                         "of its pieces), and their device figures are the kernels that ran" if eager else ""))
+    replayed: list[int] = []
     if replays:
         what = names[int(events.name[np.flatnonzero(launch)[0]])]
-        notes.append(f"{count(replays, 'CUDA/HIP graph replay', 'CUDA/HIP graph replays')} ({what}): the kernels "
-                     "a replay runs belong to its launch, not to the ops that captured them, so attention's device "
-                     f"figures leave them out and its share of the device step time is not given; {GRAPHS_OFF}")
+        device = np.isin(events.kind, DEVICE_KINDS) & np.isin(events.corr, events.corr[launch]) & (events.corr >= 0)
+        replayed = sorted({int(x) for x in attr.layer[device & attention].tolist()})
+        notes.append(_replay_note(attr, replays, what, replayed))
     hidden = launched & inside & (attr.phase >= 0)
     phases = frozenset((int(layer), PHASES[int(code)])
                        for layer, code in zip(attr.layer[hidden].tolist(), attr.phase[hidden].tolist(), strict=True))
-    return GraphUse(tuple(notes), tuple(captured), False, phases)
+    # Attention found in the replays is timed with the step's other kernels: its share stands.
+    return GraphUse(tuple(notes), tuple(captured), bool(replayed) and not captures, phases)
 
 
 def _captured_note(events: Events, attr: Attribution, launched: np.ndarray, inside: np.ndarray,
@@ -98,6 +100,31 @@ def _captured_note(events: Events, attr: Attribution, launched: np.ndarray, insi
         out += ("; their blocks span graph pieces, so their CPU time holds the capture's own work between the "
                 "pieces (ending one capture, beginning the next), under \"other\"")
     return f"{out}; {GRAPHS_OFF}"
+
+
+def _replay_note(attr: Attribution, replays: int, what: str, replayed: list[int]) -> str:
+    """What the replays ran of attention: layers found from their kernels alone, kernels added to
+    layers found by their ops, or nothing that can be told apart."""
+    head = f"{count(replays, 'CUDA/HIP graph replay', 'CUDA/HIP graph replays')} ({what})"
+    if not replayed:
+        return (f"{head}: the kernels a replay runs belong to its launch, not to the ops that captured them, so "
+                f"attention's device figures leave them out and its share of the device step time is not given; "
+                f"{GRAPHS_OFF}")
+    scoped = {int(x) for x in attr.layer[attr.is_scope & (attr.layer >= 0)].tolist()}
+    alone = [layer for layer in replayed if layer not in scoped]
+    also = [layer for layer in replayed if layer in scoped]
+    rule = ("each run of attention kernels in a replay is a layer's core (the k-th run layer k), with the KV-cache "
+            "write and RoPE kernels just before it")
+    parts = []
+    if alone:
+        parts.append(f"no op of the replayed forward is in the trace, so {layer_list(alone)} were found from the "
+                     f"kernels the replays ran: {rule}. Their device figures are those kernels'; the projections' "
+                     "GEMMs ran in the replays too but no name tells them from the MLP's, so these layers are the "
+                     "attention core only, and they have no CPU time")
+    if also:
+        parts.append(f"{layer_list(also)} also ran in the replays ({rule}): those kernels add to their device "
+                     "figures")
+    return f"{head}: " + "; ".join(parts) + f"; {GRAPHS_OFF}"
 
 
 def _phase_names(attr: Attribution, sel: np.ndarray) -> list[str]:

@@ -49,7 +49,7 @@ from tb_attn_plugin.analysis.scores import OTHER, SCORE_PHASES, ScoreSizes, scor
 from tb_attn_plugin.analysis.sparsity import apply_masks
 from tb_attn_plugin.analysis.spread import per_step_sums, spread
 from tb_attn_plugin.analysis.traffic import event_bytes, flop_dtype
-from tb_attn_plugin.ops import SDPA_OPS, SOFTMAX_OPS
+from tb_attn_plugin.ops import GRAPH_LAUNCH, SDPA_OPS, SOFTMAX_OPS
 from tb_attn_plugin.schema import Backward, HeadStats, LayerStats, PhaseStats, Spread, StepStats, WorkerSummary
 from tb_attn_plugin.scopes import MAX_HEADS, PHASES, parse_scope
 from tb_attn_plugin.trace.events import Events
@@ -137,6 +137,13 @@ class _Summarizer:
         if not self.has_device:
             return flop_rate(sum(p.flops for p in phases), cpu_us)
         return flop_rate(sum(p.flops for p in phases if p.device_us > 0), device_us)
+
+    def _replays(self, fwd: np.ndarray) -> int:
+        """A layer found in graph replays alone (no block scope): the replays its kernels ran in."""
+        ev = self.ev
+        launches = ev.corr[(ev.kind == Kind.RUNTIME) & np.isin(ev.name, ev.name_ids(GRAPH_LAUNCH))]
+        dev = fwd[self.on_device[fwd]]
+        return int(np.unique(ev.corr[dev][np.isin(ev.corr[dev], launches)]).size)
 
     def _per_step(self, x: float) -> float:
         return float(x) / self.step_count
@@ -243,7 +250,9 @@ class _Summarizer:
             steps=self.steps, step_count=self.step_count,
             step_cpu_us=self._per_step(step_cpu), step_device_us=self._per_step(step_device),
             attention_cpu_us=att_cpu, attention_device_us=att_dev,
-            attention_share_cpu=att_cpu / self._per_step(step_cpu) if step_cpu > 0 else None,
+            # None where attention ran no CPU op (found in graph replays' kernels alone): not measured.
+            attention_share_cpu=att_cpu / self._per_step(step_cpu)
+            if step_cpu > 0 and (att_cpu > 0 or not has_device or not layer_stats) else None,
             attention_share_device=att_dev / self._per_step(step_device)
             if has_device and step_device > 0 and graphs.device_share_known else None,
             layers=layer_stats, per_step=per_step, spread=spreads,
@@ -324,7 +333,7 @@ class _Summarizer:
             layer=layer, module=clip(a.modules[layer]) if layer in a.modules else None, backend=backend,
             backend_evidence=[clip(n) for n in evidence],
             inferred=self.inferred, core_only=layer in self.core_only,
-            calls=self._per_step(block_scopes.size), cpu_us=cpu_us, device_us=device_us,
+            calls=self._per_step(block_scopes.size or self._replays(fwd)), cpu_us=cpu_us, device_us=device_us,
             flops=flops, flops_per_s=self._rate(phases, device_us, cpu_us), iops=sum(p.iops for p in phases),
             alloc_bytes=alloc, peak_bytes=self._peak(block_scopes), sxs_bytes=sxs,
             sxs_mask_bytes=sum(p.sxs_mask_bytes for p in phases), score_tensor_bytes=sizes.tensor_bytes,
