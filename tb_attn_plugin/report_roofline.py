@@ -13,7 +13,7 @@ __all__ = ["ROOF_CSV_FIELDS", "compare_roof_cells", "peaks_line", "roof_csv_cell
 
 ROOF_CSV_FIELDS = ("bytes", "intensity", "bytes_per_s", "ceiling_flops_per_s", "roof_share", "verdict")
 _VERDICT_SHORT = {"compute-bound": "compute", "memory-bound": "memory", "latency-bound": "latency",
-                  "no peak known": "no peak", "no bytes modeled": "no bytes"}
+                  "no peak known": "no peak", "no bytes modeled": "no bytes", "above its ceiling": "above ceiling"}
 
 
 def peaks_line(rl: Roofline) -> str:
@@ -43,6 +43,8 @@ def roofline_lines(worker: WorkerSummary) -> list[str]:
         return []
     clock = "device time" if rl.clock == "device" else "CPU self time"
     lines = ["", f"  roofline ({clock}, forward; an upper bound, not a prediction): peaks {peaks_line(rl)}"]
+    if rl.note and rl.peak_flops and rl.peak_bytes_per_s is not None:
+        lines.append(f"  note: {printable(rl.note)}")
     if rl.attention is not None:
         lines.append(f"  attention: {_roof_text(rl.attention)}")
     header = ("layer", "phase", "bytes", "FLOP/B", "FLOP/s", "B/s", "ceiling", "% roof", "bound")

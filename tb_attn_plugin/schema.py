@@ -111,7 +111,7 @@ class Roof(msgspec.Struct, kw_only=True):
     bytes_per_s: float  # achieved
     ceiling: float | None  # attainable FLOP/s: min(peak FLOP/s, intensity x peak bytes/s); None: no peak known
     share: float | None  # the time at the roof over the time taken (= achieved / ceiling where there are FLOPs)
-    verdict: str  # "compute-bound", "memory-bound", "latency-bound", "no peak known" or "no bytes modeled"
+    verdict: str  # compute-, memory-, latency-bound, "no peak known", "no bytes modeled", "above its ceiling"
     lower_bound: bool = False  # some ops moved data with no bytes formula: bytes are a lower bound
 
 

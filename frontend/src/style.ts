@@ -231,6 +231,7 @@ table.roof-table .sw, table.compare-table .sw.symbol { vertical-align: -1px; }
 .verdict.v-compute-bound { background: #e8f5e9; color: #1b5e20; }
 .verdict.v-memory-bound { background: #e3f2fd; color: #0d47a1; }
 .verdict.v-latency-bound { background: #f3e5f5; color: #6a1b9a; }
+.verdict.v-above { background: #ffebee; color: #b71c1c; }
 .verdict.v-no { background: #eceff1; color: #546e7a; }
 .roof-diamond { display: inline-block; width: 9px; height: 9px; transform: rotate(45deg); margin: 0 2px; }
 .roof-symbol { display: inline-block; width: 14px; text-align: center; color: #616161; }

@@ -170,6 +170,7 @@ html:has(.tb-attn.dark), body:has(.tb-attn.dark) { background: #202124; }
 .tb-attn.dark .verdict.v-compute-bound { background: rgba(129,201,149,.16); color: #81c995; }
 .tb-attn.dark .verdict.v-memory-bound { background: rgba(138,180,248,.16); color: #8ab4f8; }
 .tb-attn.dark .verdict.v-latency-bound { background: rgba(197,138,249,.16); color: #d7aefb; }
+.tb-attn.dark .verdict.v-above { background: rgba(242,139,130,.16); color: #f28b82; }
 .tb-attn.dark .verdict.v-no { background: #3c4043; color: #bdbdbd; }
 .tb-attn.dark .roof-symbol { color: #bdbdbd; }
 `;

@@ -319,7 +319,7 @@ export interface Roof {
   ceiling: number | null;
   /** the time at the roof over the time taken (= achieved / ceiling where there are FLOPs) */
   share: number | null;
-  /** "compute-bound", "memory-bound", "latency-bound", "no peak known" or "no bytes modeled" */
+  /** compute-, memory-, latency-bound, "no peak known", "no bytes modeled", "above its ceiling" */
   verdict: string;
   /** some ops moved data with no bytes formula: bytes are a lower bound */
   lower_bound: boolean;

@@ -9,13 +9,14 @@ launching small work.
 
 from __future__ import annotations
 
+from tb_attn_plugin.analysis.peaks import cpu_op_floor
 from tb_attn_plugin.analysis.query import RuleQuery, new_finding
 from tb_attn_plugin.analysis.wording import count, duration, pct, size
 from tb_attn_plugin.ops import CAT_OP
 from tb_attn_plugin.schema import Finding, Generation, GenerationPhase
 
 __all__ = ["DISPATCH_BUSY_MAX", "EXPAND_MIN_RATIO", "GENERATION_RULES", "MEMORY_BOUND_SHARE", "REALLOC_MIN_SHARE",
-           "TINY_LAUNCH_US"]
+           "SMALL_OP_FLOORS"]
 
 #: A dynamic cache's copies are a finding from this share of decode attention time...
 REALLOC_MIN_SHARE = 0.05
@@ -27,8 +28,10 @@ MEMORY_BOUND_SHARE = 0.5
 DISPATCH_BUSY_MAX = 0.5
 #: CPU: the cache's bytes at the copy bandwidth take less than this share of the core's time...
 DISPATCH_MEMORY_SHARE = 0.25
-#: ...or, without a copy bandwidth recorded, the launches (top-level ops) are this short on average.
-TINY_LAUNCH_US = 20.0
+#: ...and the launches (top-level ops) average under this many times the CPU's dispatch floor
+#: (``peaks.cpu_op_floor``, measured without the profiler, whose own cost per op is several
+#: floors): small ops, near the floor, not slow ones of milliseconds.
+SMALL_OP_FLOORS = 50.0
 #: gqa-opportunity: suggested while the KV heads are more than a quarter of the query heads.
 GQA_GROUP = 4
 #: kv-expanded: the core reads at least this many times the KV cache's bytes...
@@ -195,12 +198,14 @@ def _decode_dispatch_bound(t: RuleQuery) -> list[Finding]:
         # With the copy bandwidth known: the cache's bytes at that rate are a small part of the core's
         # time, and decode's arithmetic is one multiply-add per byte, so the rest is per-op cost.
         # Without it: the ops themselves are short.
-        if memory is not None and memory >= DISPATCH_MEMORY_SHARE * core:
-            return []
-        if memory is None and per_launch >= TINY_LAUNCH_US:
+        # Dispatch-bound needs small ops, near the dispatch floor, with the bandwidth known or not:
+        # ops of milliseconds are slow, not small, whatever share the cache's bytes take of them.
+        floor = cpu_op_floor(t.meta)
+        if per_launch >= SMALL_OP_FLOORS * floor or (memory is not None and memory >= DISPATCH_MEMORY_SHARE * core):
             return []
         busy = None
-        why = (f"each takes {duration(per_launch)} on average"
+        why = (f"each takes {duration(per_launch)} on average, within {SMALL_OP_FLOORS:.0f} times the "
+               f"{duration(floor)} it costs to dispatch one"
                + (f", while reading the cache at the machine's copy bandwidth would take {duration(memory)} of "
                   f"the core's {duration(core)} (median step)" if memory is not None else "")
                + ": the time goes to dispatching small ops, not to arithmetic or memory")
@@ -212,13 +217,16 @@ def _decode_dispatch_bound(t: RuleQuery) -> list[Finding]:
                                              "attention_us_per_token": d.attention_us}
     if busy is not None:
         details["device_busy_share"] = busy
+    fix = ("Cut the per-token launches: capture the decode step once and replay it (CUDA graphs, or "
+           "torch.compile(mode=\"reduce-overhead\") with a static KV cache, whose shapes do not change from token "
+           "to token), fuse attention into one F.scaled_dot_product_attention call, or decode more sequences per "
+           "step (a larger batch spreads the same launches over more tokens)." if t.cuda else
+           "Cut the per-token ops: fuse attention into one F.scaled_dot_product_attention call (one op where "
+           "matmul, softmax and matmul are three), let torch.compile fuse the element-wise ops around it, or decode "
+           "more sequences per step (a larger batch spreads the same ops over more tokens).")
     return [new_finding(
         "decode-dispatch-bound", "medium", "Decode steps are bound by dispatch, not by the hardware",
-        text,
-        "Cut the per-token launches: capture the decode step once and replay it (CUDA graphs, or "
-        "torch.compile(mode=\"reduce-overhead\") with a static KV cache, whose shapes do not change from token to "
-        "token), fuse attention into one F.scaled_dot_product_attention call, or decode more sequences per step "
-        "(a larger batch spreads the same launches over more tokens).",
+        text, fix,
         layers=sorted(t.layers), ops=[], kernels=[], time_us=_per_step(t, d, d.attention_us),
         details=details)]
 

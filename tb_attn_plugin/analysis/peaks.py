@@ -25,6 +25,7 @@ __all__ = [
     "PEAK_TABLE",
     "PeakRow",
     "Peaks",
+    "cpu_op_floor",
     "device_name",
     "device_peaks",
     "find_row",
@@ -182,6 +183,14 @@ def device_peaks(device_properties: Sequence[Mapping[str, Any]]) -> Peaks | None
         return Peaks(device=name, source="", note=why)
     return Peaks(device=name, source=f"table: {row.name}, {row.source}", flops=dict(row.flops),
                  bytes_per_s=row.bytes_per_s)
+
+
+def cpu_op_floor(metadata: Mapping[str, Any] | None) -> float:
+    """The CPU's cost of dispatching one op, in µs: the runner's probe of this machine (run metadata
+    ``peaks.op_us``), else ``CPU_LAUNCH_US``."""
+    peaks = metadata.get("peaks") if metadata else None
+    op_us = peaks.get("op_us") if isinstance(peaks, Mapping) else None
+    return float(op_us) if _rate_ok(op_us) and op_us < 1e6 else CPU_LAUNCH_US
 
 
 def _probe_peaks(metadata: Mapping[str, Any] | None, device: str) -> Peaks | None:

@@ -32,7 +32,20 @@ from tb_attn_plugin.schema import Finding, LayerStats, PhaseStats, Roof, Rooflin
 __all__ = ["FAR_SHARE", "FAR_TIME_SHARE", "SCORE_TRAFFIC_PHASES", "VERDICTS", "apply_roofline", "far_from_roof",
            "peaks_of", "phase_roofs", "with_peaks"]
 
-VERDICTS = ("compute-bound", "memory-bound", "latency-bound", "no peak known", "no bytes modeled")
+VERDICTS = ("compute-bound", "memory-bound", "latency-bound", "no peak known", "no bytes modeled", "above its ceiling")
+#: A point this far above its ceiling ran faster than the peaks allow, and no verdict is drawn from
+#: it: the runner's probes measured a busy machine, or (with a datasheet's peaks) its data came from
+#: a cache, not from memory, or the peaks are not this device's.
+OVER_CEILING = 1.05
+#: What the roofline's note says where some point is above its ceiling, by where the peaks come from.
+ABOVE_PROBED = ("some points run above their ceiling (up to {top}): the peaks are too low for this machine (the "
+                "runner probes them where it runs, and a busy machine measures less than it has), so no verdict "
+                "is drawn from those points; re-run on an idle machine, or give the peaks (tb-attn --peak-flops "
+                "and --peak-bw; tensorboard --tb_attn_peak_flops and --tb_attn_peak_bw)")
+ABOVE_TABLE = ("some points run above their ceiling (up to {top}): their data came from a cache rather than from "
+               "memory (a small tensor the previous kernel left in L2), or the peaks are not this device's, so no "
+               "verdict is drawn from those points; give the device's peaks if they differ (tb-attn --peak-flops "
+               "and --peak-bw; tensorboard --tb_attn_peak_flops and --tb_attn_peak_bw)")
 #: far-from-roof: a phase with at least this share of attention time...
 FAR_TIME_SHARE = 0.10
 #: ...reaching less than this share of its attainable ceiling.
@@ -102,7 +115,9 @@ def _roof(t: _Terms, peaks: Peaks) -> Roof | None:
             ceiling = min(peak, intensity * bw)
         at_roof = max(t.compute_s, t.memory_s)
         share = at_roof / sec
-        if t.launches * peaks.launch_us * 1e-6 > at_roof:
+        if share > OVER_CEILING:
+            verdict = "above its ceiling"
+        elif t.launches * peaks.launch_us * 1e-6 > at_roof:
             verdict = "latency-bound"
         else:
             verdict = "compute-bound" if t.compute_s >= t.memory_s else "memory-bound"
@@ -120,10 +135,15 @@ def apply_roofline(summary: WorkerSummary, peaks: Peaks) -> None:
     for part in (g.prefill, g.decode) if g is not None else ():
         if part is not None:  # the prefill's and the decode steps' own layers: decode reads the whole cache
             part.roof = _roof(_roof_layers(part.layers, peaks, device), peaks)
+    whole = _roof(run, peaks)
+    roofs = [r for x in summary.layers for r in (x.roof, *(p.roof for p in x.phases)) if r is not None]
+    over = [r.share for r in (*roofs, whole) if r is not None and r.share is not None and r.share > OVER_CEILING]
+    above = ABOVE_PROBED if "probes" in peaks.source else ABOVE_TABLE
+    note = "; ".join(n for n in (peaks.note, above.format(top=pct(max(over))) if over else "") if n)
     summary.roofline = Roofline(
         device=peaks.device, source=peaks.source, clock="device" if device else "cpu",
         peak_flops={k: float(v) for k, v in peaks.flops.items()}, peak_bytes_per_s=peaks.bytes_per_s,
-        launch_us=peaks.launch_us, note=peaks.note, attention=_roof(run, peaks)) if summary.layers else None
+        launch_us=peaks.launch_us, note=note, attention=whole) if summary.layers else None
     if summary.serving is not None:
         summary.serving = decode_roof(summary.serving, summary.layers, peaks.bytes_per_s)
     kept = [f for f in summary.findings if f.id != "far-from-roof"]

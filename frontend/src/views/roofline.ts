@@ -24,6 +24,9 @@ const SHARE_TITLE =
 const BOUND_TITLE =
   "what bounds it at the roofs: compute, memory, or latency (too little work per call for either roof to matter)";
 
+const ABOVE_TITLE =
+  "it ran faster than the peaks allow: the peaks are too low (probes measured on a busy machine), or its data came from a cache rather than memory; no verdict is drawn, and the roofline's note says which and how to give the peaks (--tb_attn_peak_flops, --tb_attn_peak_bw)";
+
 /** A roof's "% of roof" cell. */
 export function roofShareCell(r: Roof | null | undefined, extra = ""): HTMLElement {
   if (!r || r.share === null) return h("td", { class: `num roof-share${extra}`, title: r ? r.verdict : "no roofline" }, DASH);
@@ -33,7 +36,8 @@ export function roofShareCell(r: Roof | null | undefined, extra = ""): HTMLEleme
 /** A roof's verdict cell: "compute-bound", "memory-bound", "latency-bound", "no peak known"... */
 export function roofBoundCell(r: Roof | null | undefined, extra = ""): HTMLElement {
   if (!r) return h("td", `bound${extra}`, DASH);
-  return h("td", { class: `bound${extra}`, title: BOUND_TITLE }, h("span", `verdict v-${r.verdict.split(" ")[0]}`, r.verdict));
+  const title = r.verdict === "above its ceiling" ? ABOVE_TITLE : BOUND_TITLE;
+  return h("td", { class: `bound${extra}`, title }, h("span", `verdict v-${r.verdict.split(" ")[0]}`, r.verdict));
 }
 
 export function roofShareHeader(attrs: Record<string, string | number> = {}): HTMLElement {
