@@ -13,7 +13,7 @@ fsspec URL). Exit codes of summarize, compare and ranks: 0 when every selected t
 ``--fail-on-straggler``), 2 for bad usage (nothing to read, an unknown run or worker). gate: 0
 when attention did not regress, 1 when it did, 2 for bad usage or when any trace of either
 run cannot be read: a run missing a worker is not the run that was profiled, so it must not
-pass (``docs/ci.md``).
+pass, 3 when the steps' noise spans the tolerance: too noisy to judge (``docs/ci.md``).
 
 Each error is one line on stderr, ``tb-attn: ...``. Names and messages go through
 ``report.printable``: a file, run or worker name cannot send escape sequences to the terminal.
@@ -34,7 +34,10 @@ if TYPE_CHECKING:  # the CLI imports the engine lazily: `tb-attn --help` stays f
     from tb_attn_plugin.schema import RunSummary
     from tb_attn_plugin.trace.discover import Run
 
-__all__ = ["main"]
+__all__ = ["GATE_NOISY", "main"]
+
+#: gate's exit code where the steps' noise spans the tolerance: too noisy to judge.
+GATE_NOISY = 3
 
 PROG = "tb-attn"
 
@@ -114,7 +117,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--format", choices=("table", "json"), default="table")
     cli_batch.add_flags(r)
     g = sub.add_parser("gate", help="fail (exit 1) when attention got slower or hungrier than a baseline; "
-                       "exit 2 when a trace of either run cannot be read")
+                       "exit 2 when a trace of either run cannot be read; exit 3 when the steps are too noisy to "
+                       "judge the time")
     g.add_argument("path", nargs="?", help="a log directory: --baseline and --candidate are then run names in it, "
                    "as summarize --run and compare --runs take them")
     g.add_argument("--baseline", required=True, help="the baseline run: a run name under PATH, or without PATH a run "
@@ -361,7 +365,7 @@ def _gate(args: argparse.Namespace) -> int:
     except ValueError as exc:
         return _fail(str(exc))
     sys.stdout.write(report.gate_json(outcome) if args.format == "json" else report.gate_text(outcome))
-    return 0 if outcome.passed else 1
+    return 0 if outcome.passed else 1 if outcome.regressed else GATE_NOISY
 
 
 class _Usage(Exception):

@@ -1,11 +1,18 @@
 """The CI gate: did attention get slower or hungrier between a baseline run and a candidate?
 
 Pure: it compares two ``RunSummary`` objects. Time is attention's time per step (forward and
-attributed backward), taken as the median over every profiled step of every worker, so that one
-slow step does not fail a build; the device's time when both runs have device kernels, else the
-CPU's. Memory is attention's allocations per step (summed over layers) and the largest rise of
-allocated memory in any layer. A check fails when the candidate exceeds the baseline by more
-than its tolerance. ``docs/ci.md`` explains how to make the comparison robust.
+attributed backward), the mean over every profiled step of every worker, as every other view
+takes it; the device's time when both runs have device kernels, else the CPU's. Memory is
+attention's allocations per step (summed over layers) and the largest rise of allocated memory in
+any layer. A check fails when the candidate exceeds the baseline by more than its tolerance.
+
+Time is judged against the steps' noise. With at least ``MIN_BOOTSTRAP_STEPS`` steps on each side,
+a bootstrap (``BOOTSTRAP_SAMPLES`` resamples of each run's steps, a fixed seed) gives a 95% interval
+of the relative change of the means: above the tolerance all of it is a regression, within it all
+of it passes, and an interval across the tolerance is too noisy to judge. With fewer steps there is
+no interval: the change is judged from the means unless either run's steps spread (max - min over
+the mean) more than the tolerance, which is too noisy to judge. ``docs/ci.md`` gives the exit codes
+and how to make the comparison robust.
 """
 
 from __future__ import annotations
@@ -14,10 +21,19 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from tb_attn_plugin.analysis import wording
 from tb_attn_plugin.schema import RunSummary
 
-__all__ = ["Check", "GateReport", "gate", "parse_tolerance"]
+__all__ = ["BOOTSTRAP_SAMPLES", "MIN_BOOTSTRAP_STEPS", "Check", "GateReport", "gate", "parse_tolerance"]
+
+
+#: Steps on each side from which the time check's noise is bootstrapped.
+MIN_BOOTSTRAP_STEPS = 3
+BOOTSTRAP_SAMPLES = 2000
+#: The bootstrap interval of the relative change (95%).
+INTERVAL = (2.5, 97.5)
 
 
 @dataclass(frozen=True)
@@ -28,6 +44,8 @@ class Check:
     candidate: float
     tolerance: float  # e.g. 0.10 for 10%
     detail: str = ""
+    interval: tuple[float, float] | None = None  # the change's bootstrap interval (time, enough steps)
+    noisy: bool = False  # the steps' noise spans the tolerance: too noisy to judge
 
     @property
     def change(self) -> float | None:
@@ -36,9 +54,18 @@ class Check:
 
     @property
     def passed(self) -> bool:
+        if self.noisy:
+            return False
         if self.baseline == 0:
             return self.candidate == 0
+        if self.interval is not None:
+            return self.interval[1] <= self.tolerance
         return self.candidate <= self.baseline * (1.0 + self.tolerance)
+
+    @property
+    def verdict(self) -> str:
+        """ "ok", "regression" or "too noisy to judge"."""
+        return "too noisy to judge" if self.noisy else "ok" if self.passed else "regression"
 
 
 @dataclass(frozen=True)
@@ -49,9 +76,19 @@ class GateReport:
     checks: list[Check]
     layers: list[tuple[int, float, float]] = field(default_factory=list)  # (layer, baseline us, candidate us)
 
+    warnings: list[str] = field(default_factory=list)  # what makes the two runs unlike
+
     @property
     def passed(self) -> bool:
         return all(c.passed for c in self.checks)
+
+    @property
+    def regressed(self) -> bool:
+        return any(c.verdict == "regression" for c in self.checks)
+
+    @property
+    def noisy(self) -> bool:
+        return any(c.noisy for c in self.checks)
 
 
 def parse_tolerance(text: str) -> float:
@@ -92,13 +129,58 @@ def _per_layer(run: RunSummary, clock: str) -> dict[int, float]:
 
 
 def _spread(values: Sequence[float]) -> str:
-    """The steps behind a median, in the report's unit (ms), with their spread."""
+    """The steps behind a mean, in the report's unit (ms), with their spread."""
     if not values:
         return ""
-    mid = statistics.median(values)
-    spread = f", spread {(max(values) - min(values)) / mid:.0%} of the median" if mid > 0 and len(values) > 1 else ""
-    return (f"median of {len(values)} step(s), min {wording.ms(min(values))} ms, max {wording.ms(max(values))} ms"
+    mean = statistics.fmean(values)
+    spread = f", spread {_range(values):.0%} of the mean" if mean > 0 and len(values) > 1 else ""
+    return (f"mean of {len(values)} step(s), min {wording.ms(min(values))} ms, max {wording.ms(max(values))} ms"
             + spread)
+
+
+def _range(values: Sequence[float]) -> float:
+    """The steps' spread: (max - min) over the mean."""
+    mean = statistics.fmean(values)
+    return (max(values) - min(values)) / mean if mean > 0 else 0.0
+
+
+def _time_check(base: list[float], cand: list[float], tolerance: float, clock: str) -> Check:
+    """The time check, judged against the steps' noise (module docstring)."""
+    b, c = statistics.fmean(base), statistics.fmean(cand)
+    detail = f"{clock} time per step; baseline {_spread(base)}; candidate {_spread(cand)}"
+    if b <= 0:
+        return Check("time", "us", b, c, tolerance, detail)
+    if min(len(base), len(cand)) >= MIN_BOOTSTRAP_STEPS:
+        rng = np.random.default_rng(0)
+        bs = rng.choice(np.asarray(base), (BOOTSTRAP_SAMPLES, len(base))).mean(axis=1)
+        cs = rng.choice(np.asarray(cand), (BOOTSTRAP_SAMPLES, len(cand))).mean(axis=1)
+        ok = bs > 0
+        lo, hi = (float(x) for x in np.percentile(cs[ok] / bs[ok] - 1.0, INTERVAL))
+        noisy = lo <= tolerance < hi
+        detail += (f"; 95% bootstrap interval of the change {lo:+.1%} to {hi:+.1%}"
+                   + (f", across the {tolerance:.0%} tolerance" if noisy else ""))
+        return Check("time", "us", b, c, tolerance, detail, interval=(lo, hi), noisy=noisy)
+    spread = max(_range(base), _range(cand))
+    noisy = spread > tolerance
+    detail += (f"; under {MIN_BOOTSTRAP_STEPS} steps a side, no interval: "
+               + (f"the steps spread {spread:.0%}, over the {tolerance:.0%} tolerance" if noisy
+                  else "judged from the means"))
+    return Check("time", "us", b, c, tolerance, detail, noisy=noisy)
+
+
+#: Configuration that changes what attention costs: runs that differ in it are not like for like.
+_SHAPE_KEYS = ("seq", "batch", "heads", "d_model", "layers", "dtype", "mode", "device")
+
+
+def _unlike(baseline: RunSummary, candidate: RunSummary) -> list[str]:
+    """What the runs' metadata says differs in their shapes (nothing where either has none)."""
+    def config(run: RunSummary) -> dict[str, object]:
+        cfg = run.metadata.get("config") if isinstance(run.metadata, dict) else None
+        return cfg if isinstance(cfg, dict) else {}
+
+    b, c = config(baseline), config(candidate)
+    return [f"the runs differ in {k}: {b[k]!r} against {c[k]!r}, so the change is not the code's alone"
+            for k in _SHAPE_KEYS if k in b and k in c and b[k] != c[k]]
 
 
 def gate(baseline: RunSummary, candidate: RunSummary, *, max_time: float, max_memory: float,
@@ -116,12 +198,12 @@ def gate(baseline: RunSummary, candidate: RunSummary, *, max_time: float, max_me
     base_alloc, base_peak = _memory(baseline)
     cand_alloc, cand_peak = _memory(candidate)
     checks = [
-        Check("time", "us", statistics.median(base_steps), statistics.median(cand_steps), max_time,
-              f"{clock} time per step; baseline {_spread(base_steps)}; candidate {_spread(cand_steps)}"),
+        _time_check(base_steps, cand_steps, max_time, clock),
         Check("alloc", "bytes", base_alloc, cand_alloc, max_memory, "bytes allocated inside attention per step"),
         Check("peak", "bytes", base_peak, cand_peak, max_memory, "largest rise of allocated memory in one layer"),
     ]
     base_layers, cand_layers = _per_layer(baseline, clock), _per_layer(candidate, clock)
     keys = sorted(set(base_layers) | set(cand_layers))
     layers = [(k, base_layers.get(k, 0.0), cand_layers.get(k, 0.0)) for k in keys]
-    return GateReport(baseline=baseline.run, candidate=candidate.run, clock=clock, checks=checks, layers=layers)
+    return GateReport(baseline=baseline.run, candidate=candidate.run, clock=clock, checks=checks, layers=layers,
+                      warnings=_unlike(baseline, candidate))
