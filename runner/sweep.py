@@ -31,6 +31,12 @@ def clear_run(run_dir: Path) -> None:
             p.unlink()
 
 
+def _on_disk(logdir: Path, results: Sequence[RunResult]) -> int:
+    """The trace files in the runs' directories: every rank's."""
+    dirs = {logdir / r.name for r in results}
+    return sum(1 for d in dirs if d.is_dir() for f in d.iterdir() if TRACE_FILE_RE.match(f.name))
+
+
 def format_results(results: Sequence[RunResult]) -> str:
     width = max((len(r.name) for r in results), default=3)
     lines = [f"{'run':<{width}}  {'status':<11}  {'seconds':>7}  traces  note"]
@@ -91,6 +97,8 @@ def run_sweep(
         shutdown(dist)
     if lead:
         print(format_results(results))
-        print(f"\nwrote {sum(len(r.traces) for r in results)} trace file(s) into {logdir}; "
-              f"view them with: tensorboard --logdir {logdir}")
+        # Under torchrun each rank writes its own trace: the lead counts every rank's on disk (the
+        # barrier after each run has let them all finish), not only its own.
+        written = sum(len(r.traces) for r in results) if dist is None else _on_disk(logdir, results)
+        print(f"\nwrote {written} trace file(s) into {logdir}; view them with: tensorboard --logdir {logdir}")
     return 1 if any(r.status == "failed" for r in results) else 0

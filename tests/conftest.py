@@ -93,8 +93,9 @@ def torchrun_logdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     logdir = tmp_path_factory.mktemp("torchrun")
     for args in (["--parallel", "tp", "--impl", "naive", "--slow-rank", "1", "--slow-ms", "20"],
                  ["--parallel", "ddp", "--impl", "sdpa"]):
-        torchrun("-m", "runner", "--logdir", str(logdir), "--layers", "2", "--heads", "4", "--d-model", "32",
-                 "--seq", "16", "--active", "2", "--no-progress", *args)
+        out = torchrun("-m", "runner", "--logdir", str(logdir), "--layers", "2", "--heads", "4", "--d-model", "32",
+                       "--seq", "16", "--active", "2", "--no-progress", *args)
+        assert f"wrote 2 trace file(s) into {logdir}" in out, out[-2000:]  # every rank's, not the lead's alone
     return logdir
 
 

@@ -77,10 +77,11 @@ def bare_sdpa(calls: int = 3, shape: tuple[int, int, int, int] = (2, 4, 32, 16))
         F.scaled_dot_product_attention(q, k, v)
 
 
-def torchrun(*args: str, ranks: int = 2, timeout: float = 240) -> None:
-    """``torchrun --nproc_per_node ranks ARGS`` on loopback (gloo), one thread per process."""
+def torchrun(*args: str, ranks: int = 2, timeout: float = 240) -> str:
+    """``torchrun --nproc_per_node ranks ARGS`` on loopback (gloo), one thread per process; its stdout."""
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(ranks), "--master_addr",
            "127.0.0.1", "--master_port", str(free_port()), *args]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
                           env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc.stdout

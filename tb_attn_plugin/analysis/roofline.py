@@ -347,7 +347,8 @@ def _finding(key: str, fars: list[_Far], rl: Roofline, whole: str, note: str) ->
         text = (f"{phases[0]} in {layer_list(layers)} takes {pct(time_share)} of {whole} "
                 f"({duration(time_us)} per step) and reaches {reach} of its attainable ceiling{detail}: it is {cause}.")
     else:
-        reach = f"{share(min(shares))}-{share(max(shares))}"
+        lo, hi = share(min(shares)), share(max(shares))
+        reach = lo if lo == hi else f"{lo}-{hi}"  # never "2.2%-2.2%"
         each = "; ".join(f"{f.phase} {pct(f.time_share)} of that time, {share(f.roof.share or 0.0)} of its "
                          f"ceiling" + (f" ({ceiling(f)})" if ceiling(f) else "") for f in fars)
         text = (f"{_names(phases)} in {layer_list(layers)} take {pct(time_share)} of {whole} "

@@ -413,7 +413,8 @@ def _far_from_roof(f: Finding, w: WorkerSummary) -> list[Check]:
     if len(names) == 1:
         out.append(f"reaches {share(reach[names[0]])} of its attainable ceiling")
     else:
-        out.append(f"reach {share(min(reach.values()))}-{share(max(reach.values()))} of their attainable ceilings")
+        lo, hi = share(min(reach.values())), share(max(reach.values()))
+        out.append(f"reach {lo if lo == hi else f'{lo}-{hi}'} of their attainable ceilings")
         out += [f"{n} {pct(spent[n] / total)} of that time, {share(reach[n])} of its ceiling" for n in names]
     return out
 
