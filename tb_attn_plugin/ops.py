@@ -30,6 +30,7 @@ __all__ = [
     "COMPILED_REGION_PREFIX",
     "COMPILE_BOOKKEEPING_PREFIXES",
     "COMPOSITE_OPS",
+    "CONTIGUOUS_OP",
     "COPY_OPS",
     "DROPOUT_OPS",
     "DTYPE_CONVERT_OPS",
@@ -207,6 +208,9 @@ LAYOUT_OPS = frozenset({
     "aten::t", "aten::contiguous", "aten::split", "aten::split_with_sizes", "aten::chunk", "aten::unflatten",
     "aten::flatten", "aten::unsqueeze", "aten::squeeze", "aten::select", "aten::slice", "aten::narrow", "aten::alias",
     "aten::as_strided", "aten::unbind", "aten::movedim", "aten::swapaxes", "aten::expand_as"})
+#: Layout ops that copy: the ``.contiguous()`` calls just before a fused core make its inputs and
+#: belong to it, not to the RoPE or KV expansion before them.
+CONTIGUOUS_OP = "aten::contiguous"
 #: Transposes among them: the transpose of k just before q·kᵀ belongs to that matmul.
 TRANSPOSE_OPS = frozenset({"aten::transpose", "aten::permute", "aten::t", "aten::swapaxes", "aten::movedim"})
 #: Adding a dimension (``x[:, :, None]``): the unsqueeze before an expand or a rotary product.

@@ -29,6 +29,8 @@ every op whose phase is known, scoped or assigned:
 - a dtype conversion of the probabilities: ``softmax``; dropout on them: ``dropout``;
 - after the core, dropout, a residual ``add`` and a norm: ``out_proj`` (BERT's attention module
   ends in its output sublayer);
+- ``.contiguous()`` copies right before a fused core, after RoPE, the KV cache or K/V expansion:
+  ``sdpa`` (they make q, k and v, and are not that phase's work; after a mask they copy the mask);
 - view and layout ops (``view``, ``transpose``, ``split``...): after the core ``out_proj`` (the
   head merge); before it, they prepare the next op's input where that is a projection, a mask
   or the q·kᵀ matmul (the transpose of k), or the unsqueeze before an expand or a rotary
@@ -54,6 +56,7 @@ from tb_attn_plugin.ops import (
     ARITHMETIC_OPS,
     ATTENTION_CORE_OPS,
     CAT_OP,
+    CONTIGUOUS_OP,
     DROPOUT_OPS,
     DTYPE_CONVERT_OPS,
     FUSED_BLOCK_OPS,
@@ -216,6 +219,12 @@ def _layout_run(ops: Sequence[str], out: list[str | None], lo: int, hi: int, sta
     tail = hi
     if after == Phase.QK_MATMUL and ops[hi - 1] in TRANSPOSE_OPS:
         tail = hi - 1
+    elif after == Phase.SDPA and before in (Phase.ROPE, Phase.KV_CACHE, Phase.KV_EXPAND):
+        # The copies that make q, k and v contiguous for a fused core after RoPE, the cache or the
+        # K/V expansion are the core's inputs, not that phase's work (v has no RoPE). After a mask
+        # they copy the mask (T5's position bias), and stay the mask's.
+        while tail > lo and ops[tail - 1] == CONTIGUOUS_OP:
+            tail -= 1
     elif after in (Phase.KV_EXPAND, Phase.ROPE):
         while tail > lo and ops[tail - 1] in UNSQUEEZE_OPS:
             tail -= 1

@@ -34,6 +34,18 @@ def test_llama_eager_rope_cache_and_repeat_kv() -> None:
         ("contiguous", "out_proj"), ("reshape", "out_proj"), ("linear", "out_proj")]
 
 
+def test_contiguous_copies_before_sdpa_are_the_cores() -> None:
+    """Qwen2 with SDPA (a real H100 trace, issue 36): after RoPE and repeat_kv, q, k and v are made
+    contiguous for the fused call. Those copies are the core's inputs, not RoPE (v has none)."""
+    ops = ("linear view transpose linear view transpose linear view transpose unsqueeze unsqueeze mul slice slice neg "
+           "cat mul add contiguous contiguous contiguous scaled_dot_product_attention transpose reshape linear")
+    roles = _roles(ops)
+    assert roles[9:18] == ["rope"] * 9
+    assert _compact(ops, roles)[18:22] == [("contiguous", "sdpa")] * 3 + [("scaled_dot_product_attention", "sdpa")]
+    # a contiguous not right before the core keeps its neighbours' phase
+    assert _roles("linear view transpose contiguous neg cat mul scaled_dot_product_attention")[3] == "qkv_proj"
+
+
 def test_scoped_phases_anchor_the_stage() -> None:
     """instrument() scopes the matmuls and softmax; the ops between are placed around them."""
     ops = "addmm split view transpose transpose matmul mul add softmax matmul transpose reshape addmm dropout"
