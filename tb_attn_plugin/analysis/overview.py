@@ -23,8 +23,9 @@ _MIN_SHARE = 0.05
 
 def headline(w: WorkerSummary) -> str:
     """"Attention is 35% of the CPU step time (32.5 ms of 93.1 ms per step, 4 layers): forward 43%,
-    backward 57%; by phase, qkv_proj 30%, mask 17%, softmax 12%. Top finding (medium): ..., in 2.1 ms
-    per step (6% of attention): the most a fix can save." Empty without attention."""
+    backward 57%; by phase (forward and backward), qkv_proj 30%, mask 17%, softmax 12%. Top finding
+    (medium): ..., in 2.1 ms per step (6% of attention's forward and backward time): the most a fix
+    can save." Empty without attention."""
     if not w.layers:
         return ""
     # No device share where graphs hid the kernels (``analysis.graphs``): judged by CPU time.
@@ -47,12 +48,16 @@ def headline(w: WorkerSummary) -> str:
     parts = [f"{what.capitalize()} is {share}{duration(attention)}"
              + (f" of {duration(step)}" if step > 0 else "") + f" per step, {note or layers})"]
     backward = attention - forward
-    if backward > 0.01 * attention:
+    both = backward > 0.01 * attention
+    if both:
         parts[0] += f": forward {forward / attention:.0%}, backward {backward / attention:.0%}"
     top = [(name, t) for name, t in sorted(by_phase.items(), key=lambda kv: -kv[1])
            if t >= _MIN_SHARE * attention][:_TOP_PHASES]
     if top:
-        parts[0] += "; by phase, " + ", ".join(f"{name} {t / attention:.0%}" for name, t in top)
+        # Each share names its denominator: the phases' shares here hold their backward work too,
+        # where the layer table and the chart show forward work alone.
+        parts[0] += ("; by phase (forward and backward), " if both else "; by phase, ") \
+            + ", ".join(f"{name} {t / attention:.0%}" for name, t in top)
     spread = w.spread.get("attention_device_us" if device else "attention_cpu_us")
     if spread is not None and spread.noisy:
         parts.append(f"Its steps ranged {duration(spread.lo)} to {duration(spread.hi)} ({spread.steps} steps): "
@@ -60,8 +65,9 @@ def headline(w: WorkerSummary) -> str:
     finding = top_finding(w.findings)
     if finding is not None and finding.evidence.time_us > 0:
         t = finding.evidence.time_us
+        of = f"{what}'s forward and backward time" if both else what
         parts.append(f"Top finding ({finding.severity}): {finding.title.rstrip('.')}, in {duration(t)} per step "
-                     f"({min(t / attention, 1.0):.0%} of {what}): the most a fix can save")
+                     f"({min(t / attention, 1.0):.0%} of {of}): the most a fix can save")
     elif finding is not None:
         parts.append(f"Top finding ({finding.severity}): {finding.title}")
     return ". ".join(parts) + "."

@@ -47,8 +47,9 @@ def test_headline_by_hand() -> None:
                           _finding("hidden-copy", "medium", 120)])
     assert headline(w) == (
         "Attention is 25% of the CPU step time (1.00 ms of 4.00 ms per step, 1 layer): forward 60%, backward "
-        "40%; by phase, qkv_proj 60%, softmax 30%, other 10%. Top finding (medium): hidden-copy title, in "
-        "120.0 µs per step (12% of attention): the most a fix can save.")
+        "40%; by phase (forward and backward), qkv_proj 60%, softmax 30%, other 10%. Top finding (medium): "
+        "hidden-copy title, in 120.0 µs per step (12% of attention's forward and backward time): the most a fix "
+        "can save.")
 
 
 def test_headline_names_the_attention_core_where_only_it_was_found() -> None:
@@ -60,14 +61,15 @@ def test_headline_names_the_attention_core_where_only_it_was_found() -> None:
     w.layers[0].core_only = True
     assert headline(w) == (
         "The attention core is 25% of the CPU step time (1.00 ms of 4.00 ms per step, 1 layer): forward 60%, "
-        "backward 40%; by phase, qkv_proj 60%, softmax 30%, other 10%. Top finding (medium): hidden-copy title, in "
-        "120.0 µs per step (12% of the attention core): the most a fix can save.")
+        "backward 40%; by phase (forward and backward), qkv_proj 60%, softmax 30%, other 10%. Top finding "
+        "(medium): hidden-copy title, in 120.0 µs per step (12% of the attention core's forward and backward time): "
+        "the most a fix can save.")
     other = copy.deepcopy(w.layers[0])
     other.layer, other.core_only = 1, False
     w.layers.append(other)
     text = headline(w)
     assert text.startswith("Attention is 25% of the CPU step time (1.00 ms of 4.00 ms per step, 1 of 2 layers: "
-                           "the core only)") and "(12% of attention)" in text
+                           "the core only)") and "(12% of attention)" in text  # two layers' forward: no backward here
 
 
 def test_headline_says_noisy_and_skips_info_findings() -> None:

@@ -57,7 +57,7 @@ export class LayersView {
       "layers",
       this.controls,
       this.chartEl,
-      h("p", "hint", "Means per profiled step; the whiskers span the steps (min\u2013max, or the IQR from 8 steps), \u00b1 marks a figure whose steps spread over 20 % of their median. Click a bar or a table cell for the ops and kernels behind it."),
+      h("p", "hint", "Forward work (backward: the bwd columns), means per profiled step; the headline's phase shares hold both; the whiskers span the steps (min\u2013max, or the IQR from 8 steps), \u00b1 marks a figure whose steps spread over 20 % of their median. Click a bar or a table cell for the ops and kernels behind it."),
       this.tableEl,
     );
   }
