@@ -48,7 +48,8 @@ def reference_model(model: Transformer) -> Transformer:
     """An fp32 copy of ``model`` with exact (SDPA) attention and no scopes, compilation or
     quantization. Call it before the model's projections are quantized."""
     cfg = model.cfg.replace(impl="sdpa", dtype="float32", compile=False, per_head=False, scopes=False,
-                            quant=None, dropout=0.0, parallel="none", slow_rank=None, slow_ms=0.0, jitter_ms=0.0)
+                            quant=None, dropout=0.0, parallel="none", slow_rank=None, slow_ms=0.0,
+                            slow_factor=0.0, jitter_ms=0.0)
     ref = Transformer(cfg, scoped=False)
     ref.load_state_dict({k: v.detach().float() for k, v in model.state_dict().items()})
     return ref.to(next(model.parameters()).device).eval()

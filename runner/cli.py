@@ -138,9 +138,13 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--parallel", choices=PARALLEL, default=None,
                    help="ddp: data parallel; tp: attention heads split over ranks (builtin); none: each rank "
                         "alone (default: ddp under torchrun when training, else none)")
-    d.add_argument("--slow-rank", type=int, metavar="R", help="make rank R a straggler (with --slow-ms)")
+    d.add_argument("--slow-rank", type=int, metavar="R",
+                   help="make rank R a straggler (with --slow-ms or --slow-factor)")
     d.add_argument("--slow-ms", type=float, default=0.0, metavar="X",
                    help="extra milliseconds that --slow-rank spends in every attention block")
+    d.add_argument("--slow-factor", type=float, default=0.0, metavar="F",
+                   help="extra time that --slow-rank spends in every attention block, as F times the block's own "
+                        "(0.5: half again as long), so that it stands out on a slow or busy machine too")
     d.add_argument("--jitter-ms", type=float, default=0.0, metavar="X",
                    help="builtin: every attention block sleeps X ms in every other step, a run noisy on purpose "
                         "(to see the spread and the noisy marks)")
@@ -247,6 +251,7 @@ def plan_sweep(args: argparse.Namespace) -> list[RunSpec]:
             dropout=args.dropout, attn_mask=args.attn_mask, device=device, mode=args.mode, impl=impl,
             per_head=args.per_head,
             scopes=args.scopes, parallel=parallel, slow_rank=args.slow_rank, slow_ms=args.slow_ms,
+            slow_factor=args.slow_factor,
             jitter_ms=args.jitter_ms, mask=mask, mask_seed=args.seed, compile=args.compile,
             features=args.features, quant=args.quant, attn_stats=args.attn_stats, checkpoint=args.checkpoint,
             prompt_len=prompt if generate else 0, new_tokens=new_tokens if generate else 0, kv_cache=cache,

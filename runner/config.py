@@ -101,8 +101,9 @@ class ModelConfig:
     per_head: bool = False
     scopes: bool = True  # False: no tb-attn scopes, as anyone's own training script writes traces
     parallel: str = "none"
-    slow_rank: int | None = None  # this rank spends slow_ms extra in every attention block
+    slow_rank: int | None = None  # this rank spends slow_ms, and slow_factor x its block's time, extra in every block
     slow_ms: float = 0.0
+    slow_factor: float = 0.0  # relative: survives a slow machine, where a fixed delay is diluted
     jitter_ms: float = 0.0  # every attention block spends this much more in every other call: noisy on purpose
     mask: str | None = None  # --mask spec (tb_attn_plugin.masks); flex defaults to "causal" when causal
     mask_seed: int = 0  # the block-sparse mask's draw
@@ -188,10 +189,13 @@ class ModelConfig:
                               "implementation")
         if not 0.0 <= self.jitter_ms < 60_000.0:
             raise ConfigError(f"--jitter-ms must be in 0..60000, got {self.jitter_ms}")
-        if self.slow_rank is not None and self.slow_ms == 0.0:
-            raise ConfigError("--slow-rank needs --slow-ms (the extra milliseconds per attention block, > 0)")
-        if self.slow_rank is None and self.slow_ms:
-            raise ConfigError("--slow-ms needs --slow-rank (the rank to slow down)")
+        if not 0.0 <= self.slow_factor <= 100.0:
+            raise ConfigError(f"--slow-factor must be in 0..100, got {self.slow_factor}")
+        if self.slow_rank is not None and self.slow_ms == 0.0 and self.slow_factor == 0.0:
+            raise ConfigError("--slow-rank needs --slow-ms (the extra milliseconds per attention block, > 0) or "
+                              "--slow-factor (the extra time as a multiple of the block's own)")
+        if self.slow_rank is None and (self.slow_ms or self.slow_factor):
+            raise ConfigError("--slow-ms and --slow-factor need --slow-rank (the rank to slow down)")
 
     def _check_generate(self) -> None:
         if isinstance(self.prompt_len, bool) or not isinstance(self.prompt_len, int) or self.prompt_len <= 0:
@@ -231,6 +235,10 @@ class ModelConfig:
     def delay_ms(self, rank: int) -> float:
         """Extra milliseconds per attention block on ``rank`` (the straggler knob)."""
         return self.slow_ms if rank == self.slow_rank else 0.0
+
+    def delay_factor(self, rank: int) -> float:
+        """Extra time per attention block on ``rank``, as a multiple of the block's own."""
+        return self.slow_factor if rank == self.slow_rank else 0.0
 
     def replace(self, **changes: Any) -> ModelConfig:
         return dataclasses.replace(self, **changes)

@@ -78,7 +78,8 @@ class Attention(nn.Module):
     """Multi-head (or grouped-query) self-attention with a selectable implementation.
 
     ``tp``: compute only this rank's heads and sum the output over ranks. ``delay_ms``: spend
-    that long in every call, inside the block scope (a simulated straggler).
+    that long in every call, inside the block scope (a simulated straggler); ``delay_factor``: spend
+    that multiple of the block's own time after it, inside the block scope too.
     """
 
     def __init__(
@@ -89,9 +90,11 @@ class Attention(nn.Module):
         scoped: bool = True,
         tp: TensorParallel | None = None,
         delay_ms: float = 0.0,
+        delay_factor: float = 0.0,
     ) -> None:
         super().__init__()
         self.cfg = cfg
+        self.delay_factor = delay_factor
         self.layer = layer
         self.scoped = scoped
         self.tp = tp
@@ -151,6 +154,7 @@ class Attention(nn.Module):
             if self.cfg.jitter_ms and self.calls % 2 == 0:
                 with scope(JITTER_SCOPE, on):
                     time.sleep(self.cfg.jitter_ms / 1000.0)
+            started = time.perf_counter()
             if self._compiled is not None:
                 # torch.compile ignores record_function inside what it compiles: the block's
                 # work is one phase, its ops fused or called from the compiled code.
@@ -158,6 +162,9 @@ class Attention(nn.Module):
                     y = self._compiled(x, False)
             else:
                 y = self._body(x, on)
+            if self.delay_factor:
+                with scope(SLOW_RANK_SCOPE, on):
+                    time.sleep(self.delay_factor * (time.perf_counter() - started))
         if tp is not None:
             # Outside every scope, so that traces show attention and the collective apart.
             y = TPOutputSum.apply(y, tp.group) + self.out_proj.bias
@@ -297,10 +304,11 @@ class _MLP(nn.Module):
 
 
 class _Block(nn.Module):
-    def __init__(self, cfg: ModelConfig, layer: int, scoped: bool, tp: TensorParallel | None, delay_ms: float) -> None:
+    def __init__(self, cfg: ModelConfig, layer: int, scoped: bool, tp: TensorParallel | None, delay_ms: float,
+                 delay_factor: float) -> None:
         super().__init__()
         self.ln1 = nn.LayerNorm(cfg.d_model)
-        self.attn = Attention(cfg, layer, scoped=scoped, tp=tp, delay_ms=delay_ms)
+        self.attn = Attention(cfg, layer, scoped=scoped, tp=tp, delay_ms=delay_ms, delay_factor=delay_factor)
         self.ln2 = nn.LayerNorm(cfg.d_model)
         self.mlp = _MLP(cfg)
 
@@ -313,18 +321,19 @@ class Transformer(nn.Module):
     """Token and position embeddings, ``cfg.layers`` blocks, and a language-model head.
 
     ``tp``: tensor-parallel attention (everything else is replicated on every rank); load
-    weights with ``shard_state_dict``. ``delay_ms``: see ``Attention``.
+    weights with ``shard_state_dict``. ``delay_ms``, ``delay_factor``: see ``Attention``.
     """
 
     def __init__(
-        self, cfg: ModelConfig, *, scoped: bool = True, tp: TensorParallel | None = None, delay_ms: float = 0.0
+        self, cfg: ModelConfig, *, scoped: bool = True, tp: TensorParallel | None = None, delay_ms: float = 0.0,
+        delay_factor: float = 0.0,
     ) -> None:
         super().__init__()
         self.cfg = cfg
         self.wte = nn.Embedding(cfg.vocab, cfg.d_model)
         self.wpe = nn.Embedding(cfg.seq, cfg.d_model)
         self.drop = nn.Dropout(cfg.dropout)
-        self.blocks = nn.ModuleList(_Block(cfg, i, scoped, tp, delay_ms) for i in range(cfg.layers))
+        self.blocks = nn.ModuleList(_Block(cfg, i, scoped, tp, delay_ms, delay_factor) for i in range(cfg.layers))
         self.ln_f = nn.LayerNorm(cfg.d_model)
         self.lm_head = nn.Linear(cfg.d_model, cfg.vocab, bias=False)
         spec = parse_mask(cfg.mask, causal=cfg.causal) if cfg.mask else None

@@ -244,11 +244,13 @@ def build_workload(
         if cfg.parallel == "tp":
             tp = TensorParallel(rank, world_size)
             full = Transformer(cfg, scoped=False)  # the single-process weights, then this rank's share
-            model = Transformer(cfg, scoped=cfg.scopes, tp=tp, delay_ms=cfg.delay_ms(rank))
+            model = Transformer(cfg, scoped=cfg.scopes, tp=tp, delay_ms=cfg.delay_ms(rank),
+                                delay_factor=cfg.delay_factor(rank))
             model.load_state_dict(shard_state_dict(full.state_dict(), cfg, tp))
             del full
         else:
-            model = Transformer(cfg, scoped=cfg.scopes, delay_ms=cfg.delay_ms(rank))
+            model = Transformer(cfg, scoped=cfg.scopes, delay_ms=cfg.delay_ms(rank),
+                                delay_factor=cfg.delay_factor(rank))
         needs_instrument = False
     elif spec.startswith("hf:"):
         if cfg.impl == "naive-inplace":

@@ -215,9 +215,12 @@ def test_tensor_parallel_scope_names_are_global() -> None:
         (["--parallel", "tp", "--kv-heads", "1"], "2", "kv_heads (1) must be divisible by the world size (2)"),
         (["--parallel", "tp", "--model", "hf:gpt2"], "2", "--parallel tp (heads split over ranks) needs the builtin"),
         (["--slow-rank", "2", "--slow-ms", "5"], "2", "--slow-rank 2 is not a rank: the world size is 2"),
-        (["--slow-rank", "0"], "1", "--slow-rank needs --slow-ms"),
+        (["--slow-rank", "0"], "1", "--slow-rank needs --slow-ms (the extra milliseconds per attention block, > 0) or "
+                                    "--slow-factor"),
         (["--slow-rank", "0", "--slow-ms", "-3"], "1", "--slow-ms must be > 0"),
-        (["--slow-ms", "5"], "1", "--slow-ms needs --slow-rank"),
+        (["--slow-ms", "5"], "1", "--slow-ms and --slow-factor need --slow-rank"),
+        (["--slow-factor", "0.5"], "1", "--slow-ms and --slow-factor need --slow-rank"),
+        (["--slow-rank", "0", "--slow-factor", "200"], "1", "--slow-factor must be in 0..100"),
     ],
 )
 def test_bad_parallel_options_exit_2_and_write_nothing(
@@ -241,3 +244,20 @@ def test_parallel_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
     assert parallel(world="2") == "ddp"  # training under torchrun
     assert parallel("--mode", "inference", world="2") == "none"
     assert parallel("--parallel", "none", world="2") == "none"
+
+
+
+def test_a_relative_straggler_sleeps_a_multiple_of_its_blocks_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--slow-factor 0.5``: after a block that took 10 ms (a stand-in clock), the slowed rank
+    sleeps 5 ms, in its straggler annotation, whatever the machine's speed."""
+    import runner.model as model
+
+    clock = iter([100.0, 100.010])
+    slept: list[float] = []
+    monkeypatch.setattr(model.time, "perf_counter", lambda: next(clock))
+    monkeypatch.setattr(model.time, "sleep", slept.append)
+    cfg = ModelConfig(layers=1, heads=2, d_model=16, seq=8, batch=1, vocab=32, impl="sdpa")
+    attn = Attention(cfg, 0, delay_factor=0.5)
+    import torch
+    attn(torch.randn(1, 8, 16))
+    assert slept == [pytest.approx(0.005)]
