@@ -131,7 +131,7 @@ def batch_flops(events: Events, flops: np.ndarray) -> int:
     for i in cores.tolist():
         batch = _enclosing(events, found, i)
         pairs = batch.pairs() if batch is not None else None
-        q = _dims(events, i, 0)
+        q = events.input_dims(i, 0)
         if batch is None or pairs is None or q is None or len(q) != 3 \
                 or q[0] < batch.prefill_tokens + batch.decode_tokens:
             continue
@@ -154,7 +154,7 @@ def batch_bytes(events: Events, idx: np.ndarray) -> np.ndarray:
     for k in np.flatnonzero(np.isin(events.name[idx], core_ids)).tolist():
         i = int(idx[k])
         batch = _enclosing(events, found, i)
-        q = _dims(events, i, 0)
+        q = events.input_dims(i, 0)
         sid = int(events.shape[i])
         if batch is None or batch.prefill is None or batch.decode is None or q is None or len(q) != 3 \
                 or q[0] < batch.prefill_tokens + batch.decode_tokens or sid < 0 or not events.shapes[sid].types:
@@ -173,15 +173,6 @@ def _enclosing(events: Events, found: list[tuple[int, Batch]], i: int) -> Batch 
     return None
 
 
-def _dims(events: Events, i: int, arg: int) -> list[int] | None:
-    sid = int(events.shape[i])
-    if sid < 0:
-        return None
-    dims = events.shapes[sid].dims
-    d = dims[arg] if arg < len(dims) else None
-    return [int(x) for x in d] if isinstance(d, list) and d else None
-
-
 def _kv_cache(events: Events) -> tuple[float, str] | None:
     """The KV cache's bytes per token per layer and its element type, from the first KV write op
     whose shapes hold its k and v (or MLA's latent and rotary parts) and the cache's type."""
@@ -196,7 +187,7 @@ def _kv_cache(events: Events) -> tuple[float, str] | None:
         types = s.types
         if len(s.dims) <= SERVING_KV_CACHE_ARG or len(types) <= SERVING_KV_CACHE_ARG:
             continue
-        k, v = _dims(events, i, 0), _dims(events, i, 1)
+        k, v = events.input_dims(i, 0), events.input_dims(i, 1)
         cache_type = types[SERVING_KV_CACHE_ARG]
         if k is None or v is None or len(k) < 2 or len(v) < 2 or cache_type in ("", "Scalar"):
             continue

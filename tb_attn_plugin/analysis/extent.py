@@ -138,7 +138,7 @@ def _tokens(events: Events, first: int, last: int) -> int | None:
     """How many query tokens an SDPA core attends for (q's ``B * S``), if it is one with shapes."""
     for i in (last, first):
         if canonical(events.names[events.name[i]]) in SDPA_OPS:
-            q = _dims(events, i, 0)
+            q = events.input_dims(i, 0)
             return q[0] * q[2] if q is not None and len(q) == 4 else None
     return None
 
@@ -197,16 +197,7 @@ def _back(events: Events, before: list[int], floor: int, tokens: int | None) -> 
 def _input(events: Events, i: int) -> list[int] | None:
     """A projection's input's dims (``addmm``'s second argument: its first is the bias), if
     recorded."""
-    return _dims(events, i, MATMUL_ARGS.get(events.names[events.name[i]], (0, 1))[0])
-
-
-def _dims(events: Events, i: int, arg: int) -> list[int] | None:
-    sid = int(events.shape[i])
-    if sid < 0:
-        return None
-    dims = events.shapes[sid].dims
-    first = dims[arg] if arg < len(dims) else None
-    return [int(x) for x in first] if isinstance(first, list) and first else None
+    return events.input_dims(i, MATMUL_ARGS.get(events.names[events.name[i]], (0, 1))[0])
 
 
 def _forward(events: Events, after: list[int], tokens: int | None) -> int | None:

@@ -336,16 +336,6 @@ def _compiled_blocks(events: Events, parent: np.ndarray, forward: np.ndarray,
 _MAX_GAP_EVENTS = 64  # q·kᵀ, softmax and attn·v sit close together; this bounds the search
 
 
-def _dims(events: Events, i: int, arg: int) -> list[int] | None:
-    sid = int(events.shape[i])
-    if sid < 0:
-        return None
-    dims = events.shapes[sid].dims
-    if arg >= len(dims) or not isinstance(dims[arg], list) or not dims[arg]:
-        return None
-    return [int(x) for x in dims[arg]]
-
-
 def _operands(events: Events, i: int) -> tuple[int, int]:
     """Where matmul ``i``'s two operands are among its inputs (einsum: as for matmul)."""
     return MATMUL_ARGS.get(events.names[events.name[i]], (0, 1))
@@ -356,9 +346,9 @@ def _looks_like_attention(events: Events, first: int, softmax: int, second: int)
     if second - first > _MAX_GAP_EVENTS:
         return False
     first_a, first_b = _operands(events, first)
-    a, b = _dims(events, first, first_a), _dims(events, first, first_b)
-    scores = _dims(events, softmax, 0)
-    probs = _dims(events, second, _operands(events, second)[0])
+    a, b = events.input_dims(first, first_a), events.input_dims(first, first_b)
+    scores = events.input_dims(softmax, 0)
+    probs = events.input_dims(second, _operands(events, second)[0])
     if a is None or b is None or scores is None or probs is None:
         return True  # no shapes recorded: proximity is all we have
     if len(scores) < 2 or len(a) < 2 or len(b) < 2:

@@ -99,6 +99,15 @@ class Events:
         strings = sum(len(n) + 49 for n in self.names)
         return sum(a.nbytes for a in arrays) + strings + 200 * len(self.shapes)
 
+    def input_dims(self, i: int, arg: int) -> list[int] | None:
+        """The recorded dims of event ``i``'s input ``arg`` (``Input Dims``), None where it has none."""
+        sid = int(self.shape[i])
+        if sid < 0:
+            return None
+        dims = self.shapes[sid].dims
+        d = dims[arg] if arg < len(dims) else None
+        return [int(x) for x in d] if isinstance(d, list) and d else None
+
     def name_ids(self, wanted: set[str] | frozenset[str]) -> np.ndarray:
         """Ids of the names in ``wanted`` that occur in this trace."""
         return np.array([i for i, n in enumerate(self.names) if n in wanted], dtype=np.int32)

@@ -8,9 +8,9 @@ The kernel names below are the ones the SD3.5 and vLLM production traces hold
 from __future__ import annotations
 
 import json
-from typing import Any
 
 import pytest
+from test_production_compiled import _x
 
 from tb_attn_plugin.analysis.analyze import analyze
 from tb_attn_plugin.analysis.inductor import origins, representative
@@ -63,16 +63,6 @@ def test_a_kernel_is_read_as_the_op_it_stands_for(name: str, read: str | None) -
 
 B, H, D, IMG, TXT = 2, 4, 16, 64, 8
 HID = H * D
-
-
-def _x(name: str, ts: float, dur: float, cat: str = "cpu_op", *, dims: list[Any] | None = None,
-       corr: int | None = None) -> dict[str, Any]:
-    gpu = cat == "kernel"
-    args: dict[str, Any] = {} if dims is None else {"Input Dims": dims}
-    if corr is not None:
-        args["correlation"] = corr
-    return {"ph": "X", "cat": cat, "name": name, "pid": 0 if gpu else 1, "tid": 7 if gpu else 1, "ts": ts,
-            "dur": dur, "args": args}
 
 
 def _joint(out_text: bool = True, text_rows: int = TXT) -> WorkerSummary:

@@ -12,16 +12,21 @@ what a chart's axes show (``axis_labels``, ``one_unit``).
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import math
 import re
+import shutil
 import time
+from collections.abc import Iterator
 from decimal import ROUND_HALF_UP, Decimal
 from pathlib import Path
 from typing import Any
 
+import pytest
 from playwright.sync_api import Frame, Locator, Page, expect
 
+from devtools.tbserver import TensorBoard
 from tb_attn_plugin.analysis.analyze import analyze
 from tb_attn_plugin.analysis.drilldown import drilldown
 from tb_attn_plugin.loader import Loader, load_events, resolve_runs
@@ -97,6 +102,21 @@ def engine_drilldown(logdir: Path, run: str, *, layer: int, phase: str | None) -
     (found,) = [r for r in resolve_runs(str(logdir)) if r.name == run]
     (trace,) = found.files
     return drilldown(analyze(load_events(trace.path)), layer=layer, phase=phase, backward=False)
+
+
+@contextlib.contextmanager
+def traces_tensorboard(tmp_path_factory: pytest.TempPathFactory, traces: dict[str, Path]) -> Iterator[TensorBoard]:
+    """TensorBoard with only the Attention tab over a logdir of one run per trace (``run -> trace``,
+    each copied in as its run's one worker); skips where a trace is not here."""
+    missing = [str(p) for p in traces.values() if not p.exists()]
+    if missing:
+        pytest.skip(f"not here: {missing}")
+    logdir = tmp_path_factory.mktemp("traces-logdir")
+    for run, path in traces.items():
+        (logdir / run).mkdir()
+        shutil.copy(path, logdir / run / ("w.1.pt.trace.json" + (".gz" if path.suffix == ".gz" else "")))
+    with TensorBoard(logdir, only=["tb_attn"]) as tb:
+        yield tb
 
 
 def open_tab(page: Page, url: str) -> Frame:

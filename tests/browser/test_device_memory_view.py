@@ -4,13 +4,12 @@
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from helpers import SHARED_TRACES
-from pages import back_to_runs, engine_summary, fmt_bytes, open_run, open_tab, shot, stat
+from pages import back_to_runs, engine_summary, fmt_bytes, open_run, open_tab, shot, stat, traces_tensorboard
 from playwright.sync_api import Page, expect
 
 from devtools.tbserver import TensorBoard
@@ -26,14 +25,7 @@ TRACES = {
 
 @pytest.fixture(scope="module")
 def device_tensorboard(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TensorBoard]:
-    missing = [str(p) for p in TRACES.values() if not p.exists()]
-    if missing:
-        pytest.skip(f"not here: {missing}")
-    logdir = tmp_path_factory.mktemp("device-logdir")
-    for run, path in TRACES.items():
-        (logdir / run).mkdir()
-        shutil.copy(path, logdir / run / "w.1.pt.trace.json.gz")
-    with TensorBoard(logdir, only=["tb_attn"]) as tb:
+    with traces_tensorboard(tmp_path_factory, TRACES) as tb:
         yield tb
 
 
