@@ -24,11 +24,22 @@ from helpers import HAND_TRACES, SHARED_TRACES
 from devtools.corpus import TRACES as MODEL_TRACES
 from tb_attn_plugin.analysis.generation_findings import GQA_GROUP
 from tb_attn_plugin.analysis.heads import local_heads
+from tb_attn_plugin.analysis.overview import top_finding
 from tb_attn_plugin.analysis.quant_findings import QUANT_PHASES, QUANT_SHARE
 from tb_attn_plugin.analysis.roofline import phase_roofs
 from tb_attn_plugin.analysis.sparse_findings import COARSE_BLOCKS, SPARSE_KEPT
 from tb_attn_plugin.analysis.strategies import strategies
-from tb_attn_plugin.analysis.wording import attention, count, duration, layer_list, number, pct, share, size
+from tb_attn_plugin.analysis.wording import (
+    attention,
+    core_only_note,
+    count,
+    duration,
+    layer_list,
+    number,
+    pct,
+    share,
+    size,
+)
 from tb_attn_plugin.loader import Loader, resolve_runs
 from tb_attn_plugin.responses_strategies import StrategyGroup
 from tb_attn_plugin.schema import (
@@ -523,15 +534,45 @@ SEEN: set[str] = set()
 
 
 def headline_problems(w: WorkerSummary) -> list[str]:
-    """The headline's share of the step is share-of-step's, on the clock the trace is judged by."""
-    device = w.device != "cpu" and w.attention_device_us > 0
+    """Every figure of the headline, recomputed from the summary's own: the share of the step (the
+    clock the trace is judged by: the device's where it has a device share), forward against
+    backward, the largest phases (each named with its denominator), and the top finding's time as
+    a share of attention."""
+    device = w.device != "cpu" and w.attention_device_us > 0 and w.attention_share_device is not None
     share, att, step = ((w.attention_share_device, w.attention_device_us, w.step_device_us) if device else
                         (w.attention_share_cpu, w.attention_cpu_us, w.step_cpu_us))
-    if not w.headline or share is None:
+    if not w.headline or att <= 0:
         return []
     clock = "device" if device else "CPU"
-    want = f"{pct(share)} of the {clock} step time ({duration(att)} of {duration(step)} per step"
-    return [] if want in w.headline else [f"headline: expected {want!r}"]
+    want = []
+    if share is not None and step > 0:
+        want.append(f"{pct(share)} of the {clock} step time ({duration(att)} of {duration(step)} per step")
+    core = sum(x.core_only for x in w.layers)
+    want.append(f" per step, {core_only_note(core, len(w.layers)) or count(len(w.layers), 'layer', 'layers')})")
+    forward = sum(x.device_us if device else x.cpu_us for x in w.layers)
+    both = att - forward > 0.01 * att
+    if both:
+        want.append(f"forward {pct(forward / att)}, backward {pct((att - forward) / att)}")
+    phases: dict[str, float] = {}
+    for x in w.layers:
+        for p in x.phases:
+            t = p.device_us + p.backward.device_us if device else p.cpu_us + p.backward.cpu_us
+            phases[p.phase] = phases.get(p.phase, 0.0) + t
+    top = [(n, t) for n, t in sorted(phases.items(), key=lambda kv: -kv[1]) if t >= 0.05 * att][:3]
+    if top:
+        want.append(("by phase (forward and backward), " if both else "by phase, ")
+                    + ", ".join(f"{n} {pct(t / att)}" for n, t in top))
+    spread = w.spread.get("attention_device_us" if device else "attention_cpu_us")
+    if spread is not None and spread.noisy:
+        want.append(f"Its steps ranged {duration(spread.lo)} to {duration(spread.hi)} ({spread.steps} steps)")
+    finding = top_finding(w.findings)
+    if finding is not None and finding.evidence.time_us > 0:
+        noun = attention(sum(x.core_only for x in w.layers), len(w.layers))
+        of = f"{noun}'s forward and backward time" if both else noun
+        t = finding.evidence.time_us
+        want.append(f"Top finding ({finding.severity}): {finding.title.rstrip('.')}, in {duration(t)} per step "
+                    f"({pct(min(t / att, 1.0))} of {of})")
+    return [f"headline: expected {x!r}" for x in want if x not in w.headline]
 
 
 def _check(runs: list[RunSummary]) -> list[str]:
@@ -590,6 +631,11 @@ def test_a_wrong_figure_is_caught() -> None:
         assert problems(wrong, w), f.id
     assert headline_problems(w) == []
     assert headline_problems(msgspec.structs.replace(w, step_device_us=2 * w.step_device_us))
+    # Each of the headline's figures is checked: one digit changed anywhere in it is caught.
+    for k in range(len(w.headline)):
+        if w.headline[k].isdigit() and not w.headline[k - 1].isalpha():  # a figure's digit, not "L3" or "sxs"
+            wrong = w.headline[:k] + str((int(w.headline[k]) + 1) % 10) + w.headline[k + 1:]
+            assert headline_problems(msgspec.structs.replace(w, headline=wrong)), wrong
     unknown = msgspec.structs.replace(w.findings[0], id="new-rule")
     assert problems(unknown, w) == ["no rule for finding id 'new-rule': add one to RULES (or NO_FIGURES)"]
 
