@@ -75,12 +75,14 @@ def _mask_lines(worker: WorkerSummary) -> list[str]:
 def strategies_table(result: StrategiesResponse) -> str:
     header = ("strategy", "seq", "backend", "attn ms", "speed-up", "error", "loss diff", "peak MiB", "SxS MiB",
               "FLOPs", "IOPs", "quant", "pareto")
-    lines = [f"error: relative L1 of the attention output against exact fp32 attention (worst layer); "
-             f"accuracy-cost over {result.rel_tol:.1%} or a loss moved by more than {result.loss_tol:g}"]
+    lines = [f"the error column: relative L1 of the attention output against exact fp32 attention (worst layer); "
+             f"accuracy-cost over {result.rel_tol:.1%} or a loss moved by more than {result.loss_tol:g}; "
+             "~ = the steps spread over 20% of their median (noisy: no crossover or finding rests on it)"]
     if not result.groups:
         lines.append("no runs with attention and a sequence length in their metadata")
     for g in result.groups:
-        rows = [(x.strategy + (" *" if x.strategy == g.baseline else ""), str(x.seq), x.backend, _ms(x.time_us),
+        rows = [(x.strategy + (" *" if x.strategy == g.baseline else ""), str(x.seq), x.backend,
+                 _ms(x.time_us) + (" ~" if x.noisy else ""),
                  f"{x.speedup:.2f}x" if x.speedup is not None else "-", _error(x), _loss(x), _mib(x.peak_bytes),
                  _mib(x.sxs_bytes), _si(x.flops), _si(x.iops),
                  f"{x.quant_share:.0%}" if x.quant_share is not None else "-", "yes" if x.pareto else "")
@@ -96,7 +98,8 @@ def strategies_table(result: StrategiesResponse) -> str:
             lines += ["", "  time ~ a * S^k, and where each crosses the baseline:"]
             for s in fitted:
                 assert s.fit is not None
-                cross = f"  {printable(s.crossover.text)}" if s.crossover else ""
+                cross = (f"  {printable(s.crossover.text)}" if s.crossover
+                         else f"  {printable(s.crossover_note)}" if s.crossover_note else "")
                 lines.append(f"  {printable(s.strategy):<24} k={s.fit.k:.2f}{cross}")
         lines += _findings_lines(g.findings)
     return _text(lines)

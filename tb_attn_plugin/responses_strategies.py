@@ -6,7 +6,7 @@ from __future__ import annotations
 import msgspec
 
 from tb_attn_plugin.responses_runs import Fit
-from tb_attn_plugin.schema import Finding
+from tb_attn_plugin.schema import Finding, Spread
 
 __all__ = ["STRATEGIES_SCHEMA", "Accuracy", "Crossover", "StrategiesResponse", "StrategyGroup", "StrategyRow",
            "StrategySeries"]
@@ -38,6 +38,8 @@ class StrategyRow(msgspec.Struct, kw_only=True):
     flops: float  # forward, per step
     iops: float  # integer operations (int8 GEMMs), per step
     quant_share: float | None  # quantize + dequantize phases over the block's time; null: not quantized
+    spread: Spread | None = None  # the attention time's steps (min-max or IQR); null with one step
+    noisy: bool = False  # its steps spread over 20% of their median: no crossover or finding rests on it
     accuracy: Accuracy | None  # null: not measured (older runs, foreign traces, models other than builtin)
     speedup: float | None  # the baseline's time at this length over this one's; null: no baseline run there
     pareto: bool  # on the Pareto front of speed-up against error at this length
@@ -58,7 +60,9 @@ class StrategySeries(msgspec.Struct, kw_only=True):
     seqs: list[int]
     time_us: list[float]
     fit: Fit | None  # time ≈ a·seqᵏ; null with fewer than two lengths
-    crossover: Crossover | None  # against the baseline; null for the baseline and without both fits
+    crossover: Crossover | None  # against the baseline; null for the baseline, without both fits, or from fits
+    # of fewer than three lengths or of noisy runs (``crossover_note`` says which)
+    crossover_note: str = ""
 
 
 class StrategyGroup(msgspec.Struct, kw_only=True):

@@ -1143,6 +1143,10 @@ export interface StrategyRow {
   iops: number;
   /** quantize + dequantize phases over the block's time; null: not quantized */
   quant_share: number | null;
+  /** the attention time's steps (min-max or IQR); null with one step */
+  spread: Spread | null;
+  /** its steps spread over 20% of their median: no crossover or finding rests on it */
+  noisy: boolean;
   /** null: not measured (older runs, foreign traces, models other than builtin) */
   accuracy: Accuracy | null;
   /** the baseline's time at this length over this one's; null: no baseline run there */
@@ -1168,8 +1172,9 @@ export interface StrategySeries {
   time_us: number[];
   /** time ≈ a·seqᵏ; null with fewer than two lengths */
   fit: Fit | null;
-  /** against the baseline; null for the baseline and without both fits */
+  /** against the baseline; null for the baseline, without both fits, or from fits */
   crossover: Crossover | null;
+  crossover_note: string;
 }
 
 /** Where a strategy's fitted time curve meets the baseline's: a·Lᵏ = a_b·L^k_b. */

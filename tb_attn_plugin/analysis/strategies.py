@@ -48,6 +48,8 @@ APPROXIMATE_BACKENDS = LINEAR_BACKENDS | {"int8-qk"}
 REL_TOL = 0.01
 #: ...or the loss moved by more than this (nats, on the runner's fixed batch).
 LOSS_TOL = 0.01
+#: A crossover is claimed only between fits of at least this many lengths each.
+MIN_CROSSOVER_POINTS = 3
 #: Exponents closer than this fit parallel lines: no crossover is reported.
 PARALLEL_K = 0.05
 #: Errors below this are float rounding: the Pareto front treats them as equal (0).
@@ -164,6 +166,7 @@ def _row(run: RunSummary, cfg: dict[str, Any], device: bool) -> StrategyRow:
         for p in x.phases:
             phases[p.phase] = phases.get(p.phase, 0.0) + (p.device_us if device else p.cpu_us)
     backend = w.backend
+    spread = w.spread.get("attention_device_us" if device else "attention_cpu_us")
     return StrategyRow(
         run=run.run, strategy=strategy_label(cfg), backend=backend,
         exact=backend not in APPROXIMATE_BACKENDS and not isinstance(cfg.get("quant"), str),
@@ -171,7 +174,8 @@ def _row(run: RunSummary, cfg: dict[str, Any], device: bool) -> StrategyRow:
         peak_bytes=max((x.peak_bytes for x in layers), default=0), alloc_bytes=sum(x.alloc_bytes for x in layers),
         sxs_bytes=sum(x.sxs_bytes for x in layers), flops=sum(x.flops for x in layers),
         iops=sum(x.iops for x in layers), quant_share=quant_share(phases, block),
-        accuracy=accuracy_of(run.metadata), speedup=None, pareto=False)
+        accuracy=accuracy_of(run.metadata), speedup=None, pareto=False, spread=spread,
+        noisy=spread is not None and spread.noisy)
 
 
 def _group(members: list[tuple[RunSummary, dict[str, Any]]], baseline: str | None, rel_tol: float,
@@ -195,13 +199,31 @@ def _group(members: list[tuple[RunSummary, dict[str, Any]]], baseline: str | Non
     series = [_series(name, [x for x in rows if x.strategy == name and by_seq[x.seq].get(name) is x])
               for name in names]
     base_series = next((s for s in series if s.strategy == base), None)
+    noisy = {x.strategy for x in rows if x.noisy}
     for s in series:
         if base_series is not None and s is not base_series and s.fit and base_series.fit:
-            s.crossover = crossover(s.fit, base_series.fit, s.seqs + base_series.seqs, s.strategy, base_series.strategy)
+            s.crossover_note = _unfit(s, base_series, noisy)
+            if not s.crossover_note:
+                s.crossover = crossover(s.fit, base_series.fit, s.seqs + base_series.seqs, s.strategy,
+                                        base_series.strategy)
     cfg = members[0][1]
-    findings = [*_below_crossover(series, by_seq, device), *_accuracy_cost(rows, by_seq, rel_tol, loss_tol)]
+    findings = [*_below_crossover(series, by_seq, device, noisy), *_accuracy_cost(rows, by_seq, rel_tol, loss_tol)]
     return StrategyGroup(label=_group_label(cfg), clock="device" if device else "cpu", baseline=base,
                          strategies=names, rows=rows, series=series, findings=findings)
+
+
+def _unfit(s: StrategySeries, base: StrategySeries, noisy: set[str]) -> str:
+    """Why no crossover is claimed between two series' fits, or "": a fit of fewer than
+    ``MIN_CROSSOVER_POINTS`` lengths (any line passes through two), or a noisy run in either."""
+    few = [x.strategy for x in (s, base) if x.fit is not None and x.fit.points < MIN_CROSSOVER_POINTS]
+    if few:
+        return (f"no crossover: {' and '.join(few)} {'was' if len(few) == 1 else 'were'} measured at fewer than "
+                f"{MIN_CROSSOVER_POINTS} lengths, and a line through two points says nothing of the curve")
+    shaky = [x.strategy for x in (s, base) if x.strategy in noisy]
+    if shaky:
+        return (f"no crossover: the steps of {' and '.join(shaky)} spread over 20% of their median (noisy), so "
+                "the fits cannot place one; profile more steps")
+    return ""
 
 
 def _point(x: StrategyRow) -> tuple[float, float] | None:
@@ -224,14 +246,16 @@ def _fastest_exact(at: dict[str, StrategyRow]) -> StrategyRow | None:
 
 
 def _below_crossover(series: list[StrategySeries], by_seq: dict[int, dict[str, StrategyRow]],
-                     device: bool) -> list[Finding]:
+                     device: bool, noisy: set[str]) -> list[Finding]:
     fits = {s.strategy: s for s in series}
     out = []
     for s in series:
         slow = []
         for seq in s.seqs:
             x, best = by_seq[seq][s.strategy], _fastest_exact(by_seq[seq])
-            if x.backend in LINEAR_BACKENDS and best is not None and best.time_us < x.time_us:
+            # Noisy steps on either side: "slower" would be the noise's verdict, not the code's.
+            if x.backend in LINEAR_BACKENDS and best is not None and best.time_us < x.time_us \
+                    and not x.noisy and not best.noisy:
                 slow.append((x, best))
         if not slow:
             continue
@@ -245,11 +269,14 @@ def _below_crossover(series: list[StrategySeries], by_seq: dict[int, dict[str, S
         details: dict[str, float | int | str] = {"seq": x.seq, "time_us": x.time_us, "exact": best.strategy,
                                                  "exact_time_us": best.time_us}
         other = fits.get(best.strategy)
-        if s.fit is not None and other is not None and other.fit is not None:
+        unfit = _unfit(s, other, noisy) if s.fit is not None and other is not None and other.fit is not None else ""
+        if s.fit is not None and other is not None and other.fit is not None and not unfit:
             c = crossover(s.fit, other.fit, s.seqs + other.seqs, s.strategy, best.strategy)
             explanation += " From the fits: " + c.text + "."
             if c.seq is not None:
                 details["crossover_seq"] = round(c.seq)
+        elif unfit:
+            explanation += f" The fits place no crossover ({unfit.removeprefix('no crossover: ')})."
         else:
             explanation += " Profile it at several lengths to see where it would cross."
         out.append(new_finding(

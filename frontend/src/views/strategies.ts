@@ -12,6 +12,7 @@ import type { StrategiesResponse, StrategyGroup, StrategyRow } from "../types";
 import { findingsBox, note, pending } from "./common";
 import { color } from "./run_colors";
 import { fmtFit } from "./scaling";
+import { noisyMark, spreadTitle } from "../spread";
 import { crossDrawn, measuredRange, timeChart, tradeoffChart, tradeoffRows, type Paint } from "./strategies_charts";
 
 const NOT_MEASURED = "not measured";
@@ -221,7 +222,7 @@ export class StrategiesView {
       ),
       num("seq", String(r.seq)),
       h("td", "backend", h("span", "backend-chip", r.backend)),
-      num("time", fmtUs(r.time_us), `${r.run}: ${clockWord(g)} time of attention per step`),
+      h("td", { class: "num time", title: `${r.run}: ${clockWord(g)} time of attention per step; ${spreadTitle(r.spread)}` }, fmtUs(r.time_us), noisyMark(r.spread, fmtUs, true)),
       num("peak", fmtBytes(r.peak_bytes), `allocated: ${fmtBytes(r.alloc_bytes)} per step`),
       num("sxs", fmtBytes(r.sxs_bytes)),
       num("flops", fmtFlops(r.flops)),
@@ -269,7 +270,9 @@ export class StrategiesView {
         "ul",
         { class: "crossovers", attrs: { "data-testid": "crossovers" } },
         ...g.series.flatMap((x) =>
-          x.crossover
+          !x.crossover && x.crossover_note
+            ? [h("li", { class: "muted", dataset: { strategy: x.strategy } }, h("span", { class: "sw", style: { background: paint(x.strategy) } }), " ", `${x.strategy}: ${x.crossover_note}`)]
+            : x.crossover
             ? [
                 h(
                   "li",
