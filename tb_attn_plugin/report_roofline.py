@@ -4,7 +4,7 @@ roofline columns. Definitions: ``analysis/roofline.py`` and docs/summary.md ("Ro
 
 from __future__ import annotations
 
-from tb_attn_plugin.analysis.wording import share
+from tb_attn_plugin.analysis.wording import share, size
 from tb_attn_plugin.report import _cells, _num, _si, printable
 from tb_attn_plugin.responses_runs import CompareRun
 from tb_attn_plugin.schema import PhaseStats, Roof, Roofline, WorkerSummary
@@ -66,10 +66,11 @@ def roofline_lines(worker: WorkerSummary) -> list[str]:
 
 
 def _row(nbytes: float, r: Roof | None, lower: bool) -> tuple[str, ...]:
+    # Bytes in binary units (MiB, GiB/s), as every other figure of the CLI.
     if r is None:
-        return (_si(nbytes, "B"), "-", "-", "-", "-", "-", "-")
-    return ((">=" if lower or r.lower_bound else "") + _si(nbytes, "B"),
-            f"{r.intensity:.3g}" if r.intensity is not None else "-", _si(r.flops_per_s), _si(r.bytes_per_s),
+        return (size(nbytes), "-", "-", "-", "-", "-", "-")
+    return ((">=" if lower or r.lower_bound else "") + size(nbytes),
+            f"{r.intensity:.3g}" if r.intensity is not None else "-", _si(r.flops_per_s), f"{size(r.bytes_per_s)}/s",
             _si(r.ceiling) if r.ceiling else "-", share(r.share) if r.share is not None else "-",
             _VERDICT_SHORT.get(r.verdict, r.verdict))
 
