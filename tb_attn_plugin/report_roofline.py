@@ -24,13 +24,13 @@ def peaks_line(rl: Roofline) -> str:
     # The ridge of attention's own dtype, as its points and verdicts use it.
     which = rl.attention.dtype if rl.attention is not None and rl.attention.dtype in rl.peak_flops else "fp32"
     ridge = rl.peak_flops.get(which or "fp32", 0.0)
-    return (f"{printable(rl.device)} ({printable(rl.source)}): {flops} FLOP/s, {_si(rl.peak_bytes_per_s)}B/s; "
+    return (f"{printable(rl.device)} ({printable(rl.source)}): {flops} FLOP/s, {size(rl.peak_bytes_per_s)}/s; "
             f"ridge ({which}) {ridge / rl.peak_bytes_per_s:.3g} FLOP/B; launch floor {rl.launch_us:.3g} µs")
 
 
 def _roof_text(r: Roof) -> str:
     parts = [f"{r.intensity:.3g} FLOP/B" if r.intensity is not None else "no bytes", f"{_si(r.flops_per_s)}FLOP/s",
-             f"{_si(r.bytes_per_s)}B/s"]
+             f"{size(r.bytes_per_s)}/s"]
     if r.share is not None:
         parts.append(f"{share(r.share)} of its ceiling" + (f" ({_si(r.ceiling)}FLOP/s)" if r.ceiling else ""))
     return ", ".join(parts) + f": {r.verdict}" + (" (bytes a lower bound)" if r.lower_bound else "")
