@@ -219,6 +219,8 @@ class StepStats(msgspec.Struct, kw_only=True):
     device_us: float
     attention_cpu_us: float
     attention_device_us: float
+    attention_comm_cpu_us: float = 0.0  # of attention_cpu_us: collectives inside attention (analysis/collectives.py)
+    attention_comm_device_us: float = 0.0  # of attention_device_us: collective kernels attributed to attention
 
 
 class CollectiveStats(msgspec.Struct, kw_only=True):

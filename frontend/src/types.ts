@@ -371,6 +371,10 @@ export interface StepStats {
   device_us: number;
   attention_cpu_us: number;
   attention_device_us: number;
+  /** of attention_cpu_us: collectives inside attention (analysis/collectives.py) */
+  attention_comm_cpu_us: number;
+  /** of attention_device_us: collective kernels attributed to attention */
+  attention_comm_device_us: number;
 }
 
 export interface Finding {

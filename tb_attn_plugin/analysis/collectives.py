@@ -27,7 +27,7 @@ from tb_attn_plugin.schema import CollectiveStats
 from tb_attn_plugin.trace.events import Events
 from tb_attn_plugin.trace.kineto import Kind
 
-__all__ = ["KINDS_MERGED", "MAX_KINDS", "OTHER", "collective_name", "collectives"]
+__all__ = ["KINDS_MERGED", "MAX_KINDS", "OTHER", "attention_comm", "collective_name", "collectives"]
 
 _ANNOTATION_RE = re.compile(r"^(?:nccl|gloo|rccl|mpi|ucc|xccl):(?P<op>[a-z_]+)$")
 _C10D_RE = re.compile(r"^c10d::_?(?P<op>[a-z_]+?)_*$")
@@ -130,3 +130,33 @@ def collectives(events: Events, parent: np.ndarray, steps: list[tuple[float, flo
     merged = CollectiveStats(name=OTHER, calls=sum(c.calls for c in rest), cpu_us=sum(c.cpu_us for c in rest),
                              device_us=sum(c.device_us for c in rest))
     return [*out[: MAX_KINDS - 1], merged]
+
+
+def attention_comm(events: Events, parent: np.ndarray, layer: np.ndarray, is_scope: np.ndarray
+                   ) -> tuple[np.ndarray, np.ndarray]:
+    """The events of attention whose time is communication: on the CPU, for each collective call
+    inside attention, the outermost attention event around it that is not a scope (the autograd
+    function that all-reduces tensor parallelism's input gradient, a row-parallel projection's
+    op); on the device, the collectives' kernels attributed to attention. Their time is waiting
+    for the other ranks as much as this rank's work, so the straggler metric leaves it out."""
+    named = np.array([collective_name(n) is not None for n in events.names] or [False], np.bool_)[events.name]
+    cpu = named & ((events.kind == Kind.CPU_OP) | (events.kind == Kind.ANNOTATION)) & (layer >= 0)
+    tops: set[int] = set()
+    for i in np.flatnonzero(cpu).tolist():
+        top, p = i, int(parent[i])
+        while p >= 0 and layer[p] >= 0 and not is_scope[p]:
+            top, p = p, int(parent[p])
+        tops.add(top)
+    # Nested tops count once: the outer one.
+    out = [t for t in tops if not _inside(parent, t, tops)]
+    device = np.flatnonzero(named & (events.kind == Kind.KERNEL) & (layer >= 0))
+    return np.array(sorted(out), np.int64), device
+
+
+def _inside(parent: np.ndarray, i: int, marked: set[int]) -> bool:
+    p = int(parent[i])
+    while p >= 0:
+        if p in marked:
+            return True
+        p = int(parent[p])
+    return False

@@ -9,7 +9,10 @@ here (``metric_label`` and friends):
 
 - the straggler metric is attention time (forward + backward) in each rank's fastest step
   (interference from other processes only ever slows a step down, while a real straggler is
-  slow in every step); the summaries keep no per-step figure per layer, so a layer is judged on
+  slow in every step), less the collectives inside attention (``collectives.attention_comm``:
+  a row-parallel output projection all-reduces inside the block, where every rank waits for
+  the slowest, so they would charge the straggler's delay to the fast ranks); the summaries
+  keep no per-step figure per layer, so a layer is judged on
   its mean per step, and the table's other columns are means per step too;
 - the median is ``median_over_ranks``: over every rank, the rank itself included, and with an
   even number of ranks the lower of the two middle values. With two ranks that is the faster
@@ -108,7 +111,8 @@ def _clock_words(clock: str) -> str:
 
 def metric_label(clock: str) -> str:
     """The straggler metric, in the words the CLI and the tab use."""
-    return f"attention time in each rank's fastest step (forward + backward, {_clock_words(clock)})"
+    return (f"attention time in each rank's fastest step (forward + backward, less the collectives inside it, "
+            f"{_clock_words(clock)})")
 
 
 def means_label(clock: str) -> str:
@@ -188,7 +192,10 @@ def _row(worker: str, spans: list[WorkerSummary], device: bool) -> RankRow:
                                         _time(device, layer.backward.cpu_us, layer.backward.device_us)))
     step = _mean([_time(device, w.step_cpu_us, w.step_device_us) for w in spans])
     attention = _mean([_time(device, w.attention_cpu_us, w.attention_device_us) for w in spans])
-    per_step = [_time(device, p.attention_cpu_us, p.attention_device_us) for w in spans for p in w.per_step]
+    # The straggler metric leaves out the collectives inside attention: there the ranks wait for
+    # the slowest, so a fast rank's attention would grow by the straggler's delay.
+    per_step = [_time(device, p.attention_cpu_us - p.attention_comm_cpu_us,
+                      p.attention_device_us - p.attention_comm_device_us) for w in spans for p in w.per_step]
     collectives = _merge_collectives([w.collectives for w in spans])
     collective = sum(_time(device, c.cpu_us, c.device_us) for c in collectives)
     first = spans[0]

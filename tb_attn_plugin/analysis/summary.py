@@ -34,7 +34,7 @@ from tb_attn_plugin.analysis.bounds import (
     fold_diagnostics,
     tally,
 )
-from tb_attn_plugin.analysis.collectives import collectives
+from tb_attn_plugin.analysis.collectives import attention_comm, collectives
 from tb_attn_plugin.analysis.findings import find
 from tb_attn_plugin.analysis.flops import flop_rate
 from tb_attn_plugin.analysis.generation import generation
@@ -273,6 +273,7 @@ class _Summarizer:
         attention = (a.layer >= 0)
         block_scope = a.is_scope & (a.phase < 0) & (a.head < 0) & ~a.backward
         engine_top = self.engine & a.backward & (a.layer >= 0) & ~self.parent_backward
+        comm_cpu, comm_device = attention_comm(ev, a.parent, a.layer, a.is_scope)
         for s in self.steps:
             mine = a.step == s
             out.append(StepStats(
@@ -281,6 +282,8 @@ class _Summarizer:
                 device_us=float(ev.dur[device_in & mine].sum()),
                 attention_cpu_us=float(ev.dur[(block_scope | engine_top) & mine].sum()),
                 attention_device_us=float(ev.dur[device_in & mine & attention].sum()),
+                attention_comm_cpu_us=float(ev.dur[comm_cpu[mine[comm_cpu]]].sum()),
+                attention_comm_device_us=float(ev.dur[comm_device[(mine & device_in)[comm_device]]].sum()),
             ))
         return out
 

@@ -3,16 +3,21 @@ analysis/collectives.py), on public multi-rank traces and on runner traces made 
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 from helpers import SHARED_TRACES
 from tracetools import as_ranks
 
+from tb_attn_plugin.analysis.analyze import analyze
 from tb_attn_plugin.analysis.collectives import collective_name
 from tb_attn_plugin.analysis.ranks import ranks
+from tb_attn_plugin.analysis.summary import summarize_trace
 from tb_attn_plugin.loader import Loader, resolve_runs
 from tb_attn_plugin.responses import RanksResponse
+from tb_attn_plugin.schema import RunSummary
+from tb_attn_plugin.trace.decode import decode_bytes
 
 OTHER = SHARED_TRACES / "other"
 
@@ -138,3 +143,42 @@ def test_torchrun_runs(torchrun_logdir: Path) -> None:
     ddp = ranks(loader.summarize_run(by_name["builtin/sdpa/seq16"]))
     assert not ddp.heads_sharded and ddp.heads_complete and all(h.replicas == 2 for h in ddp.heads)
     assert all(r.collectives and r.collectives[0].name == "all_reduce" for r in ddp.ranks)
+
+
+def _row_parallel_rank(rank: int, wait_us: float, compute_us: float) -> bytes:
+    """One rank's step: a scoped block whose out_proj all-reduces (a row-parallel projection, as
+    Megatron's), waiting ``wait_us`` there for the other rank, after ``compute_us`` of core work."""
+    cpu = {"pid": 1, "tid": 1}
+    t = 10.0
+    events = [{"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "ts": 0, "dur": 20_000, **cpu,
+               "args": {}},
+              {"ph": "X", "cat": "user_annotation", "name": "tbattn.v1/L0", "ts": t, "dur": compute_us + wait_us + 20,
+               **cpu, "args": {}},
+              {"ph": "X", "cat": "user_annotation", "name": "tbattn.v1/L0/sdpa", "ts": t + 1, "dur": compute_us, **cpu,
+               "args": {}},
+              {"ph": "X", "cat": "user_annotation", "name": "tbattn.v1/L0/out_proj", "ts": t + compute_us + 2,
+               "dur": wait_us + 10, **cpu, "args": {}},
+              {"ph": "X", "cat": "cpu_op", "name": "RowParallelLinear", "ts": t + compute_us + 3, "dur": wait_us + 5,
+               **cpu, "args": {}},
+              {"ph": "X", "cat": "cpu_op", "name": "c10d::allreduce_", "ts": t + compute_us + 4, "dur": 2, **cpu,
+               "args": {}}]
+    return json.dumps({"traceEvents": events, "distributedInfo": {"rank": rank, "world_size": 2}}).encode()
+
+
+def test_collectives_inside_attention_are_not_the_straggler_metric() -> None:
+    """Rank 1 computes 3 ms more; rank 0 waits for it in the row-parallel all-reduce inside its
+    out_proj. Its attention time holds the wait (the ranks look alike by it), but the collective's
+    op is left out of the straggler metric, which finds rank 1."""
+    workers = []
+    for rank, wait, compute in ((0, 3000.0, 10_000.0), (1, 0.0, 13_000.0)):
+        w = summarize_trace(analyze(decode_bytes(_row_parallel_rank(rank, wait, compute))), file=f"r{rank}.json",
+                            worker=f"host_rank{rank}", span=None)
+        (step,) = w.per_step
+        assert step.attention_comm_cpu_us == pytest.approx(wait + 5)  # the all-reducing op, wait included
+        workers.append(w)
+    view = ranks(RunSummary(run="tp", metadata=None, workers=workers, errors=[]))
+    r0, r1 = view.ranks
+    # 10000 + 3000 + 20 - 3005 against 13000 + 20 - 5: the 3 ms rank 1 computes more.
+    assert r1.attention_best_us - r0.attention_best_us == pytest.approx(3000.0)
+    assert r0.attention_us == pytest.approx(r1.attention_us)  # by attention time the two look alike
+    assert [(s.rank, s.metric) for s in view.stragglers if s.metric == "attention"] == [(1, "attention")]

@@ -57,7 +57,8 @@ def test_stragglers_table_and_banner_share_one_metric_and_one_median() -> None:
         _rank(3, [22_000.0, 22_000.0], layer_us=16_000.0),
     ])
     assert view.metric == "attention_best"
-    assert view.metric_label == "attention time in each rank's fastest step (forward + backward, CPU clock)"
+    assert view.metric_label == ("attention time in each rank's fastest step (forward + backward, less the collectives "
+                                 "inside it, CPU clock)")
     assert view.median_label == MEDIAN_LABEL and "CPU clock" in view.means_label and "CPU clock" in view.heads_label
     assert [r.attention_best_us for r in view.ranks] == [20_000.0, 21_000.0, 30_000.0, 22_000.0]
     assert [r.attention_us for r in view.ranks] == [23_000.0, 30_500.0, 30_500.0, 22_000.0]
