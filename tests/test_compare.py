@@ -93,6 +93,21 @@ def test_default_baseline_is_the_first_by_name_in_any_order(sweep: Path) -> None
                                                            "sdpa/seq32": "sdpa/seq32"}
 
 
+def test_default_baseline_is_an_exact_run(sweep: Path) -> None:
+    """An approximate run first by name (int8 scores, as "int8-qk" sorts before "naive") is no
+    yardstick: the default baseline is the first exact run by name."""
+    summaries = _summaries(sweep)
+    naive = next(s for s in summaries if s.run == "naive/seq32")
+    approx = msgspec.structs.replace(
+        naive, run="int8-qk/seq32", metadata={**(naive.metadata or {}), "config": {
+            **dict((naive.metadata or {})["config"]), "impl": "int8-qk"}},  # type: ignore[dict-item]
+        workers=[msgspec.structs.replace(w, backend="int8-qk", layers=[
+            msgspec.structs.replace(x, backend="int8-qk") for x in w.layers]) for w in naive.workers])
+    result = compare([approx, *summaries])
+    assert result.baseline == "naive/seq128"
+    assert compare([approx]).baseline == "int8-qk/seq32"  # no exact run: the first by name
+
+
 def test_attention_spread_in_compare(sweep: Path) -> None:
     """Each run carries its attention time's spread over steps, the same as its summary's."""
     summaries = {s.run: s for s in _summaries(sweep)}

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from tb_attn_plugin.analysis.configs import config, config_key, group_label, median_worker, text
+from tb_attn_plugin.analysis.configs import config, config_key, exact, group_label, median_worker, text
 from tb_attn_plugin.analysis.roofline import phase_roofs
 from tb_attn_plugin.analysis.why_slower import same_but_impl, why_slower
 from tb_attn_plugin.responses import (
@@ -109,8 +109,9 @@ def compare(runs: list[RunSummary], *, baseline: str | None = None) -> CompareRe
 
     Ratios are only ever taken within a group of like-for-like runs (``configs.config_key`` but
     the implementation: same model, sizes, sequence length, dtype, mode and parallel layout). The
-    baseline is ``baseline`` if named, else the first readable run by name (whatever order the runs
-    were listed or picked in: the CLI and the tab agree). In every group the ratios are against
+    baseline is ``baseline`` if named, else the first readable run by name that computes attention
+    exactly (``configs.exact``), else the first by name (whatever order the runs were listed or
+    picked in: the CLI and the tab agree). In every group the ratios are against
     the run there with the baseline's implementation, else against the group's first run by name.
     """
     usable = [r for r in runs if r.workers and any(w.layers for w in r.workers)]
@@ -120,7 +121,9 @@ def compare(runs: list[RunSummary], *, baseline: str | None = None) -> CompareRe
     names = {r.run for r in usable}
     if baseline is not None and baseline not in names and facts:
         raise BaselineError(f"the baseline {baseline!r} is not among the readable runs")
-    base_name = baseline if baseline is not None else min(names, default=None)
+    # Without one named: the first exact run by name (an approximate one is no yardstick), else the first.
+    exact_names = {r.run for r in usable if exact(r)}
+    base_name = baseline if baseline is not None else min(exact_names or names, default=None)
     cfgs = [config(r) for r in usable]
     impl = next((c.get("impl") for r, c in zip(usable, cfgs, strict=True) if r.run == base_name), None)
     groups: dict[str, list[int]] = {}

@@ -14,7 +14,12 @@ from typing import Any
 
 from tb_attn_plugin.schema import RunSummary, WorkerSummary
 
-__all__ = ["config", "config_key", "group_label", "median_worker", "text"]
+__all__ = ["APPROXIMATE_BACKENDS", "LINEAR_BACKENDS", "config", "config_key", "exact", "group_label",
+           "median_worker", "text"]
+
+#: Backends that compute attention approximately: linear (kernelized), random-feature, int8 scores.
+LINEAR_BACKENDS = frozenset({"linear", "performer"})
+APPROXIMATE_BACKENDS = LINEAR_BACKENDS | {"int8-qk"}
 
 def config(run: RunSummary) -> dict[str, Any]:
     meta = run.metadata or {}
@@ -57,3 +62,9 @@ def group_label(cfg: dict[str, Any]) -> str:
     if isinstance(cfg.get("world_size"), int) and cfg["world_size"] > 1:
         parts.append(f"{cfg['world_size']} ranks")
     return ", ".join(p for p in parts if p)
+
+
+def exact(run: RunSummary) -> bool:
+    """Whether a run computes softmax attention exactly: not an approximate backend, and no
+    quantized projections (``config.quant``)."""
+    return median_worker(run).backend not in APPROXIMATE_BACKENDS and not isinstance(config(run).get("quant"), str)

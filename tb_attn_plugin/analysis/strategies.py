@@ -23,7 +23,7 @@ import math
 from typing import Any
 
 from tb_attn_plugin.analysis.compare import fit_power
-from tb_attn_plugin.analysis.configs import config, median_worker, text
+from tb_attn_plugin.analysis.configs import APPROXIMATE_BACKENDS, LINEAR_BACKENDS, config, median_worker, text
 from tb_attn_plugin.analysis.quant_findings import quant_share
 from tb_attn_plugin.analysis.query import new_finding
 from tb_attn_plugin.analysis.wording import duration, pct
@@ -42,8 +42,6 @@ __all__ = ["APPROXIMATE_BACKENDS", "LINEAR_BACKENDS", "LOSS_TOL", "REL_TOL", "ch
            "pareto_front", "strategies"]
 
 #: Backends that compute attention approximately (analysis/backend.py).
-LINEAR_BACKENDS = frozenset({"linear", "performer"})
-APPROXIMATE_BACKENDS = LINEAR_BACKENDS | {"int8-qk"}
 #: accuracy-cost: a relative (L1) error of the attention output over 1%...
 REL_TOL = 0.01
 #: ...or the loss moved by more than this (nats, on the runner's fixed batch).

@@ -138,7 +138,8 @@ export class CompareView {
 
   private renderTop(s: State): void {
     const runs = s.compare ?? [];
-    const first = [...runs].sort()[0] ?? "";
+    // The default baseline is the server's: the first exact run by name (else the first by name).
+    const first = (!s.baseline ? s.compareData.data?.baseline : null) ?? [...runs].sort()[0] ?? "";
     replace(
       this.top,
       h("button", { class: "back", attrs: { type: "button" }, on: { click: () => this.actions.openCompare(null) } }, "\u2190 Runs"),
@@ -154,7 +155,7 @@ export class CompareView {
         },
         "baseline ",
         select(
-          [{ value: "", label: `first by name (${first})` }, ...runs.map((r) => ({ value: r, label: r }))],
+          [{ value: "", label: `first exact by name (${first})` }, ...runs.map((r) => ({ value: r, label: r }))],
           s.baseline ?? "",
           (v) => this.actions.setBaseline(v || null),
           "Baseline run",
