@@ -255,7 +255,7 @@ export class LayersView {
     replace(
       this.legendEl,
       ...phases.map((p) =>
-        h("span", "legend-item", h("span", { class: "sw", style: { background: phaseColor(p) } }), phaseLabel(p)),
+        h("span", { class: "legend-item", title: `${p}: the phase's name in the findings, the headline and the CLI` }, h("span", { class: "sw", style: { background: phaseColor(p) } }), phaseLabel(p)),
       ),
     );
   }
@@ -305,7 +305,7 @@ export class LayersView {
       ...groups.map((g) =>
         h(
           "th",
-          { class: "group-head", attrs: { colspan: shownCols.length }, style: { "border-top-color": g === BLOCK ? "#616161" : phaseColor(g) } },
+          { class: "group-head", title: g === BLOCK ? "" : `${g}: the phase's name in the findings, the headline and the CLI`, attrs: { colspan: shownCols.length }, style: { "border-top-color": g === BLOCK ? "#616161" : phaseColor(g) } },
           g === BLOCK ? (ws.layers.every((l) => l.core_only) ? "attention core" : "whole block") : phaseLabel(g),
         ),
       ),
