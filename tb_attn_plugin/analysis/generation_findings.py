@@ -11,12 +11,12 @@ from __future__ import annotations
 
 from tb_attn_plugin.analysis.peaks import cpu_op_floor
 from tb_attn_plugin.analysis.query import RuleQuery, new_finding
-from tb_attn_plugin.analysis.wording import count, duration, pct, size
+from tb_attn_plugin.analysis.wording import count, duration, layer_list, pct, size
 from tb_attn_plugin.ops import CAT_OP
-from tb_attn_plugin.schema import Finding, Generation, GenerationPhase
+from tb_attn_plugin.schema import Finding, Generation, GenerationPhase, LayerStats, PhaseStats
 
 __all__ = ["DISPATCH_BUSY_MAX", "EXPAND_MIN_RATIO", "GENERATION_RULES", "MEMORY_BOUND_SHARE", "REALLOC_MIN_SHARE",
-           "SMALL_OP_FLOORS"]
+           "SMALL_OP_FLOORS", "TRAINING_CACHE_MEDIUM"]
 
 #: A dynamic cache's copies are a finding from this share of decode attention time...
 REALLOC_MIN_SHARE = 0.05
@@ -239,4 +239,39 @@ def _query_heads(t: RuleQuery, g: Generation | None) -> int | None:
     return g.heads if g is not None else None
 
 
-GENERATION_RULES = (_kv_cache_realloc, _decode_memory_bound, _gqa_opportunity, _kv_expanded, _decode_dispatch_bound)
+#: kv-cache-in-training: "medium" from this share of attention's forward time.
+TRAINING_CACHE_MEDIUM = 0.05
+
+
+def _kv_cache_in_training(t: RuleQuery) -> list[Finding]:
+    """A KV cache built in a training step: attention runs backward (the trace trains) and its
+    forward appends to a cache that training never reads."""
+    layers = t.s.layers
+    if not any(x.backward.calls > 0 for x in layers):
+        return []
+
+    def time(x: LayerStats | PhaseStats) -> float:
+        return x.device_us if t.cuda else x.cpu_us
+
+    rows = [(x.layer, time(p)) for x in layers for p in x.phases if p.phase == "kv_cache" and time(p) > 0]
+    forward = sum(time(x) for x in layers)
+    if not rows or forward <= 0:
+        return []
+    spent = sum(us for _, us in rows)
+    share = spent / forward
+    clock = "device" if t.cuda else "CPU"
+    return [new_finding(
+        "kv-cache-in-training", "medium" if share >= TRAINING_CACHE_MEDIUM else "low",
+        "A KV cache is built while training",
+        f"In {layer_list([k for k, _ in rows])}, the kv_cache phase takes {duration(spent)} per step, {pct(share)} "
+        f"of attention's forward {clock} time ({duration(forward)}), in a trace whose attention also runs "
+        "backward: each training step appends its keys and values to a cache that training never reads "
+        "(Hugging Face models return past_key_values unless told not to).",
+        "Turn the cache off for training: model(..., use_cache=False), or model.config.use_cache = False "
+        "(gradient checkpointing needs it off too).",
+        layers=[k for k, _ in rows], ops=[], kernels=[], time_us=spent,
+        details={"share": share, "kv_cache_us": spent, "forward_us": forward})]
+
+
+GENERATION_RULES = (_kv_cache_realloc, _decode_memory_bound, _gqa_opportunity, _kv_expanded, _decode_dispatch_bound,
+                    _kv_cache_in_training)

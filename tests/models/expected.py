@@ -158,7 +158,7 @@ EXPECTED: dict[str, Expected] = {
     "hf-gpt2-eager-train": Expected(
         backend="naive",
         scores=(5, 1),
-        findings={"dispatch-bound", "sxs-materialized", "share-of-step"},
+        findings={"dispatch-bound", "sxs-materialized", "share-of-step", "kv-cache-in-training"},
         phases={
             "qkv_proj": "view addmm view split view transpose view transpose view transpose",
             "other": "empty to lift_fresh detach_ empty to lift_fresh detach_",
@@ -187,7 +187,8 @@ EXPECTED: dict[str, Expected] = {
         backend="sdpa-math",
         scores=(3, 5),
         causes="dropout",
-        findings={"math-fallback", "sxs-materialized", "mask-rebuilt", "safe-softmax", "share-of-step"},
+        findings={"math-fallback", "sxs-materialized", "mask-rebuilt", "safe-softmax", "share-of-step",
+                  "kv-cache-in-training"},
         phases={
             "qkv_proj": "view addmm view split view transpose view transpose view transpose",
             "other": "empty to lift_fresh detach_ empty to lift_fresh detach_",
@@ -218,7 +219,7 @@ EXPECTED: dict[str, Expected] = {
     "hf-llama-eager-train": Expected(
         backend="naive",
         scores=(5, 1),
-        findings={"dispatch-bound", "sxs-materialized", "share-of-step"},
+        findings={"dispatch-bound", "sxs-materialized", "share-of-step", "kv-cache-in-training"},
         phases={
             "qkv_proj": "linear view transpose linear view transpose linear view transpose",
             "rope": "unsqueeze unsqueeze mul slice slice neg cat mul add mul slice slice neg cat mul add",
@@ -250,7 +251,8 @@ EXPECTED: dict[str, Expected] = {
         backend="sdpa-math",
         scores=(3, 5),
         causes="dropout",
-        findings={"math-fallback", "sxs-materialized", "mask-rebuilt", "safe-softmax", "share-of-step"},
+        findings={"math-fallback", "sxs-materialized", "mask-rebuilt", "safe-softmax", "share-of-step",
+                  "kv-cache-in-training"},
         phases={
             "qkv_proj": "linear view transpose linear view transpose linear view transpose",
             "rope": "unsqueeze unsqueeze mul slice slice neg cat mul add mul slice slice neg cat mul add",
