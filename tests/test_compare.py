@@ -13,6 +13,7 @@ from helpers import profile_run
 from webtools import get_json, plugin_client
 
 from tb_attn_plugin.analysis.compare import compare, fit_power, scaling
+from tb_attn_plugin.analysis.configs import distinct_labels, group_label
 from tb_attn_plugin.cli import main
 from tb_attn_plugin.loader import Loader, resolve_runs
 
@@ -194,3 +195,16 @@ def test_routes(sweep: Path) -> None:
     assert client.get(f"{base}/compare").status_code == 400
     assert client.get(f"{base}/compare?runs=nope").status_code == 404
     assert client.get(f"{base}/compare?runs=naive/seq64&baseline=sdpa/seq64").status_code == 400
+
+
+def test_groups_that_read_alike_are_told_apart() -> None:
+    """Generation groups with a static and a dynamic cache had one header for two groups: the
+    field that parts them is named, and groups that already read apart keep their labels."""
+    base = {"model": "builtin", "mode": "generate", "prompt_len": 128, "new_tokens": 6, "dtype": "float32",
+            "impl": "sdpa", "batch": 2}
+    static, dynamic = {**base, "kv_cache": "static"}, {**base, "kv_cache": "dynamic"}
+    label = group_label(base)
+    assert distinct_labels([static, dynamic], but=("impl",)) == [f"{label}, kv_cache static",
+                                                                f"{label}, kv_cache dynamic"]
+    other = {**base, "dtype": "bfloat16"}
+    assert distinct_labels([static, other], but=("impl",)) == [group_label(static), group_label(other)]

@@ -16,7 +16,14 @@ from typing import Any
 
 import numpy as np
 
-from tb_attn_plugin.analysis.configs import config, config_key, exact, group_label, median_worker, text
+from tb_attn_plugin.analysis.configs import (
+    config,
+    config_key,
+    distinct_labels,
+    exact,
+    median_worker,
+    text,
+)
 from tb_attn_plugin.analysis.roofline import phase_roofs
 from tb_attn_plugin.analysis.why_slower import same_but_impl, why_slower
 from tb_attn_plugin.responses import (
@@ -129,13 +136,14 @@ def compare(runs: list[RunSummary], *, baseline: str | None = None) -> CompareRe
     groups: dict[str, list[int]] = {}
     for i, cfg in enumerate(cfgs):
         groups.setdefault(config_key(cfg, but=_COMPARED), []).append(i)
+    bases: list[int] = []
     for members in groups.values():
         by_name = sorted(members, key=lambda i: usable[i].run)
         b = next((i for i in by_name if usable[i].run == base_name), None)
-        if b is None:
-            b = next((i for i in by_name if cfgs[i].get("impl") == impl), by_name[0])
+        bases.append(b if b is not None else next((i for i in by_name if cfgs[i].get("impl") == impl), by_name[0]))
+    labels = distinct_labels([cfgs[b] for b in bases], but=_COMPARED)
+    for members, b, label in zip(groups.values(), bases, labels, strict=True):
         base, base_run = facts[b], usable[b]
-        label = group_label(cfgs[b])
         for i in members:
             f, run = facts[i], usable[i]
             f.baseline = base.run
@@ -181,9 +189,10 @@ def headlines(runs: list[RunSummary], facts: list[CompareRun]) -> list[Headline]
         if cfg.get("impl") is not None and cfg.get("model") is not None:
             groups.setdefault(config_key(cfg, but="impl"), []).append((cfg, f))
     out: list[tuple[str, int, str, Headline]] = []
-    for members in groups.values():
-        if len(members) < 2:
-            continue
+    compared = [m for m in groups.values() if len(m) >= 2]
+    # Groups apart in a field the label does not name (static against dynamic caches) read apart.
+    labels = distinct_labels([m[0][0] for m in compared], but=("impl",))
+    for members, label in zip(compared, labels, strict=True):
         device = all(f.attention_device_us > 0 for _, f in members)
         time = _device_time if device else _cpu_time
         cfg, best = min(members, key=lambda m: (time(m[1]), m[1].run))
@@ -194,7 +203,6 @@ def headlines(runs: list[RunSummary], facts: list[CompareRun]) -> list[Headline]
                                  peak=_over(f.peak_bytes, best.peak_bytes),
                                  flops_per_s=_over(best.flops_per_s, f.flops_per_s))
                   for _, f in sorted(members, key=lambda m: (-time(m[1]), m[1].run)) if f is not best]
-        label = group_label(cfg)
         clock = "device" if device else "CPU"
         name = (best.impl if unique else None) or best.run
         against = "; ".join(_versus_text(v, v.impl if unique and v.impl else v.run) for v in versus)

@@ -14,8 +14,8 @@ from typing import Any
 
 from tb_attn_plugin.schema import RunSummary, WorkerSummary
 
-__all__ = ["APPROXIMATE_BACKENDS", "LINEAR_BACKENDS", "config", "config_key", "exact", "group_label",
-           "median_worker", "text"]
+__all__ = ["APPROXIMATE_BACKENDS", "LINEAR_BACKENDS", "config", "config_key", "distinct_labels", "exact",
+           "group_label", "median_worker", "text"]
 
 #: Backends that compute attention approximately: linear (kernelized), random-feature, int8 scores.
 LINEAR_BACKENDS = frozenset({"linear", "performer"})
@@ -62,6 +62,27 @@ def group_label(cfg: dict[str, Any]) -> str:
     if isinstance(cfg.get("world_size"), int) and cfg["world_size"] > 1:
         parts.append(f"{cfg['world_size']} ranks")
     return ", ".join(p for p in parts if p)
+
+
+#: What ``group_label`` says of a configuration: the keys a label already names.
+_LABELLED = frozenset({"model", "seq", "prompt_len", "new_tokens", "dtype", "mode", "parallel", "world_size"})
+
+
+def distinct_labels(cfgs: list[dict[str, Any]], *, but: tuple[str, ...] = ()) -> list[str]:
+    """``group_label`` of each group's configuration, each made distinct where two groups would
+    read alike: the fields that tell them apart (not ``but``, what the groups hold together) are
+    added, "batch 4", "kv_cache static"."""
+    labels = [group_label(c) for c in cfgs]
+    out = list(labels)
+    for label in set(labels):
+        same = [i for i, x in enumerate(labels) if x == label]
+        if len(same) < 2:
+            continue
+        keys = sorted({k for i in same for k in cfgs[i]} - _LABELLED - set(but))
+        differ = [k for k in keys if len({json.dumps(cfgs[i].get(k), sort_keys=True, default=str) for i in same}) > 1]
+        for i in same:
+            out[i] = ", ".join([label, *(f"{k} {cfgs[i].get(k)}" for k in differ)])
+    return out
 
 
 def exact(run: RunSummary) -> bool:
