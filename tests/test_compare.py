@@ -208,3 +208,24 @@ def test_groups_that_read_alike_are_told_apart() -> None:
                                                                 f"{label}, kv_cache dynamic"]
     other = {**base, "dtype": "bfloat16"}
     assert distinct_labels([static, other], but=("impl",)) == [group_label(static), group_label(other)]
+
+
+def test_a_finding_id_is_one_chip() -> None:
+    """far-from-roof comes once per likely cause: Compare shows one chip for it, with the most severe
+    one's title, how many more, and their times added."""
+    from tb_attn_plugin.analysis.compare import _chips
+    from tb_attn_plugin.schema import Evidence, Finding, WorkerSummary
+
+    def finding(fid: str, severity: str, title: str, us: float) -> Finding:
+        return Finding(id=fid, severity=severity, title=title, explanation="", suggestion="",
+                       evidence=Evidence(layers=[], ops=[], kernels=[], time_us=us, bytes=0.0, details={}))
+
+    w = WorkerSummary(file="f", worker="w", span=None, device="cpu", inferred=False, backend="sdpa", steps=[1],
+                      step_count=1, step_cpu_us=1, step_device_us=0, attention_cpu_us=1, attention_device_us=0,
+                      attention_share_cpu=None, attention_share_device=None, layers=[], per_step=[], diagnostics={},
+                      notes=[], findings=[finding("hidden-copy", "medium", "copy", 5.0),
+                                          finding("far-from-roof", "low", "sdpa far", 10.0),
+                                          finding("far-from-roof", "low", "softmax far", 4.0)])
+    chips = _chips(w)
+    assert [(c.id, c.title, c.time_us) for c in chips] == [("hidden-copy", "copy", 5.0),
+                                                           ("far-from-roof", "sdpa far (and 1 more)", 14.0)]

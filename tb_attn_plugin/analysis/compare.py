@@ -102,13 +102,27 @@ def run_facts(run: RunSummary) -> CompareRun:
                              device_us=layer.device_us + layer.backward.device_us, alloc_bytes=layer.alloc_bytes,
                              peak_bytes=layer.peak_bytes) for layer in w.layers],
         findings=[f.id for f in w.findings],
-        finding_chips=[FindingChip(id=f.id, severity=f.severity, title=f.title, time_us=f.evidence.time_us)
-                       for f in w.findings],
+        finding_chips=_chips(w),
         ratio=CompareRatio(**dict.fromkeys(_RATIO_KEYS)),
         attention_spread=w.spread.get("attention_device_us" if w.attention_device_us > 0 else "attention_cpu_us"),
         decode=decode_facts(w),
         roofline=w.roofline,
     )
+
+
+def _chips(w: WorkerSummary) -> list[FindingChip]:
+    """One chip per finding id (far-from-roof comes once per cause): the most severe's severity and
+    title, the others counted in it, their times added."""
+    by_id: dict[str, list[Any]] = {}
+    for f in w.findings:  # most severe first (``find``'s order)
+        by_id.setdefault(f.id, []).append(f)
+    out = []
+    for fid, found in by_id.items():
+        first = found[0]
+        more = f" (and {len(found) - 1} more)" if len(found) > 1 else ""
+        out.append(FindingChip(id=fid, severity=first.severity, title=first.title + more,
+                               time_us=sum(f.evidence.time_us for f in found)))
+    return out
 
 
 def compare(runs: list[RunSummary], *, baseline: str | None = None) -> CompareResponse:
