@@ -34,10 +34,7 @@ if TYPE_CHECKING:  # the CLI imports the engine lazily: `tb-attn --help` stays f
     from tb_attn_plugin.schema import RunSummary
     from tb_attn_plugin.trace.discover import Run
 
-__all__ = ["GATE_NOISY", "main"]
-
-#: gate's exit code where the steps' noise spans the tolerance: too noisy to judge.
-GATE_NOISY = 3
+__all__ = ["main"]
 
 PROG = "tb-attn"
 
@@ -139,7 +136,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     args = build_parser().parse_args(argv)
     if args.command == "gate":
-        return _gate(args)
+        from tb_attn_plugin.cli_gate import run_gate
+
+        return run_gate(args)
     if args.command == "compare":
         return _compare(args)
     if args.command == "ranks":
@@ -325,47 +324,6 @@ def _ranks(args: argparse.Namespace) -> int:
     if any(v.errors for v in views):
         return 1
     return 1 if args.fail_on_straggler and any(v.stragglers for v in views) else 0
-
-
-def _gate(args: argparse.Namespace) -> int:
-    from tb_attn_plugin.analysis.gate import gate, parse_tolerance
-    from tb_attn_plugin.loader import Loader, resolve_runs
-    from tb_attn_plugin.trace.events import TraceError
-
-    try:
-        max_time = parse_tolerance(args.max_time_regression)
-        max_memory = parse_tolerance(args.max_memory_regression)
-    except ValueError as exc:
-        return _fail(f"bad tolerance: {exc}")
-    gc.disable()
-    loader = Loader()
-    summaries = []
-    unreadable = 0
-    for label, path in (("baseline", args.baseline), ("candidate", args.candidate)):
-        try:
-            runs = _listed_runs(args.path, path) if args.path is not None else resolve_runs(path)
-        except (TraceError, _Usage) as exc:
-            return _fail(f"{label}: {exc}")
-        if len(runs) != 1:
-            names = ", ".join(r.name for r in runs[:5]) or "none"
-            return _fail(f"{label}: {path} holds {len(runs)} runs ({names}); point at one run directory")
-        summary = loader.summarize_run(runs[0])
-        if summary.run == ".":
-            summary.run = path
-        # Gating on the readable workers alone would compare a different run: with one rank's
-        # trace corrupt, a slower rank could pass unseen. Every error is printed, then exit 2.
-        for err in summary.errors:
-            _fail(f"{label} {err.file}: {err.error}")
-        unreadable += len(summary.errors)
-        summaries.append(summary)
-    if unreadable:
-        return 2
-    try:
-        outcome = gate(summaries[0], summaries[1], max_time=max_time, max_memory=max_memory, clock=args.clock)
-    except ValueError as exc:
-        return _fail(str(exc))
-    sys.stdout.write(report.gate_json(outcome) if args.format == "json" else report.gate_text(outcome))
-    return 0 if outcome.passed else 1 if outcome.regressed else GATE_NOISY
 
 
 class _Usage(Exception):

@@ -28,8 +28,6 @@ if TYPE_CHECKING:
 __all__ = [
     "CSV_FIELDS",
     "compare_table",
-    "gate_json",
-    "gate_text",
     "json_text",
     "printable",
     "ranks_table",
@@ -200,46 +198,6 @@ def compare_table(result: CompareResponse, scale: ScalingResponse) -> str:
 
 def _quality(fit: Fit) -> str:
     return f"R2 {fit.r2:.2f}, {fit.points} points" if fit.r2 is not None else f"{fit.points} points: no fit quality"
-
-
-def gate_text(report: object) -> str:
-    from tb_attn_plugin.analysis.gate import GateReport
-
-    assert isinstance(report, GateReport)
-    lines = [f"attention gate: {report.candidate} against baseline {report.baseline} ({report.clock} time)"]
-    lines += [f"  warning: {printable(w)}" for w in report.warnings]
-    for c in report.checks:
-        fmt = (lambda us: f"{wording.ms(us)} ms") if c.unit == "us" else (lambda b: f"{wording.mib(b)} MiB")
-        change = "n/a" if c.change is None else f"{c.change:+.1%}"
-        verdict = {"ok": "ok", "regression": "REGRESSION"}.get(c.verdict, "TOO NOISY TO JUDGE")
-        lines.append(f"  {c.name:<6} baseline {fmt(c.baseline):>12}  candidate {fmt(c.candidate):>12}  "
-                     f"change {change:>7}  tolerance {c.tolerance:.0%}  {verdict}")
-        lines.append(f"         ({c.detail})")
-    if report.layers:
-        lines.append("  per layer, time per step (baseline -> candidate):")
-        for layer, base, cand in report.layers:
-            lines.append(f"    L{layer:<3} {_ms(base):>10} ms -> {_ms(cand):>10} ms")
-    lines.append("PASS: attention did not regress beyond the tolerances" if report.passed
-                 else "FAIL: attention regressed beyond the tolerances" if report.regressed
-                 else "UNDECIDED: too noisy to judge: the steps' noise spans the tolerance; profile more steps, on a "
-                      "quieter machine, or widen the tolerance")
-    return _text(lines)
-
-
-def gate_json(report: object) -> str:
-    from tb_attn_plugin.analysis.gate import GateReport
-
-    assert isinstance(report, GateReport)
-    body = {
-        "schema": "tb-attn.gate/1", "baseline": report.baseline, "candidate": report.candidate,
-        "clock": report.clock, "passed": report.passed, "noisy": report.noisy, "warnings": report.warnings,
-        "checks": [{"name": c.name, "unit": c.unit, "baseline": c.baseline, "candidate": c.candidate,
-                    "change": c.change, "tolerance": c.tolerance, "passed": c.passed, "verdict": c.verdict,
-                    "interval": list(c.interval) if c.interval is not None else None, "detail": c.detail}
-                   for c in report.checks],
-        "layers": [{"layer": k, "baseline_us": b, "candidate_us": c} for k, b, c in report.layers],
-    }
-    return json_text(body)
 
 
 def summary_json(summaries: Sequence[RunSummary]) -> str:
