@@ -138,12 +138,16 @@ class _Summarizer:
             return flop_rate(sum(p.flops for p in phases), cpu_us)
         return flop_rate(sum(p.flops for p in phases if p.device_us > 0), device_us)
 
+    @cached_property
+    def _launch_corr(self) -> np.ndarray:
+        """The correlation ids of the trace's graph replays (``cudaGraphLaunch``), once per trace."""
+        ev = self.ev
+        return ev.corr[(ev.kind == Kind.RUNTIME) & np.isin(ev.name, ev.name_ids(GRAPH_LAUNCH))]
+
     def _replays(self, fwd: np.ndarray) -> int:
         """A layer found in graph replays alone (no block scope): the replays its kernels ran in."""
-        ev = self.ev
-        launches = ev.corr[(ev.kind == Kind.RUNTIME) & np.isin(ev.name, ev.name_ids(GRAPH_LAUNCH))]
         dev = fwd[self.on_device[fwd]]
-        return int(np.unique(ev.corr[dev][np.isin(ev.corr[dev], launches)]).size)
+        return int(np.unique(self.ev.corr[dev][np.isin(self.ev.corr[dev], self._launch_corr)]).size)
 
     def _per_step(self, x: float) -> float:
         return float(x) / self.step_count
