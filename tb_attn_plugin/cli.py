@@ -29,6 +29,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, NoReturn
 
 from tb_attn_plugin import cli_batch, report
+from tb_attn_plugin.cli_batch import PROG, Usage, fail, listed_runs, stderr
 
 if TYPE_CHECKING:  # the CLI imports the engine lazily: `tb-attn --help` stays fast
     from tb_attn_plugin.schema import RunSummary
@@ -36,7 +37,6 @@ if TYPE_CHECKING:  # the CLI imports the engine lazily: `tb-attn --help` stays f
 
 __all__ = ["main"]
 
-PROG = "tb-attn"
 
 
 class _Parser(argparse.ArgumentParser):
@@ -152,13 +152,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.jobs == 1 and args.executor is None:
         prefetch_analysis()  # a thread: only where no pool of processes is forked
     try:
-        runs = cli_batch.select(_listed_runs(args.path, args.run), args, args.path)
-    except (_Usage, ValueError) as exc:
-        return _fail(str(exc))
+        runs = cli_batch.select(listed_runs(args.path, args.run), args, args.path)
+    except (Usage, ValueError) as exc:
+        return fail(str(exc))
     if args.worker is not None:
         runs = [r for r in runs if args.worker in r.workers]
         if not runs:
-            return _fail(f"no worker named {args.worker!r} in the selected runs")
+            return fail(f"no worker named {args.worker!r} in the selected runs")
     # A short-lived process that builds large numpy columns and no reference cycles: the cyclic
     # garbage collector only costs time here.
     gc.disable()
@@ -166,12 +166,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         summaries = cli_batch.summaries(args, {"max_trace_bytes": args.max_trace_mb << 20}, runs,
                                         worker=args.worker, path=args.path)
     except ValueError as exc:
-        return _fail(str(exc))
+        return fail(str(exc))
     _apply_peaks(summaries, args)
     render = {"table": report.summary_table, "json": report.summary_json, "csv": report.summary_csv}[args.format]
     if args.tokens:
         if args.format != "csv":
-            return _fail("--tokens writes CSV: use it with --format csv (JSON carries the steps in generation.tokens)")
+            return fail("--tokens writes CSV: use it with --format csv (JSON carries the steps in generation.tokens)")
         from tb_attn_plugin.report_generation import tokens_csv
 
         render = tokens_csv
@@ -183,7 +183,7 @@ def _file_errors(summaries: Sequence[RunSummary]) -> int:
     """Each trace that could not be read, a line on stderr; 1 if any."""
     failed = [(s.run, e) for s in summaries for e in s.errors]
     for run, err in failed:
-        _stderr(f"{run}/{err.file}: {err.error}")
+        stderr(f"{run}/{err.file}: {err.error}")
     return 1 if failed else 0
 
 
@@ -193,27 +193,27 @@ def _compare(args: argparse.Namespace) -> int:
 
     try:
         runs = cli_batch.select(_picked_runs(args.path, args.runs), args, args.path)
-    except (_Usage, TraceError, ValueError) as exc:
-        return _fail(str(exc))
+    except (Usage, TraceError, ValueError) as exc:
+        return fail(str(exc))
     if args.baseline is not None and args.baseline.strip("/") not in {r.name for r in runs}:
-        return _fail(f"the baseline {args.baseline!r} is not one of the runs")
+        return fail(f"the baseline {args.baseline!r} is not one of the runs")
     gc.disable()
     try:
         summaries = cli_batch.summaries(args, {}, runs, path=args.path)
     except ValueError as exc:
-        return _fail(str(exc))
+        return fail(str(exc))
     _apply_peaks(summaries, args)
     try:
         result = compare(summaries, baseline=args.baseline.strip("/") if args.baseline else None)
     except ValueError as exc:
-        return _fail(str(exc))
+        return fail(str(exc))
     scale = scaling(summaries)
     if args.format == "json":
         sys.stdout.write(report.json_text({"compare": result, "scaling": scale}))
     else:
         sys.stdout.write(report.compare_table(result, scale))
     for err in result.errors:
-        _stderr(f"{err.run}: {err.error}")
+        stderr(f"{err.run}: {err.error}")
     return 1 if result.errors else 0
 
 
@@ -227,7 +227,7 @@ def _apply_peaks(summaries: Sequence[RunSummary], args: argparse.Namespace) -> N
 
 
 def _picked_runs(path: str, names: str | None) -> list[Run]:
-    """The runs under ``path``, or those of the comma-separated ``names``; _Usage for none or an unknown one."""
+    """The runs under ``path``, or those of the comma-separated ``names``; Usage for none or an unknown one."""
     from tb_attn_plugin.loader import resolve_runs
 
     runs = resolve_runs(path)
@@ -236,10 +236,10 @@ def _picked_runs(path: str, names: str | None) -> list[Run]:
         by_name = {r.name: r for r in runs}
         missing = [n for n in wanted if n not in by_name]
         if missing:
-            raise _Usage(f"no run named {missing[0]!r} under {path}")
+            raise Usage(f"no run named {missing[0]!r} under {path}")
         runs = [by_name[n] for n in wanted]
     if not runs:
-        raise _Usage(f"no traces under {path}")
+        raise Usage(f"no traces under {path}")
     return runs
 
 
@@ -253,20 +253,20 @@ def _strategies(args: argparse.Namespace) -> int:
         rel = check_tolerance("--rel-tol", REL_TOL if args.rel_tol is None else args.rel_tol)
         loss = check_tolerance("--loss-tol", LOSS_TOL if args.loss_tol is None else args.loss_tol)
         runs = _picked_runs(args.path, args.runs)
-    except (ValueError, _Usage, TraceError) as exc:
-        return _fail(str(exc))
+    except (ValueError, Usage, TraceError) as exc:
+        return fail(str(exc))
     gc.disable()
     loader = Loader()
     summaries = [loader.summarize_run(r) for r in runs]
     result = strategies(summaries, baseline=args.baseline, rel_tol=rel, loss_tol=loss)
     if args.baseline is not None and not any(args.baseline in g.strategies for g in result.groups):
         names = sorted({s for g in result.groups for s in g.strategies})
-        return _fail(f"no strategy named {args.baseline!r}; the runs have: {', '.join(names) or 'none'}")
+        return fail(f"no strategy named {args.baseline!r}; the runs have: {', '.join(names) or 'none'}")
     render = {"table": strategies_table, "json": report.json_text, "csv": strategies_csv}[args.format]
     sys.stdout.write(render(result))
     failed = [(s.run, e) for s in summaries for e in s.errors]
     for run, err in failed:
-        _stderr(f"{run}/{err.file}: {err.error}")
+        stderr(f"{run}/{err.file}: {err.error}")
     return 1 if failed else 0
 
 
@@ -275,18 +275,18 @@ def _heads(args: argparse.Namespace) -> int:
     from tb_attn_plugin.report_heads import heads_csv, heads_runs, heads_table
 
     if args.threshold is not None and not 0 < args.threshold <= 1:
-        return _fail(f"--threshold must be a share in (0, 1], got {args.threshold}")
+        return fail(f"--threshold must be a share in (0, 1], got {args.threshold}")
     try:
-        runs = _listed_runs(args.path, args.run)
-    except _Usage as exc:
-        return _fail(str(exc))
+        runs = listed_runs(args.path, args.run)
+    except Usage as exc:
+        return fail(str(exc))
     gc.disable()
     loader = Loader()
     summaries = [loader.summarize_run(r, worker=args.worker) for r in runs]
     try:
         views = heads_runs(summaries, window=args.window, threshold=args.threshold)
     except ValueError as exc:
-        return _fail(str(exc))
+        return fail(str(exc))
     render = {"table": heads_table, "csv": heads_csv,
               "json": lambda v: report.json_text(v if len(v) > 1 else v[0])}[args.format]
     sys.stdout.write(render(views))
@@ -297,15 +297,15 @@ def _ranks(args: argparse.Namespace) -> int:
     from tb_attn_plugin.analysis.ranks import ranks
 
     if not 0 <= args.margin <= 10:
-        return _fail("--margin must be in 0..10 (a fraction: 0.2 is 20%)")
+        return fail("--margin must be in 0..10 (a fraction: 0.2 is 20%)")
     try:
-        runs = _listed_runs(args.path, args.run)
-    except _Usage as exc:
-        return _fail(str(exc))
+        runs = listed_runs(args.path, args.run)
+    except Usage as exc:
+        return fail(str(exc))
     if args.run is None:
         runs = [r for r in runs if len(r.workers) > 1]
         if not runs:
-            return _fail(f"no run with two or more workers (ranks) under {args.path}")
+            return fail(f"no run with two or more workers (ranks) under {args.path}")
     total = {r.name: len(r.workers) for r in runs}
     gc.disable()
     try:
@@ -313,49 +313,17 @@ def _ranks(args: argparse.Namespace) -> int:
         views = [cli_batch.sampled(ranks(s, margin=args.margin), total[s.run], args)
                  for s in cli_batch.summaries(args, {}, runs, path=args.path)]
     except ValueError as exc:
-        return _fail(str(exc))
+        return fail(str(exc))
     if args.format == "json":
         sys.stdout.write(report.json_text(views if len(views) > 1 else views[0]))
     else:
         sys.stdout.write("\n".join(report.ranks_table(v) for v in views))
     for v in views:
         for err in v.errors:
-            _stderr(f"{v.run}/{err.file}: {err.error}")
+            stderr(f"{v.run}/{err.file}: {err.error}")
     if any(v.errors for v in views):
         return 1
     return 1 if args.fail_on_straggler and any(v.stragglers for v in views) else 0
-
-
-class _Usage(Exception):
-    """Input that the command cannot work on: printed as one line, exit code 2."""
-
-
-def _listed_runs(path: str, run: str | None) -> list[Run]:
-    """The runs under ``path``, or the one named ``run``. Raises _Usage when there are none."""
-    from tb_attn_plugin.loader import resolve_runs
-    from tb_attn_plugin.trace.events import TraceError
-
-    try:
-        runs = resolve_runs(path)
-    except TraceError as exc:
-        raise _Usage(str(exc)) from None
-    if not runs:
-        raise _Usage(f"no traces (*.pt.trace.json[.gz]) under {path}; write some with: tb-attn-run --logdir ...")
-    if run is not None:
-        runs = [r for r in runs if r.name == run.strip("/")]
-        if not runs:
-            raise _Usage(f"no run named {run!r} under {path}")
-    return runs
-
-
-def _fail(message: str) -> int:
-    """Prints a usage or input error (one line, escaped) and returns exit code 2."""
-    _stderr(f"error: {message}")
-    return 2
-
-
-def _stderr(message: str) -> None:
-    print(f"{PROG}: {report.printable(message)}", file=sys.stderr)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -9,6 +9,9 @@
 
 An executor that cannot be used (no scheduler at that address, dask not installed) is a warning,
 and the files are summarized on this machine instead: nothing is lost, only time.
+
+It also holds what every command shares: the runs a path names (``listed_runs``) and the one-line
+error (``fail``, exit code 2) and stderr lines that bad input gets.
 """
 
 from __future__ import annotations
@@ -23,7 +26,44 @@ if TYPE_CHECKING:
     from tb_attn_plugin.schema import RunSummary
     from tb_attn_plugin.trace.discover import Run
 
-__all__ = ["add_flags", "sampled", "select", "summaries", "whole"]
+__all__ = ["PROG", "Usage", "add_flags", "fail", "listed_runs", "sampled", "select", "stderr", "summaries", "whole"]
+
+PROG = "tb-attn"
+
+
+class Usage(Exception):
+    """Input that the command cannot work on: printed as one line, exit code 2."""
+
+
+def listed_runs(path: str, run: str | None) -> list[Run]:
+    """The runs under ``path``, or the one named ``run``. Raises Usage when there are none."""
+    from tb_attn_plugin.loader import resolve_runs
+    from tb_attn_plugin.trace.events import TraceError
+
+    try:
+        runs = resolve_runs(path)
+    except TraceError as exc:
+        raise Usage(str(exc)) from None
+    if not runs:
+        raise Usage(f"no traces (*.pt.trace.json[.gz]) under {path}; write some with: tb-attn-run --logdir ...")
+    if run is not None:
+        runs = [r for r in runs if r.name == run.strip("/")]
+        if not runs:
+            raise Usage(f"no run named {run!r} under {path}")
+    return runs
+
+
+def fail(message: str) -> int:
+    """Prints a usage or input error (one line, escaped) and returns exit code 2."""
+    stderr(f"error: {message}")
+    return 2
+
+
+def stderr(message: str) -> None:
+    """One line on stderr, after the program's name, with its control characters escaped."""
+    from tb_attn_plugin import report
+
+    print(f"{PROG}: {report.printable(message)}", file=sys.stderr)
 
 
 def whole(unit: str) -> Callable[[str], int]:
@@ -105,9 +145,7 @@ def summaries(args: argparse.Namespace, loader_kwargs: dict[str, object], runs: 
         raise ValueError("--cache-max-mb bounds --cache-dir: give both")
 
     def warn(message: str) -> None:
-        from tb_attn_plugin import report
-
-        print(f"tb-attn: warning: {report.printable(message)}", file=sys.stderr)
+        stderr(f"warning: {message}")
 
     loader = Loader(cache_dir=args.cache_dir, cache_max_bytes=None if args.cache_max_mb is None
                     else args.cache_max_mb << 20, warn=warn, **loader_kwargs)  # type: ignore[arg-type]

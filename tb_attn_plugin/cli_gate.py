@@ -6,7 +6,7 @@ import argparse
 import gc
 import sys
 
-from tb_attn_plugin.cli import _fail, _listed_runs, _Usage
+from tb_attn_plugin.cli_batch import Usage, fail, listed_runs
 
 __all__ = ["GATE_NOISY", "run_gate"]
 
@@ -24,26 +24,26 @@ def run_gate(args: argparse.Namespace) -> int:
         max_time = parse_tolerance(args.max_time_regression)
         max_memory = parse_tolerance(args.max_memory_regression)
     except ValueError as exc:
-        return _fail(f"bad tolerance: {exc}")
+        return fail(f"bad tolerance: {exc}")
     gc.disable()
     loader = Loader()
     summaries = []
     unreadable = 0
     for label, path in (("baseline", args.baseline), ("candidate", args.candidate)):
         try:
-            runs = _listed_runs(args.path, path) if args.path is not None else resolve_runs(path)
-        except (TraceError, _Usage) as exc:
-            return _fail(f"{label}: {exc}")
+            runs = listed_runs(args.path, path) if args.path is not None else resolve_runs(path)
+        except (TraceError, Usage) as exc:
+            return fail(f"{label}: {exc}")
         if len(runs) != 1:
             names = ", ".join(r.name for r in runs[:5]) or "none"
-            return _fail(f"{label}: {path} holds {len(runs)} runs ({names}); point at one run directory")
+            return fail(f"{label}: {path} holds {len(runs)} runs ({names}); point at one run directory")
         summary = loader.summarize_run(runs[0])
         if summary.run == ".":
             summary.run = path
         # Gating on the readable workers alone would compare a different run: with one rank's
         # trace corrupt, a slower rank could pass unseen. Every error is printed, then exit 2.
         for err in summary.errors:
-            _fail(f"{label} {err.file}: {err.error}")
+            fail(f"{label} {err.file}: {err.error}")
         unreadable += len(summary.errors)
         summaries.append(summary)
     if unreadable:
@@ -51,7 +51,7 @@ def run_gate(args: argparse.Namespace) -> int:
     try:
         outcome = gate(summaries[0], summaries[1], max_time=max_time, max_memory=max_memory, clock=args.clock)
     except ValueError as exc:
-        return _fail(str(exc))
+        return fail(str(exc))
     from tb_attn_plugin.report_gate import gate_json, gate_text
 
     sys.stdout.write(gate_json(outcome) if args.format == "json" else gate_text(outcome))
