@@ -121,10 +121,10 @@ def means_label(clock: str) -> str:
 
 
 def heads_label(clock: str) -> str:
-    """The layer × head map's figure: what a head's time holds (``summary._heads``)."""
+    """The layer × head map's figure: what a head's time holds (``_global_heads``)."""
     return (f"forward time per step by head (its own head scope when measured, else an even share of the "
-            f"layer's core phases: all but qkv_proj, out_proj and other), mean over the profiled steps and "
-            f"over replicas ({_clock_words(clock)})")
+            f"rank's forward time in the layer), mean over the profiled steps "
+            f"and over replicas ({_clock_words(clock)})")
 
 
 def median_over_ranks(values: list[float]) -> float:
@@ -291,9 +291,13 @@ def _global_heads(by_worker: dict[str, list[WorkerSummary]], device: bool) -> tu
     for worker, spans in by_worker.items():
         for w in spans:
             for stats in w.layers:
+                # A head without its own scope gets an even share of its rank's forward time in the
+                # layer: the figure the rank's layer column is made of, so the map never shows a slow
+                # rank's heads as fast (a straggler's delay sits outside the core phases).
+                share = _time(device, stats.cpu_us, stats.device_us) / max(len(stats.heads), 1)
                 for h in stats.heads:
                     cells[(stats.layer, h.head)].setdefault(worker, []).append(
-                        (_time(device, h.cpu_us, h.device_us), h.flops, h.derived, w.rank))
+                        (share if h.derived else _time(device, h.cpu_us, h.device_us), h.flops, h.derived, w.rank))
     out = []
     for (layer, head), per_worker in sorted(cells.items())[:MAX_MAP_HEADS]:
         values = [(_mean([t for t, _, _, _ in v]), _mean([f for _, f, _, _ in v]), any(d for _, _, d, _ in v), v[0][3])

@@ -119,3 +119,24 @@ def test_each_rank_carries_its_steps_spread() -> None:
     noisy, quiet = (r.attention_spread for r in view.ranks)
     assert noisy is not None and (noisy.lo, noisy.median, noisy.hi, noisy.noisy) == (40_000, 50_000, 60_000, True)
     assert quiet is not None and (quiet.lo, quiet.hi, quiet.noisy) == (50_000, 52_000, False)
+
+
+def test_derived_heads_share_their_ranks_layer_time_so_a_slow_rank_never_has_fast_heads() -> None:
+    # Tensor parallel, 2 ranks, 2 heads each, no head scopes. Rank 1 computes its core faster
+    # (its heads' core share is 1 ms against rank 0's 3 ms) but spends 9 ms more in the block
+    # outside every phase (a straggler's delay): its layer forward is 13 ms against rank 0's 8 ms.
+    from tb_attn_plugin.schema import HeadStats
+
+    def tp_rank(rank: int, forward_us: float, core_share_us: float) -> WorkerSummary:
+        w = _rank(rank, [forward_us], layer_us=forward_us / 0.4)
+        w.world_size = 2
+        w.layers[0].heads = [HeadStats(head=2 * rank + i, derived=True, cpu_us=core_share_us, device_us=0.0,
+                                           flops=5.0, alloc_bytes=0.0, sxs_bytes=0.0)
+                             for i in range(2)]
+        return w
+
+    view = _view([tp_rank(0, 8_000.0, 3_000.0), tp_rank(1, 13_000.0, 1_000.0)])
+    times = {h.head: h.time_us for h in view.heads}
+    assert times == {0: 4_000.0, 1: 4_000.0, 2: 6_500.0, 3: 6_500.0}  # 8/2 and 13/2 ms
+    assert all(h.derived and h.flops == 5.0 for h in view.heads)  # FLOPs stay the head's own
+    assert "even share of the rank's forward time in the layer" in view.heads_label

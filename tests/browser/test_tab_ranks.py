@@ -213,7 +213,7 @@ def test_ranks_view_of_a_tensor_parallel_run(ranks_url: str, page: Page, artifac
     heads = frame.get_by_test_id("global-heads")
     expect(heads.get_by_test_id("global-heads-metric")).to_have_text(f"shown: {expected['heads_label']}")
     expect(heads.get_by_test_id("derived-note")).to_contain_text(
-        "an even share of the layer's core phases only, everything but qkv_proj, out_proj, other")
+        "an even share of its rank's forward time in the layer")
     expect(heads).to_contain_text("sharded across 2 ranks (tensor parallel)")
     expect(heads.get_by_test_id("heads-by-rank")).to_have_text(
         f"Global heads 0-{HEADS - 1}: rank 0 \u2192 0-1 \u00b7 rank 1 \u2192 2-3")

@@ -79,13 +79,19 @@ function luminance(color: string): number {
 /** The phases a derived head does not share in: summary.py `_heads` splits only the others. */
 export const UNSPLIT_PHASES = ["qkv_proj", "out_proj", "other"] as const;
 
-/** What derived (hatched) heads hold, in words: shown wherever derived heads are. */
-export function derivedNote(): HTMLElement {
+/** What derived (hatched) heads hold, in words: shown wherever derived heads are. ``share``:
+ * "core" in a run's heads view (summary.py `_heads`), "rank" in the ranks view's global map,
+ * whose derived times are an even share of the rank's forward time in the layer (ranks.py
+ * `_global_heads`), so that a slow rank never has fast heads. */
+export function derivedNote(share: "core" | "rank" = "core"): HTMLElement {
+  const what = share === "core"
+    ? `the layer's core phases only, everything but ${UNSPLIT_PHASES.join(", ")}, which are not split by head`
+    : "its rank's forward time in the layer (what the rank's layer column holds, a straggler's delay included)";
   return h(
     "p",
     { class: "hint derived-note", dataset: { testid: "derived-note" } },
     h("b", null, "Derived heads"),
-    ` (hatched): the trace has no head scopes, so each head is an even share of the layer's core phases only, everything but ${UNSPLIT_PHASES.join(", ")}, which are not split by head. Its time is that even share, not a measurement; its FLOPs and bytes are exact per head (the heads have one shape).`,
+    ` (hatched): the trace has no head scopes, so each head's time is an even share of ${what}. Its time is that even share, not a measurement; its FLOPs and bytes are exact per head (the heads have one shape).`,
   );
 }
 

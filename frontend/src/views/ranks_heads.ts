@@ -86,7 +86,7 @@ export class GlobalHeadsMap {
         d.heads.some((x) => !x.derived) ? h("span", "legend-item", h("span", "sw measured"), "measured (head scopes)") : null,
         d.heads.some((x) => x.derived) ? h("span", "legend-item", h("span", "sw derived"), "derived: split evenly from the layer") : null,
       ),
-      d.heads.some((x) => x.derived) ? derivedNote() : null,
+      d.heads.some((x) => x.derived) ? derivedNote("rank") : null,
       h(
         "p",
         { class: "hint", dataset: { testid: "heads-by-rank" } },
