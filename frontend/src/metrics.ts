@@ -237,3 +237,19 @@ const LAYER_COLORS = ["#9fa8da", "#80cbc4", "#bcaaa4", "#b0bec5", "#ce93d8", "#c
 export function layerColor(layer: number): string {
   return LAYER_COLORS[((layer % LAYER_COLORS.length) + LAYER_COLORS.length) % LAYER_COLORS.length]!;
 }
+
+/** One legend entry per layer colour (they repeat every LAYER_COLORS.length layers), naming every
+ * layer drawn in it: "L0 block", "L0, L6, L12, L18 blocks", past four "L0, L6 … L90 blocks (16)";
+ * with no ``noun``, the layers alone. */
+export function layerLegend(layers: Iterable<number>, noun = "block"): { color: string; label: string; first: number }[] {
+  const byColor = new Map<string, number[]>();
+  for (const l of [...new Set(layers)].sort((a, b) => a - b)) {
+    const c = layerColor(l);
+    byColor.set(c, [...(byColor.get(c) ?? []), l]);
+  }
+  return [...byColor].map(([color, ls]) => {
+    const names = ls.length <= 4 ? ls.map((l) => `L${l}`).join(", ") : `L${ls[0]}, L${ls[1]} … L${ls[ls.length - 1]}`;
+    const label = `${names}${noun ? ` ${noun}${ls.length > 1 ? "s" : ""}` : ""}${ls.length > 4 ? ` (${ls.length})` : ""}`;
+    return { color, label, first: ls[0]! };
+  });
+}

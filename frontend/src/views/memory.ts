@@ -6,7 +6,7 @@ import { axisScale, valueAxis, zoomAxis, zoomAxisOf, zoomWindow } from "../axes"
 import { createChart, esc, swatch, TOOLTIP_BASE, type EChart } from "../charts";
 import { h, replace } from "../dom";
 import { fmtBytes, fmtUs } from "../format";
-import { layerColor, phaseColor, phaseLabel } from "../metrics";
+import { layerColor, layerLegend, phaseColor, phaseLabel } from "../metrics";
 import type { Actions, State } from "../state";
 import type { MemoryResponse, StepPeak } from "../types";
 import { changed, note, pending } from "./common";
@@ -14,6 +14,11 @@ import { INK } from "../theme";
 
 const MAX_AREAS = 2000;
 const PEAK_COLOR = "#c62828";
+const LINE_GRID = { left: 80, right: 24, top: 28, bottom: 70 };
+/** Past this many shaded blocks none is labelled (hovering one still names it). */
+const MAX_LABELLED = 64;
+/** About one character of the 10 px label font, for whether a block's name fits its width. */
+const LABEL_CHAR_PX = 6;
 
 /** A shaded area, in µs from the step's start. */
 interface Shade {
@@ -143,15 +148,14 @@ export class MemoryView {
   }
 
   private legendItems(total: number): HTMLElement[] {
-    const layersOf = (bwd: boolean) =>
-      [...new Set(this.shaded.filter((s) => s.backward === bwd).flatMap((s) => s.layers))].sort((a, b) => a - b).slice(0, 24);
+    const layersOf = (bwd: boolean) => this.shaded.filter((s) => s.backward === bwd).flatMap((s) => s.layers);
     const item = (background: string, text: string) =>
       h("span", "legend-item", h("span", { class: "sw", style: { background, opacity: "0.7" } }), text);
-    const fwd = layersOf(false);
-    const bwd = layersOf(true);
+    const fwd = layerLegend(layersOf(false), "");
+    const bwd = layerLegend(layersOf(true), "");
     const items: HTMLElement[] = [];
-    if (fwd.length) items.push(h("span", "muted", "forward:"), ...fwd.map((l) => item(layerColor(l), `L${l}`)));
-    if (bwd.length) items.push(h("span", "muted", "backward:"), ...bwd.map((l) => item(HATCH_CSS(layerColor(l)), `L${l} bwd`)));
+    if (fwd.length) items.push(h("span", "muted", "forward:"), ...fwd.map((g) => item(g.color, g.label)));
+    if (bwd.length) items.push(h("span", "muted", "backward:"), ...bwd.map((g) => item(HATCH_CSS(g.color), `${g.label} bwd`)));
     if (this.data?.peak) {
       items.push(h("span", "legend-item", h("span", { class: "sw", style: { background: PEAK_COLOR, "border-radius": "50%" } }), "step peak"));
     }
@@ -161,6 +165,28 @@ export class MemoryView {
     }
     if (total > MAX_AREAS) items.push(h("span", "muted", `(only the first ${MAX_AREAS} blocks are shaded)`));
     return items;
+  }
+
+  /** The shaded blocks, each labelled only where its width at the current zoom holds its name, so
+   * that 24 narrow blocks do not print 24 names over each other (hovering a block still shows it). */
+  private areas(): unknown[] {
+    const plot = Math.max(50, (this.line?.chart.getWidth() ?? this.lineEl.clientWidth) - LINE_GRID.left - LINE_GRID.right);
+    const pxPerUs = plot / Math.max(this.window[1] - this.window[0], 1e-9);
+    return this.shaded.map((sc) => {
+      const name = shadeName(sc);
+      const fits = this.shaded.length <= MAX_LABELLED && (sc.end - sc.start) * pxPerUs >= name.length * LABEL_CHAR_PX + 4;
+      return [
+        {
+          xAxis: sc.start,
+          name,
+          itemStyle: sc.backward
+            ? { color: { image: hatch(shadeColor(sc)), repeat: "repeat" }, opacity: 0.55 }
+            : { color: shadeColor(sc), opacity: 0.35 },
+          label: { show: fits, ...(sc.backward ? { position: "insideBottom" } : {}) },
+        },
+        { xAxis: sc.end },
+      ];
+    });
   }
 
   private drawLine(d: MemoryResponse): void {
@@ -174,23 +200,16 @@ export class MemoryView {
       });
       this.line.chart.on("datazoom", (ev: unknown) => {
         this.window = zoomWindow(ev, 0, this.span, this.window);
-        this.line?.chart.setOption({ xAxis: zoomAxis(fmtUs, this.window[0], this.window[1], { hideOverlap: true }) });
+        this.line?.chart.setOption({
+          xAxis: zoomAxis(fmtUs, this.window[0], this.window[1], { hideOverlap: true }),
+          series: [{ markArea: { data: this.areas() } }],
+        });
       });
     }
     const start = d.start_us;
     const shaded = this.shaded;
     const points = d.points.map(([t, y]) => [t - start, y]);
-    const areas = shaded.map((sc) => [
-      {
-        xAxis: sc.start,
-        name: shadeName(sc),
-        itemStyle: sc.backward
-          ? { color: { image: hatch(shadeColor(sc)), repeat: "repeat" }, opacity: 0.55 }
-          : { color: shadeColor(sc), opacity: 0.35 },
-        label: sc.backward ? { position: "insideBottom" } : undefined,
-      },
-      { xAxis: sc.end },
-    ]);
+    const areas = this.areas();
     const ys = d.points.map((p) => p[1]);
     const time = axisScale(fmtUs, 0, this.span, { exact: true });
     const peak = d.peak;
@@ -198,7 +217,7 @@ export class MemoryView {
     this.line.chart.setOption(
       {
         animation: false,
-        grid: { left: 80, right: 24, top: 28, bottom: 70 },
+        grid: LINE_GRID,
         tooltip: {
           ...TOOLTIP_BASE,
           trigger: "axis",
@@ -238,7 +257,7 @@ export class MemoryView {
             data: points,
             markArea: {
               silent: false,
-              label: { show: shaded.length <= 64, position: "insideTop", fontSize: 10, color: INK.muted },
+              label: { position: "insideTop", fontSize: 10, color: INK.muted },
               emphasis: { label: { show: true } },
               data: areas,
             },

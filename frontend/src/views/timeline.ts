@@ -8,7 +8,7 @@ import { axisScale, zoomAxisOf, zoomWindow, type AxisScale } from "../axes";
 import { createChart, esc, swatch, TOOLTIP_BASE, type EChart } from "../charts";
 import { h, replace } from "../dom";
 import { fmtUs } from "../format";
-import { layerColor, orderPhases, phaseColor, phaseLabel } from "../metrics";
+import { layerLegend, orderPhases, phaseColor, phaseLabel } from "../metrics";
 import type { Actions, State } from "../state";
 import type { WorkerSummary } from "../types";
 import { changed, note, pending } from "./common";
@@ -84,15 +84,15 @@ export class TimelineView {
   /** Phases in execution order, then the blocks' other work (by layer), then the rest. */
   private legend(model: Model): HTMLElement {
     const phases = orderPhases(model.phasesSeen);
-    const layers = [...model.layersSeen].sort((a, b) => a - b).slice(0, 16);
+    const layers = layerLegend([...model.layersSeen]);
     return h(
       "div",
       "legend",
       ...phases.map((p) =>
         h("span", { class: "legend-item", dataset: { phase: p } }, h("span", { class: "sw", style: { background: phaseColor(p) } }), phaseLabel(p)),
       ),
-      ...layers.map((l) =>
-        h("span", { class: "legend-item", dataset: { layer: String(l) } }, h("span", { class: "sw", style: { background: layerColor(l) } }), `L${l} block`),
+      ...layers.map(({ color, label, first }) =>
+        h("span", { class: "legend-item", dataset: { layer: String(first) } }, h("span", { class: "sw", style: { background: color } }), label),
       ),
       h("span", "legend-item", h("span", { class: "sw", style: { background: GREY } }), "not attention"),
       h("span", "muted", "Scopes and kernels in full colour, ops inside them lighter."),
