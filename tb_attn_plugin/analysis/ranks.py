@@ -109,15 +109,20 @@ def _clock_words(clock: str) -> str:
     return "device clock" if clock == "device" else "CPU clock"
 
 
-def metric_label(clock: str) -> str:
-    """The straggler metric, in the words the CLI and the tab use."""
-    return (f"attention time in each rank's fastest step (forward + backward, less the collectives inside it, "
+def _passes(backward: bool) -> str:
+    return "forward + backward" if backward else "forward: the trace has no backward"
+
+
+def metric_label(clock: str, *, backward: bool = True) -> str:
+    """The straggler metric, in the words the CLI and the tab use. ``backward``: whether any rank
+    ran a backward pass (an inference trace's attention is its forward alone)."""
+    return (f"attention time in each rank's fastest step ({_passes(backward)}, less the collectives inside it, "
             f"{_clock_words(clock)})")
 
 
-def means_label(clock: str) -> str:
+def means_label(clock: str, *, backward: bool = True) -> str:
     """The table's other columns and the layers' figures."""
-    return f"means per profiled step ({_clock_words(clock)}; attention is forward + backward)"
+    return f"means per profiled step ({_clock_words(clock)}; attention is {_passes(backward)})"
 
 
 def heads_label(clock: str) -> str:
@@ -163,9 +168,10 @@ def ranks(run: RunSummary, *, margin: float = DEFAULT_MARGIN) -> RanksResponse:
     if more:
         warnings.append(f"the layer × head map shows its first {MAX_MAP_HEADS} heads; {more} more are left out")
     clock: Literal["cpu", "device"] = "device" if device else "cpu"
+    backward = any(layer.backward_us > 0 for r in rows for layer in r.layers)
     return RanksResponse(
-        run=run.run, clock=clock, metric="attention_best", metric_label=metric_label(clock),
-        means_label=means_label(clock), heads_label=heads_label(clock), median_label=MEDIAN_LABEL,
+        run=run.run, clock=clock, metric="attention_best", metric_label=metric_label(clock, backward=backward),
+        means_label=means_label(clock, backward=backward), heads_label=heads_label(clock), median_label=MEDIAN_LABEL,
         margin=margin, min_gap_us=MIN_GAP_US, ranks=rows,
         columns=[_column(key, [(_column_value(r, key), r.rank) for r in rows]) for key in COLUMNS],
         all_ranks=_aggregate(rows, by_worker, device),

@@ -140,3 +140,15 @@ def test_derived_heads_share_their_ranks_layer_time_so_a_slow_rank_never_has_fas
     assert times == {0: 4_000.0, 1: 4_000.0, 2: 6_500.0, 3: 6_500.0}  # 8/2 and 13/2 ms
     assert all(h.derived and h.flops == 5.0 for h in view.heads)  # FLOPs stay the head's own
     assert "even share of the rank's forward time in the layer" in view.heads_label
+
+
+def test_an_inference_run_says_its_attention_is_forward_alone() -> None:
+    training = _view([_rank(0, [20_000.0]), _rank(1, [21_000.0])])
+    assert "(forward + backward, less" in training.metric_label and "forward + backward)" in training.means_label
+    inference = [_rank(0, [20_000.0]), _rank(1, [21_000.0])]
+    for w in inference:
+        w.layers = [_layer(0, 20_000.0, 0.0)]
+    view = _view(inference)
+    assert "backward" not in view.metric_label.replace("the trace has no backward", "")
+    assert "(forward: the trace has no backward, less the collectives" in view.metric_label
+    assert view.means_label.endswith("attention is forward: the trace has no backward)")

@@ -135,7 +135,7 @@ export function ranksTable(d: RanksResponse, sort: { key: string; desc: boolean 
           const l = r.layers.find((x) => x.layer === k);
           return num(l?.time_us ?? null, `L${k}`, {
             cls: slow.has(`${r.worker}|layer ${k}`) ? " slow" : "",
-            title: l ? `L${k}: ${fmtUs(l.forward_us)} forward + ${fmtUs(l.backward_us)} backward, mean per step` : "no such layer",
+            title: l ? `L${k}: ${fmtUs(l.forward_us)} forward${l.backward_us > 0 ? ` + ${fmtUs(l.backward_us)} backward` : ""}, mean per step` : "no such layer",
             style: l ? bar(l.time_us, maxLayer) : {},
           });
         }),
@@ -177,7 +177,7 @@ export function ranksTable(d: RanksResponse, sort: { key: string; desc: boolean 
     header("rank", "rank", "rank", false),
     header("worker", "worker", "worker (trace file name)", false),
     ...columns.map((c) => header(c, COLUMN_HEADS[c]?.label ?? c, COLUMN_HEADS[c]?.title(d) ?? c)),
-    ...layers.map((k) => header(`L${k}`, `L${k}`, `layer ${k}: attention time (forward + backward), ${d.means_label}`)),
+    ...layers.map((k) => header(`L${k}`, `L${k}`, `layer ${k}: attention time, ${d.means_label}`)),
     header("heads", "heads", "global heads this rank computed", false),
   );
   return h("table", "grid ranks-table", h("thead", null, groups, head), body, foot);
