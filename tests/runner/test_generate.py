@@ -178,3 +178,20 @@ def test_run_names_say_cache_and_kv_heads(tmp_path: Path) -> None:
     assert runner_main(args) == 0
     names = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.glob("*/*/*"))
     assert names == ["builtin/naive/gen-p8-n2-dynamic-kv2", "builtin/naive/gen-p8-n2-static-kv2"]
+
+
+def test_a_generation_run_prints_no_allocator_warning(tmp_path: Path) -> None:
+    """The profiler records no memory in its warm-up step; the throw-away prefill's cache and token
+    must not outlive it, or the first active step frees blocks c10 never saw allocated and prints
+    "[W ... CPUAllocator.cpp] Memory block of unknown size ..." (once per process: a fresh one)."""
+    import subprocess
+    import sys
+
+    out = subprocess.run(
+        [sys.executable, "-m", "runner", "--logdir", str(tmp_path), "--mode", "generate", "--kv-cache", "dynamic",
+         "--impl", "sdpa", "--layers", "1", "--heads", "2", "--d-model", "16", "--prompt-len", "8",
+         "--new-tokens", "2", "--no-progress"],
+        capture_output=True, text=True, timeout=300, check=True,
+    )
+    assert "CPUAllocator" not in out.stderr and "Memory block of unknown size" not in out.stderr, out.stderr
+    assert "wrote 1 trace file(s)" in out.stdout + out.stderr
