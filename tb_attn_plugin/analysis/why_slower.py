@@ -54,8 +54,11 @@ def why_slower(run: RunSummary, base: RunSummary) -> list[str]:
     (wf, wb), (bf, bb) = fwd_bwd(w), fwd_bwd(b)
     if wf + wb <= (bf + bb) * SLOWER_BY or bf + bb <= 0:
         return []
+    # An inference trace has no backward: no "backward +0.0 µs" clause.
+    backward = wb > 0 or bb > 0
+    split = f"forward {_delta(wf, bf)}, backward {_delta(wb, bb)}" if backward else "forward only, no backward"
     out = [f"{run.run} spends {duration(wf + wb)} of {what} time per step in attention against {duration(bf + bb)} "
-           f"({(wf + wb) / (bf + bb):.2f}×): forward {_delta(wf, bf)}, backward {_delta(wb, bb)}."]
+           f"({(wf + wb) / (bf + bb):.2f}×): {split}."]
     if w.backend != b.backend:
         math = next((f for f in w.findings if f.id == "math-fallback"), None)
         if math is not None:
@@ -72,7 +75,7 @@ def why_slower(run: RunSummary, base: RunSummary) -> list[str]:
              + ("" if k in theirs else " (not in the baseline)")
              for d, k in grew if d > 0.1 * total][:3]
     if parts:
-        out.append("Where (forward and backward): " + "; ".join(parts) + ".")
+        out.append(f"Where ({'forward and backward' if backward else 'forward'}): " + "; ".join(parts) + ".")
     same = sum(mine.get(k, 0.0) - theirs.get(k, 0.0) for k in _SAME_OPS_PARTS)
     own = total - same
     if same > 0 and same >= own:

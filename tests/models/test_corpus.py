@@ -158,3 +158,24 @@ def test_compare_says_why_sdpa_is_slower_than_eager() -> None:
     assert "measurement noise" in why[3] and "implementation's own part is +86.1 µs" in why[3]
     # Faster (inference runs the CPU flash kernel): nothing to explain.
     assert _compare("hf-llama-eager-infer", "hf-llama-sdpa-infer") == []
+
+
+def test_why_slower_on_inference_names_no_backward() -> None:
+    """Llama in inference: eager is slower than SDPA's flash kernel. There is no backward, so the
+    sentence has no "backward +0.0 µs" clause and the parts are forward alone."""
+    from tb_attn_plugin.analysis.why_slower import why_slower
+
+    loader = Loader()
+    eager, sdpa = (loader.summarize_run(r) for n in ("hf-llama-eager-infer", "hf-llama-sdpa-infer")
+                   for r in resolve_runs(str(TRACES / n)))
+    why = why_slower(eager, sdpa)
+    assert why, "eager inference is slower than SDPA's flash kernel in this trace"
+    assert why[0].endswith("): forward only, no backward.") and "backward +" not in " ".join(why)
+    assert all(not line.startswith("Where (forward and backward)") for line in why)
+    assert any(line.startswith("Where (forward): ") for line in why)
+    # The figures: forward time per step in attention, summed over the layers (CPU clock).
+    from tb_attn_plugin.analysis.wording import duration
+
+    total = [sum(layer.cpu_us for w in r.workers for layer in w.layers) / len(r.workers) for r in (eager, sdpa)]
+    assert why[0].startswith(f"{eager.run} spends {duration(total[0])} of CPU time per step in attention against "
+                             f"{duration(total[1])}")
