@@ -32,8 +32,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from runner.attention_modules import attention_modules
 from runner.config import ModelConfig
-from runner.instrument import attention_modules
 from runner.model import Transformer
 
 __all__ = ["REFERENCE", "attention_errors", "measure_accuracy", "reference_copy", "reference_model"]

@@ -25,6 +25,8 @@ from typing import Any
 
 import torch
 
+from runner.attention_modules import attention_modules
+
 __all__ = ["CHUNK", "SINKS", "STAT_NAMES", "TOP_K", "WINDOWS", "HeadStats", "capture", "collect", "collect_stats",
            "head_stats", "stat_names", "write_events"]
 
@@ -172,7 +174,6 @@ class capture:
     def __enter__(self) -> dict[int, HeadStats]:
         import torch.nn.functional as F
 
-        from runner.instrument import attention_modules
 
         config = getattr(self.model, "config", None)
         switch = getattr(self.model, "set_attn_implementation", None)

@@ -24,50 +24,12 @@ import torch
 from torch import nn
 
 from runner.config import ModelConfig
+from runner.kv_cache import KVCache
+from runner.model import Attention
 from runner.scoping import scope
 from tb_attn_plugin.scopes import format_step_scope
 
-__all__ = ["Generation", "KVCache", "generation_metadata"]
-
-
-class KVCache:
-    """One layer's keys and values, (B, Hkv, L, D) each, for the tokens seen so far."""
-
-    def __init__(self, kind: str, max_len: int) -> None:
-        self.kind = kind
-        self.max_len = max_len
-        self.k: torch.Tensor | None = None
-        self.v: torch.Tensor | None = None
-        self.length = 0
-
-    def reset(self) -> None:
-        """Forget every token. A static cache keeps its buffers (zeroing them is not needed:
-        attention reads only the first ``length`` positions)."""
-        self.length = 0
-        if self.kind == "dynamic":
-            self.k = self.v = None
-
-    def append(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Add this call's (B, Hkv, T, D) keys and values; the whole cache's, as attention reads
-        them."""
-        start, end = self.length, self.length + k.size(2)
-        if end > self.max_len:
-            raise RuntimeError(f"KV cache full: {end} positions, made for {self.max_len}")
-        self.length = end
-        if self.kind == "dynamic":
-            if self.k is None or self.v is None or start == 0:
-                self.k, self.v = k, v
-            else:
-                self.k = torch.cat([self.k, k], dim=2)  # a new (B, Hkv, L, D) tensor: the old one copied
-                self.v = torch.cat([self.v, v], dim=2)
-            return self.k, self.v
-        if self.k is None or self.v is None:
-            shape = (k.size(0), k.size(1), self.max_len, k.size(3))
-            self.k = torch.empty(shape, dtype=k.dtype, device=k.device)
-            self.v = torch.empty(shape, dtype=v.dtype, device=v.device)
-        self.k[:, :, start:end].copy_(k)
-        self.v[:, :, start:end].copy_(v)
-        return self.k[:, :, :end], self.v[:, :, :end]
+__all__ = ["Generation", "generation_metadata"]
 
 
 @dataclass
@@ -138,8 +100,6 @@ class Generation:
 
 def builtin_generation(model: nn.Module, cfg: ModelConfig, prompt: torch.Tensor) -> Generation:
     """The built-in transformer with one ``KVCache`` per attention layer."""
-    from runner.model import Attention
-
     caches = []
     for module in model.modules():
         if isinstance(module, Attention):

@@ -39,6 +39,8 @@ import torch.nn.functional as F
 from torch import nn
 from torch.autograd.profiler import record_function
 
+from runner.attention_modules import attention_modules
+from runner.attn_stats import capture, write_events
 from runner.scoping import profiler_enabled
 from tb_attn_plugin.scopes import MODEL_BLOCK_MASK, Phase, format_scope
 
@@ -144,7 +146,6 @@ class Instrumentation:
         (layer -> stat -> one value per head), and write them as TensorBoard summaries at ``step``
         into ``log_dir`` (the run's directory: the Attention tab reads them there). Do it outside
         the profiled steps: the statistics cost a forward and O(chunk x S) work per head."""
-        from runner.attn_stats import capture, write_events
 
         if not self.attn_stats:
             raise ValueError("record_attn_stats needs instrument(model, attn_stats=True)")
@@ -369,18 +370,6 @@ class Instrumentation:
                 return self._module_names[id(candidate)], candidate
             frame = frame.f_back  # type: ignore[assignment]
         return None
-
-
-def attention_modules(model: nn.Module) -> list[tuple[str, nn.Module]]:
-    """The model's attention blocks found by type or name (rules 1 and 2 above), outermost only,
-    in ``named_modules`` order: (module path, module)."""
-    found: list[tuple[str, nn.Module]] = []
-    for name, module in model.named_modules():
-        if any(name.startswith(outer + ".") or (not outer and name) for outer, _ in found):
-            continue
-        if isinstance(module, nn.MultiheadAttention) or type(module).__name__.endswith("Attention"):
-            found.append((name, module))
-    return found
 
 
 def instrument(model: nn.Module, *, attn_stats: bool = False) -> Instrumentation:

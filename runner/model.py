@@ -20,7 +20,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from runner.config import ModelConfig
-from runner.generate import KVCache
+from runner.kv_cache import KVCache
 from runner.masks import MaskInfo, build_block_mask, dense_mask, mask_info, mask_mod
 from runner.scoping import scope
 from runner.tensor_parallel import TensorParallel, TPInput, TPOutputSum

@@ -23,8 +23,7 @@ from dataclasses import dataclass
 from tb_attn_plugin.names import METADATA_FILE, parse_trace_name
 from tb_attn_plugin.trace.io import FileInfo
 
-# parse_trace_name is listed for trace.io, which still imports it from here.
-__all__ = ["EVENT_FILE_MARK", "MAX_EVENT_FILES", "Run", "TraceFile", "display_name", "find_runs", "parse_trace_name"]
+__all__ = ["EVENT_FILE_MARK", "MAX_EVENT_FILES", "Run", "TraceFile", "display_name", "find_runs"]
 
 
 def display_name(name: str) -> str:

@@ -28,6 +28,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from tb_attn_plugin.names import parse_trace_name
 from tb_attn_plugin.trace.events import ReadError, TraceError
 
 _inflate: Any = zlib
@@ -172,8 +173,6 @@ def is_dir(path: str) -> bool:
 
 def has_trace_file(root: str) -> bool:
     """Whether a local tree holds a trace file; stops at the first one."""
-    from tb_attn_plugin.trace.discover import parse_trace_name
-
     for dirpath, dirnames, filenames in os.walk(_strip_file_scheme(root)):
         dirnames[:] = [d for d in dirnames if not d.startswith(".")]
         for name in filenames:
