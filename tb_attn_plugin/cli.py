@@ -2,18 +2,21 @@
 
     tb-attn summarize PATH [--run R] [--worker W] [--format table|json|csv] [--peak-flops F --peak-bw B] [MANY]
     tb-attn compare PATH [--runs A,B] [--baseline A] [--format table|json] [--peak-flops F --peak-bw B] [MANY]
-    tb-attn heads PATH [--run R] [--window W] [--threshold 0.99] [--format table|json|csv]
+    tb-attn strategies PATH [--runs A,B] [--baseline S] [--rel-tol 0.01] [--loss-tol 0.01] [--format F] [MANY]
+    tb-attn heads PATH [--run R] [--worker W] [--window W] [--threshold 0.99] [--format table|json|csv] [MANY]
     tb-attn ranks PATH [--run R] [--margin 0.2] [--fail-on-straggler] [--format table|json] [MANY]
     tb-attn gate [LOGDIR] --baseline RUN --candidate RUN [--max-time-regression 10%] [--max-memory-regression 10%]
+        [MANY]
 
-MANY: ``--jobs N --executor dask://HOST:PORT --ranks 0-7,512 --cache-dir DIR|URL --cache-max-mb MB
---no-progress`` (``cli_batch``). PATH is a logdir, a run directory or one trace file (local or an
-fsspec URL). Exit codes of summarize, compare and ranks: 0 when every selected trace was read,
-1 when some trace could not be read (its error is printed, the others are still reported; ranks: also a straggler with
-``--fail-on-straggler``), 2 for bad usage (nothing to read, an unknown run or worker). gate: 0
-when attention did not regress, 1 when it did, 2 for bad usage or when any trace of either
-run cannot be read: a run missing a worker is not the run that was profiled, so it must not
-pass, 3 when the steps' noise spans the tolerance: too noisy to judge (``docs/ci.md``).
+MANY, for every command: ``--jobs N --executor dask://HOST:PORT --ranks 0-7,512 --cache-dir DIR|URL
+--cache-max-mb MB --no-progress`` (``cli_batch``). PATH is a logdir, a run directory or one trace
+file (local or an fsspec URL). Exit codes of summarize, compare, strategies, heads and ranks: 0 when
+every selected trace was read, 1 when some trace could not be read (its error is printed, the others
+are still reported; ranks: also a straggler with ``--fail-on-straggler``), 2 for bad usage (nothing
+to read, an unknown run or worker, a bad flag). gate: 0 when attention did not regress, 1 when it
+did, 2 for bad usage or when any trace of either run cannot be read: a run missing a worker is not
+the run that was profiled, so it must not pass, 3 when the steps' noise spans the tolerance: too
+noisy to judge (``docs/ci.md``).
 
 Each error is one line on stderr, ``tb-attn: ...``. Names and messages go through
 ``report.printable``: a file, run or worker name cannot send escape sequences to the terminal.
@@ -94,6 +97,7 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--loss-tol", type=float, default=None, help="accuracy-cost: loss moved by more than this "
                    "(default 0.01)")
     t.add_argument("--format", choices=("table", "json", "csv"), default="table")
+    cli_batch.add_flags(t)
     hd = sub.add_parser("heads", help="each head's cost next to its attention statistics (runner --attn-stats): "
                         "which heads are local, which are sinks")
     hd.add_argument("path", help="a logdir or a run directory (local path or fsspec URL)")
@@ -105,6 +109,7 @@ def build_parser() -> argparse.ArgumentParser:
     hd.add_argument("--threshold", type=float, default=None, metavar="SHARE",
                     help="the share of a head's mass within W that makes it local (default 0.99)")
     hd.add_argument("--format", choices=("table", "json", "csv"), default="table")
+    cli_batch.add_flags(hd)
     r = sub.add_parser("ranks", help="multi-rank runs: attention per rank and layer, stragglers, collectives")
     r.add_argument("path", help="a logdir or a run directory (local path or fsspec URL)")
     r.add_argument("--run", help="only this run (default: every run with two or more workers)")
@@ -126,6 +131,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--clock", choices=("auto", "cpu", "device"), default="auto",
                    help="compare device time (auto: when both runs have kernels) or CPU time")
     g.add_argument("--format", choices=("text", "json"), default="text")
+    cli_batch.add_flags(g)
     return p
 
 
@@ -164,7 +170,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     gc.disable()
     try:
         summaries = cli_batch.summaries(args, {"max_trace_bytes": args.max_trace_mb << 20}, runs,
-                                        worker=args.worker, path=args.path)
+                                        worker=args.worker, paths=[args.path])
     except ValueError as exc:
         return fail(str(exc))
     _apply_peaks(summaries, args)
@@ -199,7 +205,7 @@ def _compare(args: argparse.Namespace) -> int:
         return fail(f"the baseline {args.baseline!r} is not one of the runs")
     gc.disable()
     try:
-        summaries = cli_batch.summaries(args, {}, runs, path=args.path)
+        summaries = cli_batch.summaries(args, {}, runs, paths=[args.path])
     except ValueError as exc:
         return fail(str(exc))
     _apply_peaks(summaries, args)
@@ -245,45 +251,41 @@ def _picked_runs(path: str, names: str | None) -> list[Run]:
 
 def _strategies(args: argparse.Namespace) -> int:
     from tb_attn_plugin.analysis.strategies import LOSS_TOL, REL_TOL, check_tolerance, strategies
-    from tb_attn_plugin.loader import Loader
     from tb_attn_plugin.report_strategies import strategies_csv, strategies_table
     from tb_attn_plugin.trace.events import TraceError
 
     try:
         rel = check_tolerance("--rel-tol", REL_TOL if args.rel_tol is None else args.rel_tol)
         loss = check_tolerance("--loss-tol", LOSS_TOL if args.loss_tol is None else args.loss_tol)
-        runs = _picked_runs(args.path, args.runs)
+        runs = cli_batch.select(_picked_runs(args.path, args.runs), args, args.path)
     except (ValueError, Usage, TraceError) as exc:
         return fail(str(exc))
     gc.disable()
-    loader = Loader()
-    summaries = [loader.summarize_run(r) for r in runs]
+    try:
+        summaries = cli_batch.summaries(args, {}, runs, paths=[args.path])
+    except ValueError as exc:
+        return fail(str(exc))
     result = strategies(summaries, baseline=args.baseline, rel_tol=rel, loss_tol=loss)
     if args.baseline is not None and not any(args.baseline in g.strategies for g in result.groups):
         names = sorted({s for g in result.groups for s in g.strategies})
         return fail(f"no strategy named {args.baseline!r}; the runs have: {', '.join(names) or 'none'}")
     render = {"table": strategies_table, "json": report.json_text, "csv": strategies_csv}[args.format]
     sys.stdout.write(render(result))
-    failed = [(s.run, e) for s in summaries for e in s.errors]
-    for run, err in failed:
-        stderr(f"{run}/{err.file}: {err.error}")
-    return 1 if failed else 0
+    return _file_errors(summaries)
 
 
 def _heads(args: argparse.Namespace) -> int:
-    from tb_attn_plugin.loader import Loader
     from tb_attn_plugin.report_heads import heads_csv, heads_runs, heads_table
 
     if args.threshold is not None and not 0 < args.threshold <= 1:
         return fail(f"--threshold must be a share in (0, 1], got {args.threshold}")
     try:
-        runs = listed_runs(args.path, args.run)
-    except Usage as exc:
+        runs = cli_batch.select(listed_runs(args.path, args.run), args, args.path)
+    except (Usage, ValueError) as exc:
         return fail(str(exc))
     gc.disable()
-    loader = Loader()
-    summaries = [loader.summarize_run(r, worker=args.worker) for r in runs]
     try:
+        summaries = cli_batch.summaries(args, {}, runs, worker=args.worker, paths=[args.path])
         views = heads_runs(summaries, window=args.window, threshold=args.threshold)
     except ValueError as exc:
         return fail(str(exc))
@@ -311,7 +313,7 @@ def _ranks(args: argparse.Namespace) -> int:
     try:
         runs = cli_batch.select(runs, args, args.path)
         views = [cli_batch.sampled(ranks(s, margin=args.margin), total[s.run], args)
-                 for s in cli_batch.summaries(args, {}, runs, path=args.path)]
+                 for s in cli_batch.summaries(args, {}, runs, paths=[args.path])]
     except ValueError as exc:
         return fail(str(exc))
     if args.format == "json":

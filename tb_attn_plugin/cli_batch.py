@@ -1,4 +1,5 @@
-"""The CLI's many-file options, shared by ``summarize``, ``compare`` and ``ranks``.
+"""The CLI's many-file options, shared by every command that reads runs (``summarize``, ``compare``,
+``strategies``, ``heads``, ``ranks``, ``gate``).
 
     --jobs N                 processes on this machine (default: its cores)
     --executor dask://H:P    the files on a Dask cluster instead (also DASK_SCHEDULER_ADDRESS)
@@ -130,17 +131,18 @@ def sampled(view: RanksResponse, total: int, args: argparse.Namespace) -> RanksR
 
 
 def summaries(args: argparse.Namespace, loader_kwargs: dict[str, object], runs: Sequence[Run], *,
-              worker: str | None = None, path: str | None = None) -> list[RunSummary]:
+              worker: str | None = None, paths: Sequence[str] = ()) -> list[RunSummary]:
     """Every run summarized as the flags say. Raises ValueError for a bad ``--executor`` or a cache
-    directory inside the logdir ``path``."""
+    directory inside one of the ``paths`` the runs were named by (a logdir, a run, a trace)."""
     from tb_attn_plugin.fanout import executor_address, open_executor, summarize_runs
     from tb_attn_plugin.loader import Loader
 
     address = executor_address(args.executor)  # a bad --executor is a usage error before anything runs
-    if args.cache_dir is not None and path is not None:
+    if args.cache_dir is not None and paths:
         from tb_attn_plugin.summary_cache import check_outside
 
-        check_outside(args.cache_dir, path)
+        for path in paths:
+            check_outside(args.cache_dir, path)
     if args.cache_max_mb is not None and args.cache_dir is None:
         raise ValueError("--cache-max-mb bounds --cache-dir: give both")
 

@@ -5,48 +5,58 @@ from __future__ import annotations
 import argparse
 import gc
 import sys
+from typing import TYPE_CHECKING
 
+from tb_attn_plugin import cli_batch
 from tb_attn_plugin.cli_batch import Usage, fail, listed_runs
+
+if TYPE_CHECKING:
+    from tb_attn_plugin.trace.discover import Run
 
 __all__ = ["GATE_NOISY", "run_gate"]
 
 #: gate's exit code where the steps' noise spans the tolerance: too noisy to judge.
 GATE_NOISY = 3
 
+_SIDES = ("baseline", "candidate")
+
 
 def run_gate(args: argparse.Namespace) -> int:
     """``tb-attn gate``: the exit code (module docstring of ``cli``, and ``GATE_NOISY``)."""
+    import msgspec
+
     from tb_attn_plugin.analysis.gate import gate, parse_tolerance
-    from tb_attn_plugin.loader import Loader, resolve_runs
-    from tb_attn_plugin.trace.events import TraceError
 
     try:
         max_time = parse_tolerance(args.max_time_regression)
         max_memory = parse_tolerance(args.max_memory_regression)
     except ValueError as exc:
         return fail(f"bad tolerance: {exc}")
-    gc.disable()
-    loader = Loader()
-    summaries = []
-    unreadable = 0
-    for label, path in (("baseline", args.baseline), ("candidate", args.candidate)):
+    names = (args.baseline, args.candidate)
+    picked: list[Run] = []
+    for label, name in zip(_SIDES, names, strict=True):
         try:
-            runs = listed_runs(args.path, path) if args.path is not None else resolve_runs(path)
-        except (TraceError, Usage) as exc:
+            picked.append(_one_run(args, name))
+        except (Usage, ValueError) as exc:
             return fail(f"{label}: {exc}")
-        if len(runs) != 1:
-            names = ", ".join(r.name for r in runs[:5]) or "none"
-            return fail(f"{label}: {path} holds {len(runs)} runs ({names}); point at one run directory")
-        summary = loader.summarize_run(runs[0])
+    gc.disable()
+    unique = list(dict.fromkeys(picked))  # a run gated against itself is read once
+    try:
+        read = dict(zip(unique, cli_batch.summaries(args, {}, unique, paths=[args.path] if args.path is not None
+                                                    else list(names)), strict=True))
+    except ValueError as exc:
+        return fail(str(exc))
+    summaries = []
+    for label, name, run in zip(_SIDES, names, picked, strict=True):
+        summary = read[run]
         if summary.run == ".":
-            summary.run = path
+            summary = msgspec.structs.replace(summary, run=name)
         # Gating on the readable workers alone would compare a different run: with one rank's
         # trace corrupt, a slower rank could pass unseen. Every error is printed, then exit 2.
         for err in summary.errors:
             fail(f"{label} {err.file}: {err.error}")
-        unreadable += len(summary.errors)
         summaries.append(summary)
-    if unreadable:
+    if any(s.errors for s in summaries):
         return 2
     try:
         outcome = gate(summaries[0], summaries[1], max_time=max_time, max_memory=max_memory, clock=args.clock)
@@ -56,3 +66,20 @@ def run_gate(args: argparse.Namespace) -> int:
 
     sys.stdout.write(gate_json(outcome) if args.format == "json" else gate_text(outcome))
     return 0 if outcome.passed else 1 if outcome.regressed else GATE_NOISY
+
+
+def _one_run(args: argparse.Namespace, name: str) -> Run:
+    """The run ``name`` stands for (a run under ``args.path``, else a run directory or trace), with
+    only the ``--ranks`` selected. Raises Usage, or ValueError when no trace of those ranks is left."""
+    from tb_attn_plugin.loader import resolve_runs
+    from tb_attn_plugin.trace.events import TraceError
+
+    try:
+        runs = listed_runs(args.path, name) if args.path is not None else resolve_runs(name)
+    except TraceError as exc:
+        raise Usage(str(exc)) from None
+    if len(runs) != 1:
+        shown = ", ".join(r.name for r in runs[:5]) or "none"
+        raise Usage(f"{name} holds {len(runs)} runs ({shown}); point at one run directory")
+    (run,) = cli_batch.select(runs, args, args.path if args.path is not None else name)
+    return run

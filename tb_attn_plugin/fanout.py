@@ -1,6 +1,6 @@
 """Many trace files summarized at once: in this process, a pool of processes, or a Dask cluster.
 
-``summarize_runs`` is what ``tb-attn summarize|compare|ranks`` and the Python API call. The
+``summarize_runs`` is what the Python API and every ``tb-attn`` command that reads runs call. The
 files of the runs are one task each: first the loader's caches (memory, then the summary cache
 in one batch of reads), then the rest
 

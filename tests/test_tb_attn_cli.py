@@ -224,20 +224,22 @@ def test_max_trace_mb_must_be_at_least_1(tmp_path: Path, capsys: pytest.CaptureF
 # kind of bad input.
 _BAD_INPUT: dict[str, dict[str, tuple[int, str] | tuple[int, str, int]]] = {
     "missing": {"summarize": (2, "No such file"), "compare": (2, "No such file"), "ranks": (2, "No such file"),
-                "gate": (2, "No such file")},
+                "gate": (2, "No such file"), "heads": (2, "No such file"), "strategies": (2, "No such file")},
     "empty": {"summarize": (2, "no traces"), "compare": (2, "no traces"), "ranks": (2, "no traces"),
-              "gate": (2, "holds 0 runs")},
+              "gate": (2, "holds 0 runs"), "heads": (2, "no traces"), "strategies": (2, "no traces")},
     # gate reads the FIFO as baseline and as candidate: two errors, each on its line.
     "fifo": {"summarize": (1, "not a regular file"), "compare": (1, "not a regular file"),
-             "ranks": (2, "two or more workers"), "gate": (2, "not a regular file", 2)},
+             "ranks": (2, "two or more workers"), "gate": (2, "not a regular file", 2),
+             "heads": (1, "not a regular file"), "strategies": (1, "not a regular file")},
     # A run directory named on the command line is the run "."; gate names it by its path.
     "bad-name": {"summarize": (0, "worker w1"), "compare": (0, "baseline: ."), "ranks": (0, "2 ranks"),
-                 "gate": (0, r"bad\xffname")},
+                 "gate": (0, r"bad\xffname"), "heads": (0, "no attention statistics"),
+                 "strategies": (0, "the error column")},
 }
 
 
 @pytest.mark.parametrize("case", list(_BAD_INPUT))
-@pytest.mark.parametrize("command", ["summarize", "compare", "ranks", "gate"])
+@pytest.mark.parametrize("command", ["summarize", "compare", "ranks", "gate", "heads", "strategies"])
 def test_bad_input_gives_an_exit_code_and_one_line_per_error(
     tmp_path: Path, hostile_logdir: Path, capsys: pytest.CaptureFixture[str], command: str, case: str
 ) -> None:
