@@ -100,9 +100,9 @@ RunStatus = Literal["ready", "unloaded", "loading", "error", "running"]
 
 
 class RunFigures(msgspec.Struct, kw_only=True):
-    """A parsed run's headline figures, per step, from its median worker (the worker whose
-    attention time is the median; with one worker, that one): the same worker and figures as
-    ``/compare``'s. ``analysis/figures.py`` computes them."""
+    """A parsed run's headline figures, per step, from its representative worker (of several, the
+    one at the lower median by attention time, the Ranks view's median row; with one worker, that
+    one): the same worker and figures as ``/compare``'s. ``analysis/figures.py`` computes them."""
 
     clock: Literal["cpu", "device"]  # "device" where the worker's attention launched kernels, else "cpu"
     attention_us: float  # attention time per step, forward + backward, mean over the profiled steps, on ``clock``
@@ -113,7 +113,7 @@ class RunFigures(msgspec.Struct, kw_only=True):
     backend: str  # the SDPA backend that ran, "mixed" across layers, or the implementation found
     steps: int  # profiled steps
     worker: str  # the worker the figures come from
-    workers: int  # trace files read: the median is taken over them
+    workers: int  # trace files read: the representative worker is taken from them
     unreadable: int  # trace files of the run that could not be read, left out of the figures
     attention_spread: Spread | None = None  # the summary's spread of attention time on ``clock`` (its noisy mark)
     #: "step": the figures above are per profiled step; "decode": a generation's, per decode step (one

@@ -57,7 +57,8 @@ class FindingChip(msgspec.Struct, kw_only=True):
 
 
 class CompareRun(msgspec.Struct, kw_only=True):
-    """One run's attention totals per step, from its median worker."""
+    """One run's attention totals per step, from its representative worker (of several ranks, the
+    one at the lower median by attention time: the Ranks view's median row)."""
 
     run: str
     impl: str | None

@@ -25,6 +25,9 @@ token, against 513 keys: the cache with its own key appended). ``STEP_ROLES``,
 ``format_step_scope``, ``parse_step_scope``. A reader that predates them reads them as no scope
 (they name no layer), so the version stays 1.
 
+The phases' named groups (``CORE_PHASES``, ``SCORE_PHASES``...) live here too, beside the names
+they group, with ``OTHER``, the pseudo-phase of work in no phase scope.
+
 Phases added since the first readers (``rope``, ``kv_cache``, then ``block_mask``, ``flex`` and
 ``compiled``, then ``feature_map``, ``quantize``, ``dequantize``, ``kv_state`` and ``normalize``)
 keep the version: a reader that predates a phase reads its scope as no scope, so
@@ -50,20 +53,31 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 __all__ = [
+    "CORE_PHASES",
+    "FUSED_PHASES",
     "GRAMMAR_VERSION",
+    "IMPL_NEUTRAL_PHASES",
     "MAX_CONTEXT",
     "MAX_HEADS",
     "MAX_LAYERS",
     "MODEL_BLOCK_MASK",
+    "OTHER",
     "OUT_OF_RANGE",
     "PHASES",
     "PREFIX",
+    "PROJECTION_PHASES",
+    "QUANT_PHASES",
+    "SCORE_PASS_PHASES",
+    "SCORE_PHASES",
     "STEP_ROLES",
+    "UNFUSED_CORE_PHASES",
+    "UNSPLIT_PHASES",
     "Phase",
     "Scope",
     "StepScope",
     "format_scope",
     "format_step_scope",
+    "in_order",
     "is_scope_name",
     "parse_scope",
     "parse_step_scope",
@@ -110,6 +124,45 @@ PHASES: tuple[str, ...] = tuple(p.value for p in Phase)
 #: layers share once per forward (Hugging Face's flex path does). Not a layer's scope (no
 #: ``/L``): the findings read it by name.
 MODEL_BLOCK_MASK = f"{PREFIX}/{Phase.BLOCK_MASK.value}"
+#: The pseudo-phase of a layer's events that no phase scope encloses. Not in the grammar (no scope
+#: names it): the summary reports it beside the phases.
+OTHER = "other"
+
+
+def _group(*phases: Phase) -> frozenset[str]:
+    return frozenset(p.value for p in phases)
+
+
+# Groups of phases, named for what their members share. A module that needs a group that differs
+# builds it from these with set operations, and says why. ``tests/test_vocabulary.py`` keeps
+# literal groups of phase names out of every other module.
+#: The projections into heads and out of them.
+PROJECTION_PHASES = _group(Phase.QKV_PROJ, Phase.OUT_PROJ)
+#: Element-wise passes over the (Sq, Sk) scores, which change them in place.
+SCORE_PASS_PHASES = _group(Phase.SCALE, Phase.MASK, Phase.DROPOUT)
+#: The attention core op by op, q·kᵀ to attn·V, as a hand-written block runs it.
+UNFUSED_CORE_PHASES = _group(Phase.QK_MATMUL, Phase.SOFTMAX, Phase.AV_MATMUL) | SCORE_PASS_PHASES
+#: Phases that run the whole core as one call: SDPA, flex_attention, a compiled block.
+FUSED_PHASES = _group(Phase.SDPA, Phase.FLEX, Phase.COMPILED)
+#: The attention core, q·kᵀ to attn·V, fused or not: what a mask thins and what heads split.
+CORE_PHASES = UNFUSED_CORE_PHASES | FUSED_PHASES
+#: Phases that hold (Sq, Sk) scores or probabilities: q·kᵀ to dropout, int8's dequantized scores,
+#: and the SDPA and flex calls (whose unfused paths materialize them). Not attn·V: its output is (Sq, D).
+SCORE_PHASES = _group(Phase.QK_MATMUL, Phase.DEQUANTIZE, Phase.SCALE, Phase.MASK, Phase.SOFTMAX, Phase.DROPOUT,
+                      Phase.SDPA, Phase.FLEX)
+#: int8 attention's conversions: q and k to integers, the integer scores back to floating point.
+QUANT_PHASES = _group(Phase.QUANTIZE, Phase.DEQUANTIZE)
+#: Phases that run the same ops whatever the attention implementation: projections, RoPE, the KV cache.
+IMPL_NEUTRAL_PHASES = PROJECTION_PHASES | _group(Phase.ROPE, Phase.KV_CACHE)
+#: What a derived head (no head scopes) gets no share of: the projections and ``OTHER``.
+UNSPLIT_PHASES = PROJECTION_PHASES | {OTHER}
+
+
+def in_order(phases: frozenset[str]) -> tuple[str, ...]:
+    """A group's phases in execution order (``PHASES``, then ``OTHER``): a set's own order changes
+    from one process to the next."""
+    return tuple(p for p in (*PHASES, OTHER) if p in phases)
+
 
 #: What a generation step is (``--mode generate``): the prompt's forward, or one decode token.
 STEP_ROLES: tuple[str, ...] = ("prefill", "decode")

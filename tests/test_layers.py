@@ -12,7 +12,7 @@ import pytest
 import tb_attn_plugin
 
 PACKAGE = Path(tb_attn_plugin.__file__).parent
-VOCABULARY = {"tb_attn_plugin.scopes", "tb_attn_plugin.names", "tb_attn_plugin.ops"}
+VOCABULARY = {"tb_attn_plugin.scopes", "tb_attn_plugin.names", "tb_attn_plugin.ops", "tb_attn_plugin.backends"}
 
 
 def _imports(path: Path) -> set[str]:

@@ -1,4 +1,5 @@
-"""Which attention implementation really ran, per layer, from op and kernel names.
+"""Which attention implementation really ran, per layer, from op and kernel names. The names,
+with their labels and families, are ``tb_attn_plugin.backends.Backend``; the rules are here.
 
 Kernel names decide first, then op names (the first rule that matches wins). An attention
 library's op or kernel (FlashAttention, FlashInfer, TensorRT-LLM, aiter, Composable Kernel,
@@ -40,6 +41,7 @@ from collections.abc import Iterable
 
 from tb_attn_plugin import ops as vocab
 from tb_attn_plugin.analysis.opnames import canonical
+from tb_attn_plugin.backends import Backend, Family
 from tb_attn_plugin.ops import (
     COMPILED_REGION_OPS,
     COMPILED_REGION_PREFIX,
@@ -69,34 +71,42 @@ from tb_attn_plugin.ops import (
     VLLM_TRITON_KERNELS,
     VLLM_UNIFIED_OPS,
 )
+from tb_attn_plugin.scopes import Phase
 
 __all__ = ["BACKENDS", "LIBRARY_BACKENDS", "SERVING_BACKENDS", "detect_backend", "is_attention_kernel"]
 
-BACKENDS: tuple[str, ...] = ("cudnn", "efficient", "rocm-flash", "flash", "cpu-flash", "flex", "flex-eager",
-                             "compiled", "int8-qk", "performer", "linear", "sdpa-math", "naive", "unknown")
+#: Every backend this module names (``tb_attn_plugin.backends``): PyTorch's, then the serving
+#: engines' and the attention libraries'.
+BACKENDS: tuple[Backend, ...] = tuple(Backend)
 
-_KERNEL_RULES: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("cudnn", ("cudnn_generated", "cudnn", "fmha_fprop", "fmha_bprop")),
-    ("efficient", ("fmha_cutlass", "mem_efficient", "efficient_attention", "attention_kernel_batched")),
-    ("rocm-flash", ("attn_fwd",)),
-    ("flash", ("flash_fwd", "flash::", "flash_bwd", "flash_attn")),
-    ("flex", ("flex_attention", "flex_decoding", "triton_tem_fused_flex")),
-    ("compiled", ("triton_",)),
+_KERNEL_RULES: tuple[tuple[Backend, tuple[str, ...]], ...] = (
+    (Backend.CUDNN, ("cudnn_generated", "cudnn", "fmha_fprop", "fmha_bprop")),
+    (Backend.EFFICIENT, ("fmha_cutlass", "mem_efficient", "efficient_attention", "attention_kernel_batched")),
+    (Backend.ROCM_FLASH, ("attn_fwd",)),
+    (Backend.FLASH, ("flash_fwd", "flash::", "flash_bwd", "flash_attn")),
+    (Backend.FLEX, ("flex_attention", "flex_decoding", "triton_tem_fused_flex")),
+    (Backend.COMPILED, ("triton_",)),
 )
-_OP_RULES: tuple[tuple[str, frozenset[str]], ...] = (
-    ("cudnn", frozenset({SDPA_CUDNN_OP})),
-    ("efficient", frozenset({SDPA_EFFICIENT_OP, EFFICIENT_FORWARD_OP})),
-    ("flash", frozenset({SDPA_FLASH_OP, FLASH_FORWARD_OP})),
-    ("cpu-flash", frozenset({SDPA_CPU_FLASH_OP})),
-    ("flex-eager", frozenset({FLEX_EAGER_OP})),
-    ("compiled", COMPILED_REGION_OPS),
-    ("sdpa-math", frozenset({SDPA_MATH_OP})),
+_OP_RULES: tuple[tuple[Backend, frozenset[str]], ...] = (
+    (Backend.CUDNN, frozenset({SDPA_CUDNN_OP})),
+    (Backend.EFFICIENT, frozenset({SDPA_EFFICIENT_OP, EFFICIENT_FORWARD_OP})),
+    (Backend.FLASH, frozenset({SDPA_FLASH_OP, FLASH_FORWARD_OP})),
+    (Backend.CPU_FLASH, frozenset({SDPA_CPU_FLASH_OP})),
+    (Backend.FLEX_EAGER, frozenset({FLEX_EAGER_OP})),
+    (Backend.COMPILED, COMPILED_REGION_OPS),
+    (Backend.SDPA_MATH, frozenset({SDPA_MATH_OP})),
 )
 
 
 def detect_backend(ops: Iterable[str], kernels: Iterable[str], phases: Iterable[str] = ()) -> tuple[str, list[str]]:
     """The backend of one layer's forward attention and the names that show it (``phases``: the
-    layer's phase scopes, which name a flex_attention call or a compiled block)."""
+    layer's phase scopes, which name a flex_attention call or a compiled block). The backend is a
+    plain string, a ``Backend``'s value: a summary holds builtins only, as it does decoded from JSON."""
+    backend, evidence = _detect(ops, kernels, phases)
+    return backend.value, evidence
+
+
+def _detect(ops: Iterable[str], kernels: Iterable[str], phases: Iterable[str]) -> tuple[Backend, list[str]]:
     # "Torch-Compiled Region: 0/1" (frame 0, its second compile) -> "Torch-Compiled Region".
     op_set = {COMPILED_REGION_PREFIX if o.startswith(COMPILED_REGION_PREFIX) else o for o in ops}
     phase_set = set(phases)
@@ -111,55 +121,53 @@ def detect_backend(ops: Iterable[str], kernels: Iterable[str], phases: Iterable[
         hits = [k for k in kernel_list if any(n in k for n in needles) and not _is_gemm_noise(k, backend)]
         if hits:
             return backend, sorted(hits)[:3]
-    if "flex" in phase_set:
+    if Phase.FLEX in phase_set:
         # The eager path computes the scores op by op (its autograd function shows only when
         # gradients are recorded); the compiled kernel shows no softmax or matmul of its own.
         eager = (op_set & {FLEX_EAGER_OP}) or ((op_set & SOFTMAX_OPS) and (op_set & MATMUL_OPS))
         if eager:
-            return "flex-eager", sorted(op_set & ({FLEX_EAGER_OP} | SOFTMAX_OPS | MATMUL_OPS))[:3]
-        return "flex", ["flex phase", *sorted(op_set & COMPILED_REGION_OPS)][:3]
+            return Backend.FLEX_EAGER, sorted(op_set & ({FLEX_EAGER_OP} | SOFTMAX_OPS | MATMUL_OPS))[:3]
+        return Backend.FLEX, ["flex phase", *sorted(op_set & COMPILED_REGION_OPS)][:3]
     for backend, names in _OP_RULES:
         hits = sorted(op_set & names)
         if hits:
             return backend, hits
     if INT_MM_OP in op_set and op_set & SOFTMAX_OPS:
-        return "int8-qk", sorted({INT_MM_OP} | (op_set & SOFTMAX_OPS))
-    if "feature_map" in phase_set:
+        return Backend.INT8_QK, sorted({INT_MM_OP} | (op_set & SOFTMAX_OPS))
+    if Phase.FEATURE_MAP in phase_set:
         if op_set & EXP_OPS:
-            return "performer", ["feature_map phase", *sorted(op_set & EXP_OPS)]
-        return "linear", ["feature_map phase", *sorted(op_set & ELU_OPS)]
-    if "compiled" in phase_set:
-        return "compiled", ["compiled phase"]
+            return Backend.PERFORMER, ["feature_map phase", *sorted(op_set & EXP_OPS)]
+        return Backend.LINEAR, ["feature_map phase", *sorted(op_set & ELU_OPS)]
+    if Phase.COMPILED in phase_set:
+        return Backend.COMPILED, ["compiled phase"]
     if op_set & SOFTMAX_OPS and op_set & MATMUL_OPS:
-        return "naive", sorted((op_set & SOFTMAX_OPS) | (op_set & MATMUL_OPS))
-    return "unknown", []
+        return Backend.NAIVE, sorted((op_set & SOFTMAX_OPS) | (op_set & MATMUL_OPS))
+    return Backend.UNKNOWN, []
 
 
 # -- serving engines: vLLM, SGLang ---------------------------------------------------------------
 # Named ``<engine>-<implementation>``: the implementation is the kernel family where the trace
 # names its kernel (``vllm-triton``, ``vllm-paged``), else the engine's op that dispatched it
 # (``vllm-unified``: vLLM's backend-agnostic op, the kernel unseen).
-SERVING_BACKENDS = ("vllm-triton", "vllm-paged", "vllm-rocm-paged", "vllm-unified", "vllm-unified-mla",
-                    "sglang-aiter-paged", "sglang-aiter-prefill", "sglang-triton", "sglang-unified")
-BACKENDS += SERVING_BACKENDS
-_SERVING_KERNEL_RULES: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("vllm-triton", VLLM_TRITON_KERNELS),
-    ("vllm-paged", VLLM_PAGED_KERNELS),
-    ("vllm-rocm-paged", VLLM_ROCM_PAGED_KERNELS),
+SERVING_BACKENDS: tuple[Backend, ...] = tuple(b for b in Backend if b.family is Family.SERVING)
+_SERVING_KERNEL_RULES: tuple[tuple[Backend, tuple[str, ...]], ...] = (
+    (Backend.VLLM_TRITON, VLLM_TRITON_KERNELS),
+    (Backend.VLLM_PAGED, VLLM_PAGED_KERNELS),
+    (Backend.VLLM_ROCM_PAGED, VLLM_ROCM_PAGED_KERNELS),
 )
-_SERVING_OP_RULES: tuple[tuple[str, frozenset[str]], ...] = (
-    ("vllm-paged", VLLM_PAGED_OPS),
-    ("vllm-rocm-paged", VLLM_ROCM_PAGED_OPS),
-    ("vllm-unified-mla", VLLM_MLA_OPS),
-    ("vllm-unified", VLLM_UNIFIED_OPS),
-    ("sglang-aiter-paged", SGLANG_AITER_DECODE_OPS),
-    ("sglang-aiter-prefill", SGLANG_AITER_PREFILL_OPS),
-    ("sglang-triton", SGLANG_TRITON_OPS),
-    ("sglang-unified", SGLANG_CORE_OPS),
+_SERVING_OP_RULES: tuple[tuple[Backend, frozenset[str]], ...] = (
+    (Backend.VLLM_PAGED, VLLM_PAGED_OPS),
+    (Backend.VLLM_ROCM_PAGED, VLLM_ROCM_PAGED_OPS),
+    (Backend.VLLM_UNIFIED_MLA, VLLM_MLA_OPS),
+    (Backend.VLLM_UNIFIED, VLLM_UNIFIED_OPS),
+    (Backend.SGLANG_AITER_PAGED, SGLANG_AITER_DECODE_OPS),
+    (Backend.SGLANG_AITER_PREFILL, SGLANG_AITER_PREFILL_OPS),
+    (Backend.SGLANG_TRITON, SGLANG_TRITON_OPS),
+    (Backend.SGLANG_UNIFIED, SGLANG_CORE_OPS),
 )
 
 
-def _serving_backend(ops: set[str], kernels: list[str]) -> tuple[str, list[str]] | None:
+def _serving_backend(ops: set[str], kernels: list[str]) -> tuple[Backend, list[str]] | None:
     """A serving engine's backend, where the layer runs one of its attention ops: its kernel family
     where a kernel names it; else an attention library's kernel (``_KERNEL_RULES``, but not
     ``compiled``: Triton kernels beside a serving op are Inductor's fused element-wise work); else
@@ -173,7 +181,7 @@ def _serving_backend(ops: set[str], kernels: list[str]) -> tuple[str, list[str]]
         return None
     for backend, needles in _KERNEL_RULES:
         hits = [k for k in kernels if any(n in k for n in needles) and not _is_gemm_noise(k, backend)]
-        if hits and backend != "compiled":
+        if hits and backend != Backend.COMPILED:
             return backend, sorted(hits)[:3]
     for backend, names in _SERVING_OP_RULES:
         if served & names:
@@ -186,32 +194,30 @@ def _serving_backend(ops: set[str], kernels: list[str]) -> tuple[str, list[str]]
 # the library's own; the kernel under it may be another's, as aiter's CK path is Composable Kernel's),
 # else its kernel. A library with a path per vendor names the AMD one so (``xformers-ck``); AMD's own
 # libraries keep their names (``aiter``, ``ck-fmha``). docs/production.md lists the names.
-LIBRARY_BACKENDS = ("flash-attn", "flash-attn-3", "flash-attn-4", "flashinfer", "trtllm-fmha", "aiter", "ck-fmha",
-                    "xformers", "xformers-ck", "xformers-flash", "sage", "te-fused")
-BACKENDS += LIBRARY_BACKENDS
-_LIBRARY_OP_RULES: tuple[tuple[str, frozenset[str]], ...] = (
-    ("flash-attn", vocab.FA2_OPS),
-    ("flash-attn-3", vocab.FA3_OPS),
-    ("aiter", vocab.AITER_ATTENTION_OPS),
-    ("xformers-ck", vocab.XFORMERS_CK_OPS),
-    ("xformers", vocab.XFORMERS_CUTLASS_OPS),
-    ("xformers-flash", vocab.XFORMERS_FLASH_OPS),
-    ("sage", frozenset(vocab.SAGE_OPS)),
-    ("te-fused", frozenset({vocab.TE_FUSED_ATTN_OP})),
+LIBRARY_BACKENDS: tuple[Backend, ...] = tuple(b for b in Backend if b.family is Family.LIBRARY)
+_LIBRARY_OP_RULES: tuple[tuple[Backend, frozenset[str]], ...] = (
+    (Backend.FLASH_ATTN, vocab.FA2_OPS),
+    (Backend.FLASH_ATTN_3, vocab.FA3_OPS),
+    (Backend.AITER, vocab.AITER_ATTENTION_OPS),
+    (Backend.XFORMERS_CK, vocab.XFORMERS_CK_OPS),
+    (Backend.XFORMERS, vocab.XFORMERS_CUTLASS_OPS),
+    (Backend.XFORMERS_FLASH, vocab.XFORMERS_FLASH_OPS),
+    (Backend.SAGE, frozenset(vocab.SAGE_OPS)),
+    (Backend.TE_FUSED, frozenset({vocab.TE_FUSED_ATTN_OP})),
 )
 #: Before the SDPA kernels' rules: FlashAttention 4's symbols contain ``flash_fwd``.
-_LIBRARY_KERNEL_RULES: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("flash-attn-3", vocab.FA3_KERNELS),
-    ("flash-attn-4", vocab.FA4_KERNELS),
-    ("flashinfer", vocab.FLASHINFER_KERNELS),
-    ("trtllm-fmha", vocab.TRTLLM_FMHA_KERNELS),
-    ("aiter", vocab.AITER_ASM_KERNELS),
-    ("ck-fmha", vocab.CK_FMHA_KERNELS),
-    ("sage", vocab.SAGE_KERNELS),
+_LIBRARY_KERNEL_RULES: tuple[tuple[Backend, tuple[str, ...]], ...] = (
+    (Backend.FLASH_ATTN_3, vocab.FA3_KERNELS),
+    (Backend.FLASH_ATTN_4, vocab.FA4_KERNELS),
+    (Backend.FLASHINFER, vocab.FLASHINFER_KERNELS),
+    (Backend.TRTLLM_FMHA, vocab.TRTLLM_FMHA_KERNELS),
+    (Backend.AITER, vocab.AITER_ASM_KERNELS),
+    (Backend.CK_FMHA, vocab.CK_FMHA_KERNELS),
+    (Backend.SAGE, vocab.SAGE_KERNELS),
 )
 
 
-def _library_backend(ops: set[str], kernels: list[str]) -> tuple[str, list[str]] | None:
+def _library_backend(ops: set[str], kernels: list[str]) -> tuple[Backend, list[str]] | None:
     """An attention library's backend: from its op, with the library kernels under it as evidence;
     else from its kernel. None where neither shows."""
     library_kernels = [k for k in kernels if any(n in k for _, needles in _LIBRARY_KERNEL_RULES for n in needles)]
@@ -226,9 +232,10 @@ def _library_backend(ops: set[str], kernels: list[str]) -> tuple[str, list[str]]
     return None
 
 
-def _is_gemm_noise(kernel: str, backend: str) -> bool:
+def _is_gemm_noise(kernel: str, backend: Backend) -> bool:
     # cuDNN also names plain convolution/gemm kernels; only attention ones count.
-    return backend == "cudnn" and "fmha" not in kernel and "cudnn_generated" not in kernel and "flash" not in kernel
+    return (backend == Backend.CUDNN and "fmha" not in kernel and "cudnn_generated" not in kernel
+            and "flash" not in kernel)
 
 
 #: Too broad for a kernel alone to say "attention": cuDNN runs convolutions too, Triton anything.
@@ -241,7 +248,7 @@ def is_attention_kernel(name: str) -> bool:
     too), not a GEMM that a rule's needle happens to match."""
     for rules in (_SERVING_KERNEL_RULES, _LIBRARY_KERNEL_RULES, _KERNEL_RULES):
         for backend, needles in rules:
-            if backend != "compiled" and any(n in name for n in needles if n not in _BROAD) \
+            if backend != Backend.COMPILED and any(n in name for n in needles if n not in _BROAD) \
                     and not _is_gemm_noise(name, backend):
                 return True
     return False

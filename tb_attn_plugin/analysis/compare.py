@@ -21,10 +21,10 @@ from tb_attn_plugin.analysis.configs import (
     config_key,
     distinct_labels,
     exact,
-    median_worker,
     text,
 )
 from tb_attn_plugin.analysis.roofline import phase_roofs
+from tb_attn_plugin.analysis.spread import representative_worker
 from tb_attn_plugin.analysis.why_slower import same_but_impl, why_slower
 from tb_attn_plugin.responses import (
     CompareDecode,
@@ -60,10 +60,10 @@ class BaselineError(ValueError):
 
 
 def run_facts(run: RunSummary) -> CompareRun:
-    """One run's attention totals per step, from its median worker (``ratio``: all null; ``compare``
-    sets it against the baseline)."""
+    """One run's attention totals per step, from its representative worker (``spread.representative_worker``;
+    ``ratio``: all null; ``compare`` sets it against the baseline)."""
     cfg = config(run)
-    w = median_worker(run)
+    w = representative_worker(run)
     phases: dict[str, ComparePhase] = {}
     calls = sum(layer.calls for layer in w.layers)
     ops = kernels = 0.0

@@ -12,14 +12,13 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from tb_attn_plugin.schema import RunSummary, WorkerSummary
+from tb_attn_plugin.analysis.spread import representative_worker
+from tb_attn_plugin.backends import APPROXIMATE_BACKENDS, LINEAR_BACKENDS
+from tb_attn_plugin.schema import RunSummary
 
 __all__ = ["APPROXIMATE_BACKENDS", "LINEAR_BACKENDS", "config", "config_key", "distinct_labels", "exact",
-           "group_label", "median_worker", "text"]
+           "group_label", "text"]
 
-#: Backends that compute attention approximately: linear (kernelized), random-feature, int8 scores.
-LINEAR_BACKENDS = frozenset({"linear", "performer"})
-APPROXIMATE_BACKENDS = LINEAR_BACKENDS | {"int8-qk"}
 
 def config(run: RunSummary) -> dict[str, Any]:
     meta = run.metadata or {}
@@ -44,12 +43,6 @@ def text(value: object) -> str | None:
     """A metadata string as the response declares it: anyone can write a metadata file, and a
     number where a name belongs is no name."""
     return value if isinstance(value, str) else None
-
-
-def median_worker(run: RunSummary) -> WorkerSummary:
-    """The worker whose attention time is the median (one worker: itself)."""
-    workers = sorted(run.workers, key=lambda w: w.attention_cpu_us + w.attention_device_us)
-    return workers[len(workers) // 2]
 
 
 def group_label(cfg: dict[str, Any]) -> str:
@@ -88,4 +81,5 @@ def distinct_labels(cfgs: list[dict[str, Any]], *, but: tuple[str, ...] = ()) ->
 def exact(run: RunSummary) -> bool:
     """Whether a run computes softmax attention exactly: not an approximate backend, and no
     quantized projections (``config.quant``)."""
-    return median_worker(run).backend not in APPROXIMATE_BACKENDS and not isinstance(config(run).get("quant"), str)
+    return (representative_worker(run).backend not in APPROXIMATE_BACKENDS
+            and not isinstance(config(run).get("quant"), str))

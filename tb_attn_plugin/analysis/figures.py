@@ -4,14 +4,15 @@ A generation's figures are per decode step (one token per sequence), over its de
 with its prefill beside them: a mean over the prefill and the decode steps describes neither, and
 their spread would always read "noisy".
 
-The figures come from the run's median worker, the one ``compare`` describes a run by, so the
-runs list, Compare and the run overview of a one-worker run show the same numbers.
+The figures come from the run's representative worker (``spread.representative_worker``: with
+several ranks, the one at the lower median by attention time), the one ``compare`` describes a run
+by and the Ranks view's median row, so the runs list, Compare, the Ranks view and the run overview
+of a one-worker run show the same numbers.
 """
 
 from __future__ import annotations
 
-from tb_attn_plugin.analysis.configs import median_worker
-from tb_attn_plugin.analysis.spread import spread
+from tb_attn_plugin.analysis.spread import representative_worker, spread
 from tb_attn_plugin.responses import RunFigures
 from tb_attn_plugin.schema import RunSummary
 
@@ -25,7 +26,7 @@ def run_figures(run: RunSummary) -> RunFigures | None:
     (``NO_ATTENTION``; the unreadable traces' errors are in ``run.errors``)."""
     if not any(w.layers for w in run.workers):
         return None
-    w = median_worker(run)
+    w = representative_worker(run)
     device = w.attention_device_us > 0
     core_only = sum(layer.core_only for layer in w.layers)
     per_step = [s.attention_device_us if device else s.attention_cpu_us for s in w.per_step]

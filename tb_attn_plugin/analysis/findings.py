@@ -24,32 +24,33 @@ from tb_attn_plugin.analysis.generation_findings import GENERATION_RULES
 from tb_attn_plugin.analysis.op_findings import OP_RULES
 from tb_attn_plugin.analysis.quant_findings import QUANT_RULES
 from tb_attn_plugin.analysis.query import MAX_NAMES, RuleQuery, new_finding
-from tb_attn_plugin.analysis.scores import OTHER
 from tb_attn_plugin.analysis.serving_findings import SERVING_RULES
 from tb_attn_plugin.analysis.sparse_findings import SPARSE_RULES
+from tb_attn_plugin.analysis.spread import median
 from tb_attn_plugin.analysis.wording import attention, core_only_note, count, duration, layer_list, number, pct, size
+from tb_attn_plugin.backends import UNFUSED_BACKENDS, Backend
 from tb_attn_plugin.ops import FUSED_BLOCK_OPS
 from tb_attn_plugin.schema import Evidence, Finding, WorkerSummary
-from tb_attn_plugin.scopes import PREFIX
+from tb_attn_plugin.scopes import OTHER, PREFIX
 from tb_attn_plugin.trace.kineto import Kind
 
 __all__ = ["IMPL_BACKENDS", "SEVERITIES", "Evidence", "Finding", "find"]
 
 SEVERITIES = ("high", "medium", "low", "info")
 #: Backends each runner implementation may legitimately end up on (``docs/runner.md``); "sdpa"
-#: lets PyTorch choose, so it expects nothing.
-IMPL_BACKENDS: dict[str, tuple[str, ...]] = {
-    "sdpa-flash": ("flash", "cpu-flash", "rocm-flash"),
-    "sdpa-efficient": ("efficient",),
-    "sdpa-cudnn": ("cudnn",),
-    "sdpa-math": ("sdpa-math",),
-    "naive": ("naive",),
-    "naive-inplace": ("naive",),
-    "flex": ("flex",),
-    "flex-eager": ("flex-eager",),
-    "linear-elu": ("linear",),
-    "performer": ("performer",),
-    "int8-qk": ("int8-qk",),
+#: lets PyTorch choose, so it expects nothing. The keys are the runner's ``--impl`` names, not backends.
+IMPL_BACKENDS: dict[str, tuple[Backend, ...]] = {
+    "sdpa-flash": (Backend.FLASH, Backend.CPU_FLASH, Backend.ROCM_FLASH),
+    "sdpa-efficient": (Backend.EFFICIENT,),
+    "sdpa-cudnn": (Backend.CUDNN,),
+    "sdpa-math": (Backend.SDPA_MATH,),
+    "naive": (Backend.NAIVE,),
+    "naive-inplace": (Backend.NAIVE,),
+    "flex": (Backend.FLEX,),
+    "flex-eager": (Backend.FLEX_EAGER,),
+    "linear-elu": (Backend.LINEAR,),
+    "performer": (Backend.PERFORMER,),
+    "int8-qk": (Backend.INT8_QK,),
 }
 DISPATCH_RATIO = 2.0  # GPU: forward CPU time per call at least this many times its device time...
 DEVICE_BUSY_MAX = 0.8  # ...while the device is busy for less than this share of the step
@@ -111,12 +112,12 @@ def _sxs_materialized(t: RuleQuery) -> list[Finding]:
     if big.score_shape:
         details["score_shape"] = "x".join(map(str, big.score_shape))
     backends = {layer.backend for layer in hit}
-    if backends == {"sdpa-math"}:
+    if backends == {Backend.SDPA_MATH}:
         fix = ("SDPA is called already, but its math backend stores the scores: remove what made it fall back "
                "(see math-fallback) and a fused kernel keeps them on chip.")
     elif t.ops(FUSED_BLOCK_OPS).size:
         fix = "nn.MultiheadAttention's fast path stores the scores: see mha-unfused for the call that fuses them."
-    elif backends == {"int8-qk"}:
+    elif backends == {Backend.INT8_QK}:
         fix = ("int8 attention written op by op stores the int32 scores and their fp32 dequantized copies: a fused "
                "int8 kernel (SageAttention's) quantizes, multiplies and dequantizes in tiles on chip; without one, "
                "exact fused SDPA stores no scores at all.")
@@ -142,13 +143,13 @@ def _dispatch_gpu(t: RuleQuery) -> list[Finding]:
             for layer in t.s.layers if layer.calls > 0 and layer.device_us > 0]
     if not rows or t.s.step_cpu_us <= 0:
         return []
-    ratio = _median(cpu / dev for _, cpu, dev, _ in rows)
+    ratio = median(cpu / dev for _, cpu, dev, _ in rows)
     busy = t.s.step_device_us / t.s.step_cpu_us
     if ratio < DISPATCH_RATIO or busy >= DEVICE_BUSY_MAX:
         return []
     layers = [layer.layer for layer, cpu, dev, _ in rows if cpu >= DISPATCH_RATIO * dev]
-    cpu, dev, kernels = (_median(r[1] for r in rows), _median(r[2] for r in rows),
-                         _median(r[3] for r in rows))
+    cpu, dev, kernels = (median(r[1] for r in rows), median(r[2] for r in rows),
+                         median(r[3] for r in rows))
     core, note = _core_only(t, [layer.layer for layer, *_ in rows])
     subject = "attention core" if core else "attention"
     text = (f"In {layer_list(layers)}, one {subject} forward takes {duration(cpu)} on the CPU but {duration(dev)} on "
@@ -156,7 +157,8 @@ def _dispatch_gpu(t: RuleQuery) -> list[Finding]:
             f"forward; the device is busy {pct(busy)} of the step. The GPU waits for the CPU to launch work, so faster "
             "kernels will not make this faster. Profiling adds CPU time to every op, so confirm with a run without "
             "record_shapes and with_stack." + (f" ({note.capitalize()}.)" if note else ""))
-    unfused = any(layer.backend in ("naive", "sdpa-math") for layer, *_ in rows)
+    # Eager flex is unfused too, but its fix is to compile it, not to call SDPA (the flex-eager finding).
+    unfused = any(layer.backend in UNFUSED_BACKENDS - {Backend.FLEX_EAGER} for layer, *_ in rows)
     return [new_finding(
         "dispatch-bound", "medium", f"{_sentence(subject)} is bound by CPU dispatch, not by the device", text,
         "Cut the CPU work per call: capture the step with CUDA graphs or torch.compile(mode='reduce-overhead')"
@@ -183,13 +185,13 @@ def _dispatch_cpu(t: RuleQuery) -> list[Finding]:
                      ev.dur[top].tolist()))
     if not rows:
         return []
-    n_ops = _median(r[1] for r in rows)
-    share = _median(r[2] for r in rows)
+    n_ops = median(r[1] for r in rows)
+    share = median(r[2] for r in rows)
     if n_ops <= TINY_OPS_MIN or share < TINY_SHARE:
         return []
     layers = sorted({r[0] for r in rows if r[1] > TINY_OPS_MIN and r[2] >= TINY_SHARE})
-    median_op = _median(d for r in rows for d in r[4]) if any(r[4] for r in rows) else 0.0
-    block_us = _median(r[3] for r in rows)
+    median_op = median(d for r in rows for d in r[4]) if any(r[4] for r in rows) else 0.0
+    block_us = median(r[3] for r in rows)
     core, note = _core_only(t, sorted({r[0] for r in rows}))
     subject = "attention core" if core else "attention"
     text = (f"In {layer_list(layers)}, one {subject} forward runs {number(n_ops)} CPU ops, and {pct(share)} of its "
@@ -207,7 +209,7 @@ def _dispatch_cpu(t: RuleQuery) -> list[Finding]:
 
 
 def _backend_mismatch(t: RuleQuery) -> list[Finding]:
-    known = [layer for layer in t.s.layers if layer.backend != "unknown"]
+    known = [layer for layer in t.s.layers if layer.backend != Backend.UNKNOWN]
     by_backend: dict[str, list[int]] = {}
     for layer in known:
         by_backend.setdefault(layer.backend, []).append(layer.layer)
@@ -216,7 +218,7 @@ def _backend_mismatch(t: RuleQuery) -> list[Finding]:
     expected = IMPL_BACKENDS.get(impl) if isinstance(impl, str) else None
     config = t.meta.get("config")
     if expected and isinstance(config, dict) and config.get("compile"):
-        expected = (*expected, "compiled")  # --compile: the fused block shows no kernel of its own on CPU
+        expected = (*expected, Backend.COMPILED)  # --compile: the fused block shows no kernel of its own on CPU
     wrong = sorted(layer.layer for layer in known if expected and layer.backend not in expected)
     if wrong:
         ran = ", ".join(f"{b} in {layer_list(ls)}" for b, ls in sorted(by_backend.items()) if b not in (expected or ()))
@@ -268,8 +270,8 @@ def _unplaced(t: RuleQuery) -> list[Finding]:
             rows.append((layer.layer, spent / block, spent, loose[a.layer[loose] == layer.layer], other / block))
     if not rows:
         return []
-    share = _median(r[1] for r in rows)
-    in_table = _median(r[4] for r in rows)
+    share = median(r[1] for r in rows)
+    in_table = median(r[4] for r in rows)
     ops = t.names_by_time(np.concatenate([r[3][ev.kind[r[3]] == Kind.CPU_OP] for r in rows]))
     what = "device" if t.cuda else "CPU"
     core, note = _core_only(t, [r[0] for r in rows])
@@ -335,15 +337,6 @@ def _core_only(t: RuleQuery, layers: list[int]) -> tuple[bool, str]:
     wanted = set(layers)
     core = sum(layer.core_only for layer in t.s.layers if layer.layer in wanted)
     return attention(core, len(wanted)) != "attention", core_only_note(core, len(wanted))
-
-
-def _median(values: Iterable[float]) -> float:
-    """The median; ``statistics`` costs 8 ms of import time, which the CLI pays on every run."""
-    ordered = sorted(values)
-    if not ordered:
-        raise ValueError("median of no values")
-    mid = len(ordered) // 2
-    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
 
 
 def _top_names(groups: Iterable[list[str]]) -> list[str]:

@@ -1,10 +1,13 @@
 """The CI gate: did attention get slower or hungrier between a baseline run and a candidate?
 
-Pure: it compares two ``RunSummary`` objects. Time is attention's time per step (forward and
-attributed backward), the mean over every profiled step of every worker, as every other view
-takes it; the device's time when both runs have device kernels, else the CPU's. Memory is
-attention's allocations per step (summed over layers) and the largest rise of allocated memory in
-any layer. A check fails when the candidate exceeds the baseline by more than its tolerance.
+Pure: it compares two ``RunSummary`` objects, each by its representative worker
+(``spread.representative_worker``: of several ranks, the one at the lower median by attention
+time), the rank the runs list, Compare and the Ranks view's median row describe the run by; a
+straggler is the Ranks view's business. Time is attention's time per step (forward and attributed
+backward), the mean over that worker's profiled steps; the device's time when both runs have
+device kernels, else the CPU's. Memory is attention's allocations per step (summed over layers)
+and the largest rise of allocated memory in any layer, that worker's too. A check fails when the
+candidate exceeds the baseline by more than its tolerance.
 
 Time is judged against the steps' noise. With at least ``MIN_BOOTSTRAP_STEPS`` steps on each side,
 a bootstrap (``BOOTSTRAP_SAMPLES`` resamples of each run's steps, a fixed seed) gives a 95% interval
@@ -24,7 +27,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from tb_attn_plugin.analysis import wording
-from tb_attn_plugin.schema import RunSummary
+from tb_attn_plugin.analysis.spread import percentiles, representative_worker
+from tb_attn_plugin.schema import RunSummary, WorkerSummary
 
 __all__ = ["BOOTSTRAP_SAMPLES", "MIN_BOOTSTRAP_STEPS", "Check", "GateReport", "gate", "parse_tolerance"]
 
@@ -102,30 +106,21 @@ def parse_tolerance(text: str) -> float:
     return value
 
 
-def _steps(run: RunSummary, clock: str) -> list[float]:
+def _steps(w: WorkerSummary, clock: str) -> list[float]:
+    """The worker's attention time in each profiled step; without ProfilerStep steps, its mean."""
     key = "attention_device_us" if clock == "device" else "attention_cpu_us"
-    values = [getattr(s, key) for w in run.workers for s in w.per_step]
-    if not values:  # traces without ProfilerStep: one mean per worker
-        values = [w.attention_device_us if clock == "device" else w.attention_cpu_us for w in run.workers]
-    return values
+    return [getattr(s, key) for s in w.per_step] or [getattr(w, key)]
 
 
-def _memory(run: RunSummary) -> tuple[float, float]:
-    if not run.workers:
-        return 0.0, 0.0
-    alloc = statistics.median(sum(layer.alloc_bytes for layer in w.layers) for w in run.workers)
-    peak = max((layer.peak_bytes for w in run.workers for layer in w.layers), default=0)
+def _memory(w: WorkerSummary) -> tuple[float, float]:
+    alloc = sum(layer.alloc_bytes for layer in w.layers)
+    peak = max((layer.peak_bytes for layer in w.layers), default=0)
     return float(alloc), float(peak)
 
 
-def _per_layer(run: RunSummary, clock: str) -> dict[int, float]:
-    out: dict[int, list[float]] = {}
-    for w in run.workers:
-        for layer in w.layers:
-            t = (layer.device_us + layer.backward.device_us) if clock == "device" else (
-                layer.cpu_us + layer.backward.cpu_us)
-            out.setdefault(layer.layer, []).append(t)
-    return {k: statistics.median(v) for k, v in out.items()}
+def _per_layer(w: WorkerSummary, clock: str) -> dict[int, float]:
+    return {layer.layer: (layer.device_us + layer.backward.device_us) if clock == "device"
+            else (layer.cpu_us + layer.backward.cpu_us) for layer in w.layers}
 
 
 def _spread(values: Sequence[float]) -> str:
@@ -155,7 +150,7 @@ def _time_check(base: list[float], cand: list[float], tolerance: float, clock: s
         bs = rng.choice(np.asarray(base), (BOOTSTRAP_SAMPLES, len(base))).mean(axis=1)
         cs = rng.choice(np.asarray(cand), (BOOTSTRAP_SAMPLES, len(cand))).mean(axis=1)
         ok = bs > 0
-        lo, hi = (float(x) for x in np.percentile(cs[ok] / bs[ok] - 1.0, INTERVAL))
+        lo, hi = percentiles(cs[ok] / bs[ok] - 1.0, INTERVAL)
         noisy = lo <= tolerance < hi
         detail += (f"; 95% bootstrap interval of the change {lo:+.1%} to {hi:+.1%}"
                    + (f", across the {tolerance:.0%} tolerance" if noisy else ""))
@@ -194,15 +189,16 @@ def gate(baseline: RunSummary, candidate: RunSummary, *, max_time: float, max_me
     if clock == "auto":
         both_device = all(any(w.attention_device_us > 0 for w in r.workers) for r in (baseline, candidate))
         clock = "device" if both_device else "cpu"
-    base_steps, cand_steps = _steps(baseline, clock), _steps(candidate, clock)
-    base_alloc, base_peak = _memory(baseline)
-    cand_alloc, cand_peak = _memory(candidate)
+    base, cand = representative_worker(baseline), representative_worker(candidate)
+    base_steps, cand_steps = _steps(base, clock), _steps(cand, clock)
+    base_alloc, base_peak = _memory(base)
+    cand_alloc, cand_peak = _memory(cand)
     checks = [
         _time_check(base_steps, cand_steps, max_time, clock),
         Check("alloc", "bytes", base_alloc, cand_alloc, max_memory, "bytes allocated inside attention per step"),
         Check("peak", "bytes", base_peak, cand_peak, max_memory, "largest rise of allocated memory in one layer"),
     ]
-    base_layers, cand_layers = _per_layer(baseline, clock), _per_layer(candidate, clock)
+    base_layers, cand_layers = _per_layer(base, clock), _per_layer(cand, clock)
     keys = sorted(set(base_layers) | set(cand_layers))
     layers = [(k, base_layers.get(k, 0.0), cand_layers.get(k, 0.0)) for k in keys]
     return GateReport(baseline=baseline.run, candidate=candidate.run, clock=clock, checks=checks, layers=layers,

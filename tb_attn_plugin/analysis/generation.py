@@ -28,20 +28,32 @@ from tb_attn_plugin.analysis.analyze import Analysis
 from tb_attn_plugin.analysis.compare import fit_power
 from tb_attn_plugin.analysis.flops import elem_bytes
 from tb_attn_plugin.analysis.query import TraceQuery, dtype_name
+from tb_attn_plugin.analysis.spread import median
 from tb_attn_plugin.ops import KV_EXPAND_OPS, MATMUL_ARGS, SDPA_OPS
 from tb_attn_plugin.schema import Generation, GenerationPhase, LayerStats, TokenStats, WorkerSummary
-from tb_attn_plugin.scopes import PHASES, STEP_ROLES, is_scope_name, parse_step_scope
+from tb_attn_plugin.scopes import (
+    CORE_PHASES,
+    FUSED_PHASES,
+    PHASES,
+    STEP_ROLES,
+    Phase,
+    in_order,
+    is_scope_name,
+    parse_step_scope,
+)
 from tb_attn_plugin.trace.kineto import Kind
 
-__all__ = ["CORE_PHASES", "NARROW_RANGE", "generation", "generation_meta", "restrict_steps"]
+__all__ = ["KV_READ_PHASES", "NARROW_RANGE", "generation", "generation_meta", "restrict_steps"]
 
-#: The phases that read K and V: what a decode step's bandwidth is measured over.
-CORE_PHASES = ("kv_expand", "qk_matmul", "scale", "mask", "softmax", "dropout", "av_matmul", "sdpa", "flex")
-_CORE = np.array([PHASES.index(p) for p in CORE_PHASES])
+#: The phases that read K and V: what a decode step's bandwidth is measured over. The core and the
+#: grouped-query expansion of K and V; not a compiled block, whose time may hold the projections too.
+KV_READ_PHASES = (CORE_PHASES | {Phase.KV_EXPAND}) - {Phase.COMPILED}
+_CORE = np.array([PHASES.index(p) for p in in_order(KV_READ_PHASES)])
 _KV_CACHE = PHASES.index("kv_cache")
 _KV_EXPAND = PHASES.index("kv_expand")
 _QK, _AV = PHASES.index("qk_matmul"), PHASES.index("av_matmul")
-_FUSED = (PHASES.index("sdpa"), PHASES.index("flex"))
+#: The fused calls whose SDPA op gives the shapes (a compiled block shows none).
+_FUSED = tuple(PHASES.index(p) for p in in_order(FUSED_PHASES - {Phase.COMPILED}))
 #: Below this ratio of the largest decode context to the smallest, the exponent says little.
 NARROW_RANGE = 2.0
 #: Below this R² a decode fit is reported with a note that it explains little.
@@ -107,7 +119,7 @@ def generation(analysis: Analysis, summary: WorkerSummary, metadata: dict[str, o
     out.kv_memory = _memory_check(out, decode, [t for t in tokens if t.role == "prefill"],
                                   bool(analysis.events.mem_ts.size))
     rates = [t.read_bytes / (t.core_us * 1e-6) for t in decode if t.core_us > 0 and t.read_bytes > 0]
-    out.achieved_bytes_per_s = float(np.median(rates)) if rates else 0.0
+    out.achieved_bytes_per_s = median(rates) if rates else 0.0
     peaks = metadata.get("peaks") if isinstance(metadata, dict) else None
     bw = peaks.get("copy_bytes_per_s") if isinstance(peaks, dict) else None
     if isinstance(bw, int | float) and not isinstance(bw, bool) and math.isfinite(bw) and bw > 0:

@@ -22,8 +22,10 @@ import msgspec
 from tb_attn_plugin.analysis.flops import causal_fraction
 from tb_attn_plugin.analysis.query import new_finding
 from tb_attn_plugin.analysis.wording import duration, pct
+from tb_attn_plugin.backends import UNFUSED_BACKENDS
 from tb_attn_plugin.masks import MaskSpec, kept_pairs
 from tb_attn_plugin.schema import AttnStats, Finding, HeadAttention, WorkerSummary
+from tb_attn_plugin.scopes import CORE_PHASES
 
 __all__ = ["LOCAL_THRESHOLD", "LOCAL_WINDOW", "SINK_MASS", "HeadRow", "attn_stats", "head_rows", "local_heads",
            "window_keeps", "with_window"]
@@ -34,9 +36,6 @@ LOCAL_THRESHOLD = 0.99
 LOCAL_WINDOW = 256
 #: A head with at least this mass on the first 4 tokens is an attention sink.
 SINK_MASS = 0.5
-#: Backends that compute every (query, key) pair, masked or not.
-_UNFUSED = frozenset({"naive", "sdpa-math", "flex-eager"})
-_CORE = frozenset({"qk_matmul", "scale", "mask", "softmax", "dropout", "av_matmul", "sdpa", "flex", "compiled"})
 
 Table = Mapping[int, Mapping[int, Mapping[str, float]]]
 
@@ -134,9 +133,9 @@ def local_heads(worker: WorkerSummary, stats: AttnStats, *, seq: int | None, cau
             continue
         # The head's own time where its scope measured it, else an even share of the layer's core.
         core_us = r.time_us if not r.derived else \
-            sum(p.device_us if device else p.cpu_us for p in layer.phases if p.phase in _CORE) / len(layer.heads)
+            sum(p.device_us if device else p.cpu_us for p in layer.phases if p.phase in CORE_PHASES) / len(layer.heads)
         # The pairs it computes now, as the FLOPs count them: every one unfused, the causal half fused.
-        now = 1.0 if layer.backend in _UNFUSED or not causal else causal_fraction(seq, seq)
+        now = 1.0 if layer.backend in UNFUSED_BACKENDS or not causal else causal_fraction(seq, seq)
         saved += core_us * max(0.0, 1.0 - keep / now)
     total = sum(layer.device_us if device else layer.cpu_us for layer in worker.layers)
     share = sum(r.time_share for r in rows)

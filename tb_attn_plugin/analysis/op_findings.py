@@ -36,7 +36,7 @@ from tb_attn_plugin.ops import (
     TRIANGLE_OPS,
 )
 from tb_attn_plugin.schema import Finding
-from tb_attn_plugin.scopes import PHASES
+from tb_attn_plugin.scopes import PHASES, SCORE_PASS_PHASES, SCORE_PHASES, Phase, in_order
 from tb_attn_plugin.trace.kineto import Kind
 
 _FLEX_PHASE = PHASES.index("flex")
@@ -47,7 +47,9 @@ MIN_COPY_ELEMS = 256  # smaller copies in the mask phase are scalars or small ma
 
 
 #: The phases of an attention core: the op before a copy among them says whether scores exist yet.
-_CORE_PHASES = np.array([PHASES.index(p) for p in ("qk_matmul", "dequantize", "softmax", "av_matmul", "sdpa", "flex")])
+#: The scores' phases and attn·V, but not the element-wise passes over scores that exist already
+#: (the copies looked at are in the mask phase).
+_CORE_PHASES = np.array([PHASES.index(p) for p in in_order((SCORE_PHASES - SCORE_PASS_PHASES) | {Phase.AV_MATMUL})])
 _QK = PHASES.index("qk_matmul")
 
 

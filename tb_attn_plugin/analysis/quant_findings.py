@@ -9,18 +9,18 @@ from __future__ import annotations
 from tb_attn_plugin.analysis.query import RuleQuery, new_finding
 from tb_attn_plugin.analysis.wording import duration, layer_list, pct
 from tb_attn_plugin.schema import Finding
+from tb_attn_plugin.scopes import QUANT_PHASES, in_order
 
-__all__ = ["QUANT_PHASES", "QUANT_RULES", "QUANT_SHARE", "quant_share"]
+__all__ = ["QUANT_RULES", "QUANT_SHARE", "quant_share"]
 
-#: Quantizing the inputs and dequantizing the integer results are the price of int8 arithmetic...
-QUANT_PHASES = ("quantize", "dequantize")
-#: ...and over this share of the block they eat what the integer GEMM saves.
+#: Quantizing the inputs and dequantizing the integer results (``QUANT_PHASES``) are the price of
+#: int8 arithmetic, and over this share of the block they eat what the integer GEMM saves.
 QUANT_SHARE = 0.25
 
 
 def quant_share(phases: dict[str, float], block: float) -> float | None:
     """The quantize and dequantize phases' share of the block's time; None without them or time."""
-    spent = sum(phases.get(p, 0.0) for p in QUANT_PHASES)
+    spent = sum(phases.get(p, 0.0) for p in in_order(QUANT_PHASES))
     return spent / block if block > 0 and any(p in phases for p in QUANT_PHASES) else None
 
 
@@ -31,7 +31,7 @@ def _quantization_overhead(t: RuleQuery) -> list[Finding]:
         block = layer.device_us if t.cuda else layer.cpu_us
         share = quant_share(times, block)
         if share is not None and share > QUANT_SHARE:
-            rows.append((layer.layer, share, sum(times.get(p, 0.0) for p in QUANT_PHASES), block))
+            rows.append((layer.layer, share, sum(times.get(p, 0.0) for p in in_order(QUANT_PHASES)), block))
     if not rows:
         return []
     layers = [r[0] for r in rows]

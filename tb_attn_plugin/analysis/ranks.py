@@ -15,9 +15,11 @@ here (``metric_label`` and friends):
   keep no per-step figure per layer, so a layer is judged on
   its mean per step, and the table's other columns are means per step too;
 - the median is ``median_over_ranks``: over every rank, the rank itself included, and with an
-  even number of ranks the lower of the two middle values. With two ranks that is the faster
-  one, not a mean that half includes the straggler; for any rank in the slower half of an even
-  count it equals the median of the other ranks.
+  even number of ranks the lower of the two middle values (``spread.median_low``). With two ranks
+  that is the faster one, not a mean that half includes the straggler; for any rank in the slower
+  half of an even count it equals the median of the other ranks. It is the rule that picks the
+  rank every other view describes a run by (``spread.representative_worker``), so the "attention"
+  column's median is the figure the runs list and Compare show for the run.
 
 A straggler's figure exceeds that median by more than ``margin`` and by at least
 ``MIN_GAP_US``. Under tensor parallelism each rank
@@ -39,7 +41,7 @@ import statistics
 from collections import defaultdict
 from typing import Literal, TypeGuard
 
-from tb_attn_plugin.analysis.spread import spread
+from tb_attn_plugin.analysis.spread import median_low, spread
 from tb_attn_plugin.responses import (
     GlobalHead,
     RankLayer,
@@ -134,7 +136,7 @@ def heads_label(clock: str) -> str:
 
 def median_over_ranks(values: list[float]) -> float:
     """The view's one median (``MEDIAN_LABEL``): the lower median of every rank's value; 0 for none."""
-    return statistics.median_low(values) if values else 0.0
+    return median_low(values) if values else 0.0
 
 
 def ranks(run: RunSummary, *, margin: float = DEFAULT_MARGIN) -> RanksResponse:

@@ -31,7 +31,7 @@ from tb_attn_plugin.trace.kineto import DEVICE_KINDS, Kind
 
 __all__ = ["Replays", "place_replay_kernels"]
 
-_SDPA, _KV, _ROPE = (PHASES.index(p) for p in (Phase.SDPA, Phase.KV_CACHE, Phase.ROPE))
+_SDPA, _KV, _ROPE = PHASES.index(Phase.SDPA), PHASES.index(Phase.KV_CACHE), PHASES.index(Phase.ROPE)
 #: Kernels looked at before a core for its KV write and RoPE.
 _MAX_BEFORE = 4
 

@@ -25,9 +25,9 @@ from tb_attn_plugin.analysis.batch import decode_roof
 from tb_attn_plugin.analysis.findings import SEVERITIES
 from tb_attn_plugin.analysis.peaks import Peaks, with_overrides
 from tb_attn_plugin.analysis.query import new_finding
-from tb_attn_plugin.analysis.scores import OTHER
 from tb_attn_plugin.analysis.wording import attention, core_only_note, duration, layer_list, number, pct, share, size
 from tb_attn_plugin.schema import Finding, LayerStats, PhaseStats, Roof, Roofline, WorkerSummary
+from tb_attn_plugin.scopes import FUSED_PHASES, OTHER, UNFUSED_CORE_PHASES, Phase
 
 __all__ = ["FAR_SHARE", "FAR_TIME_SHARE", "SCORE_TRAFFIC_PHASES", "VERDICTS", "apply_roofline", "far_from_roof",
            "peaks_of", "phase_roofs", "with_peaks"]
@@ -50,8 +50,9 @@ ABOVE_TABLE = ("some points run above their ceiling (up to {top}): their data ca
 FAR_TIME_SHARE = 0.10
 #: ...reaching less than this share of its attainable ceiling.
 FAR_SHARE = 0.20
-#: Phases whose traffic is the S×S scores (written, read back, masked and normalized in memory).
-SCORE_TRAFFIC_PHASES = frozenset({"qk_matmul", "scale", "mask", "softmax", "dropout", "av_matmul", "dequantize"})
+#: Phases whose traffic is the S×S scores (written, read back, masked and normalized in memory): the
+#: unfused core, and int8 attention's dequantized scores.
+SCORE_TRAFFIC_PHASES = UNFUSED_CORE_PHASES | {Phase.DEQUANTIZE}
 #: A compute roof this many times the fp32 one is what fp32 leaves unused (tensor cores).
 TENSOR_CORE_GAIN = 2.0
 
@@ -258,10 +259,6 @@ class _Far:
     time_share: float
 
 
-#: Phases that run attention's core as one fused call: "use a fused kernel" is no advice for them.
-_FUSED = frozenset({"sdpa", "flex", "compiled"})
-
-
 def _cause_key(far: _Far, rl: Roofline) -> str:
     """"latency", "scores", "fp32" or the plain verdict."""
     if far.roof.verdict == "latency-bound":
@@ -289,7 +286,7 @@ def _cause(key: str, fars: list[_Far], rl: Roofline) -> tuple[str, str]:
     at_roof = sum(max(f.terms.compute_s, f.terms.memory_s) for f in fars)
     unit = "kernels" if rl.clock == "device" else "top-level ops"
     if key == "latency":
-        fused = all(f.phase in _FUSED for f in fars)
+        fused = all(f.phase in FUSED_PHASES for f in fars)  # "use a fused kernel" is no advice for them
         return (f"latency-bound: {number(launches)} {unit} per step, each with "
                 f"{at_roof / max(launches, 1e-9) * 1e6:.2f} µs of work at the roofs against a per-call floor of "
                 f"about {number(rl.launch_us)} µs, too little work per call for either roof to matter: launch "

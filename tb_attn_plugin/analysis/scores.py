@@ -31,16 +31,15 @@ from tb_attn_plugin.ops import (
     SDPA_OPS,
     SOFTMAX_OPS,
 )
-from tb_attn_plugin.scopes import PHASES
+from tb_attn_plugin.scopes import OTHER, PHASES, SCORE_PHASES
 from tb_attn_plugin.trace.events import Events
 
-__all__ = ["OTHER", "SCORE_PHASES", "ScoreSizes", "allocator_sizes", "score_allocs", "sxs_sizes"]
+__all__ = ["SCORE_ALLOC_PHASES", "ScoreSizes", "allocator_sizes", "score_allocs", "sxs_sizes"]
 
-#: The phase of a layer's events that no phase scope encloses.
-OTHER = "other"
-#: Phases whose outputs are (B, H, Sq, Sk) scores or probabilities, where S×S allocations mean
-#: materialized scores (elsewhere an allocation of the same size is a coincidence).
-SCORE_PHASES = frozenset({"qk_matmul", "dequantize", "scale", "mask", "softmax", "dropout", "sdpa", "flex", OTHER})
+#: Where S×S allocations mean materialized scores (elsewhere an allocation of the same size is a
+#: coincidence): the phases that hold scores, and the block's work in no phase scope (``OTHER``),
+#: where a block without phase scopes holds them.
+SCORE_ALLOC_PHASES = SCORE_PHASES | {OTHER}
 _QK_CODE = PHASES.index("qk_matmul")  # in the sdpa phase the SDPA op gives the shape (and attn·V is there too)
 _MIN_SXS_ELEMS = 256  # smaller "score" tensors are too common to mean anything
 _SMALL_ROUND = 512  # CUDA's caching allocator: every size rounded up to this...

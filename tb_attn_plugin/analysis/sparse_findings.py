@@ -9,7 +9,9 @@ from __future__ import annotations
 import numpy as np
 
 from tb_attn_plugin.analysis.query import RuleQuery, new_finding
+from tb_attn_plugin.analysis.spread import median
 from tb_attn_plugin.analysis.wording import count, duration, layer_list, pct
+from tb_attn_plugin.backends import Backend
 from tb_attn_plugin.ops import COMPILE_BOOKKEEPING_PREFIXES, COMPILED_REGION_PREFIX, FLEX_EAGER_OP
 from tb_attn_plugin.schema import Finding
 from tb_attn_plugin.scopes import MODEL_BLOCK_MASK, PHASES
@@ -27,9 +29,10 @@ UNUSED_SHARE = 0.8
 COARSE_BLOCKS = 2.0
 #: Compile work in the profiled steps is named so by dynamo's timers (``dynamo_timed``).
 COMPILE_MARK = "(dynamo_timed)"
-_WHY_DENSE = {"flex-eager": "flex_attention ran eagerly (its reference path computes every score)",
-              "naive": "the mask is applied to full score matrices",
-              "sdpa-math": "SDPA's math backend computes every score"}
+_WHY_DENSE: dict[str, str] = {
+    Backend.FLEX_EAGER: "flex_attention ran eagerly (its reference path computes every score)",
+    Backend.NAIVE: "the mask is applied to full score matrices",
+    Backend.SDPA_MATH: "SDPA's math backend computes every score"}
 
 
 def _sparsity_unused(t: RuleQuery) -> list[Finding]:
@@ -39,14 +42,15 @@ def _sparsity_unused(t: RuleQuery) -> list[Finding]:
     # Dense layers of the same run (Gemma-style global layers) give the time per dense FLOP.
     dense_rate = [x.mask.core_us / x.mask.work_flops for x in t.s.layers
                   if x.mask is not None and x.mask.kept >= SPARSE_KEPT and x.mask.work_flops > 0]
-    rate = float(np.median(dense_rate)) if dense_rate else 0.0  # time per FLOP of the dense layers
+    rate = median(dense_rate) if dense_rate else 0.0  # time per FLOP of the dense layers
     rows = []
     for x in sparse:
         m = x.mask
         assert m is not None
         if m.dense_work:
             rows.append((x.layer, 1.0, "its ops computed every score"))
-        elif x.backend == "flex" and m.blocks is not None and m.blocks >= max(SPARSE_KEPT, COARSE_BLOCKS * m.kept):
+        elif (x.backend == Backend.FLEX and m.blocks is not None
+              and m.blocks >= max(SPARSE_KEPT, COARSE_BLOCKS * m.kept)):
             rows.append((x.layer, m.blocks, f"it keeps {pct(m.blocks)} of the 128×128 blocks flex_attention "
                                             "computes whole: the block size is too coarse for the mask"))
         elif rate > 0 and m.core_us > 0:
@@ -77,7 +81,7 @@ def _sparsity_unused(t: RuleQuery) -> list[Finding]:
 
 
 def _flex_eager(t: RuleQuery) -> list[Finding]:
-    layers = [x.layer for x in t.s.layers if x.backend == "flex-eager"]
+    layers = [x.layer for x in t.s.layers if x.backend == Backend.FLEX_EAGER]
     if not layers:
         return []
     ops = t.ops([FLEX_EAGER_OP])

@@ -31,17 +31,13 @@ from typing import Any
 
 from tb_attn_plugin.analysis.bounds import clip
 from tb_attn_plugin.analysis.flops import BACKWARD_FACTOR, flop_rate
+from tb_attn_plugin.backends import DENSE_WORK_BACKENDS, Backend
 from tb_attn_plugin.masks import kept_pairs, parse_mask
 from tb_attn_plugin.schema import LayerMask, LayerStats, PhaseStats, WorkerSummary
+from tb_attn_plugin.scopes import CORE_PHASES, Phase
 
-__all__ = ["CORE_PHASES", "DENSE_WORK_BACKENDS", "apply_masks", "layer_masks"]
+__all__ = ["apply_masks", "layer_masks"]
 
-#: Phases that hold the attention core (what a mask changes): scores to probs·v, fused or not.
-CORE_PHASES = frozenset({"qk_matmul", "scale", "mask", "softmax", "dropout", "av_matmul", "sdpa", "flex",
-                         "compiled"})
-#: Backends that compute every score whatever the mask (it is applied to the scores afterwards).
-DENSE_WORK_BACKENDS = frozenset({"naive", "sdpa-math", "flex-eager", "cpu-flash", "flash", "efficient", "cudnn",
-                                 "rocm-flash"})
 #: The largest batch, head count, length or width believed from the metadata.
 _MAX_DIM = 1 << 31
 #: How much of a bad spec a note repeats.
@@ -159,7 +155,7 @@ def apply_masks(summary: WorkerSummary, metadata: Mapping[str, Any] | None) -> N
         calls = layer.calls if layer.calls > 0 else 1.0
         core = [p for p in layer.phases if p.phase in CORE_PHASES]
         work = sum(p.flops for p in core) / calls
-        if layer.backend == "flex" and work < DENSE_SHARE * wanted:
+        if layer.backend == Backend.FLEX and work < DENSE_SHARE * wanted:
             _add_kernel_work(layer, core, (wanted - work) * calls, BACKWARD_FACTOR * wanted * calls,
                              _kernel(shapes, metadata, calls))
             work = wanted
@@ -181,7 +177,7 @@ def _dense_flops(shapes: tuple[int, int, int, int]) -> float:
 def _dense_equiv(core_us: float, dense: float, work: float, backend: str, blocks: Any) -> float:
     """The core's time for the dense work at its own rate. Compiled flex computes whole blocks:
     its time goes with the share of blocks it computes, not with the pairs kept."""
-    if backend == "flex" and isinstance(blocks, (int, float)) and blocks > 0:
+    if backend == Backend.FLEX and isinstance(blocks, (int, float)) and blocks > 0:
         return core_us / float(blocks)
     return core_us * dense / work if work > 0 else core_us
 
@@ -207,7 +203,7 @@ def _count_unmasked_flex(layer: LayerStats, shapes: tuple[int, int, int, int], m
     core = [p for p in layer.phases if p.phase in CORE_PHASES]
     calls = layer.calls if layer.calls > 0 else 1.0
     work = sum(p.flops for p in core) / calls
-    if layer.backend == "flex" and work < DENSE_SHARE * dense:
+    if layer.backend == Backend.FLEX and work < DENSE_SHARE * dense:
         _add_kernel_work(layer, core, (dense - work) * calls, BACKWARD_FACTOR * dense * calls,
                          _kernel(shapes, metadata, calls))
 
@@ -219,7 +215,8 @@ def _add_kernel_work(layer: LayerStats, core: list[PhaseStats], forward: float, 
     layer; the backward's FLOPs (``BACKWARD_FACTOR`` times the forward, as for fused SDPA) where the
     phase ran one."""
     nbytes, dtype = kernel
-    phase = next((p for p in core if p.phase == "flex"), None) or next((p for p in core if p.phase == "compiled"), None)
+    phase = (next((p for p in core if p.phase == Phase.FLEX), None)
+             or next((p for p in core if p.phase == Phase.COMPILED), None))
     if phase is not None:
         phase.bytes += nbytes
         layer.bytes += nbytes

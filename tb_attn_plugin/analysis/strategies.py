@@ -23,9 +23,10 @@ import math
 from typing import Any
 
 from tb_attn_plugin.analysis.compare import fit_power
-from tb_attn_plugin.analysis.configs import APPROXIMATE_BACKENDS, LINEAR_BACKENDS, config, median_worker, text
+from tb_attn_plugin.analysis.configs import APPROXIMATE_BACKENDS, LINEAR_BACKENDS, config, text
 from tb_attn_plugin.analysis.quant_findings import quant_share
 from tb_attn_plugin.analysis.query import new_finding
+from tb_attn_plugin.analysis.spread import representative_worker
 from tb_attn_plugin.analysis.wording import duration, pct
 from tb_attn_plugin.responses_runs import Fit
 from tb_attn_plugin.responses_strategies import (
@@ -156,7 +157,7 @@ def strategies(runs: list[RunSummary], *, baseline: str | None = None, rel_tol: 
 
 
 def _row(run: RunSummary, cfg: dict[str, Any], device: bool) -> StrategyRow:
-    w = median_worker(run)
+    w = representative_worker(run)
     layers = w.layers
     block = sum(x.device_us if device else x.cpu_us for x in layers)
     phases: dict[str, float] = {}
@@ -178,7 +179,7 @@ def _row(run: RunSummary, cfg: dict[str, Any], device: bool) -> StrategyRow:
 
 def _group(members: list[tuple[RunSummary, dict[str, Any]]], baseline: str | None, rel_tol: float,
            loss_tol: float) -> StrategyGroup:
-    device = all(median_worker(r).attention_device_us > 0 for r, _ in members)
+    device = all(representative_worker(r).attention_device_us > 0 for r, _ in members)
     rows = sorted((_row(r, cfg, device) for r, cfg in members), key=lambda x: (x.strategy, x.seq, x.run))
     names = sorted({x.strategy for x in rows})
     exact = sorted({x.strategy for x in rows if x.exact})

@@ -45,13 +45,13 @@ from tb_attn_plugin.analysis.peaks import peaks_for
 from tb_attn_plugin.analysis.query import TraceQuery, ancestors
 from tb_attn_plugin.analysis.ranks import rank_of
 from tb_attn_plugin.analysis.roofline import apply_roofline
-from tb_attn_plugin.analysis.scores import OTHER, SCORE_PHASES, ScoreSizes, score_allocs, sxs_sizes
+from tb_attn_plugin.analysis.scores import SCORE_ALLOC_PHASES, ScoreSizes, score_allocs, sxs_sizes
 from tb_attn_plugin.analysis.sparsity import apply_masks
 from tb_attn_plugin.analysis.spread import per_step_sums, spread
 from tb_attn_plugin.analysis.traffic import event_bytes, flop_dtype
 from tb_attn_plugin.ops import GRAPH_LAUNCH, SDPA_OPS, SOFTMAX_OPS
 from tb_attn_plugin.schema import Backward, HeadStats, LayerStats, PhaseStats, Spread, StepStats, WorkerSummary
-from tb_attn_plugin.scopes import MAX_HEADS, PHASES, parse_scope
+from tb_attn_plugin.scopes import MAX_HEADS, OTHER, PHASES, SCORE_PHASES, UNSPLIT_PHASES, in_order, parse_scope
 from tb_attn_plugin.trace.events import Events
 from tb_attn_plugin.trace.kineto import BACKWARD_PREFIX, Kind
 
@@ -400,7 +400,7 @@ class _Summarizer:
         device = fwd[self.device_work[fwd]]
         ops = fwd[self.top_op[fwd]]
         nbytes = ev.mem_bytes[mem].astype(np.float64)  # sums of sizes near 2**53 stay finite
-        sxs, masks = score_allocs(ev, a, mem, sizes if phase in SCORE_PHASES else ScoreSizes())
+        sxs, masks = score_allocs(ev, a, mem, sizes if phase in SCORE_ALLOC_PHASES else ScoreSizes())
         bwd = sel[a.backward[sel]]
         engine_top = bwd[self.engine[bwd] & ~self.parent_backward[bwd]]
         bwd_device = bwd[self.device_work[bwd]]
@@ -468,7 +468,7 @@ class _Summarizer:
         if not self.head_rows.take(len(heads)):
             return []
         if measured:
-            score_codes = np.array([PHASES.index(p) for p in SCORE_PHASES if p != OTHER])
+            score_codes = np.array([PHASES.index(p) for p in in_order(SCORE_PHASES)])
             out = []
             for h in measured:
                 mine = fwd[head_of == h]
@@ -492,7 +492,7 @@ class _Summarizer:
         if not heads:
             return []
         h_count = len(heads)
-        core = [p for p in stats.phases if p.phase not in ("qkv_proj", "out_proj", OTHER)]
+        core = [p for p in stats.phases if p.phase not in UNSPLIT_PHASES]
         cpu = sum(p.cpu_us for p in core)
         dev = sum(p.device_us for p in core)
         flops = sum(p.flops for p in core)

@@ -5,19 +5,23 @@ that grew, the dispatch count (``CompareRun.why_slower``).
 
 from __future__ import annotations
 
-from tb_attn_plugin.analysis.configs import config, config_key, median_worker
+from tb_attn_plugin.analysis.configs import config, config_key
+from tb_attn_plugin.analysis.spread import representative_worker
 from tb_attn_plugin.analysis.wording import duration
 from tb_attn_plugin.schema import RunSummary, WorkerSummary
+from tb_attn_plugin.scopes import FUSED_PHASES, IMPL_NEUTRAL_PHASES, UNFUSED_CORE_PHASES, Phase, in_order
 
 __all__ = ["SLOWER_BY", "same_but_impl", "why_slower"]
 
-#: The attention core: what one SDPA call does, phase by phase in a hand-written block.
-_CORE = ("kv_expand", "qk_matmul", "scale", "mask", "softmax", "dropout", "av_matmul")
-#: Phases that hold the whole core in one call: SDPA, flex_attention, a compiled block.
-_FUSED = {"sdpa": "the SDPA call", "flex": "the flex_attention call", "compiled": "the compiled block"}
+#: The attention core: what one SDPA call does, phase by phase in a hand-written block, with the
+#: grouped-query expansion of K and V, which SDPA does inside the call.
+_CORE = UNFUSED_CORE_PHASES | {Phase.KV_EXPAND}
+#: Each fused phase (``FUSED_PHASES``) in a sentence.
+_FUSED_CALL: dict[str, str] = {Phase.SDPA: "the SDPA call", Phase.FLEX: "the flex_attention call",
+                               Phase.COMPILED: "the compiled block"}
 SLOWER_BY = 1.02  # a run this much slower than the baseline is explained (below: noise)
 #: Parts an attention implementation does not change: what differs there between two runs is noise.
-_SAME_OPS_PARTS = ("qkv_proj", "rope", "kv_cache", "out_proj")
+_SAME_OPS_PARTS = in_order(IMPL_NEUTRAL_PHASES)
 
 
 def same_but_impl(run: RunSummary, base: RunSummary) -> bool:
@@ -34,7 +38,7 @@ def _parts(w: WorkerSummary, device: bool) -> dict[str, float]:
     for layer in w.layers:
         for p in layer.phases:
             t = (p.device_us + p.backward.device_us) if device else (p.cpu_us + p.backward.cpu_us)
-            part = "core" if p.phase in _FUSED or (p.phase in _CORE and not fused) else p.phase
+            part = "core" if p.phase in FUSED_PHASES or (p.phase in _CORE and not fused) else p.phase
             out[part] = out.get(part, 0.0) + t
     return out
 
@@ -43,7 +47,7 @@ def why_slower(run: RunSummary, base: RunSummary) -> list[str]:
     """Why ``run`` is slower than ``base``, a run of the same model and configuration with another
     attention implementation, read from both traces: the backend that ran, forward against
     backward, the parts that grew, the dispatch count. Empty when it is not slower."""
-    w, b = median_worker(run), median_worker(base)
+    w, b = representative_worker(run), representative_worker(base)
     device = w.attention_device_us > 0 and b.attention_device_us > 0
     what = "device" if device else "CPU"
 
@@ -92,7 +96,7 @@ def why_slower(run: RunSummary, base: RunSummary) -> list[str]:
 def _label(part: str, w: WorkerSummary) -> str:
     fused = _fused(w)
     if part == "core":
-        return _FUSED[fused] if fused else "the attention core (q·kᵀ to attn·V)"
+        return _FUSED_CALL[fused] if fused else "the attention core (q·kᵀ to attn·V)"
     if part == "mask" and fused == "sdpa":
         return "the mask built for SDPA"
     return part
@@ -100,7 +104,7 @@ def _label(part: str, w: WorkerSummary) -> str:
 
 def _fused(w: WorkerSummary) -> str | None:
     """The fused phase that holds the run's attention core, if one does."""
-    return next((p.phase for layer in w.layers for p in layer.phases if p.phase in _FUSED), None)
+    return next((p.phase for layer in w.layers for p in layer.phases if p.phase in FUSED_PHASES), None)
 
 
 def _delta(now: float, before: float) -> str:

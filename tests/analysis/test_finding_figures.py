@@ -25,7 +25,7 @@ from devtools.corpus import TRACES as MODEL_TRACES
 from tb_attn_plugin.analysis.generation_findings import GQA_GROUP
 from tb_attn_plugin.analysis.heads import local_heads
 from tb_attn_plugin.analysis.overview import top_finding
-from tb_attn_plugin.analysis.quant_findings import QUANT_PHASES, QUANT_SHARE
+from tb_attn_plugin.analysis.quant_findings import QUANT_SHARE
 from tb_attn_plugin.analysis.roofline import phase_roofs
 from tb_attn_plugin.analysis.sparse_findings import COARSE_BLOCKS, SPARSE_KEPT
 from tb_attn_plugin.analysis.strategies import strategies
@@ -53,6 +53,7 @@ from tb_attn_plugin.schema import (
     RunSummary,
     WorkerSummary,
 )
+from tb_attn_plugin.scopes import QUANT_PHASES
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "findings.md"
 GPU_TRACES = Path(__file__).resolve().parents[1] / "gpu_traces"

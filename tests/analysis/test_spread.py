@@ -10,7 +10,16 @@ import numpy as np
 import pytest
 
 from tb_attn_plugin.analysis.analyze import analyze
-from tb_attn_plugin.analysis.spread import IQR_MIN_STEPS, NOISY, quantile, spread
+from tb_attn_plugin.analysis.spread import (
+    IQR_MIN_STEPS,
+    NOISY,
+    lower_middle,
+    median,
+    median_low,
+    percentiles,
+    quantile,
+    spread,
+)
 from tb_attn_plugin.analysis.summary import summarize_analysis
 from tb_attn_plugin.schema import SPREAD_KEYS
 from tb_attn_plugin.trace.decode import decode_bytes
@@ -138,3 +147,29 @@ def test_quantiles_equal_numpys_bit_for_bit() -> None:
         assert (quantile(ordered, 0.25), quantile(ordered, 0.75)) == (lo, hi), (n, v)
         s = spread(v)
         assert s is not None and s.median == float(np.median(v))
+
+
+def test_the_two_medians_on_odd_even_and_empty_inputs() -> None:
+    """``median`` is the ordinary one (the mean of the two middle values), ``median_low`` always one
+    of the values (the lower middle one); neither has a value for no values."""
+    assert median([3.0, 1.0, 2.0]) == 2.0 and median_low([3.0, 1.0, 2.0]) == 2.0  # odd: the middle value
+    assert median([4.0, 1.0, 3.0, 2.0]) == 2.5  # even: (2 + 3) / 2
+    assert median_low([4.0, 1.0, 3.0, 2.0]) == 2.0  # even: the lower of 2 and 3
+    assert median([30.0, 20.0]) == 25.0 and median_low([30.0, 20.0]) == 20.0
+    assert median([7.0]) == median_low([7.0]) == 7.0
+    assert median(x for x in (5.0, 1.0, 9.0)) == 5.0  # any iterable, a generator too
+    assert lower_middle(["a", "b", "c", "d"]) == "b" and lower_middle(["a", "b", "c"]) == "b"
+    for empty in (median, median_low):
+        with pytest.raises(ValueError, match="no values"):
+            empty([])
+    with pytest.raises(ValueError, match="no values"):
+        lower_middle([])
+    with pytest.raises(ValueError, match="no values"):
+        quantile([], 0.5)
+
+
+def test_percentiles_are_numpys_linear_quantiles() -> None:
+    """``percentiles`` (the gate's bootstrap interval) and ``quantile`` give the same figures."""
+    v = np.array([5.0, 1.0, 4.0, 2.0, 3.0, 10.0, 0.5])
+    assert percentiles(v, (2.5, 50.0, 97.5)) == [quantile(sorted(v.tolist()), q) for q in (0.025, 0.5, 0.975)]
+    assert percentiles(v, [50]) == [median(v.tolist())] == [3.0]

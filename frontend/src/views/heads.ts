@@ -12,7 +12,7 @@ import { h, replace, select } from "../dom";
 import { HEAD_METRICS, headValue, metric, type HeadMetricKey } from "../metrics";
 import { SPREAD_METRICS, spreadTitle } from "../spread";
 import { defaultTime, type Actions, type State } from "../state";
-import type { AttnStats, WorkerSummary } from "../types";
+import { UNSPLIT_PHASES, type AttnStats, type WorkerSummary } from "../types";
 import { note } from "./common";
 import {
   costLines,
@@ -75,9 +75,6 @@ function luminance(color: string): number {
   }
   return (0.2126 * r + 0.7152 * g + 0.0722 * b) / 255;
 }
-
-/** The phases a derived head does not share in: summary.py `_heads` splits only the others. */
-export const UNSPLIT_PHASES = ["qkv_proj", "out_proj", "other"] as const;
 
 /** What derived (hatched) heads hold, in words: shown wherever derived heads are. ``share``:
  * "core" in a run's heads view (summary.py `_heads`), "rank" in the ranks view's global map,

@@ -31,7 +31,7 @@ export const FIGURE_COLUMNS: Column[] = [
     key: "attention",
     label: "attention / step (ms)",
     title:
-      "Attention time per profiled step (forward + backward), in ms, on the clock named beside it: device time where attention launched kernels, else CPU time; for a generation run, per decode step (one token per sequence), its prefill in the tooltip. Several traces: the median one's, as Compare shows",
+      "Attention time per profiled step (forward + backward), in ms, on the clock named beside it: device time where attention launched kernels, else CPU time; for a generation run, per decode step (one token per sequence), its prefill in the tooltip. Several ranks: the rank at the lower median by attention time (of two, the faster), as Compare, Strategies, the gate and the Ranks view's median row show",
     num: true,
     value: fig((f) => f.attention_us),
   },
