@@ -61,10 +61,10 @@ setup(
     entry_points={
         "console_scripts": [
             "tb-attn-run=runner.cli:main",
-            "tb-attn=tb_attn_plugin.cli:main",
+            "tb-attn=tb_attn_plugin.cli.main:main",
         ],
         "tensorboard_plugins": [
-            "tb_attn=tb_attn_plugin.plugin:AttentionLoader",
+            "tb_attn=tb_attn_plugin.server.plugin:AttentionLoader",
         ],
     },
 )

@@ -164,8 +164,8 @@ _BYTES = ("data = open(sys.argv[1], 'rb').read()\n"
 _READ = "import sys, zlib\n" + _BYTES
 _IMPORTS = """\
 import msgspec
-from tb_attn_plugin.loader import Loader, resolve_runs
-from tb_attn_plugin.schema import SUMMARY_SCHEMA
+from tb_attn_plugin.engine.loader import Loader, resolve_runs
+from tb_attn_plugin.types.schema import SUMMARY_SCHEMA
 from tb_attn_plugin.trace.events import TraceError
 """
 _ORJSON = "import sys, zlib\nimport orjson\n" + _BYTES + "orjson.loads(data)\n"

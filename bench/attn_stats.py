@@ -49,7 +49,7 @@ def memory() -> dict[str, float]:
 def step_times(rounds: int) -> dict[str, object]:
     from runner.config import ModelConfig, ProfileConfig
     from runner.session import RunSpec, run_one
-    from tb_attn_plugin.loader import Loader, resolve_runs
+    from tb_attn_plugin.engine.loader import Loader, resolve_runs
 
     base = ModelConfig(layers=4, d_model=256, heads=8, seq=512, batch=2, impl="naive", mode="inference")
     prof = ProfileConfig(wait=0, warmup=1, active=5)

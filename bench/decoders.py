@@ -56,7 +56,7 @@ if which in ("scanner", "msgspec-typed"):
     import os
     if which == "msgspec-typed":
         os.environ["TB_ATTN_PURE_DECODE"] = "1"
-    from tb_attn_plugin.loader import load_events
+    from tb_attn_plugin.engine.loader import load_events
     ev = load_events(path)
     n = (len(ev), len(ev.mem_ts))
 elif which == "msgspec-typed-whole":

@@ -234,7 +234,7 @@ import dask
 from distributed import Client, LocalCluster
 
 def drop_loaders():
-    from tb_attn_plugin import fanout
+    from tb_attn_plugin.engine import fanout
     n = len(fanout._WORKER_LOADERS)
     fanout._WORKER_LOADERS.clear()
     return n
@@ -358,8 +358,8 @@ if len(traces) != int(sys.argv[2]) or any(len(df) == 0 for df in traces.values()
 _PER_FILE = """\
 import json, sys, time
 import msgspec
-from tb_attn_plugin.fanout import Task, summarize_task
-from tb_attn_plugin.loader import Loader, resolve_runs
+from tb_attn_plugin.engine.fanout import Task, summarize_task
+from tb_attn_plugin.engine.loader import Loader, resolve_runs
 (run,) = resolve_runs(sys.argv[1])
 loader = Loader()
 meta = loader.metadata(run)

@@ -38,8 +38,8 @@ from typing import Any
 
 from tb_attn_plugin.analysis.analyze import analyze
 from tb_attn_plugin.analysis.summary import summarize_trace
-from tb_attn_plugin.loader import load_events
-from tb_attn_plugin.schema import WorkerSummary
+from tb_attn_plugin.engine.loader import load_events
+from tb_attn_plugin.types.schema import WorkerSummary
 
 IMPLS = ("flex", "sdpa", "naive")
 

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from tb_attn_plugin.analysis.strategies import strategies
-from tb_attn_plugin.loader import Loader, resolve_runs
+from tb_attn_plugin.engine.loader import Loader, resolve_runs
 
 
 def log(msg: str) -> None:

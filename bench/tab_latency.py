@@ -43,7 +43,7 @@ sys.path.insert(0, str(ROOT))
 
 from devtools.tabprobe import OPEN_AND_PAINT, ROUTE_TIMINGS, SHOW_AND_PAINT  # noqa: E402
 from devtools.tbserver import TensorBoard  # noqa: E402
-from tb_attn_plugin.loader import resolve_runs  # noqa: E402
+from tb_attn_plugin.engine.loader import resolve_runs  # noqa: E402
 
 DEFAULT_LOGDIR = "/tmp/tb-attn-bench-traces/l12-d384-h12-s128-b2-a15/logdir"
 CHROMIUM = "/usr/bin/chromium"

@@ -10,7 +10,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from tb_attn_plugin.masks import parse_mask
+from tb_attn_plugin.vocab.masks import parse_mask
 
 __all__ = [
     "APPROXIMATE_IMPLS",
@@ -105,7 +105,7 @@ class ModelConfig:
     slow_ms: float = 0.0
     slow_factor: float = 0.0  # relative: survives a slow machine, where a fixed delay is diluted
     jitter_ms: float = 0.0  # every attention block spends this much more in every other call: noisy on purpose
-    mask: str | None = None  # --mask spec (tb_attn_plugin.masks); flex defaults to "causal" when causal
+    mask: str | None = None  # --mask spec (tb_attn_plugin.vocab.masks); flex defaults to "causal" when causal
     mask_seed: int = 0  # the block-sparse mask's draw
     compile: bool = False  # torch.compile each attention block (its phases then fuse into one)
     features: int = 256  # performer: random features M per head

@@ -27,7 +27,7 @@ from runner.config import ModelConfig
 from runner.kv_cache import KVCache
 from runner.model import Attention
 from runner.scoping import scope
-from tb_attn_plugin.scopes import format_step_scope
+from tb_attn_plugin.vocab.scopes import format_step_scope
 
 __all__ = ["Generation", "generation_metadata"]
 

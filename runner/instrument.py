@@ -42,7 +42,7 @@ from torch.autograd.profiler import record_function
 from runner.attention_modules import attention_modules
 from runner.attn_stats import capture, write_events
 from runner.scoping import profiler_enabled
-from tb_attn_plugin.scopes import MODEL_BLOCK_MASK, Phase, format_scope
+from tb_attn_plugin.vocab.scopes import MODEL_BLOCK_MASK, Phase, format_scope
 
 __all__ = ["Block", "Instrumentation", "NoAttentionFoundWarning", "attention_modules", "instrument"]
 

@@ -1,4 +1,4 @@
-"""Attention masks for the runner: one ``--mask`` spec (``tb_attn_plugin.masks``) built as a
+"""Attention masks for the runner: one ``--mask`` spec (``tb_attn_plugin.vocab.masks``) built as a
 ``flex_attention`` ``BlockMask`` and, for the dense implementations, as the same mask in a
 boolean tensor, so that sparse and dense runs compute the same attention.
 
@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from tb_attn_plugin.masks import BLOCK_SIZE, MaskSpec
+from tb_attn_plugin.vocab.masks import BLOCK_SIZE, MaskSpec
 
 __all__ = ["MaskInfo", "build_block_mask", "dense_mask", "mask_info", "mask_mod"]
 

@@ -22,8 +22,8 @@ from typing import Any
 import torch
 
 from runner.traces import atomic_write_bytes
-from tb_attn_plugin.names import METADATA_FILE
-from tb_attn_plugin.scopes import GRAMMAR_VERSION
+from tb_attn_plugin.vocab.names import METADATA_FILE
+from tb_attn_plugin.vocab.scopes import GRAMMAR_VERSION
 
 __all__ = ["METADATA_FILE", "METADATA_SCHEMA", "environment", "now_iso", "read_metadata", "write_metadata"]
 

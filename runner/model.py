@@ -1,7 +1,7 @@
 """The built-in transformer: a small pre-LayerNorm decoder with pluggable attention.
 
 Attention comes in several implementations (see ``runner.config.IMPLS``). Every phase of every
-block runs inside a scope from ``tb_attn_plugin.scopes``, so traces show where attention spends
+block runs inside a scope from ``tb_attn_plugin.vocab.scopes``, so traces show where attention spends
 time and memory. Shapes in comments: B batch, T sequence, C d_model, H heads, Hkv kv heads,
 D head dim; under tensor parallelism H and Hkv are this rank's heads (heads / world size).
 
@@ -25,8 +25,8 @@ from runner.masks import MaskInfo, build_block_mask, dense_mask, mask_info, mask
 from runner.scoping import scope
 from runner.tensor_parallel import TensorParallel, TPInput, TPOutputSum
 from runner.variants import feature_map, int8_qk_attention, linear_attention, orthogonal_features
-from tb_attn_plugin.masks import parse_mask
-from tb_attn_plugin.scopes import Phase, format_scope
+from tb_attn_plugin.vocab.masks import parse_mask
+from tb_attn_plugin.vocab.scopes import Phase, format_scope
 
 __all__ = ["JITTER_SCOPE", "SLOW_RANK_SCOPE", "TORCH_DTYPES", "Attention", "Transformer"]
 

@@ -43,7 +43,7 @@ from runner.model import TORCH_DTYPES, Transformer
 from runner.quant import quantize_projections
 from runner.tensor_parallel import TensorParallel, shard_state_dict
 from runner.torch_models import MHAStack, TorchEncoder
-from tb_attn_plugin.masks import MaskSpec, parse_mask
+from tb_attn_plugin.vocab.masks import MaskSpec, parse_mask
 
 __all__ = [
     "GENERATE_MODELS",

@@ -22,7 +22,7 @@ from typing import Any
 import torch
 from torch.autograd.profiler import record_function
 
-from tb_attn_plugin.scopes import is_scope_name
+from tb_attn_plugin.vocab.scopes import is_scope_name
 
 __all__ = ["profiler_enabled", "scope"]
 

@@ -1,7 +1,7 @@
 """Writing trace files: ``tensorboard_trace_handler``'s layout, written atomically and fast.
 
 Files are named as ``torch.profiler.tensorboard_trace_handler`` names them,
-``{worker}.{time_ns}.pt.trace.json[.gz]`` (the grammar is ``tb_attn_plugin.names``, which the
+``{worker}.{time_ns}.pt.trace.json[.gz]`` (the grammar is ``tb_attn_plugin.vocab.names``, which the
 plugin reads by), so TensorBoard, torch-tb-profiler and our plugin read them unchanged. Two
 things differ:
 
@@ -34,14 +34,14 @@ from pathlib import Path
 
 from torch.profiler import profile
 
-from tb_attn_plugin.names import GZIP_SUFFIX, TRACE_NAME_RE, trace_file_name
+from tb_attn_plugin.vocab.names import GZIP_SUFFIX, TRACE_NAME_RE, trace_file_name
 
 __all__ = [
     "TMP_SUFFIX", "TRACE_FILE_RE", "WriteError", "atomic_write_bytes", "default_worker_name", "gzip_file",
     "trace_handler",
 ]
 
-#: A finished trace file as the plugin reads it (``tb_attn_plugin.names``): group 1 is the worker,
+#: A finished trace file as the plugin reads it (``tb_attn_plugin.vocab.names``): group 1 is the worker,
 #: group 2 the span's time stamp. Its name here is the one the runner's modules import.
 TRACE_FILE_RE = TRACE_NAME_RE
 TMP_SUFFIX = ".tmp"

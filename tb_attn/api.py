@@ -18,14 +18,14 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from tb_attn import frames, html
-from tb_attn_plugin.report import printable
+from tb_attn_plugin.cli.report import printable
 
 if TYPE_CHECKING:
     import pandas as pd
 
-    from tb_attn_plugin.ranksel import RankSet
-    from tb_attn_plugin.schema import RunSummary
+    from tb_attn_plugin.engine.ranksel import RankSet
     from tb_attn_plugin.trace.discover import Run
+    from tb_attn_plugin.types.schema import RunSummary
 
 __all__ = ["Summaries", "TbAttnWarning", "load"]
 
@@ -140,7 +140,7 @@ class Summaries:
 
     def to_json(self) -> str:
         """The summaries as ``tb-attn summarize --format json`` writes them."""
-        from tb_attn_plugin.report import summary_json
+        from tb_attn_plugin.cli.report import summary_json
 
         return summary_json(self.runs)
 
@@ -194,7 +194,7 @@ def load(source: Source, *, run: str | None = None, worker: str | None = None, r
             raise TypeError("load() takes a path as str, not bytes")
         runs = _select(_resolve(path), path, run=run, worker=worker, ranks=ranks)
         if cache_dir is not None:
-            from tb_attn_plugin.summary_cache import check_outside
+            from tb_attn_plugin.engine.summary_cache import check_outside
 
             check_outside(cache_dir, path)
         summaries = _summarize(runs, worker, jobs, executor, cache_dir, progress, said.append)
@@ -210,7 +210,7 @@ def load(source: Source, *, run: str | None = None, worker: str | None = None, r
 
 
 def _resolve(path: str) -> list[Run]:
-    from tb_attn_plugin.loader import resolve_runs
+    from tb_attn_plugin.engine.loader import resolve_runs
     from tb_attn_plugin.trace import io
     from tb_attn_plugin.trace.events import ReadError, TraceError
 
@@ -240,7 +240,7 @@ def _select(runs: list[Run], path: str, *, run: str | None, worker: str | None,
         if not runs:
             raise ValueError(f"no worker named {worker!r} in the selected runs under {path}")
     if ranks is not None:
-        from tb_attn_plugin.ranksel import RankSet, parse_ranks, select_ranks
+        from tb_attn_plugin.engine.ranksel import RankSet, parse_ranks, select_ranks
 
         wanted = parse_ranks(ranks) if isinstance(ranks, str) else ranks
         if not isinstance(wanted, RankSet):
@@ -253,8 +253,8 @@ def _select(runs: list[Run], path: str, *, run: str | None, worker: str | None,
 
 def _summarize(runs: Sequence[Run], worker: str | None, jobs: int | None, executor: object,
                cache_dir: str | None, progress: bool | None, warn: Callable[[str], None]) -> list[RunSummary]:
-    from tb_attn_plugin.fanout import open_executor, summarize_runs
-    from tb_attn_plugin.loader import Loader
+    from tb_attn_plugin.engine.fanout import open_executor, summarize_runs
+    from tb_attn_plugin.engine.loader import Loader
 
     with open_executor(executor, warn) as pool:
         return summarize_runs(runs, Loader(cache_dir=cache_dir, warn=warn), worker=worker, jobs=jobs, executor=pool,
@@ -264,7 +264,7 @@ def _summarize(runs: Sequence[Run], worker: str | None, jobs: int | None, execut
 def _check_executor(spec: object) -> None:
     """Raises, before anything is read, for an executor ``fanout.open_executor`` cannot use."""
     if isinstance(spec, str):
-        from tb_attn_plugin.fanout import executor_address
+        from tb_attn_plugin.engine.fanout import executor_address
 
         executor_address(spec)  # ValueError for anything but local and Dask
     elif not (spec is None or isinstance(spec, cf.Executor) or hasattr(spec, "get_executor")):

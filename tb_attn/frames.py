@@ -3,7 +3,7 @@ pandas, no I/O: ``api.Summaries`` turns each ``Table`` into a DataFrame).
 
 Every table starts with its key columns, ``run, worker, span``, then ``layer``, ``phase``,
 ``head`` or ``step`` where they apply. The other columns are the schema's own fields
-(``tb_attn_plugin/schema.py``, ``docs/summary.md``), read from the structs rather than listed
+(``tb_attn_plugin/types/schema.py``, ``docs/summary.md``), read from the structs rather than listed
 here, so a field added to the schema becomes a column: scalars under their names, a nested struct
 flattened with its field's name as a prefix (``backward.cpu_us`` is ``backward_cpu_us``,
 ``roof.verdict`` is ``roof_verdict``; a null struct gives nulls), lists and dicts left out
@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
-from tb_attn_plugin.schema import (
+from tb_attn_plugin.types.schema import (
     CollectiveStats,
     Generation,
     HeadStats,
@@ -36,7 +36,7 @@ from tb_attn_plugin.schema import (
 )
 
 if TYPE_CHECKING:
-    from tb_attn_plugin.responses import RanksResponse
+    from tb_attn_plugin.types.results import RankView
 
 __all__ = [
     "KEYS", "Table", "collectives", "errors", "findings", "generation", "heads", "kernels", "layers", "memory",
@@ -259,10 +259,10 @@ def spreads(runs: Sequence[RunSummary]) -> Table:
     return Table((*KEYS, "level", "layer", "phase", "figure", *_names(spec)), rows)
 
 
-def ranks(views: Sequence[RanksResponse]) -> Table:
+def ranks(views: Sequence[RankView]) -> Table:
     """One row per run × rank (``analysis.ranks.ranks``' ``RankRow``: means per step over the
     rank's spans, ``attention_best_us`` the straggler metric, ``attention_spread_*`` flattened)."""
-    from tb_attn_plugin.responses import RankRow
+    from tb_attn_plugin.types.results import RankRow
 
     spec = _spec(RankRow, frozenset({"worker", "rank"}))
     return Table(("run", "worker", "rank", *_names(spec)),

@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from html import escape
 
-from tb_attn_plugin.report import printable
-from tb_attn_plugin.schema import RunSummary
+from tb_attn_plugin.cli.report import printable
+from tb_attn_plugin.types.schema import RunSummary
 
 __all__ = ["findings_html", "overview_html", "overview_text"]
 

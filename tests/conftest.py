@@ -26,8 +26,8 @@ from helpers import (
     torchrun,
 )
 
-from tb_attn_plugin import loader as loader_module
-from tb_attn_plugin import plugin as plugin_module
+from tb_attn_plugin.engine import loader as loader_module
+from tb_attn_plugin.server import plugin as plugin_module
 from tb_attn_plugin.trace.decode import decode_bytes
 from tb_attn_plugin.trace.events import Events
 

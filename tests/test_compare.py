@@ -14,8 +14,8 @@ from webtools import get_json, plugin_client
 
 from tb_attn_plugin.analysis.compare import compare, fit_power, scaling
 from tb_attn_plugin.analysis.configs import distinct_labels, group_label
-from tb_attn_plugin.cli import main
-from tb_attn_plugin.loader import Loader, resolve_runs
+from tb_attn_plugin.cli.main import main
+from tb_attn_plugin.engine.loader import Loader, resolve_runs
 
 SEQS = (32, 64, 128)
 
@@ -214,7 +214,7 @@ def test_a_finding_id_is_one_chip() -> None:
     """far-from-roof comes once per likely cause: Compare shows one chip for it, with the most severe
     one's title, how many more, and their times added."""
     from tb_attn_plugin.analysis.compare import _chips
-    from tb_attn_plugin.schema import Evidence, Finding, WorkerSummary
+    from tb_attn_plugin.types.schema import Evidence, Finding, WorkerSummary
 
     def finding(fid: str, severity: str, title: str, us: float) -> Finding:
         return Finding(id=fid, severity=severity, title=title, explanation="", suggestion="",

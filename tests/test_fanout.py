@@ -16,12 +16,13 @@ import pytest
 from helpers import SHARED_TRACES
 from manyruns import write_ranked_run
 
-from tb_attn_plugin import fanout, report
-from tb_attn_plugin.cli import main
-from tb_attn_plugin.fanout import Task, executor_address, summarize_runs
-from tb_attn_plugin.loader import Loader, resolve_runs
-from tb_attn_plugin.progress import Progress
-from tb_attn_plugin.ranksel import parse_ranks, select_ranks
+from tb_attn_plugin.cli import report
+from tb_attn_plugin.cli.main import main
+from tb_attn_plugin.engine import fanout
+from tb_attn_plugin.engine.fanout import Task, executor_address, summarize_runs
+from tb_attn_plugin.engine.loader import Loader, resolve_runs
+from tb_attn_plugin.engine.progress import Progress
+from tb_attn_plugin.engine.ranksel import parse_ranks, select_ranks
 
 RANKS = 8
 
@@ -213,7 +214,7 @@ def test_a_shared_cache_directory_serves_the_next_invocation(logdir: Path, tmp_p
     path = str(logdir / "ranked")
     first = _cli(capsys, "summarize", path, "--format", "json", "--jobs", "2", "--cache-dir", str(cache))
     assert first[0] == 0 and len(list(cache.rglob("*.tba"))) == RANKS  # the workers wrote them
-    from tb_attn_plugin import loader as loader_module
+    from tb_attn_plugin.engine import loader as loader_module
 
     def no_parse(path: str, **kwargs: object) -> None:
         raise AssertionError(f"parsed {path}")

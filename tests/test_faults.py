@@ -27,9 +27,9 @@ from tensorboard.plugins import base_plugin
 from webtools import BASE, get
 from werkzeug.test import Client
 
-from tb_attn_plugin.loader import Loader, load_events, resolve_runs
-from tb_attn_plugin.plugin import AttentionPlugin
-from tb_attn_plugin.service import Service
+from tb_attn_plugin.engine.loader import Loader, load_events, resolve_runs
+from tb_attn_plugin.server.plugin import AttentionPlugin
+from tb_attn_plugin.server.service import Service
 from tb_attn_plugin.trace import io
 from tb_attn_plugin.trace.discover import TraceFile
 from tb_attn_plugin.trace.events import ReadError, TraceError

@@ -11,10 +11,10 @@ import pytest
 from helpers import HAND_TRACES, profile_run
 
 from tb_attn_plugin.analysis.gate import Check, gate, parse_tolerance
-from tb_attn_plugin.cli import main
-from tb_attn_plugin.cli_gate import GATE_NOISY
-from tb_attn_plugin.report_gate import gate_text
-from tb_attn_plugin.schema import Backward, LayerStats, RunSummary, StepStats, WorkerSummary
+from tb_attn_plugin.cli.gate import GATE_NOISY
+from tb_attn_plugin.cli.main import main
+from tb_attn_plugin.cli.report_gate import gate_text
+from tb_attn_plugin.types.schema import Backward, LayerStats, RunSummary, StepStats, WorkerSummary
 
 
 @pytest.fixture(scope="module")

@@ -1,10 +1,17 @@
-"""The layers import one way (``docs/architecture.md``): vocabulary <- trace <- analysis <- loader,
-registry, service <- plugin and cli. Read from the source, so a lazy import inside a function
-counts as much as one at the top."""
+"""The import contract (``docs/architecture.md``): the package's layers import one way,
+
+    vocab <- trace <- types <- analysis <- engine <- server, cli
+
+and no module imports another that imports it back, directly or around a circle. Read from the
+source, so an import inside a function counts as much as one at the top; only imports under
+``if TYPE_CHECKING:`` are left out of the circles (they never run). A lazy import of ours names
+its reason on its line (``# lazy: ...``): start-up time, where the tab's or the CLI's start pays
+for it."""
 
 from __future__ import annotations
 
 import ast
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -12,68 +19,183 @@ import pytest
 import tb_attn_plugin
 
 PACKAGE = Path(tb_attn_plugin.__file__).parent
-VOCABULARY = {"tb_attn_plugin.scopes", "tb_attn_plugin.names", "tb_attn_plugin.ops", "tb_attn_plugin.backends"}
+ROOT = PACKAGE.parent
+#: The layers, lowest first; a module may import its own layer and those below.
+LAYERS = ["vocab", "trace", "types", "analysis", "engine", "server|cli"]
+#: The modules whose start-up time a lazy import of ours may save: the tab's entry point, which
+#: TensorBoard imports at launch, and the CLI, whose `--help` and bad-flag answers must be quick.
+LAZY_ALLOWED = {"tb_attn_plugin.server.plugin", "tb_attn_plugin.cli.main", "tb_attn_plugin.cli.batch",
+                "tb_attn_plugin.cli.gate"}
 
 
-def _imports(path: Path) -> set[str]:
-    """Every module ``path`` imports, anywhere in it, as dotted names."""
-    found: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-        if isinstance(node, ast.Import):
-            found.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module is not None and node.level == 0:
-            found.add(node.module)
-            found.update(f"{node.module}.{alias.name}" for alias in node.names)
-    return found
+def _module(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def _ours(imports: set[str]) -> set[str]:
-    return {m for m in imports if m.startswith("tb_attn_plugin.") or m.startswith("runner")}
+def _layer(module: str) -> int:
+    parts = module.split(".")
+    sub = parts[1] if len(parts) > 1 else ""
+    for i, names in enumerate(LAYERS):
+        if sub in names.split("|"):
+            return i
+    raise AssertionError(f"{module} is in no layer: put it in one of {LAYERS}")
 
 
-def _modules(sub: str) -> list[Path]:
-    paths = sorted((PACKAGE / sub).glob("*.py")) if sub else sorted(PACKAGE.glob("*.py"))
-    assert paths, sub
-    return paths
+class _Imports(ast.NodeVisitor):
+    """Our modules imported by one file: (module, line, lazy, type_only)."""
+
+    def __init__(self, here: str, source: str) -> None:
+        self.here, self.lines, self.found = here, source.splitlines(), []
+        self._depth = 0
+        self._type_only = 0
+
+    def visit_FunctionDef(self, node: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
+        self._depth += 1
+        self.generic_visit(node)
+        self._depth -= 1
+
+    visit_AsyncFunctionDef = visit_FunctionDef
+
+    def visit_If(self, node: ast.If) -> None:
+        checking = isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING"
+        self._type_only += checking
+        for child in node.body:
+            self.visit(child)
+        self._type_only -= checking
+        for child in node.orelse:
+            self.visit(child)
+
+    def _add(self, module: str, node: ast.stmt) -> None:
+        if module == "tb_attn_plugin" or module.startswith("tb_attn_plugin."):
+            self.found.append((module, node.lineno, self._depth > 0, self._type_only > 0))
+
+    def visit_Import(self, node: ast.Import) -> None:
+        for alias in node.names:
+            self._add(alias.name, node)
+
+    def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
+        if node.module is None or node.level:
+            return
+        for alias in node.names:  # `from pkg import module` imports the module
+            sub = f"{node.module}.{alias.name}"
+            self._add(sub if _exists(sub) else node.module, node)
 
 
-def _is_module(name: str, prefix: str) -> bool:
-    return name == prefix or name.startswith(prefix + ".")
+def _exists(module: str) -> bool:
+    path = ROOT / module.replace(".", "/")
+    return path.with_suffix(".py").exists() or (path / "__init__.py").exists()
 
 
-@pytest.mark.parametrize("path", _modules("trace"), ids=lambda p: p.name)
-def test_trace_imports_only_itself_and_the_vocabulary(path: Path) -> None:
-    outside = {m for m in _ours(_imports(path)) if not _is_module(m, "tb_attn_plugin.trace")
-               and not any(_is_module(m, v) for v in VOCABULARY)}
-    assert outside == set()
+def _graph() -> dict[str, list[tuple[str, int, bool, bool]]]:
+    out = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        visitor = _Imports(_module(path), path.read_text(encoding="utf-8"))
+        visitor.visit(ast.parse(path.read_text(encoding="utf-8")))
+        out[_module(path)] = visitor.found
+    return out
 
 
-@pytest.mark.parametrize("path", _modules("analysis"), ids=lambda p: p.name)
-def test_analysis_opens_no_file_and_knows_no_server(path: Path) -> None:
-    imports = _imports(path)
-    upward = {m for m in _ours(imports) for top in ("loader", "registry", "service", "plugin", "cli", "report", "jobs",
-                                                     "cache", "trace.io", "trace.discover", "trace.parallel")
-              if _is_module(m, f"tb_attn_plugin.{top}")}
-    assert upward == set()
-    assert not {m for m in imports if m.split(".")[0] in {"tensorboard", "werkzeug", "fsspec", "os", "io"}}
+GRAPH = _graph()
 
 
-@pytest.mark.parametrize("path", _modules("") + _modules("trace") + _modules("analysis"), ids=lambda p: p.name)
+def _edges() -> Iterator[tuple[str, str, int]]:
+    for src, found in GRAPH.items():
+        for dst, line, _, type_only in found:
+            if not type_only and dst != src and dst != "tb_attn_plugin":
+                yield src, dst, line
+
+
+def test_every_module_is_in_a_layer() -> None:
+    for module in GRAPH:
+        if module != "tb_attn_plugin":
+            _layer(module)
+
+
+@pytest.mark.parametrize("module", sorted(m for m in GRAPH if m != "tb_attn_plugin"))
+def test_imports_run_down_the_layers(module: str) -> None:
+    mine = _layer(module)
+    side = module.split(".")[1]
+    upward = [f"{dst} (line {line})" for dst, line, _, _ in GRAPH[module]
+              if dst != "tb_attn_plugin" and (_layer(dst) > mine or (_layer(dst) == mine and LAYERS[mine].count("|")
+                                                                     and dst.split(".")[1] != side))]
+    assert upward == [], f"{module} imports a higher layer (or its peer): {upward}"
+
+
+def test_no_module_imports_itself_around_a_circle() -> None:
+    edges: dict[str, set[str]] = {}
+    for src, dst, _ in _edges():
+        # `import tb_attn_plugin.trace` from inside trace runs the package's face, not a module
+        if not (dst.count(".") == 1 and src.startswith(dst + ".")):
+            edges.setdefault(src, set()).add(dst)
+    circles = []
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(node: str) -> None:
+        state[node] = 1
+        stack.append(node)
+        for nxt in sorted(edges.get(node, ())):
+            if state.get(nxt) == 1:
+                circles.append([*stack[stack.index(nxt):], nxt])
+            elif nxt not in state:
+                visit(nxt)
+        stack.pop()
+        state[node] = 2
+
+    for node in sorted(edges):
+        if node not in state:
+            visit(node)
+    assert circles == [], "import circles: " + "; ".join(" -> ".join(c) for c in circles)
+
+
+def test_a_lazy_import_says_why() -> None:
+    silent = []
+    for module, found in GRAPH.items():
+        path = ROOT / (module.replace(".", "/") + ".py")
+        if not path.exists():
+            path = ROOT / module.replace(".", "/") / "__init__.py"
+        source = path.read_text(encoding="utf-8")
+        lines = source.splitlines()
+        ends = {n.lineno: n.end_lineno or n.lineno for n in ast.walk(ast.parse(source))
+                if isinstance(n, ast.Import | ast.ImportFrom)}
+        for _, line, lazy, type_only in found:
+            said = any("# lazy:" in lines[k] for k in range(line - 1, ends[line]))
+            if lazy and not type_only and (not said or module not in LAZY_ALLOWED):
+                silent.append(f"{module}:{line}")
+    assert silent == [], ("imports inside functions with no start-up reason (`# lazy: ...`, in a module of "
+                          f"LAZY_ALLOWED); move them to the top: {silent}")
+
+
+def _sources(*subs: str) -> list[Path]:
+    return sorted(p for sub in subs for p in (PACKAGE / sub).glob("*.py")) if subs else sorted(PACKAGE.rglob("*.py"))
+
+
+@pytest.mark.parametrize("path", _sources("analysis"), ids=lambda p: p.name)
+def test_analysis_opens_no_file_and_reads_no_logdir(path: Path) -> None:
+    """Pure functions over events: not even the trace layer's readers, nor any file module."""
+    imports = {m for m, _, _, _ in GRAPH[_module(path)]}
+    assert not {m for m in imports if m in {"tb_attn_plugin.trace.io", "tb_attn_plugin.trace.discover",
+                                             "tb_attn_plugin.trace.parallel"}}
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    names = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    names |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
+    assert not names & {"tensorboard", "werkzeug", "fsspec", "os", "io"}
+
+
+@pytest.mark.parametrize("path", _sources(), ids=lambda p: str(p.relative_to(PACKAGE)))
 def test_the_package_never_imports_torch_or_the_runner(path: Path) -> None:
-    assert not {m for m in _imports(path) if m.split(".")[0] in {"torch", "transformers", "runner"}}
-
-
-def test_vocabulary_imports_nothing_of_ours() -> None:
-    for name in VOCABULARY:
-        path = PACKAGE / f"{name.rsplit('.', 1)[1]}.py"
-        assert _ours(_imports(path)) == set(), name
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    names = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    names |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
+    assert not names & {"torch", "transformers", "runner"}
 
 
 def test_only_trace_io_opens_files() -> None:
-    """Of the logdir's files; ``summary_cache.py`` writes and trims a local ``--cache-dir`` (its
-    entries are read through ``trace.io``) and ``plugin.py`` serves the package's static assets."""
+    """Of the logdir's files; ``engine/summary_cache.py`` writes and trims a local ``--cache-dir``
+    (its entries are read through ``trace.io``) and ``server/plugin.py`` serves the static assets."""
     opening: set[str] = set()
-    for path in sorted(PACKAGE.rglob("*.py")):
+    for path in _sources():
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if not isinstance(node, ast.Call):
                 continue
@@ -82,4 +204,4 @@ def test_only_trace_io_opens_files() -> None:
                     isinstance(f, ast.Attribute) and f.attr in {"open", "listdir", "scandir", "walk", "read_bytes",
                                                                 "read_text", "write_bytes", "write_text"}):
                 opening.add(str(path.relative_to(PACKAGE)))
-    assert opening == {"trace/io.py", "summary_cache.py", "plugin.py"}
+    assert opening == {"trace/io.py", "engine/summary_cache.py", "server/plugin.py"}

@@ -13,12 +13,12 @@ import pytest
 from helpers import SHARED_TRACES
 from tracetools import trace_files
 
-from tb_attn_plugin.loader import Loader, load_events, resolve_runs
-from tb_attn_plugin.names import parse_trace_name
+from tb_attn_plugin.engine.loader import Loader, load_events, resolve_runs
 from tb_attn_plugin.trace import parallel
 from tb_attn_plugin.trace.discover import find_runs
 from tb_attn_plugin.trace.events import TraceError
 from tb_attn_plugin.trace.io import FileInfo, list_tree, read_chunks
+from tb_attn_plugin.vocab.names import parse_trace_name
 
 GOOD_GZ = SHARED_TRACES / "gpu" / "tracelens_h100_bert-small_sdpa-flash.json.gz"
 

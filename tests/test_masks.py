@@ -8,11 +8,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tb_attn_plugin.masks import MAX_VALUE, MaskSpec, kept_pairs, parse_mask
+from tb_attn_plugin.vocab.masks import MAX_VALUE, MaskSpec, kept_pairs, parse_mask
 
 
 def allows(spec: MaskSpec, q: int, k: int, *, causal: bool, sq: int, sk: int) -> bool:
-    """Whether query ``q`` sees key ``k``: the definitions of ``tb_attn_plugin.masks``, pair by pair."""
+    """Whether query ``q`` sees key ``k``: the definitions of ``tb_attn_plugin.vocab.masks``, pair by pair."""
     if spec.kind == "causal":
         return k <= q
     value = int(spec.value)  # type: ignore[arg-type]

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from tb_attn_plugin.names import METADATA_FILE, TRACE_NAME_RE, parse_trace_name, trace_file_name
 from tb_attn_plugin.trace.discover import find_runs
 from tb_attn_plugin.trace.io import FileInfo
+from tb_attn_plugin.vocab.names import METADATA_FILE, TRACE_NAME_RE, parse_trace_name, trace_file_name
 
 
 @pytest.mark.parametrize("worker", ["host_123", "host-a_rank3", "a.b.c", "w.5", "7", "ünï code", "x.pt"])

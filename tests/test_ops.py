@@ -1,4 +1,4 @@
-"""One home for op names: ``tb_attn_plugin/ops.py`` spells every ATen op that tb-attn recognises."""
+"""One home for op names: ``tb_attn_plugin/vocab/ops.py`` spells every ATen op that tb-attn recognises."""
 
 from __future__ import annotations
 
@@ -6,10 +6,10 @@ import ast
 import re
 from pathlib import Path
 
-from tb_attn_plugin import ops
 from tb_attn_plugin.analysis.backend import detect_backend
+from tb_attn_plugin.vocab import ops
 
-PACKAGE = Path(ops.__file__).parent
+PACKAGE = Path(ops.__file__).parent.parent
 _OP_NAME = re.compile(r"^aten::\w+$")
 
 
@@ -21,7 +21,7 @@ def _op_literals(path: Path) -> list[str]:
 
 
 def test_no_other_module_spells_an_op_name() -> None:
-    modules = [p for p in sorted(PACKAGE.rglob("*.py")) if p != PACKAGE / "ops.py"]
+    modules = [p for p in sorted(PACKAGE.rglob("*.py")) if p != PACKAGE / "vocab" / "ops.py"]
     assert len(modules) > 30
     spelled = {str(p.relative_to(PACKAGE)): names for p in modules if (names := _op_literals(p))}
     assert spelled == {}

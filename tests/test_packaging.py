@@ -39,9 +39,9 @@ _SOURCES = ("setup.py", "pyproject.toml", "README.md", "runner", "tb_attn", "tb_
 # were imported and where the package came from (stdout: one JSON line; stderr: the summary).
 _SUMMARIZE_AND_REPORT = f"""
 import contextlib, json, sys
-import tb_attn_plugin.plugin, tb_attn_plugin.cli
+import tb_attn_plugin.server.plugin, tb_attn_plugin.cli.main
 with contextlib.redirect_stdout(sys.stderr):
-    rc = tb_attn_plugin.cli.main(["summarize", sys.argv[1], "--format", "json"])
+    rc = tb_attn_plugin.cli.main.main(["summarize", sys.argv[1], "--format", "json"])
 print(json.dumps({{"rc": rc, "imported": [m for m in {HEAVY!r} if m in sys.modules],
                   "package": tb_attn_plugin.__file__}}))
 """

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from tb_attn_plugin.profiler_link import profiler_link, profiler_run_name, profiler_span
+from tb_attn_plugin.server.profiler_link import profiler_link, profiler_run_name, profiler_span
 from tb_attn_plugin.trace.discover import Run, TraceFile, find_runs
 from tb_attn_plugin.trace.io import FileInfo
 

@@ -10,8 +10,8 @@ import msgspec
 import pytest
 from manyruns import ODD, SHOWN, hostile_metadata
 
-from tb_attn_plugin.loader import parse_metadata
-from tb_attn_plugin.run_info import ELLIPSIS, ERROR_BYTES, ERROR_CHARS, INFO_BYTES, INFO_CHARS, run_info
+from tb_attn_plugin.engine.loader import parse_metadata
+from tb_attn_plugin.server.run_info import ELLIPSIS, ERROR_BYTES, ERROR_CHARS, INFO_BYTES, INFO_CHARS, run_info
 
 #: A runner's metadata as ``docs/runner.md`` describes it, cut down to what matters here.
 RUNNER = {

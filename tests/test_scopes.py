@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tb_attn_plugin.scopes import (
+from tb_attn_plugin.vocab.scopes import (
     GRAMMAR_VERSION,
     MAX_HEADS,
     MAX_LAYERS,

@@ -11,8 +11,8 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from tb_attn_plugin.loader import Loader, resolve_runs
-from tb_attn_plugin.summary_cache import SummaryCache, check_outside, engine_version
+from tb_attn_plugin.engine.loader import Loader, resolve_runs
+from tb_attn_plugin.engine.summary_cache import SummaryCache, check_outside, engine_version
 from tb_attn_plugin.trace.discover import TraceFile
 
 
@@ -54,7 +54,7 @@ def test_keys_change_with_the_file_and_the_engine(tmp_path: Path) -> None:
 
 def test_the_engine_version_follows_the_source(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A summary cached by other engine code is not served: the version digests the sources."""
-    from tb_attn_plugin import summary_cache
+    from tb_attn_plugin.engine import summary_cache
 
     package = tmp_path / "pkg"
     (package / "analysis").mkdir(parents=True)
@@ -147,8 +147,8 @@ def test_the_cache_is_never_inside_the_logdir(tmp_path: Path) -> None:
 def test_each_entry_is_read_once_per_miss(tmp_path: Path, builtin_logdir: Path,
                                           monkeypatch: pytest.MonkeyPatch) -> None:
     """A batch finds the misses; the parses that follow do not ask the cache again."""
-    from tb_attn_plugin import summary_cache
-    from tb_attn_plugin.fanout import summarize_runs
+    from tb_attn_plugin.engine import summary_cache
+    from tb_attn_plugin.engine.fanout import summarize_runs
 
     for run in ("naive", "sdpa"):
         shutil.copytree(builtin_logdir / run, tmp_path / "logdir" / run)

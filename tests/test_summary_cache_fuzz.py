@@ -25,11 +25,11 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from tb_attn_plugin.analysis import bounds
-from tb_attn_plugin.loader import Loader, resolve_runs
-from tb_attn_plugin.schema import WorkerSummary
-from tb_attn_plugin.scopes import PHASES
-from tb_attn_plugin.summary_cache import SummaryCache
+from tb_attn_plugin.engine.loader import Loader, resolve_runs
+from tb_attn_plugin.engine.summary_cache import SummaryCache
 from tb_attn_plugin.trace.discover import TraceFile
+from tb_attn_plugin.types.schema import WorkerSummary
+from tb_attn_plugin.vocab.scopes import PHASES
 
 EXAMPLES = int(os.environ.get("TB_ATTN_FUZZ_EXAMPLES", "200"))
 FUZZ = settings(max_examples=EXAMPLES, deadline=None, database=None, derandomize="TB_ATTN_FUZZ_SEED" not in os.environ,

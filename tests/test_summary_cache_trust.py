@@ -23,10 +23,10 @@ import pytest
 from helpers import HAND_TRACES
 
 from tb_attn_plugin.analysis import bounds
-from tb_attn_plugin.loader import Loader, resolve_runs
-from tb_attn_plugin.schema import CollectiveStats, Spread, WorkerSummary
-from tb_attn_plugin.summary_cache import SummaryCache
+from tb_attn_plugin.engine.loader import Loader, resolve_runs
+from tb_attn_plugin.engine.summary_cache import SummaryCache
 from tb_attn_plugin.trace.discover import TraceFile
+from tb_attn_plugin.types.schema import CollectiveStats, Spread, WorkerSummary
 
 BASE = "findings_cpu_mixed.json"  # 2 layers, 8 head rows, 5 findings
 MAGIC = b"tb-attn-summary/1\n"

@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 from helpers import HAND_TRACES, SHARED_TRACES
 
-from tb_attn_plugin.cli import main
-from tb_attn_plugin.report import CSV_FIELDS, printable
-from tb_attn_plugin.scopes import PHASES
+from tb_attn_plugin.cli.main import main
+from tb_attn_plugin.cli.report import CSV_FIELDS, printable
+from tb_attn_plugin.vocab.scopes import PHASES
 
 
 def test_table_is_readable(builtin_logdir: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -13,12 +13,12 @@ from pathlib import Path
 
 import msgspec
 
-from tb_attn_plugin import backends, scopes
 from tb_attn_plugin.analysis import backend as detection
-from tb_attn_plugin.backends import Backend, Family
-from tb_attn_plugin.scopes import OTHER, PHASES, Phase
+from tb_attn_plugin.vocab import backends, scopes
+from tb_attn_plugin.vocab.backends import Backend, Family
+from tb_attn_plugin.vocab.scopes import OTHER, PHASES, Phase
 
-PACKAGE = Path(scopes.__file__).parent
+PACKAGE = Path(scopes.__file__).parent.parent
 FRONTEND = PACKAGE.parent / "frontend" / "src"
 _PHASE_NAMES = {*PHASES, OTHER}
 _BACKEND_NAMES = {b.value for b in Backend}
@@ -105,11 +105,11 @@ def _found(home: set[str], name_of: NameOf) -> dict[str, list[tuple[int, list[st
 def test_no_module_spells_a_group_of_phases() -> None:
     """A set, tuple, list or dict of two phase names or more (strings or ``Phase`` members) is a
     group: it belongs in scopes.py, named for what its members share."""
-    assert _found({"scopes.py"}, _phase) == {}
+    assert _found({"vocab/scopes.py"}, _phase) == {}
 
 
 def test_no_module_spells_a_group_of_backends() -> None:
-    assert _found({"backends.py", "analysis/backend.py"}, _backend) == {}
+    assert _found({"vocab/backends.py", "analysis/backend.py"}, _backend) == {}
 
 
 def _backend_comparisons(tree: ast.AST) -> Iterator[tuple[int, str]]:
@@ -129,7 +129,7 @@ def _backend_comparisons(tree: ast.AST) -> Iterator[tuple[int, str]]:
 
 
 def test_no_module_compares_a_backend_with_a_string() -> None:
-    found = {_name(p): hits for p in _modules() if _name(p) not in {"backends.py", "analysis/backend.py"}
+    found = {_name(p): hits for p in _modules() if _name(p) not in {"vocab/backends.py", "analysis/backend.py"}
              and (hits := list(_backend_comparisons(_tree(p))))}
     assert found == {}
 

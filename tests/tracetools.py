@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tb_attn_plugin.scopes import Scope, is_scope_name, parse_scope
+from tb_attn_plugin.vocab.scopes import Scope, is_scope_name, parse_scope
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from tensorboard.backend import application
 from tensorboard.plugins import base_plugin
 from werkzeug.test import Client
 
-from tb_attn_plugin.plugin import AttentionPlugin
+from tb_attn_plugin.server.plugin import AttentionPlugin
 
 BASE = "/data/plugin/tb_attn"
 
@@ -24,7 +24,7 @@ def plugin_client(logdir: Path | str, *, path_prefix: str = "", **service: Any) 
     """A client of TensorBoard's WSGI app with only our plugin; ``service`` sets Service options."""
     plugin = AttentionPlugin(base_plugin.TBContext(logdir=str(logdir)))
     if service:
-        from tb_attn_plugin.service import Service
+        from tb_attn_plugin.server.service import Service
 
         plugin._service = Service(str(logdir), **service)
     return Client(application.TensorBoardWSGI([plugin], path_prefix=path_prefix))

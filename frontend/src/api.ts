@@ -4,15 +4,15 @@
 // A 202 means the server is still parsing the traces behind the answer: it is polled.
 
 import type {
-  CompareResponse,
-  Drilldown,
-  MemoryResponse,
-  RanksResponse,
+  Comparison,
+  DrillTree,
+  MemoryCurve,
+  RankView,
   RunsResponse,
   RunSummary,
-  ScalingResponse,
-  StrategiesResponse,
-  TimelineResponse,
+  ScalingFits,
+  StrategyTable,
+  TimelineSlice,
 } from "./types";
 
 export class ApiError extends Error {
@@ -133,25 +133,25 @@ export const api = {
   summary: (t: Target, signal?: AbortSignal) =>
     getJson<RunSummary>("summary", { run: t.run, worker: t.worker, span: t.span }, signal),
   drilldown: (t: Target, layer: number, phase: string | null, backward: boolean, signal?: AbortSignal) =>
-    getJson<Drilldown>(
+    getJson<DrillTree>(
       "drilldown",
       { run: t.run, worker: t.worker, span: t.span, layer, phase, backward },
       signal,
     ),
   memory: (t: Target, step: number | null, signal?: AbortSignal) =>
-    getJson<MemoryResponse>("memory", { run: t.run, worker: t.worker, span: t.span, step }, signal),
+    getJson<MemoryCurve>("memory", { run: t.run, worker: t.worker, span: t.span, step }, signal),
   timeline: (t: Target, step: number | null, signal?: AbortSignal) =>
-    getJson<TimelineResponse>("timeline", { run: t.run, worker: t.worker, span: t.span, step }, signal),
+    getJson<TimelineSlice>("timeline", { run: t.run, worker: t.worker, span: t.span, step }, signal),
   compare: (runs: string[], baseline: string | null, signal?: AbortSignal) =>
-    getJsonAt<CompareResponse>("compare", runsUrl("compare", runs, { baseline }), signal),
+    getJsonAt<Comparison>("compare", runsUrl("compare", runs, { baseline }), signal),
   scaling: (runs: string[], signal?: AbortSignal) =>
-    getJsonAt<ScalingResponse>("scaling", runsUrl("scaling", runs), signal),
+    getJsonAt<ScalingFits>("scaling", runsUrl("scaling", runs), signal),
   /** `baseline` is a strategy ("sdpa", "performer M=64"); null: the server's rule (naive, else the first exact one). */
   strategies: (runs: string[], baseline: string | null, signal?: AbortSignal) =>
-    getJsonAt<StrategiesResponse>("strategies", runsUrl("strategies", runs, { baseline }), signal),
+    getJsonAt<StrategyTable>("strategies", runsUrl("strategies", runs, { baseline }), signal),
   /** `ranks`: a rank selection ("0-7,512"); null: every rank. */
   ranks: (run: string, margin: number | null, ranks: string | null, signal?: AbortSignal) =>
-    getJson<RanksResponse>("ranks", { run, margin, ranks }, signal),
+    getJson<RankView>("ranks", { run, margin, ranks }, signal),
 };
 
 /**

@@ -15,7 +15,7 @@ import {
   type State,
   type Tab,
 } from "./state";
-import type { RanksResponse, RunEntry } from "./types";
+import type { RankView, RunEntry } from "./types";
 import { CompareView } from "./views/compare";
 import { currentWorker, RunView } from "./views/run";
 import { RunsView } from "./views/runs";
@@ -405,7 +405,7 @@ export class App implements Actions {
           this.store.set({
             ranksSel: withRankSelection(this.store.get().ranksSel, run, back),
             ranksFilterError: err.message,
-            ranks: shown ? { status: "ok", data: shown, error: null, key: ranksKey(run, shown.margin, back) } : idle<RanksResponse>(),
+            ranks: shown ? { status: "ok", data: shown, error: null, key: ranksKey(run, shown.margin, back) } : idle<RankView>(),
           });
           return;
         }

@@ -1,6 +1,6 @@
 // How the run header names a worker's spans (trace files): "span 2 · 12:03:41", its place among
 // the worker's spans and when its file was written. The span is the number in the file name
-// (tb_attn_plugin/names.py: worker.span.pt.trace.json), which tensorboard_trace_handler writes
+// (tb_attn_plugin/vocab/names.py: worker.span.pt.trace.json), which tensorboard_trace_handler writes
 // as the time since the epoch: nanoseconds in torch 2.x, milliseconds before. The raw number
 // (19 digits) stays in the option's tooltip.
 

@@ -5,15 +5,15 @@
 
 import type { HeadMetricKey, MetricKey } from "./metrics";
 import type {
-  CompareResponse,
-  Drilldown,
-  MemoryResponse,
-  RanksResponse,
+  Comparison,
+  DrillTree,
+  MemoryCurve,
+  RankView,
   RunsResponse,
   RunSummary,
-  ScalingResponse,
-  StrategiesResponse,
-  TimelineResponse,
+  ScalingFits,
+  StrategyTable,
+  TimelineSlice,
 } from "./types";
 
 /** "ranks": every worker (rank) of the run side by side; offered when a run has two or more.
@@ -72,17 +72,17 @@ export interface State {
   headStat: string | null;
   selection: Selection | null;
   summary: Loadable<RunSummary>;
-  drill: Loadable<Drilldown>;
-  memory: Loadable<MemoryResponse>;
-  timeline: Loadable<TimelineResponse>;
+  drill: Loadable<DrillTree>;
+  memory: Loadable<MemoryCurve>;
+  timeline: Loadable<TimelineSlice>;
   /** The ranks view (./ranks) of the open run, for `ranksMargin`. */
-  ranks: Loadable<RanksResponse>;
+  ranks: Loadable<RankView>;
   ranksMargin: number;
   /** Each run's rank selection ("0-7,512", as the server normalized it); a run absent: every rank. */
   ranksSel: Record<string, string>;
   /** Why the server refused the last selection applied (400: does not parse; 404: no such trace). */
   ranksFilterError: string | null;
-  /** The ranks table's sort: "rank", "worker", a RanksResponse column ("attention_best", "step", ...), "L<n>", "heads". */
+  /** The ranks table's sort: "rank", "worker", a RankView column ("attention_best", "step", ...), "L<n>", "heads". */
   ranksSort: { key: string; desc: boolean };
   /** Runs ticked in the runs list, in the order they were picked. */
   picked: string[];
@@ -92,13 +92,13 @@ export interface State {
   compare: string[] | null;
   groupBy: GroupBy;
   phaseMetric: PhaseMetric | null; // null: device time when every run has some, else CPU
-  compareData: Loadable<CompareResponse>;
-  scaling: Loadable<ScalingResponse>;
+  compareData: Loadable<Comparison>;
+  scaling: Loadable<ScalingFits>;
   /** The runs the strategies view shows; null: it is closed. */
   strategies: string[] | null;
   /** The strategy speed-ups and crossovers are against; null: the server's rule (naive, else the first exact one). */
   strategyBaseline: string | null;
-  strategiesData: Loadable<StrategiesResponse>;
+  strategiesData: Loadable<StrategyTable>;
 }
 
 const STORAGE_KEY = "tb-attn.view";

@@ -1,5 +1,5 @@
 """Which attention implementation really ran, per layer, from op and kernel names. The names,
-with their labels and families, are ``tb_attn_plugin.backends.Backend``; the rules are here.
+with their labels and families, are ``tb_attn_plugin.vocab.backends.Backend``; the rules are here.
 
 Kernel names decide first, then op names (the first rule that matches wins). An attention
 library's op or kernel (FlashAttention, FlashInfer, TensorRT-LLM, aiter, Composable Kernel,
@@ -39,10 +39,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from tb_attn_plugin import ops as vocab
 from tb_attn_plugin.analysis.opnames import canonical
-from tb_attn_plugin.backends import Backend, Family
-from tb_attn_plugin.ops import (
+from tb_attn_plugin.vocab import ops as vocab
+from tb_attn_plugin.vocab.backends import Backend, Family
+from tb_attn_plugin.vocab.ops import (
     COMPILED_REGION_OPS,
     COMPILED_REGION_PREFIX,
     EFFICIENT_FORWARD_OP,
@@ -71,11 +71,11 @@ from tb_attn_plugin.ops import (
     VLLM_TRITON_KERNELS,
     VLLM_UNIFIED_OPS,
 )
-from tb_attn_plugin.scopes import Phase
+from tb_attn_plugin.vocab.scopes import Phase
 
 __all__ = ["BACKENDS", "LIBRARY_BACKENDS", "SERVING_BACKENDS", "detect_backend", "is_attention_kernel"]
 
-#: Every backend this module names (``tb_attn_plugin.backends``): PyTorch's, then the serving
+#: Every backend this module names (``tb_attn_plugin.vocab.backends``): PyTorch's, then the serving
 #: engines' and the attention libraries'.
 BACKENDS: tuple[Backend, ...] = tuple(Backend)
 

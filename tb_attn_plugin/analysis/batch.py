@@ -36,7 +36,10 @@ import numpy as np
 from tb_attn_plugin.analysis.flops import elem_bytes
 from tb_attn_plugin.analysis.opnames import canonical
 from tb_attn_plugin.analysis.wording import count, duration, series, share, size
-from tb_attn_plugin.ops import (
+from tb_attn_plugin.trace.events import Events
+from tb_attn_plugin.trace.kineto import Kind
+from tb_attn_plugin.types.schema import LayerStats, ServingBatch
+from tb_attn_plugin.vocab.ops import (
     ATTENTION_CORE_OPS,
     SERVING_BATCH_DETAILED_PATTERN,
     SERVING_BATCH_PATTERN,
@@ -44,10 +47,7 @@ from tb_attn_plugin.ops import (
     SERVING_KV_CACHE_ARG,
     SERVING_KV_WRITE_OPS,
 )
-from tb_attn_plugin.schema import LayerStats, ServingBatch
-from tb_attn_plugin.scopes import Phase
-from tb_attn_plugin.trace.events import Events
-from tb_attn_plugin.trace.kineto import Kind
+from tb_attn_plugin.vocab.scopes import Phase
 
 __all__ = ["Batch", "Sums", "batch_bytes", "batch_flops", "decode_roof", "parse", "serving_batch"]
 

@@ -26,10 +26,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping
 
-from tb_attn_plugin.schema import SPREAD_KEYS, LayerStats, Roof, WorkerSummary
-from tb_attn_plugin.scopes import MAX_HEADS, MAX_LAYERS, PHASES
 from tb_attn_plugin.trace.coerce import MAX_NAME_CHARS, clip
 from tb_attn_plugin.trace.events import TraceError
+from tb_attn_plugin.types.schema import SPREAD_KEYS, LayerStats, Roof, WorkerSummary
+from tb_attn_plugin.vocab.scopes import MAX_HEADS, MAX_LAYERS, PHASES
 
 __all__ = ["BAD_HEAD_COUNT", "HEAD_ROWS_DROPPED", "MAX_COLLECTIVE_KINDS", "MAX_DIAGNOSTICS", "MAX_EVIDENCE_NAMES",
            "MAX_HEAD_ROWS", "MAX_ITEMS", "MAX_LABEL_CHARS", "MAX_NAME_CHARS", "MAX_PHASE_NAMES", "MAX_STEPS",

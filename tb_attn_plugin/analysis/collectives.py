@@ -23,9 +23,9 @@ import re
 import numpy as np
 
 from tb_attn_plugin.analysis.bounds import MAX_COLLECTIVE_KINDS as MAX_KINDS
-from tb_attn_plugin.schema import CollectiveStats
 from tb_attn_plugin.trace.events import Events
 from tb_attn_plugin.trace.kineto import Kind
+from tb_attn_plugin.types.schema import CollectiveStats
 
 __all__ = ["KINDS_MERGED", "MAX_KINDS", "OTHER", "attention_comm", "collective_name", "collectives"]
 

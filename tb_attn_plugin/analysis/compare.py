@@ -4,7 +4,7 @@ Pure functions over ``RunSummary`` objects (their run metadata gives implementat
 length and dtype). ``compare`` puts each run's attention totals, per-phase sums and per-layer
 figures next to a baseline's, as ratios; ``scaling`` groups runs that differ only in sequence
 length and fits cost ≈ a·Sᵏ by least squares on log-log axes, for time and memory. They return
-the routes' bodies (``responses.CompareResponse`` and ``ScalingResponse``, documented in
+the routes' bodies (``responses.Comparison`` and ``ScalingFits``, documented in
 ``docs/http_api.md``).
 """
 
@@ -26,23 +26,22 @@ from tb_attn_plugin.analysis.configs import (
 from tb_attn_plugin.analysis.roofline import phase_roofs
 from tb_attn_plugin.analysis.spread import representative_worker
 from tb_attn_plugin.analysis.why_slower import same_but_impl, why_slower
-from tb_attn_plugin.responses import (
+from tb_attn_plugin.types.results import (
     CompareDecode,
     CompareError,
     CompareLayer,
     ComparePhase,
     CompareRatio,
-    CompareResponse,
     CompareRun,
+    Comparison,
     FindingChip,
-    Fit,
     Headline,
     HeadlineVersus,
+    ScalingFits,
     ScalingPoint,
-    ScalingResponse,
     ScalingSeries,
 )
-from tb_attn_plugin.schema import RunSummary, WorkerSummary
+from tb_attn_plugin.types.schema import Fit, RunSummary, WorkerSummary
 
 __all__ = ["BaselineError", "compare", "fit_power", "run_facts", "scaling"]
 
@@ -125,7 +124,7 @@ def _chips(w: WorkerSummary) -> list[FindingChip]:
     return out
 
 
-def compare(runs: list[RunSummary], *, baseline: str | None = None) -> CompareResponse:
+def compare(runs: list[RunSummary], *, baseline: str | None = None) -> Comparison:
     """Runs side by side, each with ratios to its group's baseline.
 
     Ratios are only ever taken within a group of like-for-like runs (``configs.config_key`` but
@@ -169,7 +168,7 @@ def compare(runs: list[RunSummary], *, baseline: str | None = None) -> CompareRe
             f.ratio = CompareRatio(**ratios)
             if run is not base_run and same_but_impl(run, base_run):
                 f.why_slower = why_slower(run, base_run)
-    return CompareResponse(baseline=base_name, runs=facts, errors=errors, headlines=headlines(usable, facts))
+    return Comparison(baseline=base_name, runs=facts, errors=errors, headlines=headlines(usable, facts))
 
 
 def _ratio_value(f: CompareRun, key: str) -> float | None:
@@ -290,7 +289,7 @@ def expected_exponent(impl: str, mask: str | None) -> str | None:
     return "k ≈ 2: this implementation computes every score, so the window does not cut the work"
 
 
-def scaling(runs: list[RunSummary]) -> ScalingResponse:
+def scaling(runs: list[RunSummary]) -> ScalingFits:
     """Series of runs that differ only in sequence length, with power-law fits."""
     groups: dict[str, list[ScalingPoint]] = {}
     for run in runs:
@@ -344,4 +343,4 @@ def scaling(runs: list[RunSummary]) -> ScalingResponse:
                            if configs[i].get(k) != configs[j].get(k)})
             for i in same:
                 series[i].label += " (" + ", ".join(f"{k} {configs[i].get(k)}" for k in keys) + ")"
-    return ScalingResponse(series=series)
+    return ScalingFits(series=series)

@@ -13,8 +13,8 @@ import json
 from typing import Any
 
 from tb_attn_plugin.analysis.spread import representative_worker
-from tb_attn_plugin.backends import APPROXIMATE_BACKENDS, LINEAR_BACKENDS
-from tb_attn_plugin.schema import RunSummary
+from tb_attn_plugin.types.schema import RunSummary
+from tb_attn_plugin.vocab.backends import APPROXIMATE_BACKENDS, LINEAR_BACKENDS
 
 __all__ = ["APPROXIMATE_BACKENDS", "LINEAR_BACKENDS", "config", "config_key", "distinct_labels", "exact",
            "group_label", "text"]

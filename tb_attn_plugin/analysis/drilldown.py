@@ -30,9 +30,9 @@ from tb_attn_plugin.analysis.attribute import launchers
 from tb_attn_plugin.analysis.nesting import nearest_marked_ancestor
 from tb_attn_plugin.analysis.query import TraceQuery
 from tb_attn_plugin.analysis.views import ViewError
-from tb_attn_plugin.responses import Drilldown, DrillKernel, DrillNode, DrillNodeKind, DrillOp
-from tb_attn_plugin.scopes import PHASES
 from tb_attn_plugin.trace.kineto import Kind
+from tb_attn_plugin.types.views import DrillKernel, DrillNode, DrillNodeKind, DrillOp, DrillTree
+from tb_attn_plugin.vocab.scopes import PHASES
 
 __all__ = ["MAX_TREE_NODES", "drilldown"]
 
@@ -49,7 +49,7 @@ _DEVICE_KINDS: dict[int, DrillNodeKind] = {int(Kind.MEMCPY): "memcpy", int(Kind.
 
 
 def drilldown(analysis: Analysis, *, layer: int, phase: str | None, backward: bool,
-              max_nodes: int = MAX_TREE_NODES) -> Drilldown:
+              max_nodes: int = MAX_TREE_NODES) -> DrillTree:
     """The figures of ``/drilldown``; the service adds the links to the trace file."""
     ev = analysis.events
     q = TraceQuery(ev, analysis.attr)
@@ -61,7 +61,7 @@ def drilldown(analysis: Analysis, *, layer: int, phase: str | None, backward: bo
     up = nearest_marked_ancestor(analysis.attr.parent, ev.kind == Kind.CPU_OP)  # each event's nearest op
     own = q.self_us[ops]
     tree, total = _Tree(analysis, ops, own, device, allocs).render(steps, max_nodes)
-    return Drilldown(
+    return DrillTree(
         layer=layer, phase=phase, backward=backward, step_count=steps,
         tree=tree, tree_nodes=total, tree_truncated=len(tree) < total, max_tree_nodes=max_nodes,
         alloc_bytes=float(ev.mem_bytes[allocs].sum(dtype=np.float64)) / steps,

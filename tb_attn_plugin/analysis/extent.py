@@ -37,7 +37,9 @@ import numpy as np
 
 from tb_attn_plugin.analysis.nesting import nearest_marked_ancestor
 from tb_attn_plugin.analysis.opnames import canonical
-from tb_attn_plugin.ops import (
+from tb_attn_plugin.trace.events import Events
+from tb_attn_plugin.trace.kineto import Kind
+from tb_attn_plugin.vocab.ops import (
     ARITHMETIC_OPS,
     CAT_OP,
     COMPILE_BOOKKEEPING_PREFIXES,
@@ -64,8 +66,6 @@ from tb_attn_plugin.ops import (
     SERVING_ROPE_OPS,
     TENSOR_NEW_OPS,
 )
-from tb_attn_plugin.trace.events import Events
-from tb_attn_plugin.trace.kineto import Kind
 
 __all__ = ["Extent", "widen"]
 

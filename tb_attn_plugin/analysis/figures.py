@@ -13,8 +13,8 @@ of a one-worker run show the same numbers.
 from __future__ import annotations
 
 from tb_attn_plugin.analysis.spread import representative_worker, spread
-from tb_attn_plugin.responses import RunFigures
-from tb_attn_plugin.schema import RunSummary
+from tb_attn_plugin.types.schema import RunSummary
+from tb_attn_plugin.types.views import RunFigures
 
 __all__ = ["NO_ATTENTION", "run_figures"]
 

@@ -28,11 +28,11 @@ from tb_attn_plugin.analysis.serving_findings import SERVING_RULES
 from tb_attn_plugin.analysis.sparse_findings import SPARSE_RULES
 from tb_attn_plugin.analysis.spread import median
 from tb_attn_plugin.analysis.wording import attention, core_only_note, count, duration, layer_list, number, pct, size
-from tb_attn_plugin.backends import UNFUSED_BACKENDS, Backend
-from tb_attn_plugin.ops import FUSED_BLOCK_OPS
-from tb_attn_plugin.schema import Evidence, Finding, WorkerSummary
-from tb_attn_plugin.scopes import OTHER, PREFIX
 from tb_attn_plugin.trace.kineto import Kind
+from tb_attn_plugin.types.schema import Evidence, Finding, WorkerSummary
+from tb_attn_plugin.vocab.backends import UNFUSED_BACKENDS, Backend
+from tb_attn_plugin.vocab.ops import FUSED_BLOCK_OPS
+from tb_attn_plugin.vocab.scopes import OTHER, PREFIX
 
 __all__ = ["IMPL_BACKENDS", "SEVERITIES", "Evidence", "Finding", "find"]
 

@@ -49,7 +49,8 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 
-from tb_attn_plugin.ops import (
+from tb_attn_plugin.trace.events import OpShapes
+from tb_attn_plugin.vocab.ops import (
     ATTENTION_CORE_OPS,
     EFFICIENT_FORWARD_OP,
     INT_MATMUL_ARGS,
@@ -62,7 +63,6 @@ from tb_attn_plugin.ops import (
     SDPA_FORWARD,
     XFORMERS_FORWARD,
 )
-from tb_attn_plugin.trace.events import OpShapes
 
 __all__ = [
     "BACKWARD_FACTOR",

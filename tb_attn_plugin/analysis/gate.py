@@ -28,7 +28,7 @@ import numpy as np
 
 from tb_attn_plugin.analysis import wording
 from tb_attn_plugin.analysis.spread import percentiles, representative_worker
-from tb_attn_plugin.schema import RunSummary, WorkerSummary
+from tb_attn_plugin.types.schema import RunSummary, WorkerSummary
 
 __all__ = ["BOOTSTRAP_SAMPLES", "MIN_BOOTSTRAP_STEPS", "Check", "GateReport", "gate", "parse_tolerance"]
 

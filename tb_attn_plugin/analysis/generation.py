@@ -29,9 +29,10 @@ from tb_attn_plugin.analysis.compare import fit_power
 from tb_attn_plugin.analysis.flops import elem_bytes
 from tb_attn_plugin.analysis.query import TraceQuery, dtype_name
 from tb_attn_plugin.analysis.spread import median
-from tb_attn_plugin.ops import KV_EXPAND_OPS, MATMUL_ARGS, SDPA_OPS
-from tb_attn_plugin.schema import Generation, GenerationPhase, LayerStats, TokenStats, WorkerSummary
-from tb_attn_plugin.scopes import (
+from tb_attn_plugin.trace.kineto import Kind
+from tb_attn_plugin.types.schema import Generation, GenerationPhase, LayerStats, TokenStats, WorkerSummary
+from tb_attn_plugin.vocab.ops import KV_EXPAND_OPS, MATMUL_ARGS, SDPA_OPS
+from tb_attn_plugin.vocab.scopes import (
     CORE_PHASES,
     FUSED_PHASES,
     PHASES,
@@ -41,7 +42,6 @@ from tb_attn_plugin.scopes import (
     is_scope_name,
     parse_step_scope,
 )
-from tb_attn_plugin.trace.kineto import Kind
 
 __all__ = ["KV_READ_PHASES", "NARROW_RANGE", "generation", "generation_meta", "restrict_steps"]
 

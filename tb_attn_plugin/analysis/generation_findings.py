@@ -12,8 +12,8 @@ from __future__ import annotations
 from tb_attn_plugin.analysis.peaks import cpu_op_floor
 from tb_attn_plugin.analysis.query import RuleQuery, new_finding
 from tb_attn_plugin.analysis.wording import count, duration, layer_list, pct, size
-from tb_attn_plugin.ops import CAT_OP
-from tb_attn_plugin.schema import Finding, Generation, GenerationPhase, LayerStats, PhaseStats
+from tb_attn_plugin.types.schema import Finding, Generation, GenerationPhase, LayerStats, PhaseStats
+from tb_attn_plugin.vocab.ops import CAT_OP
 
 __all__ = ["DISPATCH_BUSY_MAX", "EXPAND_MIN_RATIO", "GENERATION_RULES", "MEMORY_BOUND_SHARE", "REALLOC_MIN_SHARE",
            "SMALL_OP_FLOORS", "TRAINING_CACHE_MEDIUM"]

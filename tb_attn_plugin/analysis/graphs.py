@@ -18,10 +18,10 @@ import numpy as np
 
 from tb_attn_plugin.analysis.attribute import Attribution
 from tb_attn_plugin.analysis.wording import count, layer_list, series
-from tb_attn_plugin.ops import GRAPH_CAPTURE_BEGIN, GRAPH_CAPTURE_END, GRAPH_LAUNCH
-from tb_attn_plugin.scopes import PHASES
 from tb_attn_plugin.trace.events import Events
 from tb_attn_plugin.trace.kineto import DEVICE_KINDS, Kind
+from tb_attn_plugin.vocab.ops import GRAPH_CAPTURE_BEGIN, GRAPH_CAPTURE_END, GRAPH_LAUNCH
+from tb_attn_plugin.vocab.scopes import PHASES
 
 __all__ = ["GRAPHS_OFF", "GraphUse", "graph_use"]
 

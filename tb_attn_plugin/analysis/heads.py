@@ -22,10 +22,10 @@ import msgspec
 from tb_attn_plugin.analysis.flops import causal_fraction
 from tb_attn_plugin.analysis.query import new_finding
 from tb_attn_plugin.analysis.wording import duration, pct
-from tb_attn_plugin.backends import UNFUSED_BACKENDS
-from tb_attn_plugin.masks import MaskSpec, kept_pairs
-from tb_attn_plugin.schema import AttnStats, Finding, HeadAttention, WorkerSummary
-from tb_attn_plugin.scopes import CORE_PHASES
+from tb_attn_plugin.types.schema import AttnStats, Finding, HeadAttention, WorkerSummary
+from tb_attn_plugin.vocab.backends import UNFUSED_BACKENDS
+from tb_attn_plugin.vocab.masks import MaskSpec, kept_pairs
+from tb_attn_plugin.vocab.scopes import CORE_PHASES
 
 __all__ = ["LOCAL_THRESHOLD", "LOCAL_WINDOW", "SINK_MASS", "HeadRow", "attn_stats", "head_rows", "local_heads",
            "window_keeps", "with_window"]

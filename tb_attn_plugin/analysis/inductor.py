@@ -26,7 +26,7 @@ from __future__ import annotations
 import re
 from functools import lru_cache
 
-from tb_attn_plugin.ops import (
+from tb_attn_plugin.vocab.ops import (
     INDUCTOR_ARITH_ORIGINS,
     INDUCTOR_EPILOGUE_OP,
     INDUCTOR_GEMM_ORIGINS,

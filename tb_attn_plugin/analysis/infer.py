@@ -53,7 +53,9 @@ from tb_attn_plugin.analysis.opnames import is_serving_core
 from tb_attn_plugin.analysis.query import ancestors
 from tb_attn_plugin.analysis.roles import SyntheticScope, assign_roles, phase_spans, span_scope
 from tb_attn_plugin.analysis.serving import serving_cores
-from tb_attn_plugin.ops import (
+from tb_attn_plugin.trace.events import Events
+from tb_attn_plugin.trace.kineto import MODULE_PREFIX, Kind
+from tb_attn_plugin.vocab.ops import (
     ATTENTION_CORE_OPS,
     COMPILED_REGION_PREFIX,
     FUSED_BLOCK_OPS,
@@ -65,9 +67,7 @@ from tb_attn_plugin.ops import (
     SDPA_OPS,
     SOFTMAX_OPS,
 )
-from tb_attn_plugin.scopes import MAX_LAYERS, format_scope
-from tb_attn_plugin.trace.events import Events
-from tb_attn_plugin.trace.kineto import MODULE_PREFIX, Kind
+from tb_attn_plugin.vocab.scopes import MAX_LAYERS, format_scope
 
 __all__ = ["TOO_MANY_BLOCKS", "Inferred", "SyntheticScope", "infer_scopes"]
 

@@ -26,9 +26,9 @@ from typing import NamedTuple
 import numpy as np
 
 from tb_attn_plugin.analysis.nesting import nearest_marked_ancestor
-from tb_attn_plugin.ops import COMPILED_REGION_PREFIX
 from tb_attn_plugin.trace.events import Events
 from tb_attn_plugin.trace.kineto import MODULE_PREFIX, Kind
+from tb_attn_plugin.vocab.ops import COMPILED_REGION_PREFIX
 
 __all__ = ["Found", "number_blocks"]
 

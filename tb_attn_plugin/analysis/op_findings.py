@@ -15,7 +15,9 @@ import numpy as np
 from tb_attn_plugin.analysis.query import HALF_DTYPES, I64, RuleQuery, dtype_name, new_finding
 from tb_attn_plugin.analysis.sdpa_causes import Cause, SdpaCall, causes
 from tb_attn_plugin.analysis.wording import count, duration, layer_list, number, size
-from tb_attn_plugin.ops import (
+from tb_attn_plugin.trace.kineto import Kind
+from tb_attn_plugin.types.schema import Finding
+from tb_attn_plugin.vocab.ops import (
     ARANGE_OP,
     COMPARE_OPS,
     COPY_OPS,
@@ -35,9 +37,7 @@ from tb_attn_plugin.ops import (
     SOFTMAX_OPS,
     TRIANGLE_OPS,
 )
-from tb_attn_plugin.schema import Finding
-from tb_attn_plugin.scopes import PHASES, SCORE_PASS_PHASES, SCORE_PHASES, Phase, in_order
-from tb_attn_plugin.trace.kineto import Kind
+from tb_attn_plugin.vocab.scopes import PHASES, SCORE_PASS_PHASES, SCORE_PHASES, Phase, in_order
 
 _FLEX_PHASE = PHASES.index("flex")
 

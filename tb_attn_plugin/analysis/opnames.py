@@ -14,7 +14,7 @@ import re
 from functools import lru_cache
 
 from tb_attn_plugin.analysis.inductor import representative
-from tb_attn_plugin.ops import (
+from tb_attn_plugin.vocab.ops import (
     LINEAR_OP,
     SERVING_CORE_OPS,
     SERVING_GEMM_OPS,

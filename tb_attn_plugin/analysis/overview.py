@@ -12,7 +12,7 @@ from __future__ import annotations
 from tb_attn_plugin.analysis.findings import SEVERITIES
 from tb_attn_plugin.analysis.wording import attention as attention_noun
 from tb_attn_plugin.analysis.wording import core_only_note, duration
-from tb_attn_plugin.schema import Finding, WorkerSummary
+from tb_attn_plugin.types.schema import Finding, WorkerSummary
 
 __all__ = ["headline"]
 

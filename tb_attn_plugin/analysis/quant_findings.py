@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from tb_attn_plugin.analysis.query import RuleQuery, new_finding
 from tb_attn_plugin.analysis.wording import duration, layer_list, pct
-from tb_attn_plugin.schema import Finding
-from tb_attn_plugin.scopes import QUANT_PHASES, in_order
+from tb_attn_plugin.types.schema import Finding
+from tb_attn_plugin.vocab.scopes import QUANT_PHASES, in_order
 
 __all__ = ["QUANT_RULES", "QUANT_SHARE", "quant_share"]
 

@@ -24,11 +24,11 @@ from tb_attn_plugin.analysis.bounds import clip
 from tb_attn_plugin.analysis.flops import elem_bytes
 from tb_attn_plugin.analysis.nesting import EPS_US, nearest_marked_ancestor
 from tb_attn_plugin.analysis.scores import score_allocs, sxs_sizes
-from tb_attn_plugin.ops import FUSED_BLOCK_OPS, LINEAR_OP, SDPA_OPS
-from tb_attn_plugin.schema import Evidence, Finding, WorkerSummary
-from tb_attn_plugin.scopes import PHASES
 from tb_attn_plugin.trace.events import Events
 from tb_attn_plugin.trace.kineto import DEVICE_KINDS, STEP_PREFIX, Kind
+from tb_attn_plugin.types.schema import Evidence, Finding, WorkerSummary
+from tb_attn_plugin.vocab.ops import FUSED_BLOCK_OPS, LINEAR_OP, SDPA_OPS
+from tb_attn_plugin.vocab.scopes import PHASES
 
 __all__ = ["HALF_DTYPES", "MAX_NAMES", "RuleQuery", "TraceQuery", "ancestors", "dtype_name", "new_finding"]
 

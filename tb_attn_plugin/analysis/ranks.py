@@ -42,16 +42,8 @@ from collections import defaultdict
 from typing import Literal, TypeGuard
 
 from tb_attn_plugin.analysis.spread import median_low, spread
-from tb_attn_plugin.responses import (
-    GlobalHead,
-    RankLayer,
-    RankRow,
-    RanksColumn,
-    RanksLayer,
-    RanksResponse,
-    Straggler,
-)
-from tb_attn_plugin.schema import CollectiveStats, RunSummary, WorkerSummary
+from tb_attn_plugin.types.results import GlobalHead, RankLayer, RankRow, RanksColumn, RanksLayer, RankView, Straggler
+from tb_attn_plugin.types.schema import CollectiveStats, RunSummary, WorkerSummary
 
 __all__ = [
     "DEFAULT_MARGIN", "MAX_MAP_HEADS", "MAX_WORLD_SIZE", "MEDIAN_LABEL", "RANK_OUT_OF_RANGE", "heads_label",
@@ -139,7 +131,7 @@ def median_over_ranks(values: list[float]) -> float:
     return median_low(values) if values else 0.0
 
 
-def ranks(run: RunSummary, *, margin: float = DEFAULT_MARGIN) -> RanksResponse:
+def ranks(run: RunSummary, *, margin: float = DEFAULT_MARGIN) -> RankView:
     """The ranks view of ``run`` (every worker of it; one row per worker, spans averaged).
     ``ranks_total`` counts the rows; a caller that read only some ranks sets the run's own count."""
     if margin < 0:
@@ -171,7 +163,7 @@ def ranks(run: RunSummary, *, margin: float = DEFAULT_MARGIN) -> RanksResponse:
         warnings.append(f"the layer × head map shows its first {MAX_MAP_HEADS} heads; {more} more are left out")
     clock: Literal["cpu", "device"] = "device" if device else "cpu"
     backward = any(layer.backward_us > 0 for r in rows for layer in r.layers)
-    return RanksResponse(
+    return RankView(
         run=run.run, clock=clock, metric="attention_best", metric_label=metric_label(clock, backward=backward),
         means_label=means_label(clock, backward=backward), heads_label=heads_label(clock), median_label=MEDIAN_LABEL,
         margin=margin, min_gap_us=MIN_GAP_US, ranks=rows,

@@ -24,10 +24,10 @@ import numpy as np
 
 from tb_attn_plugin.analysis.attribute import Attribution
 from tb_attn_plugin.analysis.backend import is_attention_kernel
-from tb_attn_plugin.ops import GRAPH_LAUNCH, REPLAY_KV_WRITE_KERNELS, REPLAY_ROPE_KERNELS
-from tb_attn_plugin.scopes import MAX_LAYERS, PHASES, Phase
 from tb_attn_plugin.trace.events import Events
 from tb_attn_plugin.trace.kineto import DEVICE_KINDS, Kind
+from tb_attn_plugin.vocab.ops import GRAPH_LAUNCH, REPLAY_KV_WRITE_KERNELS, REPLAY_ROPE_KERNELS
+from tb_attn_plugin.vocab.scopes import MAX_LAYERS, PHASES, Phase
 
 __all__ = ["Replays", "place_replay_kernels"]
 

@@ -52,7 +52,9 @@ import numpy as np
 
 from tb_attn_plugin.analysis.attribute import Attribution
 from tb_attn_plugin.analysis.opnames import canonical
-from tb_attn_plugin.ops import (
+from tb_attn_plugin.trace.events import Events
+from tb_attn_plugin.trace.kineto import Kind
+from tb_attn_plugin.vocab.ops import (
     ARITHMETIC_OPS,
     ATTENTION_CORE_OPS,
     CAT_OP,
@@ -86,9 +88,7 @@ from tb_attn_plugin.ops import (
     TRANSPOSE_OPS,
     UNSQUEEZE_OPS,
 )
-from tb_attn_plugin.scopes import PHASES, Phase, format_scope
-from tb_attn_plugin.trace.events import Events
-from tb_attn_plugin.trace.kineto import Kind
+from tb_attn_plugin.vocab.scopes import PHASES, Phase, format_scope
 
 __all__ = ["CORE", "SyntheticScope", "assign_roles", "phase_spans", "role_scopes", "span_scope"]
 

@@ -23,11 +23,12 @@ from dataclasses import dataclass
 
 from tb_attn_plugin.analysis.batch import decode_roof
 from tb_attn_plugin.analysis.findings import SEVERITIES
+from tb_attn_plugin.analysis.overview import headline
 from tb_attn_plugin.analysis.peaks import Peaks, with_overrides
 from tb_attn_plugin.analysis.query import new_finding
 from tb_attn_plugin.analysis.wording import attention, core_only_note, duration, layer_list, number, pct, share, size
-from tb_attn_plugin.schema import Finding, LayerStats, PhaseStats, Roof, Roofline, WorkerSummary
-from tb_attn_plugin.scopes import FUSED_PHASES, OTHER, UNFUSED_CORE_PHASES, Phase
+from tb_attn_plugin.types.schema import Finding, LayerStats, PhaseStats, Roof, Roofline, WorkerSummary
+from tb_attn_plugin.vocab.scopes import FUSED_PHASES, OTHER, UNFUSED_CORE_PHASES, Phase
 
 __all__ = ["FAR_SHARE", "FAR_TIME_SHARE", "SCORE_TRAFFIC_PHASES", "VERDICTS", "apply_roofline", "far_from_roof",
            "peaks_of", "phase_roofs", "with_peaks"]
@@ -171,7 +172,6 @@ def _roof_layers(layers: list[LayerStats], peaks: Peaks, device: bool) -> _Terms
 def with_peaks(summary: WorkerSummary, flops: float | None, bytes_per_s: float | None) -> None:
     """The summary (in place) under the user's peaks (``tb-attn --peak-flops/--peak-bw``): its
     roofs, far-from-roof findings and headline again."""
-    from tb_attn_plugin.analysis.overview import headline
 
     if summary.roofline is None:
         return

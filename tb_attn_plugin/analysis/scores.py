@@ -12,7 +12,8 @@ import numpy as np
 
 from tb_attn_plugin.analysis.attribute import Attribution
 from tb_attn_plugin.analysis.flops import MAX_TENSOR_BYTES, elem_bytes
-from tb_attn_plugin.ops import (
+from tb_attn_plugin.trace.events import Events
+from tb_attn_plugin.vocab.ops import (
     ADDMM_OP,
     ARITHMETIC_OPS,
     DROPOUT_OPS,
@@ -31,8 +32,7 @@ from tb_attn_plugin.ops import (
     SDPA_OPS,
     SOFTMAX_OPS,
 )
-from tb_attn_plugin.scopes import OTHER, PHASES, SCORE_PHASES
-from tb_attn_plugin.trace.events import Events
+from tb_attn_plugin.vocab.scopes import OTHER, PHASES, SCORE_PHASES
 
 __all__ = ["SCORE_ALLOC_PHASES", "ScoreSizes", "allocator_sizes", "score_allocs", "sxs_sizes"]
 

@@ -11,13 +11,13 @@ import numpy as np
 
 from tb_attn_plugin.analysis.opnames import is_serving_core, is_serving_kv_write
 from tb_attn_plugin.analysis.query import ancestors
-from tb_attn_plugin.ops import (
+from tb_attn_plugin.trace.events import Events
+from tb_attn_plugin.trace.kineto import Kind
+from tb_attn_plugin.vocab.ops import (
     LAYOUT_OPS,
     SERVING_BOOKKEEPING_OPS,
     TENSOR_NEW_OPS,
 )
-from tb_attn_plugin.trace.events import Events
-from tb_attn_plugin.trace.kineto import Kind
 
 __all__ = ["serving_cores"]
 

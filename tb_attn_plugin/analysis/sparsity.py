@@ -31,10 +31,10 @@ from typing import Any
 
 from tb_attn_plugin.analysis.bounds import clip
 from tb_attn_plugin.analysis.flops import BACKWARD_FACTOR, flop_rate
-from tb_attn_plugin.backends import DENSE_WORK_BACKENDS, Backend
-from tb_attn_plugin.masks import kept_pairs, parse_mask
-from tb_attn_plugin.schema import LayerMask, LayerStats, PhaseStats, WorkerSummary
-from tb_attn_plugin.scopes import CORE_PHASES, Phase
+from tb_attn_plugin.types.schema import LayerMask, LayerStats, PhaseStats, WorkerSummary
+from tb_attn_plugin.vocab.backends import DENSE_WORK_BACKENDS, Backend
+from tb_attn_plugin.vocab.masks import kept_pairs, parse_mask
+from tb_attn_plugin.vocab.scopes import CORE_PHASES, Phase
 
 __all__ = ["apply_masks", "layer_masks"]
 

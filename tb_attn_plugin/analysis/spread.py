@@ -23,7 +23,7 @@ from typing import TypeVar
 
 import numpy as np
 
-from tb_attn_plugin.schema import RunSummary, Spread, WorkerSummary
+from tb_attn_plugin.types.schema import RunSummary, Spread, WorkerSummary
 
 __all__ = ["IQR_MIN_STEPS", "NOISY", "lower_middle", "median", "median_low", "per_step_sums", "percentiles",
            "quantile", "representative_worker", "spread"]

@@ -28,16 +28,16 @@ from tb_attn_plugin.analysis.quant_findings import quant_share
 from tb_attn_plugin.analysis.query import new_finding
 from tb_attn_plugin.analysis.spread import representative_worker
 from tb_attn_plugin.analysis.wording import duration, pct
-from tb_attn_plugin.responses_runs import Fit
-from tb_attn_plugin.responses_strategies import (
+from tb_attn_plugin.types.results import Fit
+from tb_attn_plugin.types.schema import Finding, RunSummary
+from tb_attn_plugin.types.strategies import (
     Accuracy,
     Crossover,
-    StrategiesResponse,
     StrategyGroup,
     StrategyRow,
     StrategySeries,
+    StrategyTable,
 )
-from tb_attn_plugin.schema import Finding, RunSummary
 
 __all__ = ["APPROXIMATE_BACKENDS", "LINEAR_BACKENDS", "LOSS_TOL", "REL_TOL", "check_tolerance", "crossover",
            "pareto_front", "strategies"]
@@ -139,7 +139,7 @@ def check_tolerance(name: str, value: float) -> float:
 
 
 def strategies(runs: list[RunSummary], *, baseline: str | None = None, rel_tol: float = REL_TOL,
-               loss_tol: float = LOSS_TOL) -> StrategiesResponse:
+               loss_tol: float = LOSS_TOL) -> StrategyTable:
     """The strategies view of ``runs`` (see the module's docstring)."""
     groups: dict[str, list[tuple[RunSummary, dict[str, Any]]]] = {}
     for run in runs:
@@ -153,7 +153,7 @@ def strategies(runs: list[RunSummary], *, baseline: str | None = None, rel_tol: 
                          default=str)
         groups.setdefault(key, []).append((run, cfg))
     out = [_group(members, baseline, rel_tol, loss_tol) for _, members in sorted(groups.items())]
-    return StrategiesResponse(rel_tol=rel_tol, loss_tol=loss_tol, groups=out)
+    return StrategyTable(rel_tol=rel_tol, loss_tol=loss_tol, groups=out)
 
 
 def _row(run: RunSummary, cfg: dict[str, Any], device: bool) -> StrategyRow:

@@ -49,11 +49,11 @@ from tb_attn_plugin.analysis.scores import SCORE_ALLOC_PHASES, ScoreSizes, score
 from tb_attn_plugin.analysis.sparsity import apply_masks
 from tb_attn_plugin.analysis.spread import per_step_sums, spread
 from tb_attn_plugin.analysis.traffic import event_bytes, flop_dtype
-from tb_attn_plugin.ops import GRAPH_LAUNCH, SDPA_OPS, SOFTMAX_OPS
-from tb_attn_plugin.schema import Backward, HeadStats, LayerStats, PhaseStats, Spread, StepStats, WorkerSummary
-from tb_attn_plugin.scopes import MAX_HEADS, OTHER, PHASES, SCORE_PHASES, UNSPLIT_PHASES, in_order, parse_scope
 from tb_attn_plugin.trace.events import Events
 from tb_attn_plugin.trace.kineto import BACKWARD_PREFIX, Kind
+from tb_attn_plugin.types.schema import Backward, HeadStats, LayerStats, PhaseStats, Spread, StepStats, WorkerSummary
+from tb_attn_plugin.vocab.ops import GRAPH_LAUNCH, SDPA_OPS, SOFTMAX_OPS
+from tb_attn_plugin.vocab.scopes import MAX_HEADS, OTHER, PHASES, SCORE_PHASES, UNSPLIT_PHASES, in_order, parse_scope
 
 __all__ = ["summarize", "summarize_analysis", "summarize_trace", "typed"]
 

@@ -51,7 +51,9 @@ from tb_attn_plugin.analysis.attribute import Attribution
 from tb_attn_plugin.analysis.batch import batch_bytes
 from tb_attn_plugin.analysis.flops import elem_bytes, plausible
 from tb_attn_plugin.analysis.nesting import nearest_marked_ancestor
-from tb_attn_plugin.ops import (
+from tb_attn_plugin.trace.events import Events, OpShapes
+from tb_attn_plugin.trace.kineto import Kind
+from tb_attn_plugin.vocab.ops import (
     ATEN_PREFIX,
     CLONE_OP,
     COMPILED_REGION_OPS,
@@ -77,9 +79,7 @@ from tb_attn_plugin.ops import (
     SDPA_OVERRIDEABLE_OP,
     SOFTMAX_OPS,
 )
-from tb_attn_plugin.scopes import PHASES
-from tb_attn_plugin.trace.events import Events, OpShapes
-from tb_attn_plugin.trace.kineto import Kind
+from tb_attn_plugin.vocab.scopes import PHASES
 
 __all__ = ["event_bytes", "flop_dtype", "op_bytes", "peak_dtype"]
 

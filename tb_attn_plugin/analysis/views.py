@@ -11,19 +11,19 @@ import numpy as np
 from tb_attn_plugin.analysis.analyze import Analysis
 from tb_attn_plugin.analysis.nesting import EPS_US
 from tb_attn_plugin.analysis.query import TraceQuery
-from tb_attn_plugin.responses import (
+from tb_attn_plugin.trace.kineto import DEVICE_KINDS, Kind
+from tb_attn_plugin.types.views import (
     BackwardBlock,
     EventKind,
     LayerPeak,
-    MemoryResponse,
+    MemoryCurve,
     MemoryScope,
     StepPeak,
     TimelineEvents,
-    TimelineResponse,
+    TimelineSlice,
     TimelineTrack,
 )
-from tb_attn_plugin.scopes import PHASES
-from tb_attn_plugin.trace.kineto import DEVICE_KINDS, Kind
+from tb_attn_plugin.vocab.scopes import PHASES
 
 __all__ = ["KIND_NAMES", "memory_curve", "step_window", "steps_of", "timeline"]
 
@@ -81,7 +81,7 @@ def _downsample(t: np.ndarray, y: np.ndarray, max_points: int) -> list[tuple[flo
     return out
 
 
-def memory_curve(analysis: Analysis, *, step: int | None, max_points: int = 4000) -> MemoryResponse:
+def memory_curve(analysis: Analysis, *, step: int | None, max_points: int = 4000) -> MemoryCurve:
     ev, a = analysis.events, analysis.attr
     step, start, end = step_window(analysis, step)
     device_type = TraceQuery(ev, a).mem_device
@@ -103,7 +103,7 @@ def memory_curve(analysis: Analysis, *, step: int | None, max_points: int = 4000
     for la, gain in _block_gains(t, nbytes, total, lay[ph < 0], begin[ph < 0], stop[ph < 0]):
         best[la] = max(best[la], gain)
     peaks = [LayerPeak(layer=la, peak_bytes=b) for la, b in best.items()]
-    return MemoryResponse(step=step, device="cpu" if device_type == 0 else "cuda", start_us=start, end_us=end,
+    return MemoryCurve(step=step, device="cpu" if device_type == 0 else "cuda", start_us=start, end_us=end,
                           points=points, scopes=scopes, backward=_backward_blocks(analysis, start, end),
                           peak=_step_peak(analysis, mem_idx[window], total[window]), peaks=peaks)
 
@@ -203,7 +203,7 @@ def _track_name(analysis: Analysis, track: int) -> str:
 def timeline(
     analysis: Analysis, *, step: int | None, start_us: float | None = None, end_us: float | None = None,
     limit: int = 200_000,
-) -> TimelineResponse:
+) -> TimelineSlice:
     ev, a = analysis.events, analysis.attr
     step, start, end = step_window(analysis, step)
     if start_us is not None:
@@ -225,7 +225,7 @@ def timeline(
     track_ids = {t: k for k, t in enumerate(tracks)}
     names_used = sorted(set(ev.name[idx].tolist()))
     name_ids = {n: k for k, n in enumerate(names_used)}
-    return TimelineResponse(
+    return TimelineSlice(
         step=step, start_us=start, end_us=end, truncated=bool(truncated), total_events=total,
         tracks=[TimelineTrack(id=track_ids[t], name=_track_name(analysis, t), device=analysis.events.tracks[t].device)
                 for t in tracks],

@@ -8,8 +8,8 @@ from __future__ import annotations
 from tb_attn_plugin.analysis.configs import config, config_key
 from tb_attn_plugin.analysis.spread import representative_worker
 from tb_attn_plugin.analysis.wording import duration
-from tb_attn_plugin.schema import RunSummary, WorkerSummary
-from tb_attn_plugin.scopes import FUSED_PHASES, IMPL_NEUTRAL_PHASES, UNFUSED_CORE_PHASES, Phase, in_order
+from tb_attn_plugin.types.schema import RunSummary, WorkerSummary
+from tb_attn_plugin.vocab.scopes import FUSED_PHASES, IMPL_NEUTRAL_PHASES, UNFUSED_CORE_PHASES, Phase, in_order
 
 __all__ = ["SLOWER_BY", "same_but_impl", "why_slower"]
 

@@ -24,7 +24,6 @@ from typing import Any
 import msgspec
 import numpy as np
 
-from tb_attn_plugin.ops import SGLANG_PROFILER_COUNTER, SGLANG_PROFILER_PREFIX, SHAPE_OPS
 from tb_attn_plugin.trace.coerce import (
     MAX_NAME_CHARS,
     MAX_SIZE,
@@ -55,6 +54,7 @@ from tb_attn_plugin.trace.kineto import (
     scopes_as_annotations,
 )
 from tb_attn_plugin.trace.scanned import add_scanned, or_minus_one, usable_memory
+from tb_attn_plugin.vocab.ops import SGLANG_PROFILER_COUNTER, SGLANG_PROFILER_PREFIX, SHAPE_OPS
 
 __all__ = ["CLIPPED_NAMES", "Builder", "add_batch", "add_loaded"]
 

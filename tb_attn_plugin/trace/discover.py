@@ -2,7 +2,7 @@
 
 A run is a directory that holds ``*.pt.trace.json[.gz]`` files, named by its path relative to
 the logdir, as torch-tb-profiler names runs (``.`` for the logdir itself). Which files are
-traces, and their workers and spans, is the trace-file grammar of ``tb_attn_plugin.names``,
+traces, and their workers and spans, is the trace-file grammar of ``tb_attn_plugin.vocab.names``,
 which the runner writes by.
 
 Any byte sequence is a valid POSIX file name, and Python lists the bytes that are not UTF-8 as
@@ -20,8 +20,8 @@ import posixpath
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from tb_attn_plugin.names import METADATA_FILE, parse_trace_name
 from tb_attn_plugin.trace.io import FileInfo
+from tb_attn_plugin.vocab.names import METADATA_FILE, parse_trace_name
 
 __all__ = ["EVENT_FILE_MARK", "MAX_EVENT_FILES", "Run", "TraceFile", "display_name", "find_runs"]
 

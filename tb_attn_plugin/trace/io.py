@@ -28,8 +28,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from tb_attn_plugin.names import parse_trace_name
 from tb_attn_plugin.trace.events import ReadError, TraceError
+from tb_attn_plugin.vocab.names import parse_trace_name
 
 _inflate: Any = zlib
 try:  # ISA-L's inflate, same streams as zlib's: 2.0x as fast on a gzipped 103 MB trace, 1.7-5x on

@@ -19,8 +19,8 @@ from typing import Any
 import msgspec
 import numpy as np
 
-from tb_attn_plugin.scopes import is_scope_name
 from tb_attn_plugin.trace.coerce import EMPTY_RAW, as_float, as_raw, int_or_none
+from tb_attn_plugin.vocab.scopes import is_scope_name
 
 __all__ = [
     "BACKWARD_PREFIX",

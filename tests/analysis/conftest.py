@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 
 from tb_attn_plugin.analysis.attribute import Attribution, attribute
-from tb_attn_plugin.scopes import PHASES
 from tb_attn_plugin.trace.events import Events
+from tb_attn_plugin.vocab.scopes import PHASES
 
 HERE = Path(__file__).parent
 GOLDEN = HERE / "golden"

@@ -14,7 +14,7 @@ from tb_attn_plugin.analysis.overview import headline
 from tb_attn_plugin.analysis.peaks import peaks_for
 from tb_attn_plugin.analysis.roofline import apply_roofline
 from tb_attn_plugin.analysis.summary import summarize_analysis, summarize_trace
-from tb_attn_plugin.loader import Loader, resolve_runs
+from tb_attn_plugin.engine.loader import Loader, resolve_runs
 from tb_attn_plugin.trace.decode import decode_bytes
 
 META: dict[str, object] = {"impl": "sdpa-flash", "dtype": "bfloat16"}

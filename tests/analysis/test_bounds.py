@@ -23,12 +23,12 @@ from tb_attn_plugin.analysis.findings import find
 from tb_attn_plugin.analysis.flops import MAX_TENSOR_BYTES, op_flops, tensor_bytes
 from tb_attn_plugin.analysis.ranks import MAX_MAP_HEADS, ranks
 from tb_attn_plugin.analysis.summary import summarize_analysis
-from tb_attn_plugin.loader import Loader
-from tb_attn_plugin.schema import RunSummary, WorkerSummary
-from tb_attn_plugin.scopes import MAX_HEADS, MAX_LAYERS
+from tb_attn_plugin.engine.loader import Loader
 from tb_attn_plugin.trace.decode import decode_bytes
 from tb_attn_plugin.trace.discover import TraceFile
 from tb_attn_plugin.trace.events import OpShapes
+from tb_attn_plugin.types.schema import RunSummary, WorkerSummary
+from tb_attn_plugin.vocab.scopes import MAX_HEADS, MAX_LAYERS
 
 MAX_SUMMARY_BYTES = 1 << 20
 SOFTMAX_DIMS = [[1, 4, 8, 8]]

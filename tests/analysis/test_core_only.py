@@ -19,9 +19,9 @@ from torch import nn
 from devtools.corpus import TRACES as CORPUS
 from tb_attn_plugin.analysis.analyze import analyze
 from tb_attn_plugin.analysis.summary import summarize, summarize_trace
-from tb_attn_plugin.loader import load_events
-from tb_attn_plugin.report import summary_csv, summary_table
-from tb_attn_plugin.schema import Finding, RunSummary, WorkerSummary
+from tb_attn_plugin.cli.report import summary_csv, summary_table
+from tb_attn_plugin.engine.loader import load_events
+from tb_attn_plugin.types.schema import Finding, RunSummary, WorkerSummary
 
 B, H, S, D = 2, 4, 32, 16
 CALLS = 3  # attention calls per step: three layers each

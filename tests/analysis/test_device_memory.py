@@ -20,9 +20,9 @@ from tb_attn_plugin.analysis.analyze import analyze
 from tb_attn_plugin.analysis.bounds import MAX_LABEL_CHARS
 from tb_attn_plugin.analysis.figures import run_figures
 from tb_attn_plugin.analysis.summary import summarize_trace
-from tb_attn_plugin.loader import load_events
-from tb_attn_plugin.schema import RunSummary, WorkerSummary
+from tb_attn_plugin.engine.loader import load_events
 from tb_attn_plugin.trace.decode import decode_bytes
+from tb_attn_plugin.types.schema import RunSummary, WorkerSummary
 
 PRODUCTION = SHARED_TRACES.parent / "production-traces"
 MI300X = SHARED_TRACES / "gpu" / "tracelens_mi300x_bert-small_sdpa-flash.json.gz"

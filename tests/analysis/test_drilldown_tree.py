@@ -19,9 +19,9 @@ from tb_attn_plugin.analysis.analyze import Analysis, analyze
 from tb_attn_plugin.analysis.drilldown import drilldown
 from tb_attn_plugin.analysis.summary import summarize_analysis
 from tb_attn_plugin.analysis.views import ViewError
-from tb_attn_plugin.loader import load_events
-from tb_attn_plugin.responses import Drilldown, DrillNode
+from tb_attn_plugin.engine.loader import load_events
 from tb_attn_plugin.trace.decode import decode_bytes
+from tb_attn_plugin.types.views import DrillNode, DrillTree
 
 MODEL_TRACES = Path(__file__).resolve().parents[1] / "models" / "traces"
 CPU, GPU = {"pid": 1, "tid": 1}, {"pid": 0, "tid": 7}
@@ -77,7 +77,7 @@ def _hand_trace() -> Analysis:
     return analyze(decode_bytes(json.dumps({"schemaVersion": 1, "traceEvents": events}).encode()))
 
 
-def _check_links(d: Drilldown) -> None:
+def _check_links(d: DrillTree) -> None:
     """Ids are positions, each child names its parent, and the tree is depth first."""
     for k, node in enumerate(d.tree):
         assert node.id == k
@@ -99,7 +99,7 @@ def _check_links(d: Drilldown) -> None:
     assert order == list(range(len(d.tree)))
 
 
-def _roots(d: Drilldown) -> list[DrillNode]:
+def _roots(d: DrillTree) -> list[DrillNode]:
     return [n for n in d.tree if n.parent is None]
 
 

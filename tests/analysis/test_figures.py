@@ -5,7 +5,7 @@ from __future__ import annotations
 from tb_attn_plugin.analysis.compare import run_facts
 from tb_attn_plugin.analysis.figures import run_figures
 from tb_attn_plugin.analysis.spread import spread
-from tb_attn_plugin.schema import Backward, FileError, LayerStats, RunSummary, StepStats, WorkerSummary
+from tb_attn_plugin.types.schema import Backward, FileError, LayerStats, RunSummary, StepStats, WorkerSummary
 
 
 def _layer(layer: int, *, peak_bytes: int, backend: str = "naive") -> LayerStats:

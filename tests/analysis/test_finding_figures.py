@@ -40,9 +40,8 @@ from tb_attn_plugin.analysis.wording import (
     share,
     size,
 )
-from tb_attn_plugin.loader import Loader, resolve_runs
-from tb_attn_plugin.responses_strategies import StrategyGroup
-from tb_attn_plugin.schema import (
+from tb_attn_plugin.engine.loader import Loader, resolve_runs
+from tb_attn_plugin.types.schema import (
     AttnStats,
     Finding,
     Generation,
@@ -53,7 +52,8 @@ from tb_attn_plugin.schema import (
     RunSummary,
     WorkerSummary,
 )
-from tb_attn_plugin.scopes import QUANT_PHASES
+from tb_attn_plugin.types.strategies import StrategyGroup
+from tb_attn_plugin.vocab.scopes import QUANT_PHASES
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "findings.md"
 GPU_TRACES = Path(__file__).resolve().parents[1] / "gpu_traces"

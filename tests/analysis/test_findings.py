@@ -16,9 +16,9 @@ from tracetools import trace_files
 from tb_attn_plugin.analysis.analyze import Analysis, analyze
 from tb_attn_plugin.analysis.findings import SEVERITIES, Finding, find
 from tb_attn_plugin.analysis.summary import summarize_analysis
-from tb_attn_plugin.loader import load_events
-from tb_attn_plugin.schema import WorkerSummary
+from tb_attn_plugin.engine.loader import load_events
 from tb_attn_plugin.trace.decode import decode_bytes
+from tb_attn_plugin.types.schema import WorkerSummary
 
 TRACES = HAND_TRACES
 RULES = ("hidden-copy", "mask-rebuilt", "math-fallback", "fp32-upcast", "safe-softmax", "sxs-materialized",

@@ -16,10 +16,10 @@ from tb_attn_plugin.analysis.analyze import analyze
 from tb_attn_plugin.analysis.compare import compare, scaling
 from tb_attn_plugin.analysis.flops import causal_fraction, op_flops
 from tb_attn_plugin.analysis.summary import summarize_trace
-from tb_attn_plugin.cli import main
-from tb_attn_plugin.loader import Loader, load_events, resolve_runs
-from tb_attn_plugin.schema import Generation, RunSummary, WorkerSummary
+from tb_attn_plugin.cli.main import main
+from tb_attn_plugin.engine.loader import Loader, load_events, resolve_runs
 from tb_attn_plugin.trace.events import OpShapes
+from tb_attn_plugin.types.schema import Generation, RunSummary, WorkerSummary
 
 B, H, LAYERS, NEW = GENERATION["batch"], GENERATION["heads"], GENERATION["layers"], GENERATION["new_tokens"]
 D = GENERATION["d_model"] // H

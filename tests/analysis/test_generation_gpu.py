@@ -13,8 +13,8 @@ import pytest
 from tb_attn_plugin.analysis.analyze import analyze
 from tb_attn_plugin.analysis.compare import scaling
 from tb_attn_plugin.analysis.summary import summarize_trace
-from tb_attn_plugin.loader import Loader, load_events, resolve_runs
-from tb_attn_plugin.schema import Generation, WorkerSummary
+from tb_attn_plugin.engine.loader import Loader, load_events, resolve_runs
+from tb_attn_plugin.types.schema import Generation, WorkerSummary
 
 GEN = Path(__file__).resolve().parents[1] / "gpu_traces" / "generate"
 BF16 = 2

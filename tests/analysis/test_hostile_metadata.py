@@ -21,15 +21,15 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from tracetools import trace_files
 
-from tb_attn_plugin import cli
 from tb_attn_plugin.analysis.analyze import Analysis, analyze
 from tb_attn_plugin.analysis.compare import compare, scaling
 from tb_attn_plugin.analysis.heads import window_keeps
 from tb_attn_plugin.analysis.strategies import strategies
 from tb_attn_plugin.analysis.summary import summarize_trace
-from tb_attn_plugin.loader import load_events
-from tb_attn_plugin.masks import MAX_VALUE, MaskSpec, kept_pairs
-from tb_attn_plugin.schema import RunSummary, WorkerSummary, to_json
+from tb_attn_plugin.cli import main as cli
+from tb_attn_plugin.engine.loader import load_events
+from tb_attn_plugin.types.schema import RunSummary, WorkerSummary, to_json
+from tb_attn_plugin.vocab.masks import MAX_VALUE, MaskSpec, kept_pairs
 
 SIZES = {"batch": 1, "heads": 2, "d_model": 32}
 #: What the hostile metadata may add to a summary's peak allocation (the 2^26 case took 2.1 GB).

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from tb_attn_plugin.analysis.overview import headline, top_finding
-from tb_attn_plugin.loader import Loader, resolve_runs
-from tb_attn_plugin.schema import Backward, Evidence, Finding, LayerStats, PhaseStats, Spread, WorkerSummary
+from tb_attn_plugin.engine.loader import Loader, resolve_runs
+from tb_attn_plugin.types.schema import Backward, Evidence, Finding, LayerStats, PhaseStats, Spread, WorkerSummary
 
 CORPUS = Path(__file__).parents[1] / "models" / "traces"
 

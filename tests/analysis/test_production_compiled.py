@@ -39,9 +39,9 @@ from helpers import SHARED_TRACES
 
 from tb_attn_plugin.analysis.analyze import analyze
 from tb_attn_plugin.analysis.summary import summarize_trace
-from tb_attn_plugin.loader import load_events
-from tb_attn_plugin.schema import LayerStats, WorkerSummary
+from tb_attn_plugin.engine.loader import load_events
 from tb_attn_plugin.trace.decode import decode_bytes
+from tb_attn_plugin.types.schema import LayerStats, WorkerSummary
 
 TRACE = SHARED_TRACES.parent / "production-traces" / "tracelens_xdit_sd3.5_mi300_diffusion.json.gz"
 CLIP, T5, MMDIT, VAE = 12 + 32, 24, 38, 1

@@ -30,10 +30,10 @@ from tb_attn_plugin.analysis.backend import LIBRARY_BACKENDS, detect_backend
 from tb_attn_plugin.analysis.flops import UNCOUNTED, kept_pairs, library_flops, op_flops
 from tb_attn_plugin.analysis.roles import assign_roles
 from tb_attn_plugin.analysis.summary import summarize_trace
-from tb_attn_plugin.loader import load_events
-from tb_attn_plugin.schema import WorkerSummary
+from tb_attn_plugin.engine.loader import load_events
 from tb_attn_plugin.trace.decode import decode_bytes
 from tb_attn_plugin.trace.events import OpShapes
+from tb_attn_plugin.types.schema import WorkerSummary
 
 SGLANG = SHARED_TRACES.parent / "production-traces" / "tracelens_sglang_qwen3-8b_mi300_prefilldecode.json.gz"
 

@@ -18,8 +18,8 @@ import pytest
 
 from tb_attn_plugin.analysis.analyze import analyze
 from tb_attn_plugin.analysis.summary import summarize_trace
-from tb_attn_plugin.schema import WorkerSummary
 from tb_attn_plugin.trace.decode import decode_bytes
+from tb_attn_plugin.types.schema import WorkerSummary
 
 CPU = {"pid": 1, "tid": 1}
 GPU = {"pid": 0, "tid": 7}

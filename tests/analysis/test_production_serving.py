@@ -34,10 +34,10 @@ from tb_attn_plugin.analysis.graphs import GRAPHS_OFF
 from tb_attn_plugin.analysis.opnames import canonical
 from tb_attn_plugin.analysis.roles import assign_roles
 from tb_attn_plugin.analysis.summary import summarize_trace
-from tb_attn_plugin.loader import load_events
-from tb_attn_plugin.report import summary_csv
-from tb_attn_plugin.schema import LayerStats, RunSummary, WorkerSummary
+from tb_attn_plugin.cli.report import summary_csv
+from tb_attn_plugin.engine.loader import load_events
 from tb_attn_plugin.trace.decode import decode_bytes
+from tb_attn_plugin.types.schema import LayerStats, RunSummary, WorkerSummary
 
 PRODUCTION = SHARED_TRACES.parent / "production-traces"
 VLLM = PRODUCTION / "tracelens_vllm_mi300_prefilldecode_piecewise_graphs.pt.trace.json.gz"

@@ -14,10 +14,10 @@ from tb_attn_plugin.analysis.analyze import analyze
 from tb_attn_plugin.analysis.collectives import collective_name
 from tb_attn_plugin.analysis.ranks import ranks
 from tb_attn_plugin.analysis.summary import summarize_trace
-from tb_attn_plugin.loader import Loader, resolve_runs
-from tb_attn_plugin.responses import RanksResponse
-from tb_attn_plugin.schema import RunSummary
+from tb_attn_plugin.engine.loader import Loader, resolve_runs
 from tb_attn_plugin.trace.decode import decode_bytes
+from tb_attn_plugin.types.results import RankView
+from tb_attn_plugin.types.schema import RunSummary
 
 OTHER = SHARED_TRACES / "other"
 
@@ -57,7 +57,7 @@ def test_public_traces_ranks_and_collectives() -> None:
     assert _worker(OTHER / "kineto_resnet50_v100_worker0.1623143089861.pt.trace.json.gz").collectives == []
 
 
-def _view(run_dir: Path, **kwargs: float) -> RanksResponse:
+def _view(run_dir: Path, **kwargs: float) -> RankView:
     (run,) = resolve_runs(str(run_dir.parent))
     return ranks(Loader().summarize_run(run), **kwargs)
 

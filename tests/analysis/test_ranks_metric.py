@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from tb_attn_plugin.analysis.ranks import MEDIAN_LABEL, median_over_ranks, ranks
-from tb_attn_plugin.responses import RanksResponse
-from tb_attn_plugin.schema import Backward, LayerStats, RunSummary, StepStats, WorkerSummary
+from tb_attn_plugin.types.results import RankView
+from tb_attn_plugin.types.schema import Backward, LayerStats, RunSummary, StepStats, WorkerSummary
 
 
 def _layer(layer: int, forward_us: float, backward_us: float) -> LayerStats:
@@ -34,7 +34,7 @@ def _rank(rank: int, steps_us: list[float], *, layer_us: float = 10_000.0) -> Wo
     )
 
 
-def _view(workers: list[WorkerSummary], margin: float = 0.2) -> RanksResponse:
+def _view(workers: list[WorkerSummary], margin: float = 0.2) -> RankView:
     return ranks(RunSummary(run="r", metadata=None, workers=workers, errors=[]), margin=margin)
 
 
@@ -125,7 +125,7 @@ def test_derived_heads_share_their_ranks_layer_time_so_a_slow_rank_never_has_fas
     # Tensor parallel, 2 ranks, 2 heads each, no head scopes. Rank 1 computes its core faster
     # (its heads' core share is 1 ms against rank 0's 3 ms) but spends 9 ms more in the block
     # outside every phase (a straggler's delay): its layer forward is 13 ms against rank 0's 8 ms.
-    from tb_attn_plugin.schema import HeadStats
+    from tb_attn_plugin.types.schema import HeadStats
 
     def tp_rank(rank: int, forward_us: float, core_share_us: float) -> WorkerSummary:
         w = _rank(rank, [forward_us], layer_us=forward_us / 0.4)

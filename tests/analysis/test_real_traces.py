@@ -8,8 +8,8 @@ import pytest
 from helpers import SHARED_TRACES
 
 from tb_attn_plugin.analysis.summary import summarize
-from tb_attn_plugin.loader import load_events
-from tb_attn_plugin.schema import WorkerSummary
+from tb_attn_plugin.engine.loader import load_events
+from tb_attn_plugin.types.schema import WorkerSummary
 
 ALL = sorted(SHARED_TRACES.glob("*/*.json.gz"))
 OTHER = sorted(SHARED_TRACES.glob("other/*.json.gz"))

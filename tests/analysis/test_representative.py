@@ -13,7 +13,7 @@ from tb_attn_plugin.analysis.spread import representative_worker
 from tb_attn_plugin.analysis.strategies import strategies
 from tb_attn_plugin.analysis.why_slower import why_slower
 from tb_attn_plugin.analysis.wording import duration
-from tb_attn_plugin.schema import Backward, LayerStats, RunSummary, StepStats, WorkerSummary
+from tb_attn_plugin.types.schema import Backward, LayerStats, RunSummary, StepStats, WorkerSummary
 
 FAST_STEPS = [9_000.0, 11_000.0]  # attention per step (CPU clock): mean 10 ms
 SLOW_STEPS = [14_000.0, 16_000.0]  # mean 15 ms

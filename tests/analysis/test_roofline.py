@@ -25,9 +25,9 @@ from tb_attn_plugin.analysis.peaks import (
 )
 from tb_attn_plugin.analysis.roofline import apply_roofline, far_from_roof, with_peaks
 from tb_attn_plugin.analysis.summary import summarize_trace
-from tb_attn_plugin.loader import Loader, resolve_runs
-from tb_attn_plugin.schema import PhaseStats, WorkerSummary
+from tb_attn_plugin.engine.loader import Loader, resolve_runs
 from tb_attn_plugin.trace.decode import decode_bytes
+from tb_attn_plugin.types.schema import PhaseStats, WorkerSummary
 
 GPU = SHARED_TRACES / "gpu"
 H100 = GPU / "tracelens_h100_bert-small_sdpa-flash.json.gz"

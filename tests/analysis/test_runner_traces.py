@@ -9,8 +9,8 @@ from helpers import TINY
 from tracetools import trace_files
 
 from tb_attn_plugin.analysis.summary import summarize
-from tb_attn_plugin.loader import load_events
-from tb_attn_plugin.schema import LayerStats, WorkerSummary
+from tb_attn_plugin.engine.loader import load_events
+from tb_attn_plugin.types.schema import LayerStats, WorkerSummary
 
 B, T, C, H = TINY.batch, TINY.seq, TINY.d_model, TINY.heads
 D = C // H

@@ -19,10 +19,10 @@ from helpers import SHARED_TRACES
 from tb_attn_plugin.analysis.analyze import analyze
 from tb_attn_plugin.analysis.batch import Sums, parse
 from tb_attn_plugin.analysis.summary import summarize_trace
-from tb_attn_plugin.loader import load_events
-from tb_attn_plugin.report import summary_table
-from tb_attn_plugin.schema import RunSummary, WorkerSummary
+from tb_attn_plugin.cli.report import summary_table
+from tb_attn_plugin.engine.loader import load_events
 from tb_attn_plugin.trace.decode import decode_bytes
+from tb_attn_plugin.types.schema import RunSummary, WorkerSummary
 
 SGLANG_PREFILL = SHARED_TRACES.parent / "production-traces" / "tracelens_sglang_qwen3-8b_mi300_prefilldecode.json.gz"
 

@@ -15,8 +15,8 @@ from test_finding_figures import problems
 
 from tb_attn_plugin.analysis.analyze import analyze
 from tb_attn_plugin.analysis.summary import summarize_trace
-from tb_attn_plugin.schema import Finding, WorkerSummary
 from tb_attn_plugin.trace.decode import decode_bytes
+from tb_attn_plugin.types.schema import Finding, WorkerSummary
 
 H, S, D = 4, 16, 8
 

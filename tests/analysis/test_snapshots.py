@@ -37,8 +37,8 @@ import pytest
 from helpers import SHARED_TRACES
 
 from devtools.corpus import TRACES as CORPUS_TRACES
-from tb_attn_plugin import cli
-from tb_attn_plugin.loader import load_events
+from tb_attn_plugin.cli import main as cli
+from tb_attn_plugin.engine.loader import load_events
 from tb_attn_plugin.trace.events import Events
 
 HERE = Path(__file__).resolve().parent

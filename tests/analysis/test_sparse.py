@@ -13,9 +13,9 @@ from tracetools import trace_files
 from tb_attn_plugin.analysis.analyze import analyze
 from tb_attn_plugin.analysis.backend import detect_backend
 from tb_attn_plugin.analysis.summary import summarize_trace
-from tb_attn_plugin.loader import load_events
-from tb_attn_plugin.masks import kept_pairs, parse_mask
-from tb_attn_plugin.schema import WorkerSummary
+from tb_attn_plugin.engine.loader import load_events
+from tb_attn_plugin.types.schema import WorkerSummary
+from tb_attn_plugin.vocab.masks import kept_pairs, parse_mask
 
 B, H, S, C = SPARSE["batch"], SPARSE["heads"], SPARSE["seq"], SPARSE["d_model"]
 D = int(C) // int(H)
@@ -150,7 +150,7 @@ def test_a_compile_inside_the_profiled_steps_is_a_finding(tmp_path: Path) -> Non
     import torch
     from torch.profiler import profile, record_function
 
-    from tb_attn_plugin.scopes import format_scope
+    from tb_attn_plugin.vocab.scopes import format_scope
 
     def core(q: torch.Tensor) -> torch.Tensor:
         return (q @ q.transpose(-2, -1)).softmax(-1) @ q

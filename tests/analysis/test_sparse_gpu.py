@@ -12,9 +12,9 @@ import pytest
 from tb_attn_plugin.analysis.analyze import analyze
 from tb_attn_plugin.analysis.compare import scaling
 from tb_attn_plugin.analysis.summary import summarize_trace
-from tb_attn_plugin.loader import Loader, load_events, resolve_runs
-from tb_attn_plugin.masks import kept_pairs, parse_mask
-from tb_attn_plugin.schema import WorkerSummary
+from tb_attn_plugin.engine.loader import Loader, load_events, resolve_runs
+from tb_attn_plugin.types.schema import WorkerSummary
+from tb_attn_plugin.vocab.masks import kept_pairs, parse_mask
 
 GPU = Path(__file__).resolve().parents[1] / "gpu_traces"
 B, H, S, D = 2, 8, 2048, 64

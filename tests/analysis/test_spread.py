@@ -21,8 +21,8 @@ from tb_attn_plugin.analysis.spread import (
     spread,
 )
 from tb_attn_plugin.analysis.summary import summarize_analysis
-from tb_attn_plugin.schema import SPREAD_KEYS
 from tb_attn_plugin.trace.decode import decode_bytes
+from tb_attn_plugin.types.schema import SPREAD_KEYS
 
 CPU = {"pid": 1, "tid": 1}
 
@@ -98,8 +98,8 @@ def test_one_step_has_no_spread() -> None:
 
 
 def test_cli_table_marks_noisy_figures(worker: Any) -> None:
-    from tb_attn_plugin.report import summary_table
-    from tb_attn_plugin.schema import RunSummary
+    from tb_attn_plugin.cli.report import summary_table
+    from tb_attn_plugin.types.schema import RunSummary
 
     text = summary_table([RunSummary(run="r", metadata=None, workers=[worker], errors=[])])
     assert "steps 100.000-200.000 ms" not in text  # in ms: the times are µs

@@ -18,10 +18,10 @@ from runner.variants import CHUNK
 from tb_attn_plugin.analysis import quant_findings
 from tb_attn_plugin.analysis.compare import fit_power
 from tb_attn_plugin.analysis.strategies import accuracy_of, crossover, pareto_front, strategies
-from tb_attn_plugin.cli import main
-from tb_attn_plugin.loader import Loader, resolve_runs
-from tb_attn_plugin.responses_runs import Fit
-from tb_attn_plugin.schema import LayerStats, RunSummary, Spread
+from tb_attn_plugin.cli.main import main
+from tb_attn_plugin.engine.loader import Loader, resolve_runs
+from tb_attn_plugin.types.results import Fit
+from tb_attn_plugin.types.schema import LayerStats, RunSummary, Spread
 
 B, H, D = STRATEGIES["batch"], STRATEGIES["heads"], STRATEGIES["d_model"] // STRATEGIES["heads"]
 M = 256  # performer's default features

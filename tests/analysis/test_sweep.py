@@ -18,7 +18,7 @@ from tracetools import trace_files
 
 from tb_attn_plugin.analysis import attribute as attribute_module
 from tb_attn_plugin.analysis.nesting import EPS_US
-from tb_attn_plugin.loader import load_events
+from tb_attn_plugin.engine.loader import load_events
 from tb_attn_plugin.trace.decode import decode_bytes
 from tb_attn_plugin.trace.events import Events
 

@@ -11,9 +11,9 @@ from tracetools import trace_files
 
 from tb_attn_plugin.analysis.summary import summarize
 from tb_attn_plugin.analysis.traffic import op_bytes, peak_dtype
-from tb_attn_plugin.loader import load_events
-from tb_attn_plugin.schema import LayerStats, PhaseStats
+from tb_attn_plugin.engine.loader import load_events
 from tb_attn_plugin.trace.events import OpShapes
+from tb_attn_plugin.types.schema import LayerStats, PhaseStats
 
 F32, BF16 = 4, 2
 

@@ -13,8 +13,8 @@ from helpers import TINY, profile_run
 
 from tb_attn_plugin.analysis.analyze import analyze
 from tb_attn_plugin.analysis.summary import summarize_trace
-from tb_attn_plugin.loader import load_events
-from tb_attn_plugin.schema import WorkerSummary
+from tb_attn_plugin.engine.loader import load_events
+from tb_attn_plugin.types.schema import WorkerSummary
 
 CORE = ("qk_matmul", "av_matmul")
 

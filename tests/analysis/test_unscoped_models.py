@@ -42,8 +42,8 @@ from torch.profiler import ProfilerActivity, profile, schedule, tensorboard_trac
 from runner.instrument import instrument
 from tb_attn_plugin.analysis.analyze import analyze
 from tb_attn_plugin.analysis.summary import summarize_trace
-from tb_attn_plugin.loader import load_events
-from tb_attn_plugin.schema import WorkerSummary
+from tb_attn_plugin.engine.loader import load_events
+from tb_attn_plugin.types.schema import WorkerSummary
 
 transformers = pytest.importorskip("transformers")
 

@@ -24,10 +24,10 @@ from tracetools import trace_files
 from tb_attn_plugin.analysis import views
 from tb_attn_plugin.analysis.analyze import Analysis, analyze
 from tb_attn_plugin.analysis.drilldown import drilldown
-from tb_attn_plugin.loader import load_events
-from tb_attn_plugin.scopes import PHASES
+from tb_attn_plugin.engine.loader import load_events
 from tb_attn_plugin.trace.decode import decode_bytes
 from tb_attn_plugin.trace.kineto import Kind
+from tb_attn_plugin.vocab.scopes import PHASES
 
 HERE = Path(__file__).parent
 HAND_WRITTEN = sorted(HAND_TRACES.glob("*.json"))

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from tb_attn_plugin import report
 from tb_attn_plugin.analysis import wording
+from tb_attn_plugin.cli import report, text
 
 
 @pytest.mark.parametrize(("us", "text"), [(0.0, "0.0 µs"), (999.94, "999.9 µs"), (1000.0, "1.00 ms"),
@@ -37,8 +37,8 @@ def test_layer_list(layers: list[int], text: str) -> None:
 
 
 def test_the_tables_write_times_and_sizes_as_the_findings_do() -> None:
-    assert report._ms(1234.5) == wording.ms(1234.5) and report._ms(0.0) == "-"
-    assert report._mib(3 << 20) == wording.mib(3 << 20) and report._mib(0.0) == "-"
+    assert text.ms_text(1234.5) == wording.ms(1234.5) and text.ms_text(0.0) == "-"
+    assert text.mib_text(3 << 20) == wording.mib(3 << 20) and text.mib_text(0.0) == "-"
     assert [report._head_span(h) for h in ([], [4], [4, 5, 6, 7], [0, 2])] == ["-", "4", "4-7", "0,2"]
 
 

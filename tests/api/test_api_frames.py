@@ -16,7 +16,7 @@ import pytest
 from helpers import SHARED_TRACES
 
 import tb_attn
-from tb_attn_plugin.cli import main
+from tb_attn_plugin.cli.main import main
 
 # Fields holding a dict keyed by data (not a struct): never columns.
 MAPS = frozenset({"spread", "diagnostics", "peak_flops", "details", "values", "metadata"})

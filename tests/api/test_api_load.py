@@ -18,8 +18,8 @@ import pytest
 from helpers import SHARED_TRACES
 
 import tb_attn
-from tb_attn_plugin.cli import main
-from tb_attn_plugin.ranksel import parse_ranks
+from tb_attn_plugin.cli.main import main
+from tb_attn_plugin.engine.ranksel import parse_ranks
 
 H100 = SHARED_TRACES / "gpu" / "tracelens_h100_bert-small_sdpa-flash.json.gz"
 
@@ -190,7 +190,7 @@ def test_a_profile_that_cannot_export() -> None:
 
 
 def test_pandas_is_imported_for_frames_only() -> None:
-    code = ("import sys, tb_attn_plugin.plugin, tb_attn_plugin.cli; "
+    code = ("import sys, tb_attn_plugin.server.plugin, tb_attn_plugin.cli.main; "
             "assert 'pandas' not in sys.modules and 'tb_attn' not in sys.modules; "
             "import tb_attn; r = tb_attn.load(sys.argv[1]); assert 'pandas' not in sys.modules; "
             "r.phases(); assert 'pandas' in sys.modules")

@@ -11,7 +11,7 @@ import pytest
 
 import tb_attn
 from tb_attn import html as html_module
-from tb_attn_plugin.schema import Evidence, FileError, Finding, RunSummary
+from tb_attn_plugin.types.schema import Evidence, FileError, Finding, RunSummary
 
 HOSTILE = "<script>alert('x')</script>"
 

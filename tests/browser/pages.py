@@ -29,9 +29,9 @@ from playwright.sync_api import Frame, Locator, Page, expect
 from devtools.tbserver import TensorBoard
 from tb_attn_plugin.analysis.analyze import analyze
 from tb_attn_plugin.analysis.drilldown import drilldown
-from tb_attn_plugin.loader import Loader, load_events, resolve_runs
-from tb_attn_plugin.responses import Drilldown
-from tb_attn_plugin.schema import WorkerSummary
+from tb_attn_plugin.engine.loader import Loader, load_events, resolve_runs
+from tb_attn_plugin.types.schema import WorkerSummary
+from tb_attn_plugin.types.views import DrillTree
 
 TAB_FRAME = "plugin_entry.html?name=tb_attn"
 
@@ -97,7 +97,7 @@ def engine_summary(logdir: Path, run: str) -> WorkerSummary:
     return summary.workers[0]
 
 
-def engine_drilldown(logdir: Path, run: str, *, layer: int, phase: str | None) -> Drilldown:
+def engine_drilldown(logdir: Path, run: str, *, layer: int, phase: str | None) -> DrillTree:
     """What the analysis engine's drill-down says of the run's (only) trace."""
     (found,) = [r for r in resolve_runs(str(logdir)) if r.name == run]
     (trace,) = found.files

@@ -17,7 +17,7 @@ from playwright.sync_api import Page, expect
 def test_compare_view_with_ratios_and_scaling(tensorboard: Any, browser_logdir: Path, page: Page,
                                               artifacts: Path) -> None:
     from tb_attn_plugin.analysis.compare import compare
-    from tb_attn_plugin.loader import Loader, resolve_runs
+    from tb_attn_plugin.engine.loader import Loader, resolve_runs
 
     frame = open_tab(page, tensorboard.url)
     for run in ("demo/sdpa", "demo/naive"):  # ticked in this order; the baseline is the first by name
@@ -47,7 +47,7 @@ def test_compare_headline_matches_the_cli(tensorboard: Any, browser_logdir: Path
                                           capsys: pytest.CaptureFixture[str]) -> None:
     """The headline sentence of a group (three implementations of one configuration) is the one
     the CLI prints, figures included."""
-    from tb_attn_plugin.cli import main
+    from tb_attn_plugin.cli.main import main
 
     runs = ("demo/naive", "demo/sdpa", "demo/sdpa-math")
     assert main(["compare", str(browser_logdir), "--runs", ",".join(runs), "--format", "json"]) == 0

@@ -21,7 +21,7 @@ from pages import cell, drill_title, engine_drilldown, expect_ink, fmt_us, open_
 from playwright.sync_api import Frame, Locator, Page, expect
 
 from devtools.tbserver import TensorBoard
-from tb_attn_plugin.loader import load_events, resolve_runs
+from tb_attn_plugin.engine.loader import load_events, resolve_runs
 from tb_attn_plugin.trace.kineto import DEVICE_KINDS
 
 H100 = SHARED_TRACES / "gpu" / "tracelens_h100_bert-small_sdpa-flash.json.gz"

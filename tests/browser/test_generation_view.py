@@ -40,8 +40,8 @@ from playwright.sync_api import Frame, Page, expect
 
 from devtools.tbserver import TensorBoard
 from tb_attn_plugin.analysis.compare import compare
-from tb_attn_plugin.loader import Loader, resolve_runs
-from tb_attn_plugin.schema import Generation
+from tb_attn_plugin.engine.loader import Loader, resolve_runs
+from tb_attn_plugin.types.schema import Generation
 
 RUN = "builtin/sdpa/gen-p128-n6-dynamic"
 DECODE_STEPS = 6

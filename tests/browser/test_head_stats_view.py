@@ -24,8 +24,8 @@ from playwright.sync_api import Frame, Page, expect
 
 from devtools.tbserver import TensorBoard
 from runner.attn_stats import write_events
-from tb_attn_plugin.loader import Loader, resolve_runs
-from tb_attn_plugin.schema import AttnStats, RunSummary
+from tb_attn_plugin.engine.loader import Loader, resolve_runs
+from tb_attn_plugin.types.schema import AttnStats, RunSummary
 
 RANDOM = "stats/random"
 BUILT = "stats/built"

@@ -32,15 +32,15 @@ from playwright.sync_api import Frame, Page, expect
 
 from tb_attn_plugin.analysis.analyze import analyze
 from tb_attn_plugin.analysis.views import memory_curve
-from tb_attn_plugin.loader import load_events
-from tb_attn_plugin.names import parse_trace_name
-from tb_attn_plugin.responses import MemoryResponse, StepPeak
+from tb_attn_plugin.engine.loader import load_events
+from tb_attn_plugin.types.views import MemoryCurve, StepPeak
+from tb_attn_plugin.vocab.names import parse_trace_name
 
 CURVE = "section.memory .memory-curve"
 PEAKS = "section.memory .memory-peaks"
 
 
-def _engine(logdir: Path, run: str, step: int) -> tuple[MemoryResponse, Path]:
+def _engine(logdir: Path, run: str, step: int) -> tuple[MemoryCurve, Path]:
     (trace,) = sorted((logdir / run).glob("*.pt.trace.json*"))
     return memory_curve(analyze(load_events(str(trace))), step=step), trace
 

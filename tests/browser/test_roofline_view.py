@@ -39,8 +39,8 @@ from playwright.sync_api import Frame, Page, expect
 
 from devtools.tbserver import TensorBoard
 from tb_attn_plugin.analysis.compare import compare
-from tb_attn_plugin.loader import Loader, resolve_runs
-from tb_attn_plugin.schema import Roof, WorkerSummary
+from tb_attn_plugin.engine.loader import Loader, resolve_runs
+from tb_attn_plugin.types.schema import Roof, WorkerSummary
 
 RUNS = ("naive", "sdpa-flash")
 NO_PEAK = "no-peak"

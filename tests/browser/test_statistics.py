@@ -100,7 +100,7 @@ def _row(frame: Frame, run: str) -> Any:
 def test_compare_ratios_within_groups_and_one_baseline_rule(stats_tensorboard: Any, stats_logdir: Path,
                                                             page: Page, artifacts: Path) -> None:
     from tb_attn_plugin.analysis.compare import compare
-    from tb_attn_plugin.loader import Loader, resolve_runs
+    from tb_attn_plugin.engine.loader import Loader, resolve_runs
 
     runs = ("seq32/sdpa", "seq16/sdpa", "seq32/naive", "seq16/naive")  # picked in no particular order
     found = {r.name: r for r in resolve_runs(str(stats_logdir))}

@@ -17,8 +17,8 @@ from playwright.sync_api import Frame, Page, expect
 
 from devtools.tbserver import TensorBoard
 from tb_attn_plugin.analysis.strategies import strategies
-from tb_attn_plugin.loader import Loader, resolve_runs
-from tb_attn_plugin.responses_strategies import StrategiesResponse, StrategyGroup
+from tb_attn_plugin.engine.loader import Loader, resolve_runs
+from tb_attn_plugin.types.strategies import StrategyGroup, StrategyTable
 
 NOT_MEASURED = "not measured"
 
@@ -58,7 +58,7 @@ def strategies_ui(strategies_logdir: Path) -> Iterator[TensorBoard]:
         yield tb
 
 
-def engine(logdir: Path, baseline: str | None = None) -> StrategiesResponse:
+def engine(logdir: Path, baseline: str | None = None) -> StrategyTable:
     loader = Loader()
     return strategies([loader.summarize_run(r) for r in resolve_runs(str(logdir))], baseline=baseline)
 

@@ -25,15 +25,15 @@ from playwright.sync_api import Frame, Page, expect
 
 from tb_attn_plugin.analysis.analyze import analyze
 from tb_attn_plugin.analysis.views import timeline
-from tb_attn_plugin.loader import load_events
-from tb_attn_plugin.responses import TimelineResponse
-from tb_attn_plugin.scopes import PHASES
+from tb_attn_plugin.engine.loader import load_events
+from tb_attn_plugin.types.views import TimelineSlice
+from tb_attn_plugin.vocab.scopes import PHASES
 
 CHART = "section.timeline .timeline-chart"
 ENGINE = "autograd::engine::evaluate_function: "
 
 
-def _engine(logdir: Path, run: str) -> TimelineResponse:
+def _engine(logdir: Path, run: str) -> TimelineSlice:
     (trace,) = sorted((logdir / run).glob("*.pt.trace.json*"))
     return timeline(analyze(load_events(str(trace))), step=1)
 
@@ -50,7 +50,7 @@ def _zoom_to(frame: Frame, start: float, end: float) -> None:
                                   "endValue: w[1]})", [start, end])
 
 
-def _longest(d: TimelineResponse, keep: Any) -> int:
+def _longest(d: TimelineSlice, keep: Any) -> int:
     ev = d.events
     return max((i for i in range(len(ev.start_us)) if keep(i)), key=lambda i: ev.dur_us[i])
 

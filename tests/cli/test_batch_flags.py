@@ -11,8 +11,8 @@ import pytest
 from helpers import profile_run
 from manyruns import write_ranked_run
 
-from tb_attn_plugin import loader as loader_module
-from tb_attn_plugin.cli import main
+from tb_attn_plugin.cli.main import main
+from tb_attn_plugin.engine import loader as loader_module
 
 RANKS = 2
 RUNS = ("naive", "sdpa")

@@ -14,11 +14,11 @@ from expected import EXPECTED
 
 from devtools.corpus import CORPUS, PLAIN, TRACES
 from tb_attn_plugin.analysis.analyze import Analysis
-from tb_attn_plugin.loader import Loader, resolve_runs
-from tb_attn_plugin.ops import FUSED_BLOCK_OPS
-from tb_attn_plugin.schema import WorkerSummary
-from tb_attn_plugin.scopes import PHASES
+from tb_attn_plugin.engine.loader import Loader, resolve_runs
 from tb_attn_plugin.trace.kineto import Kind
+from tb_attn_plugin.types.schema import WorkerSummary
+from tb_attn_plugin.vocab.ops import FUSED_BLOCK_OPS
+from tb_attn_plugin.vocab.scopes import PHASES
 
 
 @cache

@@ -29,8 +29,8 @@ from functools import cache
 import pytest
 
 from devtools.corpus import CORPUS, PLAIN, TRACES
-from tb_attn_plugin.loader import Loader, resolve_runs
-from tb_attn_plugin.schema import WorkerSummary
+from tb_attn_plugin.engine.loader import Loader, resolve_runs
+from tb_attn_plugin.types.schema import WorkerSummary
 
 COUNTED = ("qkv_proj", "qk_matmul", "av_matmul", "sdpa", "out_proj")
 TIMED = frozenset({"dispatch-bound", "far-from-roof", "unplaced-time"})

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tb_attn_plugin import loader as loader_module
+from tb_attn_plugin.engine import loader as loader_module
 
 
 @pytest.fixture

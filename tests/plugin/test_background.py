@@ -16,9 +16,9 @@ import pytest
 from tensorboard.plugins import base_plugin
 from webtools import BASE, get_json, plugin_client
 
-from tb_attn_plugin import loader as loader_module
-from tb_attn_plugin.plugin import AttentionLoader, AttentionPlugin
-from tb_attn_plugin.service import Service
+from tb_attn_plugin.engine import loader as loader_module
+from tb_attn_plugin.server.plugin import AttentionLoader, AttentionPlugin
+from tb_attn_plugin.server.service import Service
 from tb_attn_plugin.trace import io
 from tb_attn_plugin.trace.discover import TraceFile
 from tb_attn_plugin.trace.events import ReadError

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from tensorboard.plugins import base_plugin
 
-from tb_attn_plugin.cli import main
-from tb_attn_plugin.plugin import AttentionLoader, AttentionPlugin
+from tb_attn_plugin.cli.main import main
+from tb_attn_plugin.server.plugin import AttentionLoader, AttentionPlugin
 
 
 def _plugin(logdir: Path, *argv: str) -> AttentionPlugin:
@@ -65,7 +65,7 @@ def test_an_unwritable_cache_is_one_warning_from_the_tab(tmp_path: Path, caplog:
     and each said so: the warning is said once per process and cache, whoever finds it first."""
     from helpers import HAND_TRACES
 
-    from tb_attn_plugin.summary_cache import CacheWriteError, SummaryCache
+    from tb_attn_plugin.engine.summary_cache import CacheWriteError, SummaryCache
 
     run = tmp_path / "logdir" / "run"
     run.mkdir(parents=True)

@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 
 from devtools.tbserver import TensorBoard
-from tb_attn_plugin.schema import RunSummary
-from tb_attn_plugin.service import Loading, Service
+from tb_attn_plugin.server.service import Loading, Service
+from tb_attn_plugin.types.schema import RunSummary
 
 TINY_ARGS = ["--layers", "2", "--heads", "4", "--d-model", "32", "--batch", "2", "--vocab", "64",
              "--warmup", "1", "--active", "2", "--no-progress"]
@@ -140,8 +140,8 @@ def test_first_requests_on_many_threads_share_one_service(tmp_path: Path, monkey
     constructor is slowed down, as a first import on a loaded machine is)."""
     from tensorboard.plugins import base_plugin
 
-    from tb_attn_plugin import service as service_module
-    from tb_attn_plugin.plugin import AttentionPlugin
+    from tb_attn_plugin.server import service as service_module
+    from tb_attn_plugin.server.plugin import AttentionPlugin
 
     class Slow(Service):
         def __init__(self, *args: Any, **kwargs: Any) -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tb_attn_plugin.plugin import STATIC_DIR
+from tb_attn_plugin.server.plugin import STATIC_DIR
 
 FRONTEND = Path(__file__).resolve().parents[2] / "frontend"
 

@@ -37,8 +37,8 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from webtools import BASE, get, plugin_client
 
-from tb_attn_plugin import cli
-from tb_attn_plugin.scopes import PHASES
+from tb_attn_plugin.cli import main as cli
+from tb_attn_plugin.vocab.scopes import PHASES
 
 EXAMPLES = int(os.environ.get("TB_ATTN_FUZZ_EXAMPLES", "400"))
 FUZZ = settings(max_examples=EXAMPLES, deadline=None, database=None, derandomize="TB_ATTN_FUZZ_SEED" not in os.environ,

@@ -33,8 +33,8 @@ from tensorboard.summary.writer.event_file_writer import EventFileWriter
 from tensorboard.summary.writer.record_writer import RecordWriter
 from webtools import BASE, plugin_client
 
-from tb_attn_plugin import head_events
-from tb_attn_plugin.head_events import (
+from tb_attn_plugin.engine import head_events
+from tb_attn_plugin.engine.head_events import (
     BAD_CRC,
     BAD_LENGTH,
     BAD_NUMBER,
@@ -49,11 +49,11 @@ from tb_attn_plugin.head_events import (
     parse_event_file,
     parse_head_stats,
 )
-from tb_attn_plugin.loader import Loader, resolve_runs
-from tb_attn_plugin.schema import RunSummary, to_json
-from tb_attn_plugin.scopes import MAX_HEADS, MAX_LAYERS
-from tb_attn_plugin.tfrecord import masked_crc32c, masked_crc32c_many
+from tb_attn_plugin.engine.loader import Loader, resolve_runs
 from tb_attn_plugin.trace import io
+from tb_attn_plugin.trace.tfrecord import masked_crc32c, masked_crc32c_many
+from tb_attn_plugin.types.schema import RunSummary, to_json
+from tb_attn_plugin.vocab.scopes import MAX_HEADS, MAX_LAYERS
 
 Values = Iterable[tuple[str, float]]
 
@@ -403,7 +403,7 @@ def test_hostile_files_parse_within_the_bounds(files: list[bytes]) -> None:
 @given(hostile_file())
 def test_hostile_files_give_a_bounded_summary(data: bytes) -> None:
     """Through the loader's summary: never raises, bounded, and the note counts what was dropped."""
-    from tb_attn_plugin.head_events import attach_head_stats
+    from tb_attn_plugin.engine.head_events import attach_head_stats
     from tb_attn_plugin.trace.io import FileInfo
 
     with small_bounds():

@@ -22,7 +22,8 @@ from webtools import BASE, get, get_json, plugin_client
 
 from tb_attn_plugin.analysis import analyze as analyze_module
 from tb_attn_plugin.analysis import views
-from tb_attn_plugin.service import Service
+from tb_attn_plugin.engine import loader as loader_module
+from tb_attn_plugin.server.service import Service
 from tb_attn_plugin.trace import io
 
 
@@ -126,7 +127,7 @@ def test_an_analysis_that_raises_is_a_remembered_file_error(logdir: Path, monkey
             raise OverflowError("Python int too large to convert to C long")
         return real(events)
 
-    monkeypatch.setattr(analyze_module, "analyze", analyze)  # the loader imports it where it calls it
+    monkeypatch.setattr(loader_module, "analyze", analyze)  # the name the loader calls
     client = plugin_client(logdir)
     for _ in range(3):
         body = get_json(client, f"{BASE}/summary?run=exp/naive")

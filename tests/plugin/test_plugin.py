@@ -17,7 +17,7 @@ from tracetools import trace_files
 from webtools import BASE, get, get_json, plugin_client
 from werkzeug.test import Client
 
-from tb_attn_plugin.plugin import STATIC_DIR, AttentionPlugin
+from tb_attn_plugin.server.plugin import STATIC_DIR, AttentionPlugin
 
 
 @pytest.fixture
@@ -36,14 +36,14 @@ _get = get_json
 
 def test_entry_point_and_frontend_metadata() -> None:
     names = {ep.name: ep.value for ep in entry_points(group="tensorboard_plugins")}
-    assert names.get("tb_attn") == "tb_attn_plugin.plugin:AttentionLoader"
+    assert names.get("tb_attn") == "tb_attn_plugin.server.plugin:AttentionLoader"
     meta = AttentionPlugin(base_plugin.TBContext(logdir="x")).frontend_metadata()
     assert meta.tab_name == "Attention" and meta.es_module_path == "/index.js"
 
 
 def test_importing_the_plugin_is_light() -> None:
-    code = "import sys, tb_attn_plugin.plugin; print(sorted(m for m in ('msgspec', 'tb_attn_plugin.service', " \
-           "'tb_attn_plugin.analysis.summary') if m in sys.modules))"
+    code = ("import sys, tb_attn_plugin.server.plugin; print(sorted(m for m in ('msgspec', "
+            "'tb_attn_plugin.server.service', 'tb_attn_plugin.analysis.summary') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
     assert out.stdout.strip() == "[]"
 

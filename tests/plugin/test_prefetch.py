@@ -16,13 +16,13 @@ import pytest
 from tensorboard.plugins import base_plugin
 from webtools import BASE, get_json, plugin_client
 
-from tb_attn_plugin import plugin as plugin_module
 from tb_attn_plugin.analysis.figures import NO_ATTENTION
-from tb_attn_plugin.jobs import Jobs
-from tb_attn_plugin.plugin import AttentionLoader
-from tb_attn_plugin.prefetch import SUMMARY_GUESS_BYTES, budget
-from tb_attn_plugin.responses import RunEntry
-from tb_attn_plugin.service import POLL_RUNS_MS, Service
+from tb_attn_plugin.server import plugin as plugin_module
+from tb_attn_plugin.server.jobs import Jobs
+from tb_attn_plugin.server.plugin import AttentionLoader
+from tb_attn_plugin.server.prefetch import SUMMARY_GUESS_BYTES, budget
+from tb_attn_plugin.server.responses import RunEntry
+from tb_attn_plugin.server.service import POLL_RUNS_MS, Service
 
 #: Newest first: the order parsing ahead takes them in (their traces' modification times).
 RUNS = ("naive", "sdpa", "sdpa-math", "naive-per-head")

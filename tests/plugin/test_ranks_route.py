@@ -11,8 +11,8 @@ from webtools import BASE, get, get_json, plugin_client
 
 from tb_attn_plugin.analysis import wording
 from tb_attn_plugin.analysis.ranks import ranks
-from tb_attn_plugin.cli import main
-from tb_attn_plugin.loader import Loader, resolve_runs
+from tb_attn_plugin.cli.main import main
+from tb_attn_plugin.engine.loader import Loader, resolve_runs
 
 
 @pytest.fixture

@@ -9,9 +9,9 @@ import pytest
 from manyruns import write_ranked_run
 from webtools import BASE, get, get_json, plugin_client
 
-from tb_attn_plugin import loader as loader_module
-from tb_attn_plugin.ranksel import parse_ranks
-from tb_attn_plugin.service import Service
+from tb_attn_plugin.engine import loader as loader_module
+from tb_attn_plugin.engine.ranksel import parse_ranks
+from tb_attn_plugin.server.service import Service
 
 RANKS = 16
 

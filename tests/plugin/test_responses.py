@@ -16,13 +16,13 @@ from tensorboard import errors
 from webtools import BASE, get, get_json, plugin_client
 
 from devtools.gen_types import TYPES_TS, render
-from tb_attn_plugin import responses
 from tb_attn_plugin.analysis.compare import BaselineError
 from tb_attn_plugin.analysis.views import ViewError
-from tb_attn_plugin.loader import Loader, resolve_runs
-from tb_attn_plugin.plugin import STATIC_DIR
-from tb_attn_plugin.responses import ROUTES
-from tb_attn_plugin.service import Service, http_errors
+from tb_attn_plugin.engine.loader import Loader, resolve_runs
+from tb_attn_plugin.server import responses
+from tb_attn_plugin.server.plugin import STATIC_DIR
+from tb_attn_plugin.server.responses import ROUTES
+from tb_attn_plugin.server.service import Service, http_errors
 from tb_attn_plugin.trace import io
 from tb_attn_plugin.trace.events import ReadError, TraceError
 
@@ -125,17 +125,17 @@ def test_every_route_answers_its_struct(logdir: Path) -> None:
             checked.add(route)
     everything = ",".join(names)
     compared = _conforms(get(client, f"{BASE}/compare?runs={everything}&baseline=sdpa/seq16").get_data(),
-                         responses.CompareResponse)
+                         responses.Comparison)
     assert compared["errors"][0]["run"] == "broken" and len(compared["runs"]) == 4
-    scaled = _conforms(get(client, f"{BASE}/scaling?runs={everything}").get_data(), responses.ScalingResponse)
+    scaled = _conforms(get(client, f"{BASE}/scaling?runs={everything}").get_data(), responses.ScalingFits)
     assert any(s["time_fit"] is not None for s in scaled["series"])
-    heads = _conforms(get(client, f"{BASE}/ranks?run=per-head").get_data(), responses.RanksResponse)["heads"]
+    heads = _conforms(get(client, f"{BASE}/ranks?run=per-head").get_data(), responses.RankView)["heads"]
     assert heads and {"layer", "head", "ranks", "replicas"} <= set(heads[0])
     statuses = {r["run"]: r["status"] for r in _conforms(get(client, f"{BASE}/runs").get_data(),
                                                         responses.RunsResponse)["runs"]}
     assert statuses["naive/seq16"] == "ready" and statuses["broken"] in ("error", "loading")
     strat = _conforms(get(client, f"{BASE}/strategies?runs={everything}&baseline=sdpa").get_data(),
-                      responses.StrategiesResponse)
+                      responses.StrategyTable)
     assert strat["groups"] and strat["groups"][0]["baseline"] == "sdpa"
     checked |= {"/compare", "/scaling", "/strategies"}
 
@@ -189,7 +189,7 @@ def test_the_mapping_is_written_once() -> None:
     ``http_errors`` does."""
     engine = ("ViewError", "TraceError", "ReadError", "BaselineError")
     places = set()
-    for name in ("service.py", "plugin.py", "http_status.py"):
+    for name in ("server/service.py", "server/plugin.py", "server/http_status.py"):
         tree = ast.parse((PACKAGE / name).read_text(encoding="utf-8"))
         parents = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
         for node in ast.walk(tree):
@@ -204,7 +204,7 @@ def test_the_mapping_is_written_once() -> None:
                     guards.append(ast.unparse(scope.test))
             if any(e in g for g in guards for e in engine):
                 places.add(f"{name}:{scope.name}")
-    assert places == {"http_status.py:http_errors"}
+    assert places == {"server/http_status.py:http_errors"}
 
 
 def test_a_trace_gone_since_the_listing_is_a_404(tmp_path: Path, logdir: Path) -> None:
@@ -265,7 +265,7 @@ def test_a_view_whose_analysis_was_evicted_parses_again_and_the_summary_does_not
 
 
 def test_the_service_keeps_out_of_the_loaders_caches() -> None:
-    source = (PACKAGE / "service.py").read_text(encoding="utf-8")
+    source = (PACKAGE / "server" / "service.py").read_text(encoding="utf-8")
     for private in ("loader.memory", "loader.analyses", "loader.failures", "loader.cached_analysis",
                     "loader.analyze_file", "loader.summarize_file", "loader._"):
         assert private not in source, private

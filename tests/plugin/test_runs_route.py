@@ -16,8 +16,8 @@ import pytest
 from manyruns import SHOWN, hostile_metadata
 from webtools import BASE, get, get_json, plugin_client
 
-from tb_attn_plugin.registry import KEPT_BYTES, KEPT_VALUE_BYTES, Registry, kept_metadata
-from tb_attn_plugin.run_info import ELLIPSIS, ERROR_CHARS, INFO_CHARS
+from tb_attn_plugin.server.registry import KEPT_BYTES, KEPT_VALUE_BYTES, Registry, kept_metadata
+from tb_attn_plugin.server.run_info import ELLIPSIS, ERROR_CHARS, INFO_CHARS
 
 HOSTILE_RUNS = 100
 

@@ -27,11 +27,11 @@ from tracetools import trace_files
 from webtools import BASE, get, plugin_client
 from werkzeug.test import Client
 
-from tb_attn_plugin import plugin as plugin_module
-from tb_attn_plugin.plugin import STATIC_DIR, AttentionPlugin
+from tb_attn_plugin.server import plugin as plugin_module
+from tb_attn_plugin.server.plugin import STATIC_DIR, AttentionPlugin
 
 CANARY = "CANARY-7b1e0c"  # only in files outside the logdir, never in a name
-#: In plugin.py, the file next to the static directory: the static route must never serve it.
+#: In server/plugin.py, a file beside the static directory: the static route must never serve it.
 PLUGIN_SOURCE_MARK = "def _safe_static_path"
 TESTS_DIR = Path(__file__).resolve().parents[1]
 
@@ -205,7 +205,7 @@ def test_hostile_numbers(client: Client, param: str, route: str) -> None:
 STATIC_HOSTILE = [
     # were TRAVERSAL in test_plugin.py
     "/static/../plugin.py", "/static/..%2Fplugin.py", "/static/%2e%2e/plugin.py", "/static/%2e%2e%2fplugin.py",
-    "/static//etc/passwd", "/static/%2Fetc%2Fpasswd", "/static/..\\plugin.py", "/static/.hidden", "/static/",
+    "/static//etc/passwd", "/static/%2Fetc%2Fpasswd", "/static/..\\server/plugin.py", "/static/.hidden", "/static/",
     "/static/nope.js",
     # double encoding, encoded backslash and NUL, dot variants, lookalikes, absolute paths
     "/static/%252e%252e/plugin.py", "/static/%252e%252e%252fplugin.py", "/static/..%5cplugin.py",
@@ -214,8 +214,8 @@ STATIC_HOSTILE = [
     "/static/./index.js", "/static/index.js/", "/static/index.js/..", "/static/LICENSES.txt/../../plugin.py",
     "/static/" + "%2e%2e%2f" * 12 + "etc/passwd", "/static/" + "../" * 12 + "etc/passwd",
     "/static/%c0%ae%c0%ae/plugin.py", "/static/%ef%bc%8e%ef%bc%8e/plugin.py", "/static/%e2%80%a5/plugin.py",
-    "/static/" + quote(os.path.join(os.path.dirname(STATIC_DIR), "plugin.py")),
-    "/static/" + quote(os.path.join(os.path.dirname(STATIC_DIR), "plugin.py"), safe=""),
+    "/static/" + quote(os.path.join(os.path.dirname(STATIC_DIR), "server/plugin.py")),
+    "/static/" + quote(os.path.join(os.path.dirname(STATIC_DIR), "server/plugin.py"), safe=""),
     "/static/" + "a" * 10_000, "/static/" + "a/" * 3000 + "index.js", "/static/~", "/static/*",
     "/index.js/../plugin.py", "/index.js%2f..%2fplugin.py", "/plugin.py", "/static%2f..%2fplugin.py",
 ]
@@ -239,7 +239,7 @@ def test_safe_static_path_accepts_assets(rel: str) -> None:
 
 
 @pytest.mark.parametrize("rel", ["", ".", "..", "../plugin.py", "a/../index.js", "/index.js", "index.js\x00",
-                                 "..\\plugin.py", "%2e%2e/plugin.py", ".hidden", "index.js/", "x" * 10_000])
+                                 "..\\server/plugin.py", "%2e%2e/plugin.py", ".hidden", "index.js/", "x" * 10_000])
 def test_safe_static_path_refuses(rel: str) -> None:
     assert plugin_module._safe_static_path(rel) is None
 

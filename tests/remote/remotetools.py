@@ -26,8 +26,8 @@ from tensorboard.plugins import base_plugin
 from werkzeug.test import Client
 
 from devtools.tbserver import free_port
-from tb_attn_plugin.plugin import AttentionPlugin
-from tb_attn_plugin.service import Service
+from tb_attn_plugin.server.plugin import AttentionPlugin
+from tb_attn_plugin.server.service import Service
 
 __all__ = ["BUCKET", "URL", "FaultProxy", "LocalS3", "client_of", "free_port"]
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from remotetools import URL, LocalS3
 
-from tb_attn_plugin.cli import main
+from tb_attn_plugin.cli.main import main
 
 
 def _json_of(capsys: pytest.CaptureFixture[str], *argv: str) -> object:

@@ -19,10 +19,10 @@ from manyruns import write_ranked_run
 from remotetools import BUCKET, LocalS3, client_of
 from webtools import BASE, get_json
 
-from tb_attn_plugin import report
-from tb_attn_plugin.cli import main
-from tb_attn_plugin.fanout import summarize_runs
-from tb_attn_plugin.loader import Loader, resolve_runs
+from tb_attn_plugin.cli import report
+from tb_attn_plugin.cli.main import main
+from tb_attn_plugin.engine.fanout import summarize_runs
+from tb_attn_plugin.engine.loader import Loader, resolve_runs
 
 distributed = pytest.importorskip("distributed")
 
@@ -139,7 +139,7 @@ def test_forged_entries_in_the_bucket_are_refused_and_rewritten(
     import msgspec
 
     from tb_attn_plugin.analysis.bounds import MAX_HEAD_ROWS, MAX_SUMMARY_BYTES
-    from tb_attn_plugin.schema import WorkerSummary
+    from tb_attn_plugin.types.schema import WorkerSummary
 
     assert main(["summarize", JOB, "--format", "json", "--jobs", "1", "--cache-dir", CACHE]) == 0
     capsys.readouterr()

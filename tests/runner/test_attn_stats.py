@@ -122,7 +122,7 @@ def test_event_files_round_trip_and_other_tags_are_ignored(tmp_path: Path) -> No
     from torch.utils.tensorboard import SummaryWriter
 
     from runner.attn_stats import write_events
-    from tb_attn_plugin.head_events import parse_head_stats
+    from tb_attn_plugin.engine.head_events import parse_head_stats
 
     other = SummaryWriter(log_dir=str(tmp_path))
     other.add_scalar("loss", 1.5, 0)
@@ -196,7 +196,7 @@ def test_instrument_records_a_hugging_face_models_statistics(tmp_path: Path) -> 
     then eager again), the statistics written as an event file the plugin's parser reads back."""
     transformers = pytest.importorskip("transformers")
     from runner import instrument
-    from tb_attn_plugin.head_events import parse_head_stats
+    from tb_attn_plugin.engine.head_events import parse_head_stats
 
     cfg = transformers.GPT2Config(n_embd=32, n_layer=2, n_head=4, vocab_size=64, n_positions=128,
                                   attn_implementation="eager")
@@ -216,7 +216,7 @@ def test_hostile_event_records_are_bounded(tmp_path: Path) -> None:
     """Tags with names or numbers of their own, non-finite values and a lying length are skipped."""
     from torch.utils.tensorboard import SummaryWriter
 
-    from tb_attn_plugin.head_events import parse_head_stats
+    from tb_attn_plugin.engine.head_events import parse_head_stats
 
     w = SummaryWriter(log_dir=str(tmp_path))
     w.add_scalar("attn_stats.entropy/L0.H0", 0.5, 1)

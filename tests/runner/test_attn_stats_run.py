@@ -15,9 +15,9 @@ import pytest
 from helpers import TINY, profile_run
 
 from runner.cli import main as runner_main
-from tb_attn_plugin.cli import main as tb_attn_main
-from tb_attn_plugin.loader import Loader, resolve_runs
-from tb_attn_plugin.schema import RunSummary
+from tb_attn_plugin.cli.main import main as tb_attn_main
+from tb_attn_plugin.engine.loader import Loader, resolve_runs
+from tb_attn_plugin.types.schema import RunSummary
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,7 @@ from helpers import ACTIVE_STEPS, TINY
 from tracetools import Op, load_trace, ops_with_scopes, scope_counts, trace_files
 
 from runner.metadata import METADATA_FILE
-from tb_attn_plugin.scopes import format_scope
+from tb_attn_plugin.vocab.scopes import format_scope
 
 ATTENTION_OPS = {
     "aten::matmul", "aten::bmm", "aten::softmax", "aten::_softmax", "aten::_safe_softmax",

@@ -174,8 +174,8 @@ def test_ctrl_c_on_a_real_sweep(tmp_path: Path) -> None:
 def test_no_scopes_writes_a_trace_as_any_script_would(tmp_path: Path, model: str) -> None:
     """No tb-attn scope in the trace (instrument() is not applied either); the analysis finds the
     attention itself and says it inferred it."""
-    from tb_attn_plugin.loader import Loader, resolve_runs
-    from tb_attn_plugin.scopes import is_scope_name
+    from tb_attn_plugin.engine.loader import Loader, resolve_runs
+    from tb_attn_plugin.vocab.scopes import is_scope_name
 
     extra = ["--hf-config", "n_layer=1", "--hf-config", "n_embd=16", "--hf-config", "n_head=2"] if model != "builtin" \
         else []

@@ -22,7 +22,7 @@ from runner.config import ModelConfig
 from runner.metadata import METADATA_FILE
 from runner.model import SLOW_RANK_SCOPE, Attention
 from runner.tensor_parallel import TensorParallel
-from tb_attn_plugin.scopes import parse_scope
+from tb_attn_plugin.vocab.scopes import parse_scope
 
 LAYERS, HEADS, SEQ = 2, 4, 16
 ACTIVE_STEPS = 2  # fewer than the runner's default of 5: each rank's runs stay short

@@ -18,7 +18,7 @@ from runner.generate import builtin_generation, hf_generation
 from runner.model import Attention, Transformer
 from runner.models import _hf_config
 from runner.session import SDPA_BACKENDS
-from tb_attn_plugin.scopes import format_step_scope, parse_step_scope
+from tb_attn_plugin.vocab.scopes import format_step_scope, parse_step_scope
 
 #: The exact implementations that run on a CPU (efficient and cuDNN SDPA are CUDA kernels).
 CPU_IMPLS = tuple(i for i in GENERATE_IMPLS if i not in ("sdpa-efficient", "sdpa-cudnn"))

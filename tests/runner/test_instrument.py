@@ -15,7 +15,7 @@ from torch.profiler import ProfilerActivity, profile
 from tracetools import load_trace, ops_with_scopes, trace_files
 
 from runner import NoAttentionFoundWarning, instrument
-from tb_attn_plugin.scopes import parse_scope
+from tb_attn_plugin.vocab.scopes import parse_scope
 
 
 def _block_scopes(run_dir: Path) -> Counter[tuple[int, str | None]]:

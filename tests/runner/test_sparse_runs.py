@@ -16,7 +16,7 @@ from runner.config import ConfigError, ModelConfig
 from runner.masks import build_block_mask, dense_mask, mask_info, mask_mod
 from runner.model import Transformer, flex_call
 from runner.session import RunSpec, run_one
-from tb_attn_plugin.masks import BLOCK_SIZE, kept_pairs, parse_mask
+from tb_attn_plugin.vocab.masks import BLOCK_SIZE, kept_pairs, parse_mask
 
 S = 256
 

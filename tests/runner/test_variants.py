@@ -26,7 +26,7 @@ from runner.variants import (
     performer_features,
     quantize_blocks,
 )
-from tb_attn_plugin.scopes import PHASES
+from tb_attn_plugin.vocab.scopes import PHASES
 
 #: Phase names as attributes, scopes off: the functions' ``n`` and ``on``.
 N = SimpleNamespace(**{p: p for p in PHASES})

@@ -26,7 +26,7 @@ from typing import Any
 import msgspec
 import pytest
 
-from tb_attn_plugin.loader import DEFAULT_MAX_TRACE_BYTES, Loader
+from tb_attn_plugin.engine.loader import DEFAULT_MAX_TRACE_BYTES, Loader
 from tb_attn_plugin.trace import decode as decode_module
 from tb_attn_plugin.trace.decode import decode_bytes
 from tb_attn_plugin.trace.discover import TraceFile
@@ -277,7 +277,7 @@ def peak_kib():
 #: Decodes one file and reports the outcome, facts about the events and the peak RSS.
 CHILD = PEAK + r"""
 import json, sys
-from tb_attn_plugin.loader import load_events
+from tb_attn_plugin.engine.loader import load_events
 from tb_attn_plugin.trace.events import TraceError
 out = {}
 try:

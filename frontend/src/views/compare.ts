@@ -9,7 +9,7 @@ import { fmtBytes, fmtCount, fmtFlops, fmtIntensity, fmtRate, fmtRatio, fmtUs } 
 import { orderPhases, phaseLabel } from "../metrics";
 import { noisyMark, spreadTitle } from "../spread";
 import { GROUP_BY, PHASE_METRICS, type Actions, type GroupBy, type PhaseMetric, type State } from "../state";
-import type { CompareResponse, CompareRun } from "../types";
+import type { Comparison, CompareRun } from "../types";
 import { errorBox, loadingBox, note, pending } from "./common";
 import { RooflineOverlay } from "./compare_roofline";
 import { roofBoundCell, roofShareCell } from "./roofline";
@@ -195,7 +195,7 @@ export class CompareView {
 
   /** One sentence per group of runs that differ only in their implementation: the fastest
    * against the others (compare.py's headlines). */
-  private headlines(data: CompareResponse): HTMLElement[] {
+  private headlines(data: Comparison): HTMLElement[] {
     if (!data.headlines.length) return [];
     return [
       h(
@@ -208,7 +208,7 @@ export class CompareView {
 
   /** For a run of the same model and configuration as the baseline with another implementation,
    * slower: why, read from both traces (compare.py's why_slower). */
-  private whySlower(data: CompareResponse): HTMLElement[] {
+  private whySlower(data: Comparison): HTMLElement[] {
     return data.runs
       .filter((r) => r.why_slower.length > 0)
       .map((r) =>
@@ -221,7 +221,7 @@ export class CompareView {
       );
   }
 
-  private table(data: CompareResponse, by: GroupBy): HTMLElement {
+  private table(data: Comparison, by: GroupBy): HTMLElement {
     const hasDevice = data.runs.some((r) => r.attention_device_us > 0);
     const hasKernels = data.runs.some((r) => r.kernels_per_forward > 0);
     const hasDecode = data.runs.some((r) => r.decode !== null);

@@ -8,7 +8,7 @@ import { h, replace } from "../dom";
 import { orderPhases, phaseColor, phaseLabel } from "../metrics";
 import type { Actions } from "../state";
 import { INK } from "../theme";
-import type { CompareResponse } from "../types";
+import type { Comparison } from "../types";
 import { note } from "./common";
 import { CAVEAT, peaksKnown, plotted, rooflineChart, type PointSeries } from "./roofline_charts";
 
@@ -45,7 +45,7 @@ export class RooflineOverlay {
     this.chart = null;
   }
 
-  draw(data: CompareResponse | null): void {
+  draw(data: Comparison | null): void {
     this.forget();
     const runs = data?.runs ?? [];
     this.el.hidden = runs.length === 0;

@@ -8,7 +8,7 @@ import { h, replace } from "../dom";
 import { fmtBytes, fmtCount, fmtUs } from "../format";
 import { phaseLabel } from "../metrics";
 import type { Actions, Selection, State } from "../state";
-import type { Drilldown, DrillNode } from "../types";
+import type { DrillTree, DrillNode } from "../types";
 import { changed, kernelLabel, pending } from "./common";
 
 export class DrillView {
@@ -53,7 +53,7 @@ export class DrillView {
     }
   }
 
-  private body(s: State, d: Drilldown): HTMLElement {
+  private body(s: State, d: DrillTree): HTMLElement {
     const device = d.tree.some((n) => n.device_us > 0) || d.kernels.length > 0;
     const roots = d.tree.filter((n) => n.parent === null);
     const inOps = roots.reduce((sum, n) => sum + n.alloc_bytes, 0);
@@ -96,7 +96,7 @@ export class DrillView {
     );
   }
 
-  private traceLink(s: State, d: Drilldown): HTMLElement {
+  private traceLink(s: State, d: DrillTree): HTMLElement {
     if (d.profiler) {
       const p = d.profiler;
       // The iframe's base is data/plugin/tb_attn/, so ../../../ is TensorBoard's root.
@@ -150,7 +150,7 @@ class TreeTable {
   private readonly expanded = new Set<number>();
 
   constructor(
-    private readonly d: Drilldown,
+    private readonly d: DrillTree,
     private readonly device: boolean,
   ) {
     for (const n of d.tree) if (n.parent === null && this.hasChildren(n)) this.expanded.add(n.id);

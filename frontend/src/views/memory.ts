@@ -8,7 +8,7 @@ import { h, replace } from "../dom";
 import { fmtBytes, fmtUs } from "../format";
 import { layerColor, layerLegend, phaseColor, phaseLabel } from "../metrics";
 import type { Actions, State } from "../state";
-import type { MemoryResponse, StepPeak } from "../types";
+import type { MemoryCurve, StepPeak } from "../types";
 import { changed, note, pending } from "./common";
 import { INK } from "../theme";
 
@@ -80,7 +80,7 @@ export class MemoryView {
   private line: { chart: EChart; dispose: () => void } | null = null;
   private peak: { chart: EChart; dispose: () => void } | null = null;
   private last: State["memory"] | null = null;
-  private data: MemoryResponse | null = null;
+  private data: MemoryCurve | null = null;
   private shaded: Shade[] = [];
   private span = 0;
   private window: [number, number] = [0, 1];
@@ -189,7 +189,7 @@ export class MemoryView {
     });
   }
 
-  private drawLine(d: MemoryResponse): void {
+  private drawLine(d: MemoryCurve): void {
     if (!this.line) {
       this.line = createChart(this.lineEl);
       this.line.chart.on("click", (p) => {
@@ -288,7 +288,7 @@ export class MemoryView {
     );
   }
 
-  private drawPeaks(d: MemoryResponse): void {
+  private drawPeaks(d: MemoryCurve): void {
     if (!this.peak) {
       this.peak = createChart(this.peakEl);
       this.peak.chart.on("click", (p) => {

@@ -12,7 +12,7 @@ import { append, h, replace, select } from "../dom";
 import { fmtCount, fmtShare, fmtUs } from "../format";
 import { MARGINS, rankSelection, type Actions, type State } from "../state";
 import { INK } from "../theme";
-import type { RankRow, RanksResponse, Straggler } from "../types";
+import type { RankRow, RankView, Straggler } from "../types";
 import { errorBox, loadingBox, note } from "./common";
 import { RankFilter } from "./ranks_filter";
 import { GlobalHeadsMap } from "./ranks_heads";
@@ -128,7 +128,7 @@ export class RanksView {
     );
   }
 
-  private render(s: State, d: RanksResponse): void {
+  private render(s: State, d: RankView): void {
     const legend = h(
       "div",
       "legend chart-legend",
@@ -155,7 +155,7 @@ export class RanksView {
     this.headsMap.update(d);
   }
 
-  private stragglers(d: RanksResponse): HTMLElement {
+  private stragglers(d: RankView): HTMLElement {
     const box = (cls: string, ...children: (HTMLElement | string | null)[]) =>
       h("div", { class: `stragglers ${cls}`, dataset: { testid: "stragglers" } }, ...children);
     const warnings = d.warnings.length ? h("ul", "warnings", ...d.warnings.map((w) => h("li", null, w))) : null;
@@ -201,11 +201,11 @@ export class RanksView {
     );
   }
 
-  private renderTable(s: State, d: RanksResponse): void {
+  private renderTable(s: State, d: RankView): void {
     replace(this.tableEl, ranksTable(d, s.ranksSort, this.actions));
   }
 
-  private renderChart(d: RanksResponse): void {
+  private renderChart(d: RankView): void {
     if (!this.chart) this.chart = createChart(this.chartEl);
     const rows = d.ranks;
     const stragglers = new Set(d.stragglers.map((x) => x.worker));
@@ -252,7 +252,7 @@ export class RanksView {
     );
   }
 
-  private collectives(d: RanksResponse): HTMLElement {
+  private collectives(d: RankView): HTMLElement {
     const rows = d.ranks.flatMap((r) => r.collectives.map((c) => ({ r, c })));
     const section = h("div", { class: "ranks-collectives", dataset: { testid: "collectives" } }, h("h3", null, "Collectives per rank"));
     if (!rows.length) {

@@ -4,7 +4,7 @@
 import { createChart, esc, type EChart } from "../charts";
 import { append, h, replace } from "../dom";
 import { fmtFlops, fmtUs } from "../format";
-import type { GlobalHead, RanksResponse } from "../types";
+import type { GlobalHead, RankView } from "../types";
 import { note } from "./common";
 import { derivedNote, heatmapOption, type HeatCell } from "./heads";
 
@@ -37,7 +37,7 @@ export class GlobalHeadsMap {
   }
 
   /** Renders `d`'s heads; call once `el` is in the document, so the chart has its size. */
-  update(d: RanksResponse): void {
+  update(d: RankView): void {
     replace(this.el, h("h3", null, "Layers \u00d7 global heads"));
     if (!d.heads.length) {
       this.dispose();
@@ -97,7 +97,7 @@ export class GlobalHeadsMap {
     this.draw(d, layers, maxHead);
   }
 
-  private draw(d: RanksResponse, layers: number[], maxHead: number): void {
+  private draw(d: RankView, layers: number[], maxHead: number): void {
     if (!this.chart) this.chart = createChart(this.chartEl);
     // Under tensor parallelism a column is labelled with the rank that computes its head.
     const owner = new Map<number, number>();

@@ -1,15 +1,15 @@
 // The ranks view's table: one row per rank, the straggler metric (attention in the rank's fastest
 // step) first, then means per step, and the "All ranks" rows (mean, median, max) as the server
-// computed them (RanksResponse.columns and all_ranks: one median, computed once, in Python).
+// computed them (RankView.columns and all_ranks: one median, computed once, in Python).
 
 import { h } from "../dom";
 import { fmtCount, fmtUs } from "../format";
 import { noisyMark } from "../spread";
 import type { Actions } from "../state";
-import type { RankRow, RanksColumn, RanksResponse } from "../types";
+import type { RankRow, RanksColumn, RankView } from "../types";
 import { ranges } from "./ranks_heads";
 
-/** A RankRow's value for a RanksResponse column key. */
+/** A RankRow's value for a RankView column key. */
 export function columnValue(r: RankRow, column: string): number {
   switch (column) {
     case "attention_best":
@@ -26,11 +26,11 @@ export function columnValue(r: RankRow, column: string): number {
 }
 
 /** The aggregate of the straggler metric over ranks: its median is the view's one median. */
-export function metricColumn(d: RanksResponse): RanksColumn | undefined {
+export function metricColumn(d: RankView): RanksColumn | undefined {
   return d.columns.find((c) => c.column === d.metric);
 }
 
-const COLUMN_HEADS: Record<string, { label: string; title: (d: RanksResponse) => string }> = {
+const COLUMN_HEADS: Record<string, { label: string; title: (d: RankView) => string }> = {
   attention_best: { label: "attention, fastest step", title: (d) => `${d.metric_label}: what stragglers are judged on` },
   step: { label: "step", title: (d) => `step time, ${d.means_label}` },
   attention: { label: "attention", title: (d) => `attention time, ${d.means_label}` },
@@ -65,7 +65,7 @@ const bar = (v: number, max: number) => {
 };
 
 /** The table of `d`'s ranks sorted by `sort`; a header click asks `actions` for a new sort. */
-export function ranksTable(d: RanksResponse, sort: { key: string; desc: boolean }, actions: Actions): HTMLElement {
+export function ranksTable(d: RankView, sort: { key: string; desc: boolean }, actions: Actions): HTMLElement {
   const layers = d.all_ranks.map((a) => a.layer);
   const columns = d.columns.map((c) => c.column);
   const slow = new Set(d.stragglers.map((x) => `${x.worker}|${x.metric}`));

@@ -8,7 +8,7 @@ import { createChart, type EChart } from "../charts";
 import { h, replace, select, type Child } from "../dom";
 import { fmtBytes, fmtError, fmtFlops, fmtIops, fmtLossDiff, fmtRatio, fmtShare, fmtUs } from "../format";
 import type { Actions, State } from "../state";
-import type { StrategiesResponse, StrategyGroup, StrategyRow } from "../types";
+import type { StrategyTable, StrategyGroup, StrategyRow } from "../types";
 import { findingsBox, note, pending } from "./common";
 import { color } from "./run_colors";
 import { fmtFit } from "./scaling";
@@ -34,7 +34,7 @@ export class StrategiesView {
   private charts: { chart: EChart; dispose: () => void }[] = [];
   /** The length each group's speed-up chart shows, by group label; absent: the longest. */
   private readonly seqs = new Map<string, number>();
-  private last: { runs: string[] | null; data: StrategiesResponse | null; error: string | null; status: string } | null = null;
+  private last: { runs: string[] | null; data: StrategyTable | null; error: string | null; status: string } | null = null;
 
   constructor(private readonly actions: Actions) {
     this.top = h("div", "toolbar run-top");

@@ -3,7 +3,7 @@
 // events narrower than a pixel merged per lane.
 
 import { layerColor, phaseColor, phaseLabel } from "../metrics";
-import type { TimelineResponse } from "../types";
+import type { TimelineSlice } from "../types";
 
 export const MAX_DEPTH = 24; // deeper events are not drawn (the count is shown)
 const MIN_PX = 1; // narrower events are merged with their neighbours
@@ -30,7 +30,7 @@ export class Model {
   /** 1: backward work of a layer that no backward work of that layer encloses (labelled "L1 bwd"). */
   readonly backwardTop: Uint8Array;
 
-  constructor(readonly d: TimelineResponse) {
+  constructor(readonly d: TimelineSlice) {
     const ev = d.events;
     const n = ev.start_us.length;
     this.n = n;
@@ -210,7 +210,7 @@ export class Model {
   }
 }
 
-export function kindOf(d: TimelineResponse, i: number): string {
+export function kindOf(d: TimelineSlice, i: number): string {
   const k = d.events.kind[i] as unknown;
   return typeof k === "string" ? k : "other";
 }

@@ -7,8 +7,8 @@ import gc
 import sys
 from typing import TYPE_CHECKING
 
-from tb_attn_plugin import cli_batch
-from tb_attn_plugin.cli_batch import Usage, fail, listed_runs
+from tb_attn_plugin.cli import batch as cli_batch
+from tb_attn_plugin.cli.batch import Usage, fail, listed_runs
 
 if TYPE_CHECKING:
     from tb_attn_plugin.trace.discover import Run
@@ -25,7 +25,7 @@ def run_gate(args: argparse.Namespace) -> int:
     """``tb-attn gate``: the exit code (module docstring of ``cli``, and ``GATE_NOISY``)."""
     import msgspec
 
-    from tb_attn_plugin.analysis.gate import gate, parse_tolerance
+    from tb_attn_plugin.analysis.gate import gate, parse_tolerance  # lazy: usage errors answer before the engine loads
 
     try:
         max_time = parse_tolerance(args.max_time_regression)
@@ -62,7 +62,7 @@ def run_gate(args: argparse.Namespace) -> int:
         outcome = gate(summaries[0], summaries[1], max_time=max_time, max_memory=max_memory, clock=args.clock)
     except ValueError as exc:
         return fail(str(exc))
-    from tb_attn_plugin.report_gate import gate_json, gate_text
+    from tb_attn_plugin.cli.report_gate import gate_json, gate_text  # lazy: usage errors answer before the engine loads
 
     sys.stdout.write(gate_json(outcome) if args.format == "json" else gate_text(outcome))
     return 0 if outcome.passed else 1 if outcome.regressed else GATE_NOISY
@@ -71,8 +71,8 @@ def run_gate(args: argparse.Namespace) -> int:
 def _one_run(args: argparse.Namespace, name: str) -> Run:
     """The run ``name`` stands for (a run under ``args.path``, else a run directory or trace), with
     only the ``--ranks`` selected. Raises Usage, or ValueError when no trace of those ranks is left."""
-    from tb_attn_plugin.loader import resolve_runs
-    from tb_attn_plugin.trace.events import TraceError
+    from tb_attn_plugin.engine.loader import resolve_runs  # lazy: usage errors answer before the engine loads
+    from tb_attn_plugin.trace.events import TraceError  # lazy: usage errors answer before the engine loads
 
     try:
         runs = listed_runs(args.path, name) if args.path is not None else resolve_runs(name)

@@ -15,12 +15,12 @@ import threading
 from collections.abc import Callable
 
 from tb_attn_plugin.analysis.figures import NO_ATTENTION, run_figures
-from tb_attn_plugin.cache import Key
-from tb_attn_plugin.loader import Loader
-from tb_attn_plugin.responses import RunFigures
-from tb_attn_plugin.schema import WorkerSummary
+from tb_attn_plugin.engine.cache import Key
+from tb_attn_plugin.engine.loader import Loader
 from tb_attn_plugin.trace.discover import Run, TraceFile
 from tb_attn_plugin.trace.events import TraceError
+from tb_attn_plugin.types.schema import WorkerSummary
+from tb_attn_plugin.types.views import RunFigures
 
 __all__ = ["SUMMARY_GUESS_BYTES", "Prefetch", "budget", "cached_figures"]
 

@@ -5,11 +5,18 @@ from __future__ import annotations
 
 import msgspec
 
-from tb_attn_plugin.responses_runs import Fit
-from tb_attn_plugin.schema import Finding, Spread
+from tb_attn_plugin.types.results import Fit
+from tb_attn_plugin.types.schema import Finding, Spread
 
-__all__ = ["STRATEGIES_SCHEMA", "Accuracy", "Crossover", "StrategiesResponse", "StrategyGroup", "StrategyRow",
-           "StrategySeries"]
+__all__ = [
+    "STRATEGIES_SCHEMA",
+    "Accuracy",
+    "Crossover",
+    "StrategyGroup",
+    "StrategyRow",
+    "StrategySeries",
+    "StrategyTable",
+]
 
 STRATEGIES_SCHEMA = "tb-attn.strategies/1"
 
@@ -77,7 +84,7 @@ class StrategyGroup(msgspec.Struct, kw_only=True):
     findings: list[Finding]  # below-crossover and accuracy-cost (docs/findings.md)
 
 
-class StrategiesResponse(msgspec.Struct, kw_only=True):
+class StrategyTable(msgspec.Struct, kw_only=True):
     schema: str = STRATEGIES_SCHEMA
     rel_tol: float  # accuracy-cost: a relative error over this...
     loss_tol: float  # ...or a loss moved by more than this

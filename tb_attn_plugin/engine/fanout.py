@@ -34,12 +34,14 @@ from typing import Any
 
 import msgspec
 
-from tb_attn_plugin.loader import Loader
-from tb_attn_plugin.progress import Progress
-from tb_attn_plugin.schema import RunSummary, WorkerSummary
+from tb_attn_plugin.engine.loader import Loader
+from tb_attn_plugin.engine.progress import Progress
+from tb_attn_plugin.engine.summary_cache import warn_once
 from tb_attn_plugin.trace import io
 from tb_attn_plugin.trace.discover import Run, TraceFile
 from tb_attn_plugin.trace.events import ReadError, TraceError
+from tb_attn_plugin.trace.parallel import may_fork
+from tb_attn_plugin.types.schema import RunSummary, WorkerSummary
 
 __all__ = ["AUTO_POOL_BYTES", "ExecutorUnavailable", "Task", "dask_executor", "default_jobs", "executor_address",
            "open_executor", "summarize_runs", "summarize_task"]
@@ -225,7 +227,6 @@ def open_executor(spec: object, warn: Warn) -> Iterator[cf.Executor | None]:
 def _local_pool(workers: int) -> cf.ProcessPoolExecutor:
     """Processes forked where this process runs no other thread (fast, nothing re-imported),
     else started by a fork server (safe beside threads: a notebook, TensorBoard)."""
-    from tb_attn_plugin.trace.parallel import may_fork
 
     method = "fork" if may_fork() else "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() \
         else "spawn"
@@ -272,7 +273,6 @@ def summarize_runs(runs: Sequence[Run], loader: Loader, *, worker: str | None = 
     finally:
         bar.close()
     if loader.cache_error is not None and loader.disk is not None:  # found here or by a worker: said once
-        from tb_attn_plugin.summary_cache import warn_once
 
         warn_once(loader.disk.root, f"{loader.cache_error}; summaries are not cached", say)
     return [loader.summarize_run(run, worker=worker, metadata=meta, known=known)

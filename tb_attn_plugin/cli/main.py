@@ -19,8 +19,11 @@ the run that was profiled, so it must not pass, 3 when the steps' noise spans th
 noisy to judge (``docs/ci.md``).
 
 Each error is one line on stderr, ``tb-attn: ...``. Names and messages go through
-``report.printable``: a file, run or worker name cannot send escape sequences to the terminal.
+``text.printable``: a file, run or worker name cannot send escape sequences to the terminal.
 """
+
+# Each command imports what it needs inside it (`# lazy:`): `tb-attn --help` and a usage error answer
+# without loading the engine.
 
 from __future__ import annotations
 
@@ -31,12 +34,12 @@ import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, NoReturn
 
-from tb_attn_plugin import cli_batch, report
-from tb_attn_plugin.cli_batch import PROG, Usage, fail, listed_runs, stderr
+from tb_attn_plugin.cli import batch, report, text
+from tb_attn_plugin.cli.batch import PROG, Usage, fail, listed_runs, stderr
 
 if TYPE_CHECKING:  # the CLI imports the engine lazily: `tb-attn --help` stays fast
-    from tb_attn_plugin.schema import RunSummary
     from tb_attn_plugin.trace.discover import Run
+    from tb_attn_plugin.types.schema import RunSummary
 
 __all__ = ["main"]
 
@@ -44,12 +47,14 @@ __all__ = ["main"]
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{self.prog}: error: {report.printable(message)}\n")
+        self.exit(2, f"{self.prog}: error: {text.printable(message)}\n")
 
 
 def _rate(text: str) -> float:
     """A peak rate (``analysis.peaks.parse_rate``: "312T", "2.0e12", "1.9 TB/s")."""
-    from tb_attn_plugin.analysis.peaks import parse_rate
+    from tb_attn_plugin.analysis.peaks import (
+        parse_rate,  # lazy: only this command needs it
+    )
 
     try:
         return parse_rate(text)
@@ -75,17 +80,17 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--format", choices=("table", "json", "csv"), default="table")
     s.add_argument("--tokens", action="store_true",
                    help="with --format csv: one row per generation step (prefill, decode) instead of per layer x phase")
-    s.add_argument("--max-trace-mb", type=cli_batch.whole("MiB"), default=4096,
+    s.add_argument("--max-trace-mb", type=batch.whole("MiB"), default=4096,
                    help="refuse traces larger than this, uncompressed (default 4096)")
     _peak_flags(s)
-    cli_batch.add_flags(s)
+    batch.add_flags(s)
     c = sub.add_parser("compare", help="runs side by side with ratios to a baseline, and scaling with seq")
     c.add_argument("path", help="a logdir (local path or fsspec URL)")
     c.add_argument("--runs", help="comma-separated run names (default: every run)")
     c.add_argument("--baseline", help="the run the ratios are against (default: the first)")
     c.add_argument("--format", choices=("table", "json"), default="table")
     _peak_flags(c)
-    cli_batch.add_flags(c)
+    batch.add_flags(c)
     t = sub.add_parser("strategies", help="attention strategies side by side: time, memory, error and speed-up "
                        "per implementation and length, with fitted crossovers")
     t.add_argument("path", help="a logdir (local path or fsspec URL)")
@@ -97,7 +102,7 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--loss-tol", type=float, default=None, help="accuracy-cost: loss moved by more than this "
                    "(default 0.01)")
     t.add_argument("--format", choices=("table", "json", "csv"), default="table")
-    cli_batch.add_flags(t)
+    batch.add_flags(t)
     hd = sub.add_parser("heads", help="each head's cost next to its attention statistics (runner --attn-stats): "
                         "which heads are local, which are sinks")
     hd.add_argument("path", help="a logdir or a run directory (local path or fsspec URL)")
@@ -109,7 +114,7 @@ def build_parser() -> argparse.ArgumentParser:
     hd.add_argument("--threshold", type=float, default=None, metavar="SHARE",
                     help="the share of a head's mass within W that makes it local (default 0.99)")
     hd.add_argument("--format", choices=("table", "json", "csv"), default="table")
-    cli_batch.add_flags(hd)
+    batch.add_flags(hd)
     r = sub.add_parser("ranks", help="multi-rank runs: attention per rank and layer, stragglers, collectives")
     r.add_argument("path", help="a logdir or a run directory (local path or fsspec URL)")
     r.add_argument("--run", help="only this run (default: every run with two or more workers)")
@@ -117,7 +122,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="a straggler's attention time exceeds the median over ranks by more than this (default 0.2)")
     r.add_argument("--fail-on-straggler", action="store_true", help="exit 1 when a straggler is found")
     r.add_argument("--format", choices=("table", "json"), default="table")
-    cli_batch.add_flags(r)
+    batch.add_flags(r)
     g = sub.add_parser("gate", help="fail (exit 1) when attention got slower or hungrier than a baseline; "
                        "exit 2 when a trace of either run cannot be read; exit 3 when the steps are too noisy to "
                        "judge the time")
@@ -131,7 +136,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--clock", choices=("auto", "cpu", "device"), default="auto",
                    help="compare device time (auto: when both runs have kernels) or CPU time")
     g.add_argument("--format", choices=("text", "json"), default="text")
-    cli_batch.add_flags(g)
+    batch.add_flags(g)
     return p
 
 
@@ -142,7 +147,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     args = build_parser().parse_args(argv)
     if args.command == "gate":
-        from tb_attn_plugin.cli_gate import run_gate
+        from tb_attn_plugin.cli.gate import (
+            run_gate,  # lazy: only this command needs it
+        )
 
         return run_gate(args)
     if args.command == "compare":
@@ -153,12 +160,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _strategies(args)
     if args.command == "heads":
         return _heads(args)
-    from tb_attn_plugin.loader import prefetch_analysis
+    from tb_attn_plugin.engine.loader import (
+        prefetch_analysis,  # lazy: only this command needs it
+    )
 
     if args.jobs == 1 and args.executor is None:
         prefetch_analysis()  # a thread: only where no pool of processes is forked
     try:
-        runs = cli_batch.select(listed_runs(args.path, args.run), args, args.path)
+        runs = batch.select(listed_runs(args.path, args.run), args, args.path)
     except (Usage, ValueError) as exc:
         return fail(str(exc))
     if args.worker is not None:
@@ -169,7 +178,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     # garbage collector only costs time here.
     gc.disable()
     try:
-        summaries = cli_batch.summaries(args, {"max_trace_bytes": args.max_trace_mb << 20}, runs,
+        summaries = batch.summaries(args, {"max_trace_bytes": args.max_trace_mb << 20}, runs,
                                         worker=args.worker, paths=[args.path])
     except ValueError as exc:
         return fail(str(exc))
@@ -178,7 +187,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.tokens:
         if args.format != "csv":
             return fail("--tokens writes CSV: use it with --format csv (JSON carries the steps in generation.tokens)")
-        from tb_attn_plugin.report_generation import tokens_csv
+        from tb_attn_plugin.cli.report_generation import (
+            tokens_csv,  # lazy: only this command needs it
+        )
 
         render = tokens_csv
     sys.stdout.write(render(summaries))
@@ -194,18 +205,23 @@ def _file_errors(summaries: Sequence[RunSummary]) -> int:
 
 
 def _compare(args: argparse.Namespace) -> int:
-    from tb_attn_plugin.analysis.compare import compare, scaling
-    from tb_attn_plugin.trace.events import TraceError
+    from tb_attn_plugin.analysis.compare import (  # lazy: only this command needs it
+        compare,
+        scaling,
+    )
+    from tb_attn_plugin.trace.events import (
+        TraceError,  # lazy: only this command needs it
+    )
 
     try:
-        runs = cli_batch.select(_picked_runs(args.path, args.runs), args, args.path)
+        runs = batch.select(_picked_runs(args.path, args.runs), args, args.path)
     except (Usage, TraceError, ValueError) as exc:
         return fail(str(exc))
     if args.baseline is not None and args.baseline.strip("/") not in {r.name for r in runs}:
         return fail(f"the baseline {args.baseline!r} is not one of the runs")
     gc.disable()
     try:
-        summaries = cli_batch.summaries(args, {}, runs, paths=[args.path])
+        summaries = batch.summaries(args, {}, runs, paths=[args.path])
     except ValueError as exc:
         return fail(str(exc))
     _apply_peaks(summaries, args)
@@ -215,7 +231,7 @@ def _compare(args: argparse.Namespace) -> int:
         return fail(str(exc))
     scale = scaling(summaries)
     if args.format == "json":
-        sys.stdout.write(report.json_text({"compare": result, "scaling": scale}))
+        sys.stdout.write(text.json_text({"compare": result, "scaling": scale}))
     else:
         sys.stdout.write(report.compare_table(result, scale))
     for err in result.errors:
@@ -226,7 +242,9 @@ def _compare(args: argparse.Namespace) -> int:
 def _apply_peaks(summaries: Sequence[RunSummary], args: argparse.Namespace) -> None:
     """Every worker's roofline under ``--peak-flops``/``--peak-bw``, where given."""
     if args.peak_flops is not None or args.peak_bw is not None:
-        from tb_attn_plugin.analysis.roofline import with_peaks
+        from tb_attn_plugin.analysis.roofline import (
+            with_peaks,  # lazy: only this command needs it
+        )
 
         for worker in (w for run in summaries for w in run.workers):
             with_peaks(worker, args.peak_flops, args.peak_bw)
@@ -234,7 +252,9 @@ def _apply_peaks(summaries: Sequence[RunSummary], args: argparse.Namespace) -> N
 
 def _picked_runs(path: str, names: str | None) -> list[Run]:
     """The runs under ``path``, or those of the comma-separated ``names``; Usage for none or an unknown one."""
-    from tb_attn_plugin.loader import resolve_runs
+    from tb_attn_plugin.engine.loader import (
+        resolve_runs,  # lazy: only this command needs it
+    )
 
     runs = resolve_runs(path)
     if names:
@@ -250,53 +270,69 @@ def _picked_runs(path: str, names: str | None) -> list[Run]:
 
 
 def _strategies(args: argparse.Namespace) -> int:
-    from tb_attn_plugin.analysis.strategies import LOSS_TOL, REL_TOL, check_tolerance, strategies
-    from tb_attn_plugin.report_strategies import strategies_csv, strategies_table
-    from tb_attn_plugin.trace.events import TraceError
+    from tb_attn_plugin.analysis.strategies import (  # lazy: only this command needs it
+        LOSS_TOL,
+        REL_TOL,
+        check_tolerance,
+        strategies,
+    )
+    from tb_attn_plugin.cli.report_strategies import (  # lazy: only this command needs it
+        strategies_csv,
+        strategies_table,
+    )
+    from tb_attn_plugin.trace.events import (
+        TraceError,  # lazy: only this command needs it
+    )
 
     try:
         rel = check_tolerance("--rel-tol", REL_TOL if args.rel_tol is None else args.rel_tol)
         loss = check_tolerance("--loss-tol", LOSS_TOL if args.loss_tol is None else args.loss_tol)
-        runs = cli_batch.select(_picked_runs(args.path, args.runs), args, args.path)
+        runs = batch.select(_picked_runs(args.path, args.runs), args, args.path)
     except (ValueError, Usage, TraceError) as exc:
         return fail(str(exc))
     gc.disable()
     try:
-        summaries = cli_batch.summaries(args, {}, runs, paths=[args.path])
+        summaries = batch.summaries(args, {}, runs, paths=[args.path])
     except ValueError as exc:
         return fail(str(exc))
     result = strategies(summaries, baseline=args.baseline, rel_tol=rel, loss_tol=loss)
     if args.baseline is not None and not any(args.baseline in g.strategies for g in result.groups):
         names = sorted({s for g in result.groups for s in g.strategies})
         return fail(f"no strategy named {args.baseline!r}; the runs have: {', '.join(names) or 'none'}")
-    render = {"table": strategies_table, "json": report.json_text, "csv": strategies_csv}[args.format]
+    render = {"table": strategies_table, "json": text.json_text, "csv": strategies_csv}[args.format]
     sys.stdout.write(render(result))
     return _file_errors(summaries)
 
 
 def _heads(args: argparse.Namespace) -> int:
-    from tb_attn_plugin.report_heads import heads_csv, heads_runs, heads_table
+    from tb_attn_plugin.cli.report_heads import (  # lazy: only this command needs it
+        heads_csv,
+        heads_runs,
+        heads_table,
+    )
 
     if args.threshold is not None and not 0 < args.threshold <= 1:
         return fail(f"--threshold must be a share in (0, 1], got {args.threshold}")
     try:
-        runs = cli_batch.select(listed_runs(args.path, args.run), args, args.path)
+        runs = batch.select(listed_runs(args.path, args.run), args, args.path)
     except (Usage, ValueError) as exc:
         return fail(str(exc))
     gc.disable()
     try:
-        summaries = cli_batch.summaries(args, {}, runs, worker=args.worker, paths=[args.path])
+        summaries = batch.summaries(args, {}, runs, worker=args.worker, paths=[args.path])
         views = heads_runs(summaries, window=args.window, threshold=args.threshold)
     except ValueError as exc:
         return fail(str(exc))
     render = {"table": heads_table, "csv": heads_csv,
-              "json": lambda v: report.json_text(v if len(v) > 1 else v[0])}[args.format]
+              "json": lambda v: text.json_text(v if len(v) > 1 else v[0])}[args.format]
     sys.stdout.write(render(views))
     return _file_errors(summaries)
 
 
 def _ranks(args: argparse.Namespace) -> int:
-    from tb_attn_plugin.analysis.ranks import ranks
+    from tb_attn_plugin.analysis.ranks import (
+        ranks,  # lazy: only this command needs it
+    )
 
     if not 0 <= args.margin <= 10:
         return fail("--margin must be in 0..10 (a fraction: 0.2 is 20%)")
@@ -311,13 +347,13 @@ def _ranks(args: argparse.Namespace) -> int:
     total = {r.name: len(r.workers) for r in runs}
     gc.disable()
     try:
-        runs = cli_batch.select(runs, args, args.path)
-        views = [cli_batch.sampled(ranks(s, margin=args.margin), total[s.run], args)
-                 for s in cli_batch.summaries(args, {}, runs, paths=[args.path])]
+        runs = batch.select(runs, args, args.path)
+        views = [batch.sampled(ranks(s, margin=args.margin), total[s.run], args)
+                 for s in batch.summaries(args, {}, runs, paths=[args.path])]
     except ValueError as exc:
         return fail(str(exc))
     if args.format == "json":
-        sys.stdout.write(report.json_text(views if len(views) > 1 else views[0]))
+        sys.stdout.write(text.json_text(views if len(views) > 1 else views[0]))
     else:
         sys.stdout.write("\n".join(report.ranks_table(v) for v in views))
     for v in views:
@@ -326,7 +362,3 @@ def _ranks(args: argparse.Namespace) -> int:
     if any(v.errors for v in views):
         return 1
     return 1 if args.fail_on_straggler and any(v.stragglers for v in views) else 0
-
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())

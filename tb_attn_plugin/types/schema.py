@@ -16,6 +16,8 @@ from typing import Any
 
 import msgspec
 
+from tb_attn_plugin.trace.discover import display_name
+
 __all__ = [
     "SPREAD_KEYS",
     "SUMMARY_SCHEMA",
@@ -58,7 +60,6 @@ def to_json(value: Any) -> bytes:
 def _encodable(value: Any) -> Any:
     """``value`` (builtins only) with every string made encodable, iteratively: metadata can
     nest deeper than Python's recursion limit allows a recursive walk."""
-    from tb_attn_plugin.trace.discover import display_name
 
     root: list[Any] = [value]
     stack: list[tuple[list[Any] | dict[Any, Any], Any]] = [(root, 0)]
@@ -176,7 +177,7 @@ class LayerMask(msgspec.Struct, kw_only=True):
     """A layer's attention mask and what it saved (analysis/sparsity.py): FLOPs per forward
     call of the block, times per profiled step, the core's phases only."""
 
-    spec: str  # the mask (tb_attn_plugin.masks grammar), e.g. "sliding:256"
+    spec: str  # the mask (tb_attn_plugin.vocab.masks grammar), e.g. "sliding:256"
     kept: float  # share of (query, key) pairs kept
     blocks: float | None  # share of 128x128 blocks holding any kept pair (what flex_attention computes)
     dense_flops: float  # the core with every pair kept

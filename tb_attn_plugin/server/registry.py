@@ -22,9 +22,9 @@ import json
 import threading
 import time
 
-from tb_attn_plugin.loader import parse_metadata
-from tb_attn_plugin.responses import RunInfo
-from tb_attn_plugin.run_info import run_info
+from tb_attn_plugin.engine.loader import parse_metadata
+from tb_attn_plugin.server.responses import RunInfo
+from tb_attn_plugin.server.run_info import run_info
 from tb_attn_plugin.trace import io
 from tb_attn_plugin.trace.discover import Run, find_runs
 from tb_attn_plugin.trace.events import ReadError, TraceError

@@ -25,35 +25,30 @@ from tensorboard import errors
 
 from tb_attn_plugin.analysis import views
 from tb_attn_plugin.analysis.analyze import Analysis
+from tb_attn_plugin.analysis.compare import compare, scaling
 from tb_attn_plugin.analysis.drilldown import drilldown as drilldown_view
-from tb_attn_plugin.cache import LRUCache
-from tb_attn_plugin.head_events import UNREADABLE, EventStats
-from tb_attn_plugin.http_status import Loading, http_errors
-from tb_attn_plugin.jobs import Jobs
-from tb_attn_plugin.loader import Loader, Parsed
-from tb_attn_plugin.prefetch import Prefetch, budget, cached_figures
-from tb_attn_plugin.profiler_link import profiler_link
-from tb_attn_plugin.registry import Registry
-from tb_attn_plugin.responses import (
-    CompareResponse,
-    MetadataResponse,
-    RanksResponse,
-    RunEntry,
-    RunsResponse,
-    RunStatus,
-    ScalingResponse,
-    SpanEntry,
-    StrategiesResponse,
-    WorkerEntry,
-)
-from tb_attn_plugin.schema import RunSummary, WorkerSummary, to_json
+from tb_attn_plugin.analysis.ranks import DEFAULT_MARGIN, ranks
+from tb_attn_plugin.analysis.strategies import LOSS_TOL, REL_TOL, check_tolerance, strategies
+from tb_attn_plugin.engine.cache import LRUCache
+from tb_attn_plugin.engine.head_events import UNREADABLE, EventStats
+from tb_attn_plugin.engine.loader import Loader, Parsed
+from tb_attn_plugin.engine.ranksel import RankSet, file_ranks, select_ranks
+from tb_attn_plugin.server.http_status import Loading, http_errors
+from tb_attn_plugin.server.jobs import Jobs
+from tb_attn_plugin.server.prefetch import Prefetch, budget, cached_figures
+from tb_attn_plugin.server.profiler_link import profiler_link
+from tb_attn_plugin.server.registry import Registry
+from tb_attn_plugin.server.responses import MetadataResponse, RunEntry, RunsResponse, RunStatus, SpanEntry, WorkerEntry
 from tb_attn_plugin.trace import io
 from tb_attn_plugin.trace.discover import Run, TraceFile, display_name
 from tb_attn_plugin.trace.events import ReadError, TraceError
 from tb_attn_plugin.trace.io import FileInfo
+from tb_attn_plugin.types.results import Comparison, RankView, ScalingFits
+from tb_attn_plugin.types.schema import RunSummary, WorkerSummary, to_json
+from tb_attn_plugin.types.strategies import StrategyTable
 
 if TYPE_CHECKING:
-    from tb_attn_plugin.ranksel import RankSet
+    from tb_attn_plugin.engine.ranksel import RankSet
 
 __all__ = ["Loading", "Service", "http_errors"]
 
@@ -303,11 +298,9 @@ class Service:
                 raise errors.NotFoundError(f"no span {span!r} in run {run_name!r}")
         return summary
 
-    def ranks(self, run_name: str, *, margin: float | None, selection: RankSet | None = None) -> RanksResponse:
+    def ranks(self, run_name: str, *, margin: float | None, selection: RankSet | None = None) -> RankView:
         """The ranks view of the run, of only the ranks in ``selection`` (None: every rank): the
         other ranks' traces are never read, so a few ranks of a thousand load in a few parses."""
-        from tb_attn_plugin.analysis.ranks import DEFAULT_MARGIN, ranks
-        from tb_attn_plugin.ranksel import RankSet, file_ranks, select_ranks
 
         if margin is not None and not 0 <= margin <= 10:
             raise errors.InvalidArgumentError("margin must be in 0..10 (a fraction: 0.2 is 20%)")
@@ -386,22 +379,19 @@ class Service:
         return self._summaries([(self.run(name), None) for name in names])
 
     @http_errors()
-    def compare(self, names: list[str], baseline: str | None) -> CompareResponse:
-        from tb_attn_plugin.analysis.compare import compare
+    def compare(self, names: list[str], baseline: str | None) -> Comparison:
 
         if baseline is not None and baseline not in names:
             raise errors.InvalidArgumentError(f"the baseline {baseline!r} is not one of the runs")
         return compare(self._runs_named(names), baseline=baseline)
 
-    def scaling(self, names: list[str]) -> ScalingResponse:
-        from tb_attn_plugin.analysis.compare import scaling
+    def scaling(self, names: list[str]) -> ScalingFits:
 
         return scaling(self._runs_named(names))
 
     @http_errors()
     def strategies(self, names: list[str], baseline: str | None, rel_tol: float | None,
-                   loss_tol: float | None) -> StrategiesResponse:
-        from tb_attn_plugin.analysis.strategies import LOSS_TOL, REL_TOL, check_tolerance, strategies
+                   loss_tol: float | None) -> StrategyTable:
 
         try:
             rel = check_tolerance("rel_tol", REL_TOL if rel_tol is None else rel_tol)

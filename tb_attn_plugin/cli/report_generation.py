@@ -9,9 +9,9 @@ import textwrap
 from collections.abc import Sequence
 
 from tb_attn_plugin.analysis.wording import duration, share, size
-from tb_attn_plugin.report import _cells, _num, _ratio, _si, printable
-from tb_attn_plugin.responses import CompareResponse
-from tb_attn_plugin.schema import Generation, GenerationPhase, LayerStats, RunSummary, WorkerSummary
+from tb_attn_plugin.cli.text import num_text, printable, ratio_text, si_text, table_cells
+from tb_attn_plugin.types.results import Comparison
+from tb_attn_plugin.types.schema import Generation, GenerationPhase, LayerStats, RunSummary, WorkerSummary
 
 __all__ = ["TOKEN_CSV_FIELDS", "compare_decode_lines", "generation_lines", "tokens_csv"]
 
@@ -64,7 +64,7 @@ def generation_lines(worker: WorkerSummary) -> list[str]:
 def _phase_text(p: GenerationPhase, *, per_token: bool) -> str:
     per = " per step" if per_token else ""
     return (f"step {duration(p.step_us)}{per}, attention {duration(p.attention_us)} (core {duration(p.core_us)}, "
-            f"kv_cache {duration(p.kv_cache_us)}), {p.launches:.0f} launches, {_si(p.flops)} FLOPs, "
+            f"kv_cache {duration(p.kv_cache_us)}), {p.launches:.0f} launches, {si_text(p.flops)} FLOPs, "
             f"K and V {size(p.kv_bytes)} (mean of {p.steps} step{'s' if p.steps != 1 else ''})")
 
 
@@ -80,9 +80,9 @@ def _layer_table(g: Generation) -> list[str]:
 
     header = ("layer", "backend", "prefill", "decode/step", "prefill FLOPs", "decode FLOPs", "decode alloc")
     rows = [(f"L{n}", (decode.get(n) or prefill[n]).backend, t(prefill.get(n)), t(decode.get(n)),
-             _si(prefill[n].flops) if n in prefill else "-", _si(decode[n].flops) if n in decode else "-",
+             si_text(prefill[n].flops) if n in prefill else "-", si_text(decode[n].flops) if n in decode else "-",
              size(decode[n].alloc_bytes) if n in decode else "-") for n in sorted(prefill.keys() | decode.keys())]
-    cells = _cells(rows)
+    cells = table_cells(rows)
     widths = [max(len(r[i]) for r in [header, *cells]) for i in range(len(header))]
     fmt = "    " + "  ".join(f"{{:<{wd}}}" if i < 2 else f"{{:>{wd}}}" for i, wd in enumerate(widths))
     return [fmt.format(*header), *(fmt.format(*r) for r in cells)]
@@ -103,12 +103,13 @@ def tokens_csv(summaries: Sequence[RunSummary]) -> str:
             for t in g.tokens if g is not None else []:
                 out.writerow(printable(str(c)) for c in (
                     run.run, worker.worker, worker.span or "", g.clock if g else "", t.step, t.role, t.context,
-                    t.queries, _num(t.step_us), _num(t.attention_us), _num(t.core_us), _num(t.kv_cache_us),
-                    _num(t.kv_bytes), _num(t.kv_alloc_bytes), _num(t.launches), _num(t.flops)))
+                    t.queries, num_text(t.step_us), num_text(t.attention_us), num_text(t.core_us),
+                    num_text(t.kv_cache_us),
+                    num_text(t.kv_bytes), num_text(t.kv_alloc_bytes), num_text(t.launches), num_text(t.flops)))
     return buf.getvalue()
 
 
-def compare_decode_lines(result: CompareResponse) -> list[str]:
+def compare_decode_lines(result: Comparison) -> list[str]:
     """Compare's table of decode cost per token, for the runs that are generations."""
     runs = [f for f in result.runs if f.decode is not None]
     if not runs:
@@ -120,10 +121,10 @@ def compare_decode_lines(result: CompareResponse) -> list[str]:
         d = f.decode
         assert d is not None
         rows.append((f.run + (" *" if f.baseline == f.run else ""), d.kv_cache or "-", str(d.kv_heads or "-"),
-                     f"{d.context:.0f}", duration(d.us_per_token), _ratio(f.ratio.decode_us_per_token),
+                     f"{d.context:.0f}", duration(d.us_per_token), ratio_text(f.ratio.decode_us_per_token),
                      duration(d.step_us), duration(d.prefill_us) if d.prefill_us is not None else "-",
                      size(d.read_bytes_per_token), f"{d.launches_per_token:.0f}"))
-    cells = _cells(rows)
+    cells = table_cells(rows)
     widths = [max(len(r[i]) for r in [header, *cells]) for i in range(len(header))]
     fmt = "  ".join(f"{{:<{wd}}}" if i < 2 else f"{{:>{wd}}}" for i, wd in enumerate(widths))
     return ["", "decode, per step (one token per sequence; attention time on the run's clock; ratios within the "

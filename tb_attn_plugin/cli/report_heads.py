@@ -11,10 +11,11 @@ from collections.abc import Sequence
 
 import msgspec
 
-from tb_attn_plugin.analysis.heads import HeadRow, head_rows
+from tb_attn_plugin.analysis.heads import HeadRow, head_rows, with_window
 from tb_attn_plugin.analysis.wording import duration, pct
-from tb_attn_plugin.report import _cells, _num, _si, _text, printable
-from tb_attn_plugin.schema import AttnStats, Finding, RunSummary
+from tb_attn_plugin.cli.text import lines_text, num_text, printable, si_text, table_cells
+from tb_attn_plugin.engine.head_events import relocal
+from tb_attn_plugin.types.schema import AttnStats, Finding, RunSummary
 
 __all__ = ["HEADS_SCHEMA", "HeadsRun", "HeadsWorker", "heads_csv", "heads_runs", "heads_table"]
 
@@ -41,8 +42,6 @@ def heads_runs(summaries: Sequence[RunSummary], *, window: int | None = None, th
     """Each run's heads; with ``window`` or ``threshold`` (``tb-attn heads --window/--threshold``)
     the local verdicts and ``local-heads`` findings redone for them (the summaries are changed).
     Raises ValueError for a window a run did not record."""
-    from tb_attn_plugin.analysis.heads import with_window
-    from tb_attn_plugin.head_events import relocal
 
     out = []
     for s in summaries:
@@ -87,9 +86,9 @@ def heads_table(runs: Sequence[HeadsRun]) -> str:
             lines.append(f"  worker {printable(w.worker)}{span} ({w.clock} time)")
             header = ("layer", "head", "time", "share", "FLOPs", *a.stats, "local", "sink")
             rows = [(f"L{h.layer}", str(h.head), ("~" if h.derived else "") + duration(h.time_us), pct(h.time_share),
-                     _si(h.flops), *(_value(h, s) for s in a.stats), "local" if h.local else "",
+                     si_text(h.flops), *(_value(h, s) for s in a.stats), "local" if h.local else "",
                      "sink" if h.sink else "") for h in w.heads]
-            cells = _cells(rows)
+            cells = table_cells(rows)
             widths = [max(len(x[i]) for x in [header, *cells]) for i in range(len(header))]
             fmt = "    " + "  ".join(f"{{:<{n}}}" if i < 2 or i >= len(header) - 2 else f"{{:>{n}}}"
                                      for i, n in enumerate(widths))
@@ -103,7 +102,7 @@ def heads_table(runs: Sequence[HeadsRun]) -> str:
                 lines.extend(textwrap.wrap("-> " + printable(f.suggestion), width=100, initial_indent="      ",
                                            subsequent_indent="         "))
         lines.append("")
-    return _text(lines)
+    return lines_text(lines)
 
 
 def heads_csv(runs: Sequence[HeadsRun]) -> str:
@@ -120,7 +119,8 @@ def heads_csv(runs: Sequence[HeadsRun]) -> str:
         for wk in r.workers:
             for h in wk.heads:
                 w.writerow(printable(str(c)) for c in (
-                    r.run, wk.worker, wk.span or "", wk.clock, h.layer, h.head, h.derived, _num(h.time_us),
-                    _num(h.time_share), _num(h.flops), *(_num(h.values[s]) if s in h.values else "" for s in names),
+                    r.run, wk.worker, wk.span or "", wk.clock, h.layer, h.head, h.derived, num_text(h.time_us),
+                    num_text(h.time_share), num_text(h.flops),
+                    *(num_text(h.values[s]) if s in h.values else "" for s in names),
                     h.local, h.sink))
     return buf.getvalue()

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import textwrap
 
-from tb_attn_plugin.report import printable
-from tb_attn_plugin.schema import WorkerSummary
+from tb_attn_plugin.cli.text import printable
+from tb_attn_plugin.types.schema import WorkerSummary
 
 __all__ = ["serving_lines"]
 

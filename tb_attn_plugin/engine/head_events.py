@@ -38,12 +38,15 @@ from typing import Any
 
 import numpy as np
 
-from tb_attn_plugin import tfrecord
 from tb_attn_plugin.analysis.bounds import MAX_HEAD_ROWS, tally
-from tb_attn_plugin.schema import AttnStats, RunSummary
-from tb_attn_plugin.scopes import MAX_CONTEXT, MAX_HEADS, MAX_LAYERS
+from tb_attn_plugin.analysis.findings import SEVERITIES
+from tb_attn_plugin.analysis.heads import attn_stats, local_heads
+from tb_attn_plugin.engine.cache import LRUCache
+from tb_attn_plugin.trace import io, tfrecord
 from tb_attn_plugin.trace.events import TraceError
 from tb_attn_plugin.trace.io import FileInfo
+from tb_attn_plugin.types.schema import AttnStats, RunSummary
+from tb_attn_plugin.vocab.scopes import MAX_CONTEXT, MAX_HEADS, MAX_LAYERS
 
 __all__ = ["BAD_CRC", "BAD_LENGTH", "BAD_NUMBER", "BAD_STEP", "FILE_TOO_LARGE", "HEADS_DROPPED", "INTERNAL",
            "MAX_EVENT_FILE_BYTES", "MAX_RECORD_BYTES", "MAX_STATS", "MAX_STEP", "MAX_VALUES", "OUT_OF_RANGE",
@@ -277,7 +280,6 @@ class HeadStatsReader:
     size, mtime) in an LRU bounded by entries and by the values held."""
 
     def __init__(self, max_files: int = 1024, max_bytes: int = 128 << 20) -> None:
-        from tb_attn_plugin.cache import LRUCache
 
         # about 100 bytes a value in nested dicts
         self._parsed: LRUCache[EventStats] = LRUCache(max_entries=max_files, max_bytes=max_bytes,
@@ -297,7 +299,6 @@ class HeadStatsReader:
         if info.size > MAX_EVENT_FILE_BYTES:
             got = EventStats({}, None, {FILE_TOO_LARGE: 1})
         else:
-            from tb_attn_plugin.trace import io
 
             try:
                 got = parse_event_file(io.read_small(info.path, limit=MAX_EVENT_FILE_BYTES), timeout_s=timeout_s)
@@ -316,7 +317,6 @@ def attach_head_stats(summary: RunSummary, files: Sequence[tuple[FileInfo, Event
     ``local-heads`` finding (on copies of the workers' summaries: those are cached per file and
     shared)."""
 
-    from tb_attn_plugin.analysis.heads import attn_stats
 
     merged = merge_event_stats(stats for _, stats in files)
     if merged.step is None:
@@ -339,8 +339,6 @@ def relocal(summary: RunSummary, stats: AttnStats) -> None:
     """The run's ``attn_stats`` set to ``stats`` and each worker's ``local-heads`` finding redone."""
     import msgspec
 
-    from tb_attn_plugin.analysis.findings import SEVERITIES
-    from tb_attn_plugin.analysis.heads import local_heads
 
     summary.attn_stats = stats
     metadata = summary.metadata

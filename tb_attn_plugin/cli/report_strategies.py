@@ -1,4 +1,4 @@
-"""``tb-attn strategies`` as text and CSV (``analysis.strategies``; JSON is ``report.json_text``),
+"""``tb-attn strategies`` as text and CSV (``analysis.strategies``; JSON is ``text.json_text``),
 and the lines a summary's table gives sparse and approximate attention (``variant_lines``)."""
 
 from __future__ import annotations
@@ -9,11 +9,11 @@ from typing import TYPE_CHECKING
 
 from tb_attn_plugin.analysis import wording
 from tb_attn_plugin.analysis.strategies import APPROXIMATE_BACKENDS, accuracy_of
-from tb_attn_plugin.report import _cells, _findings_lines, _mib, _ms, _si, _text, printable
+from tb_attn_plugin.cli.text import findings_lines, lines_text, mib_text, ms_text, printable, si_text, table_cells
 
 if TYPE_CHECKING:
-    from tb_attn_plugin.responses_strategies import StrategiesResponse, StrategyRow
-    from tb_attn_plugin.schema import LayerStats, RunSummary, WorkerSummary
+    from tb_attn_plugin.types.schema import LayerStats, RunSummary, WorkerSummary
+    from tb_attn_plugin.types.strategies import StrategyRow, StrategyTable
 
 __all__ = ["STRATEGY_CSV_FIELDS", "strategies_csv", "strategies_table", "variant_lines"]
 
@@ -40,7 +40,7 @@ def variant_lines(run: RunSummary, worker: WorkerSummary) -> list[str]:
     lines = _mask_lines(worker)
     iops = sum(x.iops for x in worker.layers)
     if iops:
-        lines.append(f"  integer ops: {_si(iops)} per step (int8 GEMMs), apart from the FLOPs")
+        lines.append(f"  integer ops: {si_text(iops)} per step (int8 GEMMs), apart from the FLOPs")
     acc = accuracy_of(run.metadata)
     if acc is not None:
         loss = f", loss {acc.loss_diff:+.4f}" if acc.loss_diff is not None else ""
@@ -67,12 +67,12 @@ def _mask_lines(worker: WorkerSummary) -> list[str]:
         tail = ("dense work (every score computed, then masked): nothing saved" if m.dense_work
                 else f"sparsity saved {wording.ms(saved)} ms per step (the dense work at the layers' own FLOP rate)")
         lines.append(f"  mask {printable(spec)} in {wording.layer_list([x.layer for x in layers])}: keeps "
-                     f"{m.kept:.1%} of scores{blocks}; core FLOPs per call {_si(m.mask_flops)} asked, "
-                     f"{_si(m.work_flops)} done, {_si(m.dense_flops)} dense; {tail}")
+                     f"{m.kept:.1%} of scores{blocks}; core FLOPs per call {si_text(m.mask_flops)} asked, "
+                     f"{si_text(m.work_flops)} done, {si_text(m.dense_flops)} dense; {tail}")
     return lines
 
 
-def strategies_table(result: StrategiesResponse) -> str:
+def strategies_table(result: StrategyTable) -> str:
     header = ("strategy", "seq", "backend", "attn ms", "speed-up", "error", "loss diff", "peak MiB", "SxS MiB",
               "FLOPs", "IOPs", "quant", "pareto")
     lines = [f"the error column: relative L1 of the attention output against exact fp32 attention (worst layer); "
@@ -82,12 +82,12 @@ def strategies_table(result: StrategiesResponse) -> str:
         lines.append("no runs with attention and a sequence length in their metadata")
     for g in result.groups:
         rows = [(x.strategy + (" *" if x.strategy == g.baseline else ""), str(x.seq), x.backend,
-                 _ms(x.time_us) + (" ~" if x.noisy else ""),
-                 f"{x.speedup:.2f}x" if x.speedup is not None else "-", _error(x), _loss(x), _mib(x.peak_bytes),
-                 _mib(x.sxs_bytes), _si(x.flops), _si(x.iops),
+                 ms_text(x.time_us) + (" ~" if x.noisy else ""),
+                 f"{x.speedup:.2f}x" if x.speedup is not None else "-", _error(x), _loss(x), mib_text(x.peak_bytes),
+                 mib_text(x.sxs_bytes), si_text(x.flops), si_text(x.iops),
                  f"{x.quant_share:.0%}" if x.quant_share is not None else "-", "yes" if x.pareto else "")
                 for x in g.rows]
-        cells = _cells(rows)
+        cells = table_cells(rows)
         widths = [max(len(r[i]) for r in [header, *cells]) for i in range(len(header))]
         fmt = "  ".join(f"{{:<{w}}}" if i in (0, 2) else f"{{:>{w}}}" for i, w in enumerate(widths))
         lines += ["", f"{printable(g.label)}: attention {g.clock} time per step; speed-up against "
@@ -101,11 +101,11 @@ def strategies_table(result: StrategiesResponse) -> str:
                 cross = (f"  {printable(s.crossover.text)}" if s.crossover
                          else f"  {printable(s.crossover_note)}" if s.crossover_note else "")
                 lines.append(f"  {printable(s.strategy):<24} k={s.fit.k:.2f}{cross}")
-        lines += _findings_lines(g.findings)
-    return _text(lines)
+        lines += findings_lines(g.findings)
+    return lines_text(lines)
 
 
-def strategies_csv(result: StrategiesResponse) -> str:
+def strategies_csv(result: StrategyTable) -> str:
     out = stdio.StringIO()
     w = csv.writer(out, lineterminator="\n")
     w.writerow(STRATEGY_CSV_FIELDS)

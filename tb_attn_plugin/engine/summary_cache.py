@@ -45,11 +45,12 @@ from pathlib import Path
 
 import msgspec
 
+from tb_attn_plugin import __version__
 from tb_attn_plugin.analysis.bounds import MAX_SUMMARY_BYTES, out_of_bounds
-from tb_attn_plugin.schema import WorkerSummary
 from tb_attn_plugin.trace import io
 from tb_attn_plugin.trace.discover import TraceFile
 from tb_attn_plugin.trace.events import ReadError
+from tb_attn_plugin.types.schema import SUMMARY_SCHEMA, WorkerSummary
 
 __all__ = ["CacheWriteError", "SummaryCache", "check_outside", "engine_version", "warn_once"]
 
@@ -58,7 +59,7 @@ _log = logging.getLogger(__name__)
 _MAGIC = b"tb-attn-summary/1\n"
 _DIGEST = 32
 _MAX_ENTRY_BYTES = len(_MAGIC) + _DIGEST + MAX_SUMMARY_BYTES  # an entry over it is refused unread
-_PACKAGE = Path(__file__).resolve().parent
+_PACKAGE = Path(__file__).resolve().parent.parent
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _DIR = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | _CLOEXEC
@@ -87,8 +88,6 @@ def warn_once(root: str, message: str, say: Callable[[str], None]) -> None:
 def engine_version() -> str:
     """The summary schema, the package version and a digest of the engine's source (every module
     of the package and the scanner's C source): a summary cached by other code is never served."""
-    from tb_attn_plugin import __version__
-    from tb_attn_plugin.schema import SUMMARY_SCHEMA
 
     digest = hashlib.sha256()
     sources = sorted(p for p in _PACKAGE.rglob("*") if p.suffix in (".py", ".c") and "static" not in p.parts)

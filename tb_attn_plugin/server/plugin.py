@@ -23,8 +23,8 @@ from tensorboard.plugins import base_plugin
 from werkzeug import wrappers
 
 if TYPE_CHECKING:
-    from tb_attn_plugin.ranksel import RankSet
-    from tb_attn_plugin.service import Service
+    from tb_attn_plugin.engine.ranksel import RankSet
+    from tb_attn_plugin.server.service import Service
 
 __all__ = ["STATIC_DIR", "AttentionLoader", "AttentionPlugin"]
 
@@ -36,14 +36,16 @@ DEFAULT_PARSE_TIMEOUT_S = 600
 #: Trace files parsed ahead for the runs list when --tb_attn_prefetch_files is not given; None:
 #: as many as fit in the cache (prefetch.budget).
 DEFAULT_PREFETCH_FILES: int | None = None
-STATIC_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "static")
+STATIC_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "static")
 _JSON = "application/json"
 
 WSGIApp = Callable[..., Any]
 
 
 def _to_json(value: Any) -> bytes:
-    from tb_attn_plugin.schema import to_json
+    from tb_attn_plugin.types.schema import (
+        to_json,  # lazy: TensorBoard imports the plugin at launch; the engine loads on first use
+    )
 
     return to_json(value)
 
@@ -88,7 +90,9 @@ class AttentionLoader(base_plugin.TBLoader):
         _peaks(flags)  # a bad rate stops TensorBoard at start-up, with its flag named
         cache, logdir = getattr(flags, "tb_attn_cache_dir", None), getattr(flags, "logdir", None)
         if cache and logdir:
-            from tb_attn_plugin.summary_cache import check_outside
+            from tb_attn_plugin.engine.summary_cache import (
+                check_outside,  # lazy: TensorBoard imports the plugin at launch; the engine loads on first use
+            )
 
             try:
                 check_outside(str(cache), str(logdir))
@@ -101,7 +105,9 @@ class AttentionLoader(base_plugin.TBLoader):
 
 def _peaks(flags: argparse.Namespace) -> tuple[float | None, float | None]:
     """(``--tb_attn_peak_flops``, ``--tb_attn_peak_bw``) as rates; FlagsError for a bad one."""
-    from tb_attn_plugin.analysis.peaks import parse_rate
+    from tb_attn_plugin.analysis.peaks import (
+        parse_rate,  # lazy: TensorBoard imports the plugin at launch; the engine loads on first use
+    )
 
     out: list[float | None] = []
     for name in ("tb_attn_peak_flops", "tb_attn_peak_bw"):
@@ -146,7 +152,9 @@ class AttentionPlugin(base_plugin.TBPlugin):
         if service is None:
             with self._service_lock:
                 if self._service is None:
-                    from tb_attn_plugin.service import Service
+                    from tb_attn_plugin.server.service import (
+                        Service,  # lazy: TensorBoard imports the plugin at launch; the engine loads on first use
+                    )
 
                     self._service = Service(self._logdir, cache_bytes=self._cache_mb << 20,
                                             max_trace_bytes=self._max_trace_mb << 20,
@@ -192,7 +200,9 @@ class AttentionPlugin(base_plugin.TBPlugin):
         @functools.wraps(handler)
         def route(request: wrappers.Request) -> wrappers.Response:
             self.service  # noqa: B018 -- built (and its module imported) before anything reads them
-            from tb_attn_plugin.service import Loading
+            from tb_attn_plugin.server.service import (
+                Loading,  # lazy: TensorBoard imports the plugin at launch; the engine loads on first use
+            )
 
             try:
                 return handler(request)
@@ -323,7 +333,9 @@ def _rank_selection(request: wrappers.Request) -> RankSet | None:
     raw = request.args.get("ranks")
     if not raw:
         return None
-    from tb_attn_plugin.ranksel import parse_ranks
+    from tb_attn_plugin.engine.ranksel import (
+        parse_ranks,  # lazy: TensorBoard imports the plugin at launch; the engine loads on first use
+    )
 
     try:
         return parse_ranks(raw)

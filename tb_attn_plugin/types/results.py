@@ -10,7 +10,7 @@ from typing import Literal
 
 import msgspec
 
-from tb_attn_plugin.schema import CollectiveStats, FileError, Fit, Roof, Roofline, Spread
+from tb_attn_plugin.types.schema import CollectiveStats, FileError, Fit, Roof, Roofline, Spread
 
 RANKS_SCHEMA = "tb-attn.ranks/2"
 COMPARE_SCHEMA = "tb-attn.compare/1"
@@ -133,7 +133,7 @@ class Headline(msgspec.Struct, kw_only=True):
     sentence: str
 
 
-class CompareResponse(msgspec.Struct, kw_only=True):
+class Comparison(msgspec.Struct, kw_only=True):
     schema: str = COMPARE_SCHEMA
     baseline: str | None  # null: no readable run
     runs: list[CompareRun]
@@ -164,7 +164,7 @@ class ScalingSeries(msgspec.Struct, kw_only=True):
     x: str = "seq"
 
 
-class ScalingResponse(msgspec.Struct, kw_only=True):
+class ScalingFits(msgspec.Struct, kw_only=True):
     schema: str = SCALING_SCHEMA
     series: list[ScalingSeries]
 
@@ -239,7 +239,7 @@ class GlobalHead(msgspec.Struct, kw_only=True):
     derived: bool
 
 
-class RanksResponse(msgspec.Struct, kw_only=True):
+class RankView(msgspec.Struct, kw_only=True):
     schema: str = RANKS_SCHEMA
     run: str
     clock: Literal["cpu", "device"]  # "device" when the traces have kernels, else "cpu"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from tb_attn_plugin.analysis import wording
 from tb_attn_plugin.analysis.gate import GateReport
-from tb_attn_plugin.report import _ms, _text, json_text, printable
+from tb_attn_plugin.cli.text import json_text, lines_text, ms_text, printable
 
 __all__ = ["gate_json", "gate_text"]
 
@@ -22,12 +22,12 @@ def gate_text(report: GateReport) -> str:
     if report.layers:
         lines.append("  per layer, time per step (baseline -> candidate):")
         for layer, base, cand in report.layers:
-            lines.append(f"    L{layer:<3} {_ms(base):>10} ms -> {_ms(cand):>10} ms")
+            lines.append(f"    L{layer:<3} {ms_text(base):>10} ms -> {ms_text(cand):>10} ms")
     lines.append("PASS: attention did not regress beyond the tolerances" if report.passed
                  else "FAIL: attention regressed beyond the tolerances" if report.regressed
                  else "UNDECIDED: too noisy to judge: the steps' noise spans the tolerance; profile more steps, on a "
                       "quieter machine, or widen the tolerance")
-    return _text(lines)
+    return lines_text(lines)
 
 
 def gate_json(report: GateReport) -> str:

@@ -18,8 +18,8 @@ from __future__ import annotations
 import bisect
 import os
 
-from tb_attn_plugin.responses import ProfilerLink
 from tb_attn_plugin.trace.discover import Run, TraceFile
+from tb_attn_plugin.types.views import ProfilerLink
 
 __all__ = ["PLUGIN_NAME", "profiler_link", "profiler_run_name", "profiler_span"]
 

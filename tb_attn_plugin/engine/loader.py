@@ -26,20 +26,25 @@ from typing import TYPE_CHECKING, Literal, NamedTuple
 
 import msgspec
 
-from tb_attn_plugin.cache import Key, LRUCache
-from tb_attn_plugin.head_events import EventStats, HeadStatsReader, attach_head_stats
-from tb_attn_plugin.names import parse_trace_name
-from tb_attn_plugin.schema import FileError, RunSummary, WorkerSummary
+from tb_attn_plugin.analysis.analyze import analyze
+from tb_attn_plugin.analysis.bounds import out_of_bounds
+from tb_attn_plugin.analysis.roofline import with_peaks
+from tb_attn_plugin.analysis.summary import summarize_trace
+from tb_attn_plugin.engine.cache import Key, LRUCache
+from tb_attn_plugin.engine.head_events import EventStats, HeadStatsReader, attach_head_stats
+from tb_attn_plugin.engine.summary_cache import CacheWriteError, SummaryCache, warn_once
 from tb_attn_plugin.trace import io, scanned
 from tb_attn_plugin.trace import parallel as parallel_decode
 from tb_attn_plugin.trace.decode import decode
 from tb_attn_plugin.trace.discover import Run, TraceFile, display_name, find_runs
 from tb_attn_plugin.trace.events import Events, ReadError, TraceError
 from tb_attn_plugin.trace.io import FileInfo
+from tb_attn_plugin.types.schema import FileError, RunSummary, WorkerSummary, to_json
+from tb_attn_plugin.vocab.names import parse_trace_name
 
 if TYPE_CHECKING:
     from tb_attn_plugin.analysis.analyze import Analysis
-    from tb_attn_plugin.summary_cache import SummaryCache
+    from tb_attn_plugin.engine.summary_cache import SummaryCache
 
 __all__ = ["DEFAULT_MAX_TRACE_BYTES", "Loader", "Parsed", "load_events", "parse_metadata", "prefetch_analysis",
            "resolve_runs"]
@@ -189,7 +194,6 @@ class Loader:
         self.disk: SummaryCache | None = None
         if self.cache_dir:  # imported only then: a module imported on a request thread while another
             # plugin forks (torch-tb-profiler's workers) would leave its import lock held in the child
-            from tb_attn_plugin.summary_cache import SummaryCache
 
             self.disk = SummaryCache(self.cache_dir, max_bytes=self.cache_max_bytes)
         #: Why the summary cache is no longer written (the first write that failed), or None.
@@ -276,7 +280,6 @@ class Loader:
         try:
             self._check_size(trace)
             with _as_trace_error(trace):
-                from tb_attn_plugin.analysis.analyze import analyze
 
                 analysis = analyze(load_events(trace.path, max_bytes=self.max_trace_bytes,
                                                timeout_s=self.parse_timeout_s))
@@ -357,7 +360,6 @@ class Loader:
         key = _key(trace)
         try:
             with _as_trace_error(trace):
-                from tb_attn_plugin.analysis.summary import summarize_trace
 
                 summary = summarize_trace(analysis, file=trace.name, worker=trace.worker, span=trace.span,
                                           metadata=metadata)
@@ -365,8 +367,6 @@ class Loader:
             self._fail(key, exc)
             raise
         if self.disk is not None and self.cache_error is None:  # as the trace has it: peaks are the reader's
-            from tb_attn_plugin.analysis.bounds import out_of_bounds
-            from tb_attn_plugin.summary_cache import CacheWriteError
 
             broken = out_of_bounds(summary)
             try:
@@ -386,7 +386,6 @@ class Loader:
         if self.cache_error is None:
             self.cache_error = error
         if self.disk is not None and self.warn is not False:
-            from tb_attn_plugin.summary_cache import warn_once
 
             warn_once(self.disk.root, f"{error}; summaries are not cached", self.warn or _log.warning)
 
@@ -397,7 +396,6 @@ class Loader:
 
     def _with_peaks(self, summary: WorkerSummary) -> None:
         if self.peaks != (None, None):
-            from tb_attn_plugin.analysis.roofline import with_peaks
 
             with_peaks(summary, *self.peaks)
 
@@ -453,7 +451,6 @@ def parse_metadata(raw: bytes) -> dict[str, object] | None:
     try:
         msgspec.json.encode(value)
     except UnicodeEncodeError:  # a lone surrogate escape ("\ud800") somewhere in it
-        from tb_attn_plugin.schema import to_json
 
         value = json.loads(to_json(value))
     except RecursionError:

@@ -5,9 +5,9 @@ roofline columns. Definitions: ``analysis/roofline.py`` and docs/summary.md ("Ro
 from __future__ import annotations
 
 from tb_attn_plugin.analysis.wording import share, size
-from tb_attn_plugin.report import _cells, _num, _si, printable
-from tb_attn_plugin.responses_runs import CompareRun
-from tb_attn_plugin.schema import PhaseStats, Roof, Roofline, WorkerSummary
+from tb_attn_plugin.cli.text import num_text, printable, si_text, table_cells
+from tb_attn_plugin.types.results import CompareRun
+from tb_attn_plugin.types.schema import PhaseStats, Roof, Roofline, WorkerSummary
 
 __all__ = ["ROOF_CSV_FIELDS", "compare_roof_cells", "peaks_line", "roof_csv_cells", "roofline_lines"]
 
@@ -20,7 +20,8 @@ def peaks_line(rl: Roofline) -> str:
     """"peaks: NVIDIA H100 80GB HBM3 (table: H100 SXM5, ...): fp32 67 T, bf16 990 T FLOP/s, 3.35 TB/s; ..."."""
     if not rl.peak_flops or rl.peak_bytes_per_s is None:
         return f"no peak known ({printable(rl.note)})" if rl.note else "no peak known"
-    flops = ", ".join(f"{k} {_si(v)}" for k, v in rl.peak_flops.items() if k in ("fp32", "tf32", "bf16", "fp8", "int8"))
+    shown = ("fp32", "tf32", "bf16", "fp8", "int8")
+    flops = ", ".join(f"{k} {si_text(v)}" for k, v in rl.peak_flops.items() if k in shown)
     # The ridge of attention's own dtype, as its points and verdicts use it.
     which = rl.attention.dtype if rl.attention is not None and rl.attention.dtype in rl.peak_flops else "fp32"
     ridge = rl.peak_flops.get(which or "fp32", 0.0)
@@ -29,10 +30,10 @@ def peaks_line(rl: Roofline) -> str:
 
 
 def _roof_text(r: Roof) -> str:
-    parts = [f"{r.intensity:.3g} FLOP/B" if r.intensity is not None else "no bytes", f"{_si(r.flops_per_s)}FLOP/s",
+    parts = [f"{r.intensity:.3g} FLOP/B" if r.intensity is not None else "no bytes", f"{si_text(r.flops_per_s)}FLOP/s",
              f"{size(r.bytes_per_s)}/s"]
     if r.share is not None:
-        parts.append(f"{share(r.share)} of its ceiling" + (f" ({_si(r.ceiling)}FLOP/s)" if r.ceiling else ""))
+        parts.append(f"{share(r.share)} of its ceiling" + (f" ({si_text(r.ceiling)}FLOP/s)" if r.ceiling else ""))
     return ", ".join(parts) + f": {r.verdict}" + (" (bytes a lower bound)" if r.lower_bound else "")
 
 
@@ -55,7 +56,7 @@ def roofline_lines(worker: WorkerSummary) -> list[str]:
             rows.append((label, p.phase, *_row(p.bytes, p.roof, p.unmodeled_ops > 0)))
             label = ""
         rows.append(("", "= layer", *_row(layer.bytes, layer.roof, False)))
-    cells = _cells(rows)
+    cells = table_cells(rows)
     widths = [max(len(r[i]) for r in [header, *cells]) for i in range(len(header))]
     fmt = "  " + "  ".join(f"{{:<{w}}}" if i in (0, 1, 8) else f"{{:>{w}}}" for i, w in enumerate(widths))
     lines.append(fmt.format(*header))
@@ -70,17 +71,19 @@ def _row(nbytes: float, r: Roof | None, lower: bool) -> tuple[str, ...]:
     if r is None:
         return (size(nbytes), "-", "-", "-", "-", "-", "-")
     return ((">=" if lower or r.lower_bound else "") + size(nbytes),
-            f"{r.intensity:.3g}" if r.intensity is not None else "-", _si(r.flops_per_s), f"{size(r.bytes_per_s)}/s",
-            _si(r.ceiling) if r.ceiling else "-", share(r.share) if r.share is not None else "-",
+            f"{r.intensity:.3g}" if r.intensity is not None else "-", si_text(r.flops_per_s),
+            f"{size(r.bytes_per_s)}/s",
+            si_text(r.ceiling) if r.ceiling else "-", share(r.share) if r.share is not None else "-",
             _VERDICT_SHORT.get(r.verdict, r.verdict))
 
 
 def roof_csv_cells(p: PhaseStats) -> tuple[str, ...]:
     r = p.roof
     if r is None:
-        return (_num(p.bytes), "", "", "", "", "")
-    return (_num(p.bytes), _num(r.intensity) if r.intensity is not None else "", _num(r.bytes_per_s),
-            _num(r.ceiling) if r.ceiling is not None else "", _num(r.share) if r.share is not None else "", r.verdict)
+        return (num_text(p.bytes), "", "", "", "", "")
+    return (num_text(p.bytes), num_text(r.intensity) if r.intensity is not None else "", num_text(r.bytes_per_s),
+            num_text(r.ceiling) if r.ceiling is not None else "", num_text(r.share) if r.share is not None else "",
+            r.verdict)
 
 
 def compare_roof_cells(f: CompareRun) -> tuple[str, str, str]:

@@ -12,18 +12,32 @@ from __future__ import annotations
 
 import csv
 import io as stdio
-import json
-import math
-import re
 import textwrap
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from tb_attn_plugin.analysis import wording
+from tb_attn_plugin.cli.report_generation import compare_decode_lines, generation_lines
+from tb_attn_plugin.cli.report_roofline import compare_roof_cells, roof_csv_cells, roofline_lines
+from tb_attn_plugin.cli.report_serving import serving_lines
+from tb_attn_plugin.cli.report_strategies import variant_lines
+from tb_attn_plugin.cli.text import (
+    findings_lines,
+    json_text,
+    lines_text,
+    mib_text,
+    ms_text,
+    num_text,
+    printable,
+    ratio_text,
+    si_text,
+    table_cells,
+)
+from tb_attn_plugin.types.schema import SUMMARY_SCHEMA
 
 if TYPE_CHECKING:
-    from tb_attn_plugin.responses import CompareResponse, Fit, RanksResponse, ScalingResponse
-    from tb_attn_plugin.schema import Finding, RunSummary, Spread
+    from tb_attn_plugin.types.results import Comparison, RankView, ScalingFits
+    from tb_attn_plugin.types.schema import Fit, RunSummary, Spread
 
 __all__ = [
     "CSV_FIELDS",
@@ -37,73 +51,20 @@ __all__ = [
     "summary_table",
 ]
 
-# C0 (tab and newline too: a cell is one line), DEL, C1 (U+009B is a CSI to some terminals), the
-# line and paragraph separators, the bidi embeddings, overrides and isolates ("Trojan Source"),
-# and lone surrogates, which every strict encoder refuses.
-_UNPRINTABLE = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
 
-
-def _escape(match: re.Match[str]) -> str:
-    code = ord(match.group())
-    if 0xDC80 <= code <= 0xDCFF:  # an undecodable byte of a file name, as surrogateescape lists it
-        return f"\\x{code - 0xDC00:02x}"
-    return f"\\x{code:02x}" if code <= 0xFF else f"\\u{code:04x}"
-
-
-def printable(text: str) -> str:
-    """``text`` with every character a terminal would act on written as a visible escape
-    (``\\x1b``, ``\\u202e``; an undecodable byte ``\\xff``). Other text, non-ASCII included, is
-    unchanged, and so is a string already escaped."""
-    return _UNPRINTABLE.sub(_escape, text)
-
-
-def json_text(value: object) -> str:
-    """``value`` (msgspec Structs included) as indented JSON, ASCII only, so that it is safe to
-    print and encodes whatever the names hold (msgspec refuses lone surrogates). Non-finite
-    floats become null, as msgspec writes them."""
-    import msgspec
-
-    body = _finite(msgspec.to_builtins(value))
-    compact = json.dumps(body, ensure_ascii=True, separators=(",", ":"))
-    try:
-        # json indents in pure Python: 28 ms for ten runs' summaries (230 KB) on a busy 2-core
-        # machine, against 6 ms for its C encoder plus msgspec's re-indent, which keeps escapes.
-        return msgspec.json.format(compact, indent=2) + "\n"
-    except msgspec.DecodeError:  # the escape of a lone surrogate, which msgspec refuses
-        return json.dumps(body, indent=2, ensure_ascii=True) + "\n"
-
-
-def _finite(value: object) -> object:
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_finite(v) for v in value]
-    return value
-
-
-def _cells(rows: Sequence[Sequence[object]]) -> list[tuple[str, ...]]:
-    return [tuple(printable(str(c)) for c in row) for row in rows]
-
-
-def _text(lines: Sequence[str]) -> str:
-    return "".join(printable(line) + "\n" for line in lines)
-
-
-def ranks_table(view: RanksResponse) -> str:
+def ranks_table(view: RankView) -> str:
     """The ranks table, with the labels of its metric and median as the route and the tab give them."""
     layers = [a.layer for a in view.all_ranks]
     header = ("rank", "worker", "fastest ms", "step ms", "attn ms", "coll ms", "other ms",
               *(f"L{k} ms" for k in layers), "heads", "")
-    rows = [(str(r.rank if r.rank is not None else "-"), r.worker, _ms(r.attention_best_us), _ms(r.step_us),
-             _ms(r.attention_us), _ms(r.collective_us), _ms(r.other_us),
-             *(_ms(next((x.time_us for x in r.layers if x.layer == k), 0.0)) for k in layers),
+    rows = [(str(r.rank if r.rank is not None else "-"), r.worker, ms_text(r.attention_best_us), ms_text(r.step_us),
+             ms_text(r.attention_us), ms_text(r.collective_us), ms_text(r.other_us),
+             *(ms_text(next((x.time_us for x in r.layers if x.layer == k), 0.0)) for k in layers),
              _head_span(r.heads), "STRAGGLER" if r.straggler else "") for r in view.ranks]
     for agg in ("mean", "median", "max"):
-        rows.append(("all", agg, *(_ms(getattr(c, f"{agg}_us")) for c in view.columns),
-                     *(_ms(getattr(a, f"{agg}_us")) for a in view.all_ranks), "", ""))
-    rows = _cells(rows)
+        rows.append(("all", agg, *(ms_text(getattr(c, f"{agg}_us")) for c in view.columns),
+                     *(ms_text(getattr(a, f"{agg}_us")) for a in view.all_ranks), "", ""))
+    rows = table_cells(rows)
     widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
     fmt = "  ".join(f"{{:<{w}}}" if i < 2 or i >= len(widths) - 2 else f"{{:>{w}}}" for i, w in enumerate(widths))
     sampled = f" of {view.ranks_total} (--ranks {view.ranks_selected})" if view.ranks_selected else ""
@@ -114,19 +75,19 @@ def ranks_table(view: RanksResponse) -> str:
              fmt.format(*header).rstrip(), *(fmt.format(*row).rstrip() for row in rows)]
     for s in view.stragglers:
         lines.append(f"straggler: rank {s.rank if s.rank is not None else '-'} ({s.worker}): {s.label}: "
-                     f"{_ms(s.value_us)} ms against the median over ranks {_ms(s.median_us)} ms ({s.ratio:.2f}x, "
-                     f"margin {view.margin:.0%})")
+                     f"{ms_text(s.value_us)} ms against the median over ranks {ms_text(s.median_us)} ms "
+                     f"({s.ratio:.2f}x, margin {view.margin:.0%})")
     names = sorted({c.name for r in view.ranks for c in r.collectives})
     if names:
         lines.append("collectives per step: " + "; ".join(
             f"rank {r.rank if r.rank is not None else r.worker}: " + ", ".join(
-                f"{c.name} x{c.calls:g} {_ms(c.device_us if view.clock == 'device' else c.cpu_us)} ms"
+                f"{c.name} x{c.calls:g} {ms_text(c.device_us if view.clock == 'device' else c.cpu_us)} ms"
                 for c in r.collectives) for r in view.ranks if r.collectives))
     if view.heads:
         kind = "sharded across ranks (tensor parallel)" if view.heads_sharded else "on every rank"
         gaps = "" if view.heads_complete else " (with gaps: some heads were not seen)"
         lines.append(f"heads: {view.head_count} per layer, {kind}{gaps}; the map shows {view.heads_label}")
-    return _text(lines)
+    return lines_text(lines)
 
 
 def _head_span(heads: list[int]) -> str:
@@ -135,13 +96,7 @@ def _head_span(heads: list[int]) -> str:
     return wording.int_range(heads) or ",".join(map(str, heads))
 
 
-def _ratio(x: float | None) -> str:
-    return "-" if x is None else f"{x:.2f}x"
-
-
-def compare_table(result: CompareResponse, scale: ScalingResponse) -> str:
-    from tb_attn_plugin.report_generation import compare_decode_lines
-    from tb_attn_plugin.report_roofline import compare_roof_cells
+def compare_table(result: Comparison, scale: ScalingFits) -> str:
 
     header = ("run", "impl", "seq", "dtype", "backend", "attn ms", "steps' spread", "ratio", "alloc MiB", "ratio",
               "peak MiB", "ratio", "FLOP/s", "ratio", "FLOP/B", "% roof", "bound", "ops/fwd", "kernels/fwd",
@@ -152,12 +107,13 @@ def compare_table(result: CompareResponse, scale: ScalingResponse) -> str:
         t = f.attention_device_us or f.attention_cpu_us
         t_ratio = r.attention_device_us if f.attention_device_us else r.attention_cpu_us
         rows.append((f.run + (" *" if f.baseline == f.run else ""), str(f.impl or "-"), str(f.seq or "-"),
-                     str(f.dtype or "-"), f.backend, _ms(t), spread_text(f.attention_spread), _ratio(t_ratio),
-                     _mib(f.alloc_bytes), _ratio(r.alloc_bytes),
-                     _mib(f.peak_bytes), _ratio(r.peak_bytes), _si(f.flops_per_s), _ratio(r.flops_per_s),
+                     str(f.dtype or "-"), f.backend, ms_text(t), spread_text(f.attention_spread), ratio_text(t_ratio),
+                     mib_text(f.alloc_bytes), ratio_text(r.alloc_bytes),
+                     mib_text(f.peak_bytes), ratio_text(r.peak_bytes), si_text(f.flops_per_s),
+                     ratio_text(r.flops_per_s),
                      *compare_roof_cells(f), f"{f.ops_per_forward:.1f}", f"{f.kernels_per_forward:.1f}",
                      ",".join(f.findings) or "-"))
-    cells = _cells(rows)
+    cells = table_cells(rows)
     widths = [max(len(row[i]) for row in [header, *cells]) for i in range(len(header))]
     fmt = "  ".join(f"{{:<{w}}}" if i < 5 or i == len(widths) - 1 else f"{{:>{w}}}" for i, w in enumerate(widths))
     lines = [printable(h.sentence) for h in result.headlines]
@@ -193,7 +149,7 @@ def compare_table(result: CompareResponse, scale: ScalingResponse) -> str:
                 lines[-1] += f"  memory k={mf.k:.2f} ({_quality(mf)})"
             if s.expect:
                 lines.append(f"  {'':<32} expected: {printable(s.expect)}")
-    return _text(lines)
+    return lines_text(lines)
 
 
 def _quality(fit: Fit) -> str:
@@ -201,7 +157,6 @@ def _quality(fit: Fit) -> str:
 
 
 def summary_json(summaries: Sequence[RunSummary]) -> str:
-    from tb_attn_plugin.schema import SUMMARY_SCHEMA
 
     return json_text({"schema": SUMMARY_SCHEMA, "runs": summaries})
 
@@ -213,7 +168,6 @@ CSV_FIELDS = ("run", "worker", "span", "step_count", "layer", "module", "backend
 
 
 def summary_csv(summaries: Sequence[RunSummary]) -> str:
-    from tb_attn_plugin.report_roofline import roof_csv_cells
 
     buf = stdio.StringIO()
     w = csv.writer(buf, lineterminator="\n")
@@ -225,22 +179,14 @@ def summary_csv(summaries: Sequence[RunSummary]) -> str:
                     w.writerow(printable(str(c)) for c in (
                         run.run, worker.worker, worker.span or "", worker.step_count,
                         layer.layer, layer.module or "", layer.backend, layer.inferred, layer.core_only, ph.phase,
-                        _num(ph.calls), _num(ph.cpu_us), _num(ph.cpu_self_us),
-                        "" if ph.captured else _num(ph.device_us),  # captured into a graph: unavailable
-                        _num(ph.kernels), _num(ph.flops), "" if ph.captured else _num(ph.flops_per_s),
-                        _num(ph.alloc_bytes),
-                        _num(ph.freed_bytes), ph.peak_bytes, _num(ph.sxs_bytes), _num(ph.backward.calls),
-                        _num(ph.backward.cpu_us), _num(ph.backward.device_us), _num(ph.backward.flops),
+                        num_text(ph.calls), num_text(ph.cpu_us), num_text(ph.cpu_self_us),
+                        "" if ph.captured else num_text(ph.device_us),  # captured into a graph: unavailable
+                        num_text(ph.kernels), num_text(ph.flops), "" if ph.captured else num_text(ph.flops_per_s),
+                        num_text(ph.alloc_bytes),
+                        num_text(ph.freed_bytes), ph.peak_bytes, num_text(ph.sxs_bytes), num_text(ph.backward.calls),
+                        num_text(ph.backward.cpu_us), num_text(ph.backward.device_us), num_text(ph.backward.flops),
                         *roof_csv_cells(ph)))
     return buf.getvalue()
-
-
-def _num(x: float) -> str:
-    return f"{x:.6g}"
-
-
-def _ms(us: float) -> str:
-    return wording.ms(us) if us else "-"
 
 
 def spread_text(spread: Spread | None, *, mark: bool = True) -> str:
@@ -255,41 +201,10 @@ def spread_text(spread: Spread | None, *, mark: bool = True) -> str:
 def _noisy_ms(us: float, spreads: dict[str, Spread], key: str) -> str:
     """A time in ms, "~" in front when its steps spread over 20% of their median."""
     s = spreads.get(key)
-    return ("~" if s is not None and s.noisy and us else "") + _ms(us)
-
-
-def _si(x: float, unit: str = "") -> str:
-    if not x:
-        return "-"
-    for factor, prefix in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
-        if abs(x) >= factor:
-            return f"{x / factor:.2f}{prefix}{unit}"
-    return f"{x:.0f}{unit}"
-
-
-def _mib(x: float) -> str:
-    return wording.mib(x) if x else "-"
-
-
-def _findings_lines(findings: Sequence[Finding]) -> list[str]:
-    if not findings:
-        return []
-    lines = ["", f"  findings ({len(findings)}):"]
-    for f in findings:
-        lines.append(f"  [{f.severity}] {f.id}: {f.title}")
-        # Escaped before wrapping, so that the lines keep their width.
-        lines.extend(textwrap.wrap(printable(f.explanation), width=100, initial_indent="      ",
-                                   subsequent_indent="      "))
-        lines.extend(textwrap.wrap("-> " + printable(f.suggestion), width=100, initial_indent="      ",
-                                   subsequent_indent="         "))
-    return lines
+    return ("~" if s is not None and s.noisy and us else "") + ms_text(us)
 
 
 def summary_table(summaries: Sequence[RunSummary]) -> str:
-    from tb_attn_plugin.report_generation import generation_lines
-    from tb_attn_plugin.report_roofline import roofline_lines
-    from tb_attn_plugin.report_serving import serving_lines
-    from tb_attn_plugin.report_strategies import variant_lines
 
     lines: list[str] = []
     header = ("layer", "phase", "calls", "cpu ms", "dev ms", "FLOPs", "FLOP/s", "alloc MiB", "peak MiB", "SxS MiB",
@@ -331,26 +246,27 @@ def summary_table(summaries: Sequence[RunSummary]) -> str:
                 for ph in layer.phases:
                     sp = ph.spread
                     rows.append((label, ph.phase, f"{ph.calls:g}", _noisy_ms(ph.cpu_us, sp, "cpu_us"),
-                                 _noisy_ms(ph.device_us, sp, "device_us"), _si(ph.flops),
-                                 _si(ph.flops_per_s), _mib(ph.alloc_bytes), _mib(ph.peak_bytes), _mib(ph.sxs_bytes),
+                                 _noisy_ms(ph.device_us, sp, "device_us"), si_text(ph.flops),
+                                 si_text(ph.flops_per_s), mib_text(ph.alloc_bytes), mib_text(ph.peak_bytes),
+                                 mib_text(ph.sxs_bytes),
                                  _noisy_ms(ph.backward.cpu_us, sp, "bwd_cpu_us"),
                                  _noisy_ms(ph.backward.device_us, sp, "bwd_device_us")))
                     label = ""
                 sp = layer.spread
                 rows.append(("", f"= {layer.backend}", f"{layer.calls:g}", _noisy_ms(layer.cpu_us, sp, "cpu_us"),
                              _noisy_ms(layer.device_us, sp, "device_us"),
-                             _si(layer.flops), _si(layer.flops_per_s), _mib(layer.alloc_bytes),
-                             _mib(layer.peak_bytes), _mib(layer.sxs_bytes), _noisy_ms(layer.backward.cpu_us, sp,
+                             si_text(layer.flops), si_text(layer.flops_per_s), mib_text(layer.alloc_bytes),
+                             mib_text(layer.peak_bytes), mib_text(layer.sxs_bytes), _noisy_ms(layer.backward.cpu_us, sp,
                                                                                       "bwd_cpu_us"),
                              _noisy_ms(layer.backward.device_us, sp, "bwd_device_us")))
             total_flops = sum(layer.flops for layer in worker.layers)
-            rows.append(("total", "", "", _ms(sum(layer.cpu_us for layer in worker.layers)),
-                         _ms(sum(layer.device_us for layer in worker.layers)), _si(total_flops), "",
-                         _mib(sum(layer.alloc_bytes for layer in worker.layers)), "",
-                         _mib(sum(layer.sxs_bytes for layer in worker.layers)),
-                         _ms(sum(layer.backward.cpu_us for layer in worker.layers)),
-                         _ms(sum(layer.backward.device_us for layer in worker.layers))))
-            cells = _cells(rows)
+            rows.append(("total", "", "", ms_text(sum(layer.cpu_us for layer in worker.layers)),
+                         ms_text(sum(layer.device_us for layer in worker.layers)), si_text(total_flops), "",
+                         mib_text(sum(layer.alloc_bytes for layer in worker.layers)), "",
+                         mib_text(sum(layer.sxs_bytes for layer in worker.layers)),
+                         ms_text(sum(layer.backward.cpu_us for layer in worker.layers)),
+                         ms_text(sum(layer.backward.device_us for layer in worker.layers))))
+            cells = table_cells(rows)
             widths = [max(len(r[i]) for r in [header, *cells]) for i in range(len(header))]
             fmt = "  " + "  ".join(f"{{:<{w}}}" if i < 2 else f"{{:>{w}}}" for i, w in enumerate(widths))
             lines.append(fmt.format(*header))
@@ -358,9 +274,9 @@ def summary_table(summaries: Sequence[RunSummary]) -> str:
             lines.append(f"  (means per step over {worker.step_count} step(s); ~ = the steps spread over 20% of "
                          "their median; bwd = backward work attributed through autograd sequence numbers)")
             lines.extend(roofline_lines(worker))
-            lines.extend(_findings_lines(worker.findings))
+            lines.extend(findings_lines(worker.findings))
             lines.append("")
         for err in run.errors:
             lines.append(f"run {run.run}  file {err.file}: error: {err.error}")
             lines.append("")
-    return _text(lines)
+    return lines_text(lines)

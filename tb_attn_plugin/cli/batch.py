@@ -23,9 +23,9 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from tb_attn_plugin.responses import RanksResponse
-    from tb_attn_plugin.schema import RunSummary
     from tb_attn_plugin.trace.discover import Run
+    from tb_attn_plugin.types.results import RankView
+    from tb_attn_plugin.types.schema import RunSummary
 
 __all__ = ["PROG", "Usage", "add_flags", "fail", "listed_runs", "sampled", "select", "stderr", "summaries", "whole"]
 
@@ -38,8 +38,10 @@ class Usage(Exception):
 
 def listed_runs(path: str, run: str | None) -> list[Run]:
     """The runs under ``path``, or the one named ``run``. Raises Usage when there are none."""
-    from tb_attn_plugin.loader import resolve_runs
-    from tb_attn_plugin.trace.events import TraceError
+    from tb_attn_plugin.engine.loader import (
+        resolve_runs,  # lazy: usage errors and `--help` answer before the engine loads
+    )
+    from tb_attn_plugin.trace.events import TraceError  # lazy: usage errors and `--help` answer before the engine loads
 
     try:
         runs = resolve_runs(path)
@@ -62,9 +64,9 @@ def fail(message: str) -> int:
 
 def stderr(message: str) -> None:
     """One line on stderr, after the program's name, with its control characters escaped."""
-    from tb_attn_plugin import report
+    from tb_attn_plugin.cli import text  # lazy: usage errors and `--help` answer before the engine loads
 
-    print(f"{PROG}: {report.printable(message)}", file=sys.stderr)
+    print(f"{PROG}: {text.printable(message)}", file=sys.stderr)
 
 
 def whole(unit: str) -> Callable[[str], int]:
@@ -83,7 +85,9 @@ def whole(unit: str) -> Callable[[str], int]:
 
 
 def _ranks(text: str) -> object:
-    from tb_attn_plugin.ranksel import parse_ranks
+    from tb_attn_plugin.engine.ranksel import (
+        parse_ranks,  # lazy: usage errors and `--help` answer before the engine loads
+    )
 
     try:
         return parse_ranks(text)
@@ -114,7 +118,9 @@ def select(runs: Sequence[Run], args: argparse.Namespace, path: str) -> list[Run
     ValueError when no trace is left."""
     if args.ranks is None:
         return list(runs)
-    from tb_attn_plugin.ranksel import select_ranks
+    from tb_attn_plugin.engine.ranksel import (
+        select_ranks,  # lazy: usage errors and `--help` answer before the engine loads
+    )
 
     picked = [run for run in (select_ranks(run, args.ranks) for run in runs) if run.files]
     if not picked:
@@ -122,7 +128,7 @@ def select(runs: Sequence[Run], args: argparse.Namespace, path: str) -> list[Run
     return picked
 
 
-def sampled(view: RanksResponse, total: int, args: argparse.Namespace) -> RanksResponse:
+def sampled(view: RankView, total: int, args: argparse.Namespace) -> RankView:
     """The ranks view with the run's rank count and the ``--ranks`` selection, as the tab's has them."""
     import msgspec
 
@@ -134,12 +140,18 @@ def summaries(args: argparse.Namespace, loader_kwargs: dict[str, object], runs: 
               worker: str | None = None, paths: Sequence[str] = ()) -> list[RunSummary]:
     """Every run summarized as the flags say. Raises ValueError for a bad ``--executor`` or a cache
     directory inside one of the ``paths`` the runs were named by (a logdir, a run, a trace)."""
-    from tb_attn_plugin.fanout import executor_address, open_executor, summarize_runs
-    from tb_attn_plugin.loader import Loader
+    from tb_attn_plugin.engine.fanout import (  # lazy: usage errors and `--help` answer before the engine loads
+        executor_address,
+        open_executor,
+        summarize_runs,
+    )
+    from tb_attn_plugin.engine.loader import Loader  # lazy: usage errors and `--help` answer before the engine loads
 
     address = executor_address(args.executor)  # a bad --executor is a usage error before anything runs
     if args.cache_dir is not None and paths:
-        from tb_attn_plugin.summary_cache import check_outside
+        from tb_attn_plugin.engine.summary_cache import (
+            check_outside,  # lazy: usage errors and `--help` answer before the engine loads
+        )
 
         for path in paths:
             check_outside(args.cache_dir, path)

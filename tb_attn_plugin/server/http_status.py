@@ -10,7 +10,7 @@ from tensorboard import errors
 
 from tb_attn_plugin.analysis import views
 from tb_attn_plugin.analysis.compare import BaselineError
-from tb_attn_plugin.responses import LoadingResponse
+from tb_attn_plugin.server.responses import LoadingResponse
 from tb_attn_plugin.trace.events import TraceError
 
 __all__ = ["RETRY_AFTER_MS", "Loading", "http_errors"]
