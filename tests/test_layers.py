@@ -23,9 +23,12 @@ ROOT = PACKAGE.parent
 #: The layers, lowest first; a module may import its own layer and those below.
 LAYERS = ["vocab", "trace", "types", "analysis", "engine", "server|cli"]
 #: The modules whose start-up time a lazy import of ours may save: the tab's entry point, which
-#: TensorBoard imports at launch, and the CLI, whose `--help` and bad-flag answers must be quick.
+#: TensorBoard imports at launch, the CLI, whose `--help` and bad-flag answers must be quick, and
+#: the engine's reading of the summary cache.
 LAZY_ALLOWED = {"tb_attn_plugin.server.plugin", "tb_attn_plugin.cli.main", "tb_attn_plugin.cli.batch",
-                "tb_attn_plugin.cli.gate"}
+                "tb_attn_plugin.cli.gate", "tb_attn_plugin.cli.report",
+                # the summary cache (and OpenSSL, through hashlib) loads only where a cache directory is given
+                "tb_attn_plugin.engine.loader", "tb_attn_plugin.engine.fanout"}
 
 
 def _module(path: Path) -> str:

@@ -17,10 +17,6 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from tb_attn_plugin.analysis import wording
-from tb_attn_plugin.cli.report_generation import compare_decode_lines, generation_lines
-from tb_attn_plugin.cli.report_roofline import compare_roof_cells, roof_csv_cells, roofline_lines
-from tb_attn_plugin.cli.report_serving import serving_lines
-from tb_attn_plugin.cli.report_strategies import variant_lines
 from tb_attn_plugin.cli.text import (
     findings_lines,
     json_text,
@@ -33,7 +29,6 @@ from tb_attn_plugin.cli.text import (
     si_text,
     table_cells,
 )
-from tb_attn_plugin.types.schema import SUMMARY_SCHEMA
 
 if TYPE_CHECKING:
     from tb_attn_plugin.types.results import Comparison, RankView, ScalingFits
@@ -97,6 +92,12 @@ def _head_span(heads: list[int]) -> str:
 
 
 def compare_table(result: Comparison, scale: ScalingFits) -> str:
+    from tb_attn_plugin.cli.report_generation import (
+        compare_decode_lines,  # lazy: `--help` loads no analysis
+    )
+    from tb_attn_plugin.cli.report_roofline import (
+        compare_roof_cells,  # lazy: `--help` loads no analysis
+    )
 
     header = ("run", "impl", "seq", "dtype", "backend", "attn ms", "steps' spread", "ratio", "alloc MiB", "ratio",
               "peak MiB", "ratio", "FLOP/s", "ratio", "FLOP/B", "% roof", "bound", "ops/fwd", "kernels/fwd",
@@ -157,6 +158,9 @@ def _quality(fit: Fit) -> str:
 
 
 def summary_json(summaries: Sequence[RunSummary]) -> str:
+    from tb_attn_plugin.types.schema import (
+        SUMMARY_SCHEMA,  # lazy: `--help` loads no analysis
+    )
 
     return json_text({"schema": SUMMARY_SCHEMA, "runs": summaries})
 
@@ -168,6 +172,9 @@ CSV_FIELDS = ("run", "worker", "span", "step_count", "layer", "module", "backend
 
 
 def summary_csv(summaries: Sequence[RunSummary]) -> str:
+    from tb_attn_plugin.cli.report_roofline import (
+        roof_csv_cells,  # lazy: `--help` loads no analysis
+    )
 
     buf = stdio.StringIO()
     w = csv.writer(buf, lineterminator="\n")
@@ -205,6 +212,18 @@ def _noisy_ms(us: float, spreads: dict[str, Spread], key: str) -> str:
 
 
 def summary_table(summaries: Sequence[RunSummary]) -> str:
+    from tb_attn_plugin.cli.report_generation import (
+        generation_lines,  # lazy: `--help` loads no analysis
+    )
+    from tb_attn_plugin.cli.report_roofline import (
+        roofline_lines,  # lazy: `--help` loads no analysis
+    )
+    from tb_attn_plugin.cli.report_serving import (
+        serving_lines,  # lazy: `--help` loads no analysis
+    )
+    from tb_attn_plugin.cli.report_strategies import (
+        variant_lines,  # lazy: `--help` loads no analysis
+    )
 
     lines: list[str] = []
     header = ("layer", "phase", "calls", "cpu ms", "dev ms", "FLOPs", "FLOP/s", "alloc MiB", "peak MiB", "SxS MiB",

@@ -8,9 +8,12 @@ import math
 import re
 import textwrap
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from tb_attn_plugin.analysis import wording
-from tb_attn_plugin.types.schema import Finding
+
+if TYPE_CHECKING:
+    from tb_attn_plugin.types.schema import Finding
 
 __all__ = ["findings_lines", "json_text", "lines_text", "mib_text", "ms_text", "num_text", "printable",
            "ratio_text", "si_text", "table_cells"]

@@ -36,7 +36,6 @@ import msgspec
 
 from tb_attn_plugin.engine.loader import Loader
 from tb_attn_plugin.engine.progress import Progress
-from tb_attn_plugin.engine.summary_cache import warn_once
 from tb_attn_plugin.trace import io
 from tb_attn_plugin.trace.discover import Run, TraceFile
 from tb_attn_plugin.trace.events import ReadError, TraceError
@@ -273,6 +272,9 @@ def summarize_runs(runs: Sequence[Run], loader: Loader, *, worker: str | None = 
     finally:
         bar.close()
     if loader.cache_error is not None and loader.disk is not None:  # found here or by a worker: said once
+        from tb_attn_plugin.engine.summary_cache import (
+            warn_once,  # lazy: loaded with a cache directory only (it loads OpenSSL)
+        )
 
         warn_once(loader.disk.root, f"{loader.cache_error}; summaries are not cached", say)
     return [loader.summarize_run(run, worker=worker, metadata=meta, known=known)

@@ -32,15 +32,14 @@ from tb_attn_plugin.analysis.roofline import with_peaks
 from tb_attn_plugin.analysis.summary import summarize_trace
 from tb_attn_plugin.engine.cache import Key, LRUCache
 from tb_attn_plugin.engine.head_events import EventStats, HeadStatsReader, attach_head_stats
-from tb_attn_plugin.engine.summary_cache import CacheWriteError, SummaryCache, warn_once
 from tb_attn_plugin.trace import io, scanned
 from tb_attn_plugin.trace import parallel as parallel_decode
 from tb_attn_plugin.trace.decode import decode
-from tb_attn_plugin.trace.discover import Run, TraceFile, display_name, find_runs
+from tb_attn_plugin.trace.discover import Run, TraceFile, find_runs
 from tb_attn_plugin.trace.events import Events, ReadError, TraceError
 from tb_attn_plugin.trace.io import FileInfo
 from tb_attn_plugin.types.schema import FileError, RunSummary, WorkerSummary, to_json
-from tb_attn_plugin.vocab.names import parse_trace_name
+from tb_attn_plugin.vocab.names import display_name, parse_trace_name
 
 if TYPE_CHECKING:
     from tb_attn_plugin.analysis.analyze import Analysis
@@ -192,8 +191,10 @@ class Loader:
 
     def __post_init__(self) -> None:
         self.disk: SummaryCache | None = None
-        if self.cache_dir:  # imported only then: a module imported on a request thread while another
-            # plugin forks (torch-tb-profiler's workers) would leave its import lock held in the child
+        if self.cache_dir:
+            from tb_attn_plugin.engine.summary_cache import (
+                SummaryCache,  # lazy: loaded with a cache directory only (it loads OpenSSL)
+            )
 
             self.disk = SummaryCache(self.cache_dir, max_bytes=self.cache_max_bytes)
         #: Why the summary cache is no longer written (the first write that failed), or None.
@@ -368,6 +369,10 @@ class Loader:
             raise
         if self.disk is not None and self.cache_error is None:  # as the trace has it: peaks are the reader's
 
+            from tb_attn_plugin.engine.summary_cache import (
+                CacheWriteError,  # lazy: loaded with a cache directory only (it loads OpenSSL)
+            )
+
             broken = out_of_bounds(summary)
             try:
                 if broken is None:  # else no reader would take it (a bug: the summary is served all the same)
@@ -386,6 +391,9 @@ class Loader:
         if self.cache_error is None:
             self.cache_error = error
         if self.disk is not None and self.warn is not False:
+            from tb_attn_plugin.engine.summary_cache import (
+                warn_once,  # lazy: loaded with a cache directory only (it loads OpenSSL)
+            )
 
             warn_once(self.disk.root, f"{error}; summaries are not cached", self.warn or _log.warning)
 

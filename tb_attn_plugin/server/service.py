@@ -40,12 +40,13 @@ from tb_attn_plugin.server.profiler_link import profiler_link
 from tb_attn_plugin.server.registry import Registry
 from tb_attn_plugin.server.responses import MetadataResponse, RunEntry, RunsResponse, RunStatus, SpanEntry, WorkerEntry
 from tb_attn_plugin.trace import io
-from tb_attn_plugin.trace.discover import Run, TraceFile, display_name
+from tb_attn_plugin.trace.discover import Run, TraceFile
 from tb_attn_plugin.trace.events import ReadError, TraceError
 from tb_attn_plugin.trace.io import FileInfo
 from tb_attn_plugin.types.results import Comparison, RankView, ScalingFits
 from tb_attn_plugin.types.schema import RunSummary, WorkerSummary, to_json
 from tb_attn_plugin.types.strategies import StrategyTable
+from tb_attn_plugin.vocab.names import display_name
 
 if TYPE_CHECKING:
     from tb_attn_plugin.engine.ranksel import RankSet

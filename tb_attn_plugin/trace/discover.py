@@ -21,27 +21,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from tb_attn_plugin.trace.io import FileInfo
-from tb_attn_plugin.vocab.names import METADATA_FILE, parse_trace_name
+from tb_attn_plugin.vocab.names import METADATA_FILE, display_name, parse_trace_name
 
-__all__ = ["EVENT_FILE_MARK", "MAX_EVENT_FILES", "Run", "TraceFile", "display_name", "find_runs"]
-
-
-def display_name(name: str) -> str:
-    """``name`` with each undecodable byte written ``\\xNN`` (and any other lone surrogate
-    ``\\udXXX``): a string that every encoder takes. Valid names come back unchanged."""
-    try:
-        name.encode("utf-8")
-        return name
-    except UnicodeEncodeError:
-        pass
-    if _only_escapes(name):  # as listed: back to the bytes, then each undecodable byte as \xNN
-        return name.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
-    return name.encode("utf-8", "backslashreplace").decode("utf-8")
-
-
-def _only_escapes(name: str) -> bool:
-    """Whether every surrogate in ``name`` is one that ``surrogateescape`` makes (U+DC80..U+DCFF)."""
-    return all(not 0xD800 <= ord(c) <= 0xDFFF or 0xDC80 <= ord(c) <= 0xDCFF for c in name)
+__all__ = ["EVENT_FILE_MARK", "MAX_EVENT_FILES", "Run", "TraceFile", "find_runs"]
 
 
 @dataclass(frozen=True, slots=True)

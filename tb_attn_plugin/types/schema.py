@@ -16,7 +16,7 @@ from typing import Any
 
 import msgspec
 
-from tb_attn_plugin.trace.discover import display_name
+from tb_attn_plugin.vocab.names import display_name
 
 __all__ = [
     "SPREAD_KEYS",
@@ -48,7 +48,7 @@ SUMMARY_SCHEMA = "tb-attn.summary/1"
 
 
 def to_json(value: Any) -> bytes:
-    """A response body as JSON. Names are made encodable where they enter (``discover.display_name``,
+    """A response body as JSON. Names are made encodable where they enter (``names.display_name``,
     the decoder), so the fallback only catches a lone surrogate that slipped through some other way
     (an OS error message quoting an undecodable path): escaped text, never a 500."""
     try:

@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["GZIP_SUFFIX", "METADATA_FILE", "TRACE_NAME_RE", "TRACE_SUFFIX", "parse_trace_name", "trace_file_name"]
+__all__ = ["GZIP_SUFFIX", "METADATA_FILE", "TRACE_NAME_RE", "TRACE_SUFFIX", "display_name", "parse_trace_name",
+           "trace_file_name"]
 
 TRACE_SUFFIX = ".pt.trace.json"
 GZIP_SUFFIX = ".gz"
@@ -43,3 +44,21 @@ def trace_file_name(worker: str, span: int | str, *, gz: bool = False) -> str:
     if not str(span).isdigit() or parse_trace_name(name) != (worker, str(span)):
         raise ValueError(f"cannot name a trace for worker {worker!r} and span {span!r}")
     return name
+
+
+def display_name(name: str) -> str:
+    """``name`` with each undecodable byte written ``\\xNN`` (and any other lone surrogate
+    ``\\udXXX``): a string that every encoder takes. Valid names come back unchanged."""
+    try:
+        name.encode("utf-8")
+        return name
+    except UnicodeEncodeError:
+        pass
+    if _only_escapes(name):  # as listed: back to the bytes, then each undecodable byte as \xNN
+        return name.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    return name.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def _only_escapes(name: str) -> bool:
+    """Whether every surrogate in ``name`` is one that ``surrogateescape`` makes (U+DC80..U+DCFF)."""
+    return all(not 0xD800 <= ord(c) <= 0xDFFF or 0xDC80 <= ord(c) <= 0xDCFF for c in name)
