@@ -5,12 +5,6 @@ time, FLOPs and memory, with materialized scores found by ``analysis.scores``; w
 lists is bounded by ``analysis.bounds``. ``summarize_trace`` adds the findings
 (``analysis.findings``): it is what the loader stores for a trace file. Definitions are in
 ``schema.py`` and ``docs/summary.md``.
-
-At about 510 lines this module is over the house limit: ``_Summarizer`` computes every
-figure of a layer, phase and head from index arrays it builds once per trace (the per-step step
-codes, memory ranges, layer groups), and splitting it would pass that state between modules.
-What can stand alone already does: scores, spreads, roles, bounds, the headline, the bytes model
-(``traffic``), the roofline, the graphs' notes and the serving batches (``batch``).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Views of one analyzed trace for the tab: memory curve and timeline (the drill-down is ``drilldown.py``).
 
-Pure functions over ``analyze.Analysis`` that return the routes' bodies (``responses.py``,
-documented in ``docs/http_api.md``). Times are microseconds relative to the trace start.
+Pure functions over ``analyze.Analysis`` that return ``MemoryCurve`` and ``TimelineSlice``
+(``types.views``, documented in ``docs/http_api.md``). Times are microseconds relative to the trace start.
 """
 
 from __future__ import annotations

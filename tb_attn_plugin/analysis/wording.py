@@ -1,7 +1,7 @@
 """Numbers and lists written for people: time, bytes, shares, counts and lists of layers.
 
 The findings write sentences with these ("2.31 ms per step", "1.5 MiB", "layers 0-3") and the
-CLI's tables print their columns with them (``report.py``), so one trace reads the same in
+CLI's tables print their columns with them (``cli.report``), so one trace reads the same in
 both. Trace times are microseconds and sizes are bytes, as everywhere in the analysis. Pure
 and light: no numpy, nothing that the CLI would pay for at start-up.
 """

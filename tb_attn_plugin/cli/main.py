@@ -9,7 +9,7 @@
         [MANY]
 
 MANY, for every command: ``--jobs N --executor dask://HOST:PORT --ranks 0-7,512 --cache-dir DIR|URL
---cache-max-mb MB --no-progress`` (``cli_batch``). PATH is a logdir, a run directory or one trace
+--cache-max-mb MB --no-progress`` (``cli.batch``). PATH is a logdir, a run directory or one trace
 file (local or an fsspec URL). Exit codes of summarize, compare, strategies, heads and ranks: 0 when
 every selected trace was read, 1 when some trace could not be read (its error is printed, the others
 are still reported; ranks: also a straggler with ``--fail-on-straggler``), 2 for bad usage (nothing

@@ -3,12 +3,6 @@
 This ties ``trace.io`` (reading), ``trace.decode`` and ``analysis.summary`` together. Each
 trace file is summarized on its own: a broken file becomes a ``FileError`` in its run and
 leaves other files and runs alone.
-
-At about 480 lines it sits over the house limit: ``Loader`` is the one per-file cache (summaries
-in memory and in the shared summary cache, analyses, failures, read errors) and every path into
-it shares those caches; what stands apart already lives apart (the summary cache's storage in
-``summary_cache``, many files at once in ``fanout``, the per-head statistics' reading in
-``head_events``, the runs' listing in ``registry`` and ``trace.discover``).
 """
 
 from __future__ import annotations

@@ -1,15 +1,10 @@
 """What the tab's routes do: background parsing, cached views, and each route's result.
 
 Routes (``plugin.py``) parse arguments and respond; everything else is here: the background
-jobs and each route's body (``responses.py``). Which runs there are is the ``Registry``'s;
+jobs and each route's body (``types``, ``server.responses``). Which runs there are is the ``Registry``'s;
 per-file caching and summarizing are the ``Loader``'s. Errors are raised as TensorBoard's ``errors.NotFoundError`` /
 ``errors.InvalidArgumentError``, which carry their HTTP status; ``http_errors`` is the one place
 that turns the engine's errors into them.
-
-At about 440 lines it sits over the house limit: every route's body is a few lines over the one
-loader and the one job queue (traces and, since issue 34, event files), and what stands apart
-already lives apart (``http_status``, ``prefetch``, ``registry``, ``run_info``,
-``analysis.views``); issue 35's layout splits the service from the engine.
 """
 
 from __future__ import annotations

@@ -8,8 +8,7 @@ back and decoded again leniently (the values through ``coerce``); events with un
 are dropped and counted in ``Events.diagnostics``. Names, tracks and shapes are interned as
 first seen, so ids do not depend on batching, and two builders (two halves of a file) merge. A
 name is interned clipped to ``MAX_NAME_CHARS`` characters: names that differ only after that are
-one name. At about 430 lines it is a little over the house limit: the strict and the lenient
-decoders append to the same columns and must stay side by side.
+one name.
 """
 
 from __future__ import annotations

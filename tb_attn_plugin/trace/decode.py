@@ -11,10 +11,6 @@ limit, integers of thousands of digits, invalid UTF-8); whitespace costs no memo
 of it there is, nor a string however long it is (``filler``); and bytes after the end of a whole
 document are ignored and counted in the diagnostics (``whole.JUNK``), not taken for a document
 still being written.
-
-At about 410 lines it sits at the house limit: the parts for ``parallel`` (one file decoded in
-several processes) are the stream's own framing cut in three, and share its private steps; the
-whole-document layouts already live apart (``whole``).
 """
 
 from __future__ import annotations

@@ -10,12 +10,6 @@ file, is refused at open without blocking (see ``_open_local``).
 A failed request to the storage (a missing object, a refused or dropped connection, a timeout,
 missing credentials) raises ``ReadError`` whatever the storage library raised, so callers never
 see a botocore or aiohttp exception and never blame the file's content for it.
-
-At about 510 lines this module is over the house limit on purpose: every guarantee the tab
-makes about hostile logdirs (read-only, links not followed, only regular files, nothing outside
-the logdir, sizes checked on the open file) is kept here and reviewed here, and a second module
-that opened files would be a second place to get them wrong. (The summary cache writes its own
-entries through ``filesystem``: it never writes where a trace is.)
 """
 
 from __future__ import annotations

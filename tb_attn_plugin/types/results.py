@@ -1,7 +1,6 @@
-"""The bodies of the routes over several runs or ranks: ``/compare``, ``/scaling`` and ``/ranks``.
-
-A part of ``responses.py`` (which re-exports them and maps every route to its body in
-``ROUTES``), apart because the one-trace views' bodies and these grew past one readable module.
+"""What the analyses over several runs or ranks return: ``Comparison`` (``/compare``),
+``ScalingFits`` (``/scaling``) and ``RankView`` (``/ranks``). ``server.responses.ROUTES`` maps each
+route to its type; ``docs/http_api.md`` documents them.
 """
 
 from __future__ import annotations

@@ -1,13 +1,10 @@
 """Summary types: what the analysis returns, the CLI prints and ``/summary`` serves (the other
-routes' bodies are in ``responses.py``).
+analyses' results are in ``results``, ``strategies`` and ``views``; the bodies only routes send
+are in ``server.responses``).
 
 Mirrors ``docs/summary.md`` (the JSON schema, versioned as ``SUMMARY_SCHEMA``). Times are
 microseconds, memory bytes, FLOPs counts; every per-phase, per-layer and per-head figure is a
 mean over the profiled steps (``step_count`` of them).
-
-At about 420 lines it sits at the house limit: it is the one home of the summary's types, which
-``devtools/gen_types.py`` turns into the tab's ``types.ts`` in this order; a split would be by
-section (the roofline's, generation's, serving's structs) behind this module's names.
 """
 
 from __future__ import annotations

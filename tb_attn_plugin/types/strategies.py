@@ -1,5 +1,6 @@
-"""The body of ``/strategies`` (``analysis/strategies.py``): attention strategies side by side,
-time against error. Documented in ``docs/http_api.md``; times are microseconds, memory bytes."""
+"""What ``analysis.strategies`` returns (``StrategyTable``, served at ``/strategies``): attention
+strategies side by side, time against error. Documented in ``docs/http_api.md``; times are
+microseconds, memory bytes."""
 
 from __future__ import annotations
 

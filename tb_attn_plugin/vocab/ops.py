@@ -7,14 +7,6 @@ of attention libraries and serving engines are, as the substrings that name them
 of ops whose shapes it keeps, ``trace.kineto.SHAPE_OPS``, stays in ``trace/`` (``trace`` does
 not import ``analysis``); ``tests/analysis/test_ops.py`` checks that it holds every op whose
 shapes are read here.
-
-At about 640 lines this module is over the house limit on purpose: it is the one home of op and
-kernel names (``tests/test_ops.py`` forbids them anywhere else in the package), and most of its
-lines are the production vocabularies (attention libraries, serving engines, Inductor's kernel
-names, CUDA/HIP graphs), each name with the source file it comes from. The seam is a package:
-``ops/aten.py``, ``ops/libraries.py``, ``ops/serving.py``, ``ops/compiled.py`` behind this
-module's names; it is left for the one-engine redesign (issue 35), which moves the package's
-layout as a whole.
 """
 
 from __future__ import annotations
