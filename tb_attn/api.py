@@ -13,18 +13,16 @@ import concurrent.futures as cf
 import os
 import tempfile
 import warnings
-from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from tb_attn import frames, html
-from tb_attn_plugin.cli.report import printable
+from tb_attn_plugin.cli.text import printable
 
 if TYPE_CHECKING:
     import pandas as pd
 
     from tb_attn_plugin.engine.ranksel import RankSet
-    from tb_attn_plugin.trace.discover import Run
     from tb_attn_plugin.types.schema import RunSummary
 
 __all__ = ["Summaries", "TbAttnWarning", "load"]
@@ -174,7 +172,10 @@ def load(source: Source, *, run: str | None = None, worker: str | None = None, r
     if jobs is not None and (isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1):
         raise ValueError(f"jobs must be a whole number of processes, at least 1, got {jobs!r}")
     _check_executor(executor)
+    from tb_attn_plugin.engine.workspace import Workspace  # the engine loads on the first load(), not on import
+
     said: list[str] = []
+    wanted = _ranks(ranks)
     if hasattr(source, "export_chrome_trace"):
         with tempfile.TemporaryDirectory(prefix="tb-attn-") as tmp:
             path = os.path.join(tmp, PROFILE_TRACE)
@@ -183,8 +184,8 @@ def load(source: Source, *, run: str | None = None, worker: str | None = None, r
             except Exception as exc:
                 raise ValueError(f"cannot export the profile's trace ({type(exc).__name__}: {exc}); "
                                  "pass the profile after it stopped (after its `with` block)") from None
-            runs = _select(_resolve(path), path, run=run, worker=worker, ranks=ranks)
-            summaries = _summarize(runs, worker, jobs, executor, None, progress, said.append)
+            space = Workspace(path, jobs=jobs, executor=executor, ranks=wanted, progress=progress, warn=said.append)
+            summaries = space.summaries(space.runs(run=run, worker=worker), worker=worker)
         source_name = "a torch.profiler profile"
     else:
         if not isinstance(source, str | os.PathLike):
@@ -192,12 +193,9 @@ def load(source: Source, *, run: str | None = None, worker: str | None = None, r
         path = os.fspath(source)
         if not isinstance(path, str):
             raise TypeError("load() takes a path as str, not bytes")
-        runs = _select(_resolve(path), path, run=run, worker=worker, ranks=ranks)
-        if cache_dir is not None:
-            from tb_attn_plugin.engine.summary_cache import check_outside
-
-            check_outside(cache_dir, path)
-        summaries = _summarize(runs, worker, jobs, executor, cache_dir, progress, said.append)
+        space = Workspace(path, cache_dir=cache_dir, jobs=jobs, executor=executor, ranks=wanted, progress=progress,
+                          warn=said.append)
+        summaries = space.summaries(space.runs(run=run, worker=worker), worker=worker)
         source_name = path
     for s in summaries:
         if s.errors:
@@ -209,56 +207,15 @@ def load(source: Source, *, run: str | None = None, worker: str | None = None, r
     return Summaries(summaries, source_name)
 
 
-def _resolve(path: str) -> list[Run]:
-    from tb_attn_plugin.engine.loader import resolve_runs
-    from tb_attn_plugin.trace import io
-    from tb_attn_plugin.trace.events import ReadError, TraceError
+def _ranks(ranks: str | RankSet | None) -> RankSet | None:
+    """A rank selection as the engine takes it; TypeError for anything but a spec or a RankSet."""
+    from tb_attn_plugin.engine.ranksel import RankSet, parse_ranks
 
-    if not io.is_url(path) and not os.path.lexists(path.removeprefix("file://")):
-        raise FileNotFoundError(f"no such file or directory: {path}")
-    try:
-        return resolve_runs(path)
-    except ReadError as exc:
-        raise OSError(str(exc)) from None
-    except TraceError as exc:
-        raise ValueError(str(exc)) from None
-
-
-def _select(runs: list[Run], path: str, *, run: str | None, worker: str | None,
-            ranks: str | RankSet | None) -> list[Run]:
-    """The runs as ``run``, ``worker`` and ``ranks`` select them; ValueError when none is left."""
-    if not runs:
-        raise ValueError(f"no traces (*.pt.trace.json[.gz]) under {path}")
-    if run is not None:
-        picked = [r for r in runs if r.name == run.strip("/")]
-        if not picked:
-            names = ", ".join(r.name for r in runs[:8]) + (", ..." if len(runs) > 8 else "")
-            raise ValueError(f"no run named {run!r} under {path} (its runs: {names})")
-        runs = picked
-    if worker is not None:
-        runs = [r for r in runs if worker in r.workers]
-        if not runs:
-            raise ValueError(f"no worker named {worker!r} in the selected runs under {path}")
-    if ranks is not None:
-        from tb_attn_plugin.engine.ranksel import RankSet, parse_ranks, select_ranks
-
-        wanted = parse_ranks(ranks) if isinstance(ranks, str) else ranks
-        if not isinstance(wanted, RankSet):
-            raise TypeError(f"ranks takes a str such as '0-7,512' or a RankSet, not {type(ranks).__name__}")
-        runs = [r for r in (select_ranks(r, wanted) for r in runs) if r.files]
-        if not runs:
-            raise ValueError(f"no trace of ranks {wanted.spec} under {path}")
-    return runs
-
-
-def _summarize(runs: Sequence[Run], worker: str | None, jobs: int | None, executor: object,
-               cache_dir: str | None, progress: bool | None, warn: Callable[[str], None]) -> list[RunSummary]:
-    from tb_attn_plugin.engine.fanout import open_executor, summarize_runs
-    from tb_attn_plugin.engine.loader import Loader
-
-    with open_executor(executor, warn) as pool:
-        return summarize_runs(runs, Loader(cache_dir=cache_dir, warn=warn), worker=worker, jobs=jobs, executor=pool,
-                              progress=progress, warn=warn)
+    if ranks is None or isinstance(ranks, RankSet):
+        return ranks
+    if not isinstance(ranks, str):
+        raise TypeError(f"ranks takes a str such as '0-7,512' or a RankSet, not {type(ranks).__name__}")
+    return parse_ranks(ranks)
 
 
 def _check_executor(spec: object) -> None:

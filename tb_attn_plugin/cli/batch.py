@@ -37,23 +37,14 @@ class Usage(Exception):
 
 
 def listed_runs(path: str, run: str | None) -> list[Run]:
-    """The runs under ``path``, or the one named ``run``. Raises Usage when there are none."""
-    from tb_attn_plugin.engine.loader import (
-        resolve_runs,  # lazy: usage errors and `--help` answer before the engine loads
-    )
-    from tb_attn_plugin.trace.events import TraceError  # lazy: usage errors and `--help` answer before the engine loads
+    """The runs under ``path``, or the one named ``run`` (``Workspace.runs``, the same messages as
+    every door's). Raises Usage when there are none."""
+    from tb_attn_plugin.engine.workspace import Workspace  # lazy: `--help` loads no engine
 
     try:
-        runs = resolve_runs(path)
-    except TraceError as exc:
+        return Workspace(path).runs(run=run)
+    except (OSError, ValueError) as exc:
         raise Usage(str(exc)) from None
-    if not runs:
-        raise Usage(f"no traces (*.pt.trace.json[.gz]) under {path}; write some with: tb-attn-run --logdir ...")
-    if run is not None:
-        runs = [r for r in runs if r.name == run.strip("/")]
-        if not runs:
-            raise Usage(f"no run named {run!r} under {path}")
-    return runs
 
 
 def fail(message: str) -> int:
@@ -64,7 +55,7 @@ def fail(message: str) -> int:
 
 def stderr(message: str) -> None:
     """One line on stderr, after the program's name, with its control characters escaped."""
-    from tb_attn_plugin.cli import text  # lazy: usage errors and `--help` answer before the engine loads
+    from tb_attn_plugin.cli import text  # lazy: `--help` loads no engine
 
     print(f"{PROG}: {text.printable(message)}", file=sys.stderr)
 
@@ -86,7 +77,7 @@ def whole(unit: str) -> Callable[[str], int]:
 
 def _ranks(text: str) -> object:
     from tb_attn_plugin.engine.ranksel import (
-        parse_ranks,  # lazy: usage errors and `--help` answer before the engine loads
+        parse_ranks,  # lazy: `--help` loads no engine
     )
 
     try:
@@ -116,16 +107,9 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
 def select(runs: Sequence[Run], args: argparse.Namespace, path: str) -> list[Run]:
     """The runs with only the ``--ranks`` selected (runs left with no trace dropped). Raises
     ValueError when no trace is left."""
-    if args.ranks is None:
-        return list(runs)
-    from tb_attn_plugin.engine.ranksel import (
-        select_ranks,  # lazy: usage errors and `--help` answer before the engine loads
-    )
+    from tb_attn_plugin.engine.workspace import Workspace  # lazy: `--help` loads no engine
 
-    picked = [run for run in (select_ranks(run, args.ranks) for run in runs) if run.files]
-    if not picked:
-        raise ValueError(f"no trace of ranks {args.ranks.spec} under {path}")
-    return picked
+    return Workspace(path, ranks=args.ranks).select_ranks(runs)
 
 
 def sampled(view: RankView, total: int, args: argparse.Namespace) -> RankView:
@@ -138,32 +122,22 @@ def sampled(view: RankView, total: int, args: argparse.Namespace) -> RankView:
 
 def summaries(args: argparse.Namespace, loader_kwargs: dict[str, object], runs: Sequence[Run], *,
               worker: str | None = None, paths: Sequence[str] = ()) -> list[RunSummary]:
-    """Every run summarized as the flags say. Raises ValueError for a bad ``--executor`` or a cache
-    directory inside one of the ``paths`` the runs were named by (a logdir, a run, a trace)."""
-    from tb_attn_plugin.engine.fanout import (  # lazy: usage errors and `--help` answer before the engine loads
-        executor_address,
-        open_executor,
-        summarize_runs,
-    )
-    from tb_attn_plugin.engine.loader import Loader  # lazy: usage errors and `--help` answer before the engine loads
+    """Every run summarized as the flags say (``Workspace.summaries``). Raises ValueError for a
+    bad ``--executor`` or a cache directory inside one of the ``paths`` the runs were named by (a
+    logdir, a run, a trace)."""
+    from tb_attn_plugin.engine.fanout import executor_address  # lazy: `--help` loads no engine
+    from tb_attn_plugin.engine.loader import Loader  # lazy: as above
+    from tb_attn_plugin.engine.workspace import Workspace  # lazy: as above
 
     address = executor_address(args.executor)  # a bad --executor is a usage error before anything runs
-    if args.cache_dir is not None and paths:
-        from tb_attn_plugin.engine.summary_cache import (
-            check_outside,  # lazy: usage errors and `--help` answer before the engine loads
-        )
-
-        for path in paths:
-            check_outside(args.cache_dir, path)
-    if args.cache_max_mb is not None and args.cache_dir is None:
-        raise ValueError("--cache-max-mb bounds --cache-dir: give both")
 
     def warn(message: str) -> None:
         stderr(f"warning: {message}")
 
-    loader = Loader(cache_dir=args.cache_dir, cache_max_bytes=None if args.cache_max_mb is None
-                    else args.cache_max_mb << 20, warn=warn, **loader_kwargs)  # type: ignore[arg-type]
-
-    with open_executor(address, warn) as executor:
-        return summarize_runs(runs, loader, worker=worker, jobs=args.jobs, executor=executor,
-                              progress=False if args.no_progress else None, warn=warn)
+    cache_max = None if args.cache_max_mb is None else args.cache_max_mb << 20
+    spaces = [Workspace(path, cache_dir=args.cache_dir, cache_max_bytes=cache_max, jobs=args.jobs, executor=address,
+                        ranks=args.ranks, progress=False if args.no_progress else None, warn=warn)
+              for path in (paths or ["."])]  # each named path checked (a cache is never inside one)
+    loader = Loader(cache_dir=args.cache_dir, cache_max_bytes=cache_max, warn=warn,
+                    **loader_kwargs)  # type: ignore[arg-type]
+    return spaces[0].summaries(runs, worker=worker, loader=loader)
