@@ -128,7 +128,8 @@ def test_bad_arguments(builtin_logdir: Path, kwargs: dict[str, Any], error: type
 
 
 def test_bad_sources(tmp_path: Path) -> None:
-    with pytest.raises(FileNotFoundError, match=re.escape(f"cannot read {tmp_path}/missing: No such file or directory")):
+    missing = f"cannot read {tmp_path}/missing: No such file or directory"
+    with pytest.raises(FileNotFoundError, match=re.escape(missing)):
         tb_attn.load(tmp_path / "missing")
     with pytest.raises(ValueError, match=re.escape(f"no traces (*.pt.trace.json[.gz]) under {tmp_path}")):
         tb_attn.load(tmp_path)
