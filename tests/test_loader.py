@@ -205,3 +205,20 @@ def test_a_trace_that_cannot_be_split_is_decoded_in_one_process(builtin_logdir: 
     minified = tmp_path / "m.1.pt.trace.json"
     minified.write_text(json.dumps(json.loads(path.read_bytes())))
     assert _same_events(load_events(str(minified)), load_events(str(path), parallel=False))
+
+
+def test_user_peaks_are_applied_to_what_is_handed_out_never_to_the_cached_summary() -> None:
+    """Peaks are the reader's (``--peak-flops``): the loader hands out copies under them, and its
+    caches keep the summary as the trace has it, so a loader without peaks reading the same
+    summary (a shared cache) gets the trace's own."""
+    (run,) = resolve_runs(str(GOOD_GZ))
+    plain = Loader().summarize_run(run)
+    loader = Loader(peaks=(1e12, 1e9))  # 1 TFLOP/s, 1 GB/s
+    peaked = loader.summarize_run(run)
+    (cached,) = (loader.cached_summary(t) for t in run.files)
+    assert cached is not None and cached.roofline is not None and peaked.workers[0].roofline is not None
+    assert cached.roofline == plain.workers[0].roofline  # the trace's own peaks, untouched
+    assert peaked.workers[0].roofline.peak_bytes_per_s == 1e9
+    assert set(peaked.workers[0].roofline.peak_flops.values()) == {1e12}
+    assert cached is not peaked.workers[0]
+    assert loader.summarize_run(run) == peaked  # handed out again: the same figures, not applied twice

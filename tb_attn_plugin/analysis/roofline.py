@@ -21,6 +21,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import msgspec
+
 from tb_attn_plugin.analysis.batch import decode_roof
 from tb_attn_plugin.analysis.findings import SEVERITIES
 from tb_attn_plugin.analysis.overview import headline
@@ -169,14 +171,17 @@ def _roof_layers(layers: list[LayerStats], peaks: Peaks, device: bool) -> _Terms
     return run
 
 
-def with_peaks(summary: WorkerSummary, flops: float | None, bytes_per_s: float | None) -> None:
-    """The summary (in place) under the user's peaks (``tb-attn --peak-flops/--peak-bw``): its
-    roofs, far-from-roof findings and headline again."""
-
-    if summary.roofline is None:
-        return
-    apply_roofline(summary, with_overrides(peaks_of(summary.roofline), flops, bytes_per_s))
-    summary.headline = headline(summary)
+def with_peaks(summary: WorkerSummary, flops: float | None, bytes_per_s: float | None) -> WorkerSummary:
+    """A copy of the summary under the user's peaks (``tb-attn --peak-flops/--peak-bw``, the tab's
+    ``--tb_attn_peak_flops/--tb_attn_peak_bw``): its roofs, far-from-roof findings and headline
+    again. The summary itself is left as its trace has it (the caches hold it so); without peaks,
+    or without a roofline, it is returned as it is."""
+    if summary.roofline is None or (flops is None and bytes_per_s is None):
+        return summary
+    copy = msgspec.msgpack.decode(msgspec.msgpack.encode(summary), type=WorkerSummary)
+    apply_roofline(copy, with_overrides(peaks_of(summary.roofline), flops, bytes_per_s))
+    copy.headline = headline(copy)
+    return copy
 
 
 def peaks_of(rl: Roofline) -> Peaks:

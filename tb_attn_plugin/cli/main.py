@@ -182,7 +182,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                                         worker=args.worker, paths=[args.path])
     except ValueError as exc:
         return fail(str(exc))
-    _apply_peaks(summaries, args)
+    summaries = _apply_peaks(summaries, args)
     render = {"table": report.summary_table, "json": report.summary_json, "csv": report.summary_csv}[args.format]
     if args.tokens:
         if args.format != "csv":
@@ -224,7 +224,7 @@ def _compare(args: argparse.Namespace) -> int:
         summaries = batch.summaries(args, {}, runs, paths=[args.path])
     except ValueError as exc:
         return fail(str(exc))
-    _apply_peaks(summaries, args)
+    summaries = _apply_peaks(summaries, args)
     try:
         result = compare(summaries, baseline=args.baseline.strip("/") if args.baseline else None)
     except ValueError as exc:
@@ -239,15 +239,17 @@ def _compare(args: argparse.Namespace) -> int:
     return 1 if result.errors else 0
 
 
-def _apply_peaks(summaries: Sequence[RunSummary], args: argparse.Namespace) -> None:
-    """Every worker's roofline under ``--peak-flops``/``--peak-bw``, where given."""
-    if args.peak_flops is not None or args.peak_bw is not None:
-        from tb_attn_plugin.analysis.roofline import (
-            with_peaks,  # lazy: only this command needs it
-        )
+def _apply_peaks(summaries: list[RunSummary], args: argparse.Namespace) -> list[RunSummary]:
+    """The summaries with every worker's roofline under ``--peak-flops``/``--peak-bw``, where given
+    (copies: the loader's summaries stay as their traces have them)."""
+    if args.peak_flops is None and args.peak_bw is None:
+        return summaries
+    import msgspec  # lazy: only this command needs it
 
-        for worker in (w for run in summaries for w in run.workers):
-            with_peaks(worker, args.peak_flops, args.peak_bw)
+    from tb_attn_plugin.analysis.roofline import with_peaks  # lazy: only this command needs it
+
+    return [msgspec.structs.replace(run, workers=[with_peaks(w, args.peak_flops, args.peak_bw) for w in run.workers])
+            for run in summaries]
 
 
 def _picked_runs(path: str, names: str | None) -> list[Run]:

@@ -325,7 +325,6 @@ class Loader:
         for trace, payload in self.disk.get_many(asked).items():
             summary = self.disk.decode(payload)
             if summary is not None:
-                self._with_peaks(summary)
                 self.memory.put(_key(trace), summary)
                 found[trace] = summary
         if len(self.cache_misses) > 1 << 16:
@@ -375,7 +374,6 @@ class Loader:
                     _log.info("the summary of %s is not cached: %s", trace.name, broken)
             except CacheWriteError as exc:  # a cache that cannot be written is only slower
                 self.cache_unwritable(str(exc))
-        self._with_peaks(summary)
         self.memory.put(key, summary)
         return summary
 
@@ -393,13 +391,12 @@ class Loader:
 
     def adopt(self, trace: TraceFile, summary: WorkerSummary) -> None:
         """Keeps a summary made elsewhere (a worker process, another machine) as this loader's own."""
-        self._with_peaks(summary)
         self.memory.put(_key(trace), summary)
 
-    def _with_peaks(self, summary: WorkerSummary) -> None:
-        if self.peaks != (None, None):
-
-            with_peaks(summary, *self.peaks)
+    def _with_peaks(self, summary: WorkerSummary) -> WorkerSummary:
+        """The summary as this loader hands it out: under the user's peaks where given (a copy:
+        the caches keep what the trace says, and peaks are the reader's)."""
+        return with_peaks(summary, *self.peaks)
 
     def summarize_run(self, run: Run, *, worker: str | None = None,
                       metadata: dict[str, object] | EllipsisType | None = ...,
@@ -422,7 +419,8 @@ class Loader:
                 errors.append(FileError(file=trace.name, error=str(got)))
                 continue
             try:
-                workers.append(got if got is not None else self.summarize_file(trace, metadata=metadata))
+                one = got if got is not None else self.summarize_file(trace, metadata=metadata)
+                workers.append(self._with_peaks(one))
             except TraceError as exc:
                 errors.append(FileError(file=trace.name, error=str(exc)))
         summary = RunSummary(run=run.name, metadata=metadata, workers=workers, errors=errors)

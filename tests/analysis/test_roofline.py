@@ -243,11 +243,12 @@ def test_the_users_peaks_redo_roofs_findings_and_headline(builtin_logdir: Path) 
     (run,) = [r for r in resolve_runs(str(builtin_logdir)) if r.name == "naive-inference"]
     (w,) = Loader().summarize_run(run).workers
     assert w.roofline is not None and "probes" in w.roofline.source  # the runner measured this machine
-    s = copy.deepcopy(w)
-    with_peaks(s, 1e18, 1e15)
+    before = copy.deepcopy(w)
+    s = with_peaks(w, 1e18, 1e15)
     assert s.roofline is not None and s.roofline.source == "given by --peak-flops and --peak-bw"
     assert s.roofline.peak_flops["fp32"] == 1e18 and any(f.id == "far-from-roof" for f in s.findings)
     assert s.headline
+    assert w == before and with_peaks(w, None, None) is w  # a copy: the summary itself is left as it was
 
 
 def test_runner_metadata_records_the_probes(builtin_logdir: Path) -> None:
