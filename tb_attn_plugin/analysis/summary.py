@@ -7,6 +7,9 @@ lists is bounded by ``analysis.bounds``. ``summarize_trace`` adds the findings
 ``schema.py`` and ``docs/summary.md``.
 """
 
+# Not split (over 400 lines): _Summarizer computes every figure of a layer from one attribution
+# pass; its seam (per-phase stats) shares that state.
+
 from __future__ import annotations
 
 from collections import Counter

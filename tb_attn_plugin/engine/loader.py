@@ -5,6 +5,9 @@ trace file is summarized on its own: a broken file becomes a ``FileError`` in it
 leaves other files and runs alone.
 """
 
+# Not split (over 400 lines): Loader is the one per-file cache (summaries, analyses, failures)
+# with the resolution it keys on.
+
 from __future__ import annotations
 
 import contextlib

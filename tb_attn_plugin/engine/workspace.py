@@ -4,8 +4,8 @@
 how, then ``runs()`` names the runs (the ones picked by run, worker and rank) and
 ``summaries()`` summarizes them (``fanout``: this process, a pool of processes or an executor,
 through the shared summary cache). Bad input gets the same message from every door: a missing
-path is a ``FileNotFoundError``, anything else the engine cannot use a ``ValueError`` (the CLI
-prints either as its one line, exit code 2).
+path is a ``FileNotFoundError`` (storage that cannot answer an ``OSError``), anything else the
+engine cannot use a ``ValueError`` (the CLI prints each as its one line, exit code 2).
 """
 
 from __future__ import annotations
@@ -68,8 +68,8 @@ class Workspace:
             raise FileNotFoundError(f"cannot read {path}: No such file or directory")
         try:
             runs = resolve_runs(path)
-        except ReadError as exc:
-            raise (FileNotFoundError if "No such file" in str(exc) else ValueError)(str(exc)) from None
+        except ReadError as exc:  # the storage could not answer (an object store's missing key too)
+            raise OSError(str(exc)) from None
         except TraceError as exc:
             raise ValueError(str(exc)) from None
         if not runs:

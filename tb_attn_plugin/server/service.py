@@ -7,6 +7,9 @@ per-file caching and summarizing are the ``Loader``'s. Errors are raised as Tens
 that turns the engine's errors into them.
 """
 
+# Not split (over 400 lines): one short method per route over the one load path; split by route,
+# each part would re-import the same state.
+
 from __future__ import annotations
 
 import functools

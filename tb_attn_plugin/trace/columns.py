@@ -11,6 +11,9 @@ name is interned clipped to ``MAX_NAME_CHARS`` characters: names that differ onl
 one name.
 """
 
+# Not split (over 400 lines): the strict and the lenient decoders append through one Builder;
+# apart, their rules would diverge.
+
 from __future__ import annotations
 
 import re

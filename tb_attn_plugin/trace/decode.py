@@ -13,6 +13,9 @@ document are ignored and counted in the diagnostics (``whole.JUNK``), not taken 
 still being written.
 """
 
+# Not split (over 400 lines): framing and its parts for parallel decoding share the cut rules; a
+# second module would hold half a contract.
+
 from __future__ import annotations
 
 import re

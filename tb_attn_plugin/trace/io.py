@@ -12,6 +12,9 @@ missing credentials) raises ``ReadError`` whatever the storage library raised, s
 see a botocore or aiohttp exception and never blame the file's content for it.
 """
 
+# Not split (over 400 lines): every guarantee about reading user files (regular files only, no
+# links, bounded gzip, storage errors) is checked in this one module.
+
 from __future__ import annotations
 
 import os

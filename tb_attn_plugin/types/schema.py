@@ -7,6 +7,9 @@ microseconds, memory bytes, FLOPs counts; every per-phase, per-layer and per-hea
 mean over the profiled steps (``step_count`` of them).
 """
 
+# Not split (over 400 lines): the summary's types are one schema (docs/summary.md), versioned as a
+# whole; split by route they would drift apart.
+
 from __future__ import annotations
 
 from typing import Any
