@@ -9,7 +9,7 @@ is left after a timeout and reaps the server, so no process or zombie outlives i
 that exits or does not start raises ``TensorBoardError`` with the end of its output.
 
 The tests put the repository root on ``sys.path`` (``tests/browser/conftest.py``,
-``tests/plugin/test_load.py``); a benchmark does the same with two lines.
+``tests/server/test_load.py``); a benchmark does the same with two lines.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ holds the names only, and imports nothing from ``analysis``. ``Backend`` is a ``
 member equals its name as a string, and msgspec and ``json`` write it as that string, so summaries,
 caches and responses read the same whether they hold members or the plain strings decoded from
 JSON. Groups of backends are named here, beside the names, built from the families;
-``tests/test_vocabulary.py`` keeps backend names as literals out of every other module.
+``tests/vocab/test_vocabulary.py`` keeps backend names as literals out of every other module.
 """
 
 from __future__ import annotations

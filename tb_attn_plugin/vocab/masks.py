@@ -23,7 +23,7 @@ is documented in ``docs/runner.md`` ("Masks")::
 Positions are aligned at the top left, as PyTorch's ``is_causal`` does when the query and key
 lengths differ. Every mask but ``block`` keeps one contiguous run of keys per query, so its kept
 pairs are exact integers (``kept_pairs``), checked pair by pair against the definitions above in
-``tests/test_masks.py``. They are computed in closed form, in time independent of the lengths: the
+``tests/vocab/test_masks.py``. They are computed in closed form, in time independent of the lengths: the
 lengths and the mask's value come from run metadata, which anyone can write, and a sequence of
 2^31 tokens must cost what 512 does. The analysis takes a mask's kept share from the run
 metadata, where the runner measured it on the mask itself, and from ``kept_pairs`` where the

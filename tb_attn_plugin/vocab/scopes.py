@@ -134,7 +134,7 @@ def _group(*phases: Phase) -> frozenset[str]:
 
 
 # Groups of phases, named for what their members share. A module that needs a group that differs
-# builds it from these with set operations, and says why. ``tests/test_vocabulary.py`` keeps
+# builds it from these with set operations, and says why. ``tests/vocab/test_vocabulary.py`` keeps
 # literal groups of phase names out of every other module.
 #: The projections into heads and out of them.
 PROJECTION_PHASES = _group(Phase.QKV_PROJ, Phase.OUT_PROJ)

@@ -148,7 +148,7 @@ def test_new_run_appears_after_reload(tensorboard: Any, browser_logdir: Path, bu
 
 def test_a_failed_listing_is_shown_above_the_last_runs(tensorboard: Any, page: Page, artifacts: Path) -> None:
     """A storage outage (``listing_error``, tested against a real failing store in
-    ``tests/plugin/test_responses.py``) must not look like runs that stopped changing. Here the
+    ``tests/server/test_responses.py``) must not look like runs that stopped changing. Here the
     real server's answer is passed on with the field set, as a failing listing sets it."""
     error = "cannot list s3://team/runs: Could not connect to the endpoint URL"
 

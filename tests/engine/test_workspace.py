@@ -14,7 +14,7 @@ from tb_attn_plugin.cli.main import main as cli
 from tb_attn_plugin.engine.ranksel import parse_ranks
 from tb_attn_plugin.engine.workspace import NO_TRACES_HINT, Workspace
 
-GPU = Path(__file__).resolve().parents[1] / ".." / "shared" / "traces" / "gpu"
+GPU = Path(__file__).resolve().parents[2] / ".." / "shared" / "traces" / "gpu"
 
 
 @pytest.fixture(scope="module")

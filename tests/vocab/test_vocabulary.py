@@ -184,7 +184,7 @@ def test_phase_groups_differ_only_where_documented() -> None:
 
 def test_the_tab_keeps_no_group_of_phases() -> None:
     """The tab reads its groups from the generated ``types.ts``. Its only lists of phase names are
-    the whole vocabulary (``metrics.ts``: ``tests/test_scopes.py`` checks them against PHASES)."""
+    the whole vocabulary (``metrics.ts``: ``tests/vocab/test_scopes.py`` checks them against PHASES)."""
     found: dict[str, list[int]] = {}
     for path in sorted(FRONTEND.rglob("*.ts")):
         if path.name in ("types.ts", "metrics.ts"):

@@ -105,7 +105,7 @@ def test_the_tab_orders_phases_as_the_grammar_does() -> None:
     import re
     from pathlib import Path
 
-    source = (Path(__file__).resolve().parents[1] / "frontend" / "src" / "metrics.ts").read_text()
+    source = (Path(__file__).resolve().parents[2] / "frontend" / "src" / "metrics.ts").read_text()
     block = re.search(r"export const PHASE_ORDER = \[(.*?)\];", source, re.S)
     assert block is not None
     assert re.findall(r'"([a-z_]+)"', block.group(1)) == [*PHASES, "other"]
