@@ -21,7 +21,9 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Callable
+from typing import Any
 
+import msgspec
 import numpy as np
 
 from tb_attn_plugin.analysis.analyze import Analysis
@@ -115,17 +117,18 @@ def generation(analysis: Analysis, summary: WorkerSummary, metadata: dict[str, o
         realloc_bytes_per_token=_mean(t.kv_alloc_bytes for t in decode),
         read_bytes_per_token=_mean(t.read_bytes for t in decode),
     )
-    _fit(out, decode)
-    out.kv_memory = _memory_check(out, decode, [t for t in tokens if t.role == "prefill"],
-                                  bool(analysis.events.mem_ts.size))
+    out = msgspec.structs.replace(out, **_fit(decode))
     rates = [t.read_bytes / (t.core_us * 1e-6) for t in decode if t.core_us > 0 and t.read_bytes > 0]
-    out.achieved_bytes_per_s = median(rates) if rates else 0.0
+    more: dict[str, Any] = {
+        "kv_memory": _memory_check(out, decode, [t for t in tokens if t.role == "prefill"],
+                                   bool(analysis.events.mem_ts.size)),
+        "achieved_bytes_per_s": median(rates) if rates else 0.0}
     peaks = metadata.get("peaks") if isinstance(metadata, dict) else None
     bw = peaks.get("copy_bytes_per_s") if isinstance(peaks, dict) else None
     if isinstance(bw, int | float) and not isinstance(bw, bool) and math.isfinite(bw) and bw > 0:
-        out.reference_bytes_per_s = float(bw)
-        out.reference = "the copy bandwidth the runner measured on this machine (bytes read + written per second)"
-    return out
+        more |= {"reference_bytes_per_s": float(bw), "reference": "the copy bandwidth the runner measured on this "
+                 "machine (bytes read + written per second)"}
+    return msgspec.structs.replace(out, **more)
 
 
 def generation_meta(metadata: dict[str, object] | None) -> dict[str, object]:
@@ -301,29 +304,31 @@ def _phase(tokens: list[TokenStats], layers: list[LayerStats]) -> GenerationPhas
         flops=_mean(t.flops for t in tokens), layers=layers)
 
 
-def _fit(out: Generation, decode: list[TokenStats]) -> None:
-    """Decode attention time against context, where the contexts span enough to say something:
-    over a narrow range (one short generation) noise decides the exponent, so there is no fit,
-    and ``fit_note`` says why. The cache's growth per token is fitted in any case (it is exact)."""
+def _fit(decode: list[TokenStats]) -> dict[str, Any]:
+    """Decode attention time against context (the ``Generation`` fields it sets), where the
+    contexts span enough to say something: over a narrow range (one short generation) noise
+    decides the exponent, so there is no fit, and ``fit_note`` says why. The cache's growth per
+    token is fitted in any case (it is exact)."""
     decode = [t for t in decode if t.context > 0]
     xs = [float(t.context) for t in decode]
     if len(set(xs)) < 2:
-        return
-    out.kv_bytes_per_token = max(0.0, float(np.polyfit(xs, [t.kv_bytes for t in decode], 1)[0]))
+        return {}
+    out: dict[str, Any] = {"kv_bytes_per_token": max(0.0, float(np.polyfit(xs, [t.kv_bytes for t in decode], 1)[0]))}
     lo, hi = min(xs), max(xs)
     if hi / lo < NARROW_RANGE:
-        out.fit_note = (f"no fit: the decode steps' contexts span {lo:.0f} to {hi:.0f} keys ({hi / lo:.2f}x), too "
-                        f"narrow for an exponent (it takes {NARROW_RANGE:.0f}x); generate more tokens, or sweep "
-                        "--prompt-len and compare the runs (tb-attn compare fits decode time against context)")
-        return
+        out["fit_note"] = (f"no fit: the decode steps' contexts span {lo:.0f} to {hi:.0f} keys ({hi / lo:.2f}x), too "
+                           f"narrow for an exponent (it takes {NARROW_RANGE:.0f}x); generate more tokens, or sweep "
+                           "--prompt-len and compare the runs (tb-attn compare fits decode time against context)")
+        return out
     ys = [t.attention_us for t in decode]
-    out.fit = fit_power(xs, ys)
+    fit = fit_power(xs, ys)
     slope, intercept = np.polyfit(xs, ys, 1)
-    out.per_key_us, out.fixed_us = float(slope), float(intercept)
-    if out.fit is not None and out.fit.r2 is not None and out.fit.r2 < POOR_FIT:
-        out.fit_note = (f"the fit explains little of the steps' variation (R² {out.fit.r2:.2f}): over these contexts "
-                        "decode time hardly depends on the keys; a fixed cost per step (launches, the projections) "
-                        "and noise make it")
+    out |= {"fit": fit, "per_key_us": float(slope), "fixed_us": float(intercept)}
+    if fit is not None and fit.r2 is not None and fit.r2 < POOR_FIT:
+        out["fit_note"] = (f"the fit explains little of the steps' variation (R² {fit.r2:.2f}): over these contexts "
+                           "decode time hardly depends on the keys; a fixed cost per step (launches, the projections) "
+                           "and noise make it")
+    return out
 
 
 def _memory_check(out: Generation, decode: list[TokenStats], prefill: list[TokenStats], memory_events: bool) -> str:

@@ -19,16 +19,17 @@ from collections.abc import Mapping
 
 import msgspec
 
+from tb_attn_plugin.analysis.findings import SEVERITIES
 from tb_attn_plugin.analysis.flops import causal_fraction
 from tb_attn_plugin.analysis.query import new_finding
 from tb_attn_plugin.analysis.wording import duration, pct
-from tb_attn_plugin.types.schema import AttnStats, Finding, HeadAttention, WorkerSummary
+from tb_attn_plugin.types.schema import AttnStats, Finding, HeadAttention, RunSummary, WorkerSummary
 from tb_attn_plugin.vocab.backends import UNFUSED_BACKENDS
 from tb_attn_plugin.vocab.masks import MaskSpec, kept_pairs
 from tb_attn_plugin.vocab.scopes import CORE_PHASES
 
 __all__ = ["LOCAL_THRESHOLD", "LOCAL_WINDOW", "SINK_MASS", "HeadRow", "attn_stats", "head_rows", "local_heads",
-           "window_keeps", "with_window"]
+           "window_keeps", "with_attn_stats", "with_window"]
 
 #: A head keeping at least this share of its mass within W tokens is local...
 LOCAL_THRESHOLD = 0.99
@@ -181,3 +182,22 @@ def with_window(stats: AttnStats, window: int | None, threshold: float | None) -
     heads = [msgspec.structs.replace(h, local=w is not None and h.values.get(f"window_{w}", 0.0) >= t)
              for h in stats.heads]
     return msgspec.structs.replace(stats, window=w, threshold=t, heads=heads)
+
+
+def with_attn_stats(summary: RunSummary, stats: AttnStats) -> RunSummary:
+    """The run summary with ``attn_stats`` set to ``stats`` and each worker's ``local-heads``
+    finding redone for them (new worker summaries where it changes; the run's config gives the
+    sequence length and whether it is causal)."""
+    config = summary.metadata.get("config") if summary.metadata else None
+    seq = config.get("seq") if isinstance(config, Mapping) else None
+    causal = config.get("causal", True) if isinstance(config, Mapping) else True
+    workers = []
+    for w in summary.workers:
+        found = local_heads(w, stats, seq=seq if type(seq) is int and seq > 0 else None, causal=bool(causal))
+        kept = [f for f in w.findings if f.id != "local-heads"]
+        if found is not None or len(kept) != len(w.findings):
+            findings = sorted(kept + ([found] if found is not None else []),
+                              key=lambda f: (SEVERITIES.index(f.severity), f.id, f.evidence.layers))
+            w = msgspec.structs.replace(w, findings=findings)
+        workers.append(w)
+    return msgspec.structs.replace(summary, attn_stats=stats, workers=workers)

@@ -29,11 +29,11 @@ from tb_attn_plugin.analysis.overview import headline
 from tb_attn_plugin.analysis.peaks import Peaks, with_overrides
 from tb_attn_plugin.analysis.query import new_finding
 from tb_attn_plugin.analysis.wording import attention, core_only_note, duration, layer_list, number, pct, share, size
-from tb_attn_plugin.types.schema import Finding, LayerStats, PhaseStats, Roof, Roofline, WorkerSummary
+from tb_attn_plugin.types.schema import Finding, GenerationPhase, LayerStats, PhaseStats, Roof, Roofline, WorkerSummary
 from tb_attn_plugin.vocab.scopes import FUSED_PHASES, OTHER, UNFUSED_CORE_PHASES, Phase
 
-__all__ = ["FAR_SHARE", "FAR_TIME_SHARE", "SCORE_TRAFFIC_PHASES", "VERDICTS", "apply_roofline", "far_from_roof",
-           "peaks_of", "phase_roofs", "with_peaks"]
+__all__ = ["FAR_SHARE", "FAR_TIME_SHARE", "SCORE_TRAFFIC_PHASES", "VERDICTS", "far_from_roof", "peaks_of",
+           "phase_roofs", "with_peaks", "with_roofline"]
 
 VERDICTS = ("compute-bound", "memory-bound", "latency-bound", "no peak known", "no bytes modeled", "above its ceiling")
 #: A point this far above its ceiling ran faster than the peaks allow, and no verdict is drawn from
@@ -130,58 +130,68 @@ def _roof(t: _Terms, peaks: Peaks) -> Roof | None:
                 verdict=verdict, lower_bound=t.lower_bound)
 
 
-def apply_roofline(summary: WorkerSummary, peaks: Peaks) -> None:
-    """Set every phase's and layer's ``roof`` and the summary's ``roofline`` (in place), and
-    replace its far-from-roof findings with those of these peaks."""
+def with_roofline(summary: WorkerSummary, peaks: Peaks) -> WorkerSummary:
+    """The summary under these peaks: every phase's and layer's ``roof`` (the prefill's and the
+    decode steps' layers too), its ``roofline``, its serving batch's decode roof, its far-from-roof
+    findings and its headline. A new summary; the one given is left as it is."""
+    replace = msgspec.structs.replace
     device = summary.device != "cpu"
-    run = _roof_layers(summary.layers, peaks, device)
+    layers, run = _roof_layers(summary.layers, peaks, device)
     g = summary.generation
-    for part in (g.prefill, g.decode) if g is not None else ():
-        if part is not None:  # the prefill's and the decode steps' own layers: decode reads the whole cache
-            part.roof = _roof(_roof_layers(part.layers, peaks, device), peaks)
+    if g is not None:  # the prefill's and the decode steps' own layers: decode reads the whole cache
+        g = replace(g, prefill=_roof_part(g.prefill, peaks, device), decode=_roof_part(g.decode, peaks, device))
     whole = _roof(run, peaks)
-    roofs = [r for x in summary.layers for r in (x.roof, *(p.roof for p in x.phases)) if r is not None]
+    roofs = [r for x in layers for r in (x.roof, *(p.roof for p in x.phases)) if r is not None]
     over = [r.share for r in (*roofs, whole) if r is not None and r.share is not None and r.share > OVER_CEILING]
     above = ABOVE_PROBED if "probes" in peaks.source else ABOVE_TABLE
     note = "; ".join(n for n in (peaks.note, above.format(top=pct(max(over))) if over else "") if n)
-    summary.roofline = Roofline(
+    roofline = Roofline(
         device=peaks.device, source=peaks.source, clock="device" if device else "cpu",
         peak_flops={k: float(v) for k, v in peaks.flops.items()}, peak_bytes_per_s=peaks.bytes_per_s,
-        launch_us=peaks.launch_us, note=note, attention=whole) if summary.layers else None
-    if summary.serving is not None:
-        summary.serving = decode_roof(summary.serving, summary.layers, peaks.bytes_per_s)
+        launch_us=peaks.launch_us, note=note, attention=whole) if layers else None
+    serving = decode_roof(summary.serving, layers, peaks.bytes_per_s) if summary.serving is not None else None
+    out = replace(summary, layers=layers, generation=g, roofline=roofline, serving=serving)
     kept = [f for f in summary.findings if f.id != "far-from-roof"]
-    summary.findings = sorted(kept + far_from_roof(summary),
-                              key=lambda f: (SEVERITIES.index(f.severity), f.id, f.evidence.layers))
+    out = replace(out, findings=sorted(kept + far_from_roof(out),
+                                       key=lambda f: (SEVERITIES.index(f.severity), f.id, f.evidence.layers)))
+    return replace(out, headline=headline(out))
 
 
-def _roof_layers(layers: list[LayerStats], peaks: Peaks, device: bool) -> _Terms:
-    """Every phase's and layer's ``roof`` (in place); the layers' terms added up."""
+def _roof_part(part: GenerationPhase | None, peaks: Peaks, device: bool) -> GenerationPhase | None:
+    """A generation part (the prefill, the decode steps) with its layers' roofs and its own."""
+    if part is None:
+        return None
+    layers, terms = _roof_layers(part.layers, peaks, device)
+    return msgspec.structs.replace(part, layers=layers, roof=_roof(terms, peaks))
+
+
+def _roof_layers(layers: list[LayerStats], peaks: Peaks, device: bool) -> tuple[list[LayerStats], _Terms]:
+    """The layers with every phase's and layer's ``roof``, and their terms added up."""
+    replace = msgspec.structs.replace
     run = _Terms()
+    out = []
     for layer in layers:
         terms = _Terms()
+        phases = []
         for p in layer.phases:
             pt = _phase_terms(p, peaks, device)
-            p.roof = _roof(pt, peaks)
+            phases.append(replace(p, roof=_roof(pt, peaks)))
             if device and pt.time_us <= 0:
                 continue  # no kernel ran for it (captured into a CUDA graph): its work has no time here
             terms.add(pt)
-        layer.roof = _roof(terms, peaks)
+        out.append(replace(layer, phases=phases, roof=_roof(terms, peaks)))
         run.add(terms)
-    return run
+    return out, run
 
 
 def with_peaks(summary: WorkerSummary, flops: float | None, bytes_per_s: float | None) -> WorkerSummary:
-    """A copy of the summary under the user's peaks (``tb-attn --peak-flops/--peak-bw``, the tab's
+    """The summary under the user's peaks (``tb-attn --peak-flops/--peak-bw``, the tab's
     ``--tb_attn_peak_flops/--tb_attn_peak_bw``): its roofs, far-from-roof findings and headline
-    again. The summary itself is left as its trace has it (the caches hold it so); without peaks,
-    or without a roofline, it is returned as it is."""
+    again, in a new summary (the caches hold the trace's own). Without peaks, or without a
+    roofline, the summary itself."""
     if summary.roofline is None or (flops is None and bytes_per_s is None):
         return summary
-    copy = msgspec.msgpack.decode(msgspec.msgpack.encode(summary), type=WorkerSummary)
-    apply_roofline(copy, with_overrides(peaks_of(summary.roofline), flops, bytes_per_s))
-    copy.headline = headline(copy)
-    return copy
+    return with_roofline(summary, with_overrides(peaks_of(summary.roofline), flops, bytes_per_s))
 
 
 def peaks_of(rl: Roofline) -> Peaks:

@@ -3,7 +3,7 @@
 A mask comes from the run metadata (``"mask"``, written by the runner: the ``--mask`` spec, the
 share of (query, key) pairs it keeps and the share of ``BLOCK_SIZE`` blocks that hold any, and
 per layer where layers differ, as in Gemma-style models whose global layers are causal). For
-each layer with a mask, ``apply_masks`` adds a ``LayerMask`` to the summary:
+each layer with a mask, ``with_masks`` gives the summary's layer a ``LayerMask``:
 
 - ``dense_flops``: the forward attention core (q·kᵀ and probs·v) with every pair kept,
   2·B·H·Sq·Sk·(D + Dv), from the run's shapes (batch, heads, sequence, head size);
@@ -29,14 +29,16 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+import msgspec
+
 from tb_attn_plugin.analysis.bounds import clip
 from tb_attn_plugin.analysis.flops import BACKWARD_FACTOR, flop_rate
-from tb_attn_plugin.types.schema import LayerMask, LayerStats, PhaseStats, WorkerSummary
+from tb_attn_plugin.types.schema import LayerMask, LayerStats, WorkerSummary
 from tb_attn_plugin.vocab.backends import DENSE_WORK_BACKENDS, Backend
 from tb_attn_plugin.vocab.masks import kept_pairs, parse_mask
 from tb_attn_plugin.vocab.scopes import CORE_PHASES, Phase
 
-__all__ = ["apply_masks", "layer_masks"]
+__all__ = ["layer_masks", "with_masks"]
 
 #: The largest batch, head count, length or width believed from the metadata.
 _MAX_DIM = 1 << 31
@@ -131,41 +133,48 @@ def _shapes(metadata: Mapping[str, Any], layer: LayerStats) -> tuple[int, int, i
     return batch, heads, seq, d_model // heads
 
 
-def apply_masks(summary: WorkerSummary, metadata: Mapping[str, Any] | None) -> None:
-    """Add each masked layer's ``LayerMask``; compiled flex layers get the mask's FLOPs. FLOPs
-    in a ``LayerMask`` are per forward call of the block, times per profiled step."""
+def with_masks(summary: WorkerSummary, metadata: Mapping[str, Any] | None) -> WorkerSummary:
+    """The summary with each masked layer's ``LayerMask``, compiled flex layers with the mask's
+    FLOPs, and a note per mask entry it cannot use; the summary given is left as it is. FLOPs in a
+    ``LayerMask`` are per forward call of the block, times per profiled step."""
     if not metadata:
-        return
-    masks = layer_masks(metadata, [layer.layer for layer in summary.layers], summary.notes)
+        return summary
+    notes: list[str] = []
+    masks = layer_masks(metadata, [layer.layer for layer in summary.layers], notes)
     widest = max((float(m["kept"]) for m in masks.values()), default=0.0)
     mixed = len({str(m["spec"]) for m in masks.values()}) > 1
     config = metadata.get("config")
     unmasked = isinstance(config, Mapping) and config.get("causal") is False and not masks
-    for layer in summary.layers:
-        entry = masks.get(layer.layer)
-        shapes = _shapes(metadata, layer) if entry is not None or unmasked else None
-        if shapes is None:
-            continue
-        if entry is None:  # not causal, no mask: compiled flex did the whole dense work
-            _count_unmasked_flex(layer, shapes, metadata)
-            continue
-        dense = _dense_flops(shapes)
-        kept = float(entry["kept"])
-        wanted = dense * kept
-        calls = layer.calls if layer.calls > 0 else 1.0
-        core = [p for p in layer.phases if p.phase in CORE_PHASES]
-        work = sum(p.flops for p in core) / calls
-        if layer.backend == Backend.FLEX and work < DENSE_SHARE * wanted:
-            _add_kernel_work(layer, core, (wanted - work) * calls, BACKWARD_FACTOR * wanted * calls,
-                             _kernel(shapes, metadata, calls))
-            work = wanted
-        core_us = sum((p.device_us or p.cpu_us) for p in core)
-        layer.mask = LayerMask(
-            spec=str(entry["spec"]), kept=kept, blocks=_float(entry.get("blocks")), dense_flops=dense,
-            mask_flops=wanted, work_flops=work,
-            dense_work=layer.backend in DENSE_WORK_BACKENDS and work >= DENSE_SHARE * dense,
-            core_us=core_us, dense_equiv_us=_dense_equiv(core_us, dense, work, layer.backend, entry.get("blocks")),
-            local=mixed and kept < widest)
+    layers = [_masked(layer, masks.get(layer.layer), metadata, unmasked, mixed, widest) for layer in summary.layers]
+    if not notes and all(a is b for a, b in zip(layers, summary.layers, strict=True)):
+        return summary
+    return msgspec.structs.replace(summary, layers=layers, notes=[*summary.notes, *notes])
+
+
+def _masked(layer: LayerStats, entry: dict[str, Any] | None, metadata: Mapping[str, Any], unmasked: bool,
+            mixed: bool, widest: float) -> LayerStats:
+    """One layer under its mask entry (``None``: the run names no mask for it)."""
+    shapes = _shapes(metadata, layer) if entry is not None or unmasked else None
+    if shapes is None:
+        return layer
+    if entry is None:  # not causal, no mask: compiled flex did the whole dense work
+        return _count_unmasked_flex(layer, shapes, metadata)
+    dense = _dense_flops(shapes)
+    kept = float(entry["kept"])
+    wanted = dense * kept
+    calls = layer.calls if layer.calls > 0 else 1.0
+    work = sum(p.flops for p in layer.phases if p.phase in CORE_PHASES) / calls
+    if layer.backend == Backend.FLEX and work < DENSE_SHARE * wanted:
+        layer = _add_kernel_work(layer, (wanted - work) * calls, BACKWARD_FACTOR * wanted * calls,
+                                 _kernel(shapes, metadata, calls))
+        work = wanted
+    core_us = sum((p.device_us or p.cpu_us) for p in layer.phases if p.phase in CORE_PHASES)
+    return msgspec.structs.replace(layer, mask=LayerMask(
+        spec=str(entry["spec"]), kept=kept, blocks=_float(entry.get("blocks")), dense_flops=dense,
+        mask_flops=wanted, work_flops=work,
+        dense_work=layer.backend in DENSE_WORK_BACKENDS and work >= DENSE_SHARE * dense,
+        core_us=core_us, dense_equiv_us=_dense_equiv(core_us, dense, work, layer.backend, entry.get("blocks")),
+        local=mixed and kept < widest))
 
 
 def _dense_flops(shapes: tuple[int, int, int, int]) -> float:
@@ -197,38 +206,44 @@ def _kernel(shapes: tuple[int, int, int, int], metadata: Mapping[str, Any], call
 
 
 def _count_unmasked_flex(layer: LayerStats, shapes: tuple[int, int, int, int], metadata: Mapping[str, Any]
-                         ) -> None:
+                         ) -> LayerStats:
     """Compiled flex without a mask (not causal): the kernel's dense work, which no op shows."""
     dense = _dense_flops(shapes)
-    core = [p for p in layer.phases if p.phase in CORE_PHASES]
     calls = layer.calls if layer.calls > 0 else 1.0
-    work = sum(p.flops for p in core) / calls
+    work = sum(p.flops for p in layer.phases if p.phase in CORE_PHASES) / calls
     if layer.backend == Backend.FLEX and work < DENSE_SHARE * dense:
-        _add_kernel_work(layer, core, (dense - work) * calls, BACKWARD_FACTOR * dense * calls,
-                         _kernel(shapes, metadata, calls))
+        return _add_kernel_work(layer, (dense - work) * calls, BACKWARD_FACTOR * dense * calls,
+                                _kernel(shapes, metadata, calls))
+    return layer
 
 
-def _add_kernel_work(layer: LayerStats, core: list[PhaseStats], forward: float, backward: float,
-                     kernel: tuple[float, str | None]) -> None:
-    """Give compiled flex's generated kernel its FLOPs and bytes per step, which no op of the
-    trace shows: to its ``flex`` phase (or, inferred without scopes, its ``compiled`` one) and the
-    layer; the backward's FLOPs (``BACKWARD_FACTOR`` times the forward, as for fused SDPA) where the
-    phase ran one."""
+def _add_kernel_work(layer: LayerStats, forward: float, backward: float, kernel: tuple[float, str | None]
+                     ) -> LayerStats:
+    """The layer with compiled flex's generated kernel's FLOPs and bytes per step, which no op of
+    the trace shows: on its ``flex`` phase (or, inferred without scopes, its ``compiled`` one) and
+    the layer; the backward's FLOPs (``BACKWARD_FACTOR`` times the forward, as for fused SDPA)
+    where the phase ran one."""
     nbytes, dtype = kernel
+    core = [p for p in layer.phases if p.phase in CORE_PHASES]
     phase = (next((p for p in core if p.phase == Phase.FLEX), None)
              or next((p for p in core if p.phase == Phase.COMPILED), None))
+    replace = msgspec.structs.replace
+    phases, extra_bytes, extra_back = layer.phases, 0.0, 0.0
     if phase is not None:
-        phase.bytes += nbytes
-        layer.bytes += nbytes
-        if phase.dtype is None and nbytes > 0:
-            phase.dtype = dtype
-        phase.flops += forward
-        phase.flops_per_s = flop_rate(phase.flops, phase.device_us or phase.cpu_us)
+        flops = phase.flops + forward
+        backward_stats = phase.backward
         if phase.backward.calls > 0:
-            phase.backward.flops += backward
-            layer.backward.flops += backward
-    layer.flops += forward
-    layer.flops_per_s = flop_rate(layer.flops, layer.device_us or layer.cpu_us)
+            backward_stats = replace(phase.backward, flops=phase.backward.flops + backward)
+            extra_back = backward
+        grown = replace(phase, bytes=phase.bytes + nbytes, flops=flops,
+                        dtype=dtype if phase.dtype is None and nbytes > 0 else phase.dtype,
+                        flops_per_s=flop_rate(flops, phase.device_us or phase.cpu_us), backward=backward_stats)
+        phases = [grown if p is phase else p for p in layer.phases]
+        extra_bytes = nbytes
+    flops = layer.flops + forward
+    return replace(layer, phases=phases, bytes=layer.bytes + extra_bytes, flops=flops,
+                   flops_per_s=flop_rate(flops, layer.device_us or layer.cpu_us),
+                   backward=replace(layer.backward, flops=layer.backward.flops + extra_back))
 
 
 def _float(value: Any) -> float | None:

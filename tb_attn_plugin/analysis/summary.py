@@ -37,13 +37,12 @@ from tb_attn_plugin.analysis.flops import flop_rate
 from tb_attn_plugin.analysis.generation import generation
 from tb_attn_plugin.analysis.gpu import gpu_label
 from tb_attn_plugin.analysis.graphs import graph_use
-from tb_attn_plugin.analysis.overview import headline
 from tb_attn_plugin.analysis.peaks import peaks_for
 from tb_attn_plugin.analysis.query import TraceQuery, ancestors
 from tb_attn_plugin.analysis.ranks import rank_of
-from tb_attn_plugin.analysis.roofline import apply_roofline
+from tb_attn_plugin.analysis.roofline import with_roofline
 from tb_attn_plugin.analysis.scores import SCORE_ALLOC_PHASES, ScoreSizes, score_allocs, sxs_sizes
-from tb_attn_plugin.analysis.sparsity import apply_masks
+from tb_attn_plugin.analysis.sparsity import with_masks
 from tb_attn_plugin.analysis.spread import per_step_sums, spread
 from tb_attn_plugin.analysis.traffic import event_bytes, flop_dtype
 from tb_attn_plugin.trace.events import Events
@@ -74,13 +73,12 @@ def summarize_trace(analysis: Analysis, *, file: str, worker: str, span: str | N
                     metadata: dict[str, object] | None = None) -> WorkerSummary:
     """The summary of an analyzed trace with its findings (``metadata``: the run's
     ``tb_attn_run.json``, which two rules read): what a trace file's summary is, everywhere."""
-    summary = summarize_analysis(analysis, file=file, worker=worker, span=span)
-    apply_masks(summary, metadata)
-    summary.generation = generation(analysis, summary, metadata, lambda part: summarize_analysis(part).layers)
-    summary.findings = find(analysis, summary, metadata=metadata)
-    apply_roofline(summary, peaks_for(summary.device, analysis.events.meta.device_properties, metadata))
-    summary.headline = headline(summary)
-    return typed(summary)
+    replace = msgspec.structs.replace
+    measured = with_masks(summarize_analysis(analysis, file=file, worker=worker, span=span), metadata)
+    measured = replace(measured, generation=generation(analysis, measured, metadata,
+                                                       lambda part: summarize_analysis(part).layers))
+    found = replace(measured, findings=find(analysis, measured, metadata=metadata))
+    return typed(with_roofline(found, peaks_for(found.device, analysis.events.meta.device_properties, metadata)))
 
 
 def typed(summary: WorkerSummary) -> WorkerSummary:
@@ -230,9 +228,8 @@ class _Summarizer:
             notes.append("no ProfilerStep# in this trace: the whole trace counts as one step")
         graphs = graph_use(ev, a)  # kernels captured into CUDA/HIP graphs, or run in replays
         notes.extend(graphs.notes)
-        for layer in layer_stats:
-            for p in layer.phases:
-                p.captured = (layer.layer, p.phase) in graphs.captured_phases
+        if graphs.captured_phases:
+            layer_stats = [_captured(layer, graphs.captured_phases) for layer in layer_stats]
         backends = sorted({layer.backend for layer in layer_stats})
         rank, world_size = rank_of(ev.meta.distributed_info, worker, file, diagnostics=self.diag)
         found = collectives(ev, a.parent, [(float(ev.ts[i]), float(ev.ts[i] + ev.dur[i])) for i in step_idx],
@@ -345,8 +342,7 @@ class _Summarizer:
             heads_count=self._heads_count(fwd), phases=phases,
             heads=[], backward=back, spread=spreads, bytes=sum(p.bytes for p in phases),
         )
-        stats.heads = self._heads(stats, fwd, mem, sizes)
-        return stats
+        return msgspec.structs.replace(stats, heads=self._heads(stats, fwd, mem, sizes))
 
     def _other(self, sel: np.ndarray, block_scopes: np.ndarray, layer_fwd: np.ndarray, mem: np.ndarray,
                sizes: ScoreSizes) -> PhaseStats | None:
@@ -497,6 +493,12 @@ class _Summarizer:
         return [HeadStats(head=h, derived=True, cpu_us=cpu / h_count, device_us=dev / h_count,
                           flops=flops / h_count, alloc_bytes=alloc / h_count, sxs_bytes=stats.sxs_bytes / h_count)
                 for h in heads]
+
+
+def _captured(layer: LayerStats, captured: frozenset[tuple[int, str]]) -> LayerStats:
+    """The layer with the phases whose kernels a CUDA/HIP graph captured marked ``captured``."""
+    return msgspec.structs.replace(layer, phases=[
+        msgspec.structs.replace(p, captured=True) if (layer.layer, p.phase) in captured else p for p in layer.phases])
 
 
 def _groups(keys: np.ndarray, mask: np.ndarray) -> dict[int, np.ndarray]:

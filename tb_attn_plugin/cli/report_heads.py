@@ -11,10 +11,9 @@ from collections.abc import Sequence
 
 import msgspec
 
-from tb_attn_plugin.analysis.heads import HeadRow, head_rows, with_window
+from tb_attn_plugin.analysis.heads import HeadRow, head_rows, with_attn_stats, with_window
 from tb_attn_plugin.analysis.wording import duration, pct
 from tb_attn_plugin.cli.text import lines_text, num_text, printable, si_text, table_cells
-from tb_attn_plugin.engine.head_events import relocal
 from tb_attn_plugin.types.schema import AttnStats, Finding, RunSummary
 
 __all__ = ["HEADS_SCHEMA", "HeadsRun", "HeadsWorker", "heads_csv", "heads_runs", "heads_table"]
@@ -40,7 +39,7 @@ class HeadsRun(msgspec.Struct, kw_only=True):
 def heads_runs(summaries: Sequence[RunSummary], *, window: int | None = None, threshold: float | None = None
                ) -> list[HeadsRun]:
     """Each run's heads; with ``window`` or ``threshold`` (``tb-attn heads --window/--threshold``)
-    the local verdicts and ``local-heads`` findings redone for them (the summaries are changed).
+    the local verdicts and ``local-heads`` findings redone for them.
     Raises ValueError for a window a run did not record."""
 
     out = []
@@ -50,7 +49,7 @@ def heads_runs(summaries: Sequence[RunSummary], *, window: int | None = None, th
             if redone is None:
                 recorded = ", ".join(x for x in s.attn_stats.stats if x.startswith("window_"))
                 raise ValueError(f"{s.run}: no window of {window} recorded (recorded: {recorded or 'none'})")
-            relocal(s, redone)
+            s = with_attn_stats(s, redone)
         stats = s.attn_stats
         workers = [] if stats is None else [
             HeadsWorker(worker=w.worker, span=w.span, clock="device" if w.device != "cpu" else "cpu",

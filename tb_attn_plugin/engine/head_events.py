@@ -36,23 +36,23 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import msgspec
 import numpy as np
 
 from tb_attn_plugin.analysis.bounds import MAX_HEAD_ROWS, tally
-from tb_attn_plugin.analysis.findings import SEVERITIES
-from tb_attn_plugin.analysis.heads import attn_stats, local_heads
+from tb_attn_plugin.analysis.heads import attn_stats, with_attn_stats
 from tb_attn_plugin.engine.cache import LRUCache
 from tb_attn_plugin.trace import io, tfrecord
 from tb_attn_plugin.trace.events import TraceError
 from tb_attn_plugin.trace.io import FileInfo
-from tb_attn_plugin.types.schema import AttnStats, RunSummary
+from tb_attn_plugin.types.schema import RunSummary
 from tb_attn_plugin.vocab.scopes import MAX_CONTEXT, MAX_HEADS, MAX_LAYERS
 
 __all__ = ["BAD_CRC", "BAD_LENGTH", "BAD_NUMBER", "BAD_STEP", "FILE_TOO_LARGE", "HEADS_DROPPED", "INTERNAL",
            "MAX_EVENT_FILE_BYTES", "MAX_RECORD_BYTES", "MAX_STATS", "MAX_STEP", "MAX_VALUES", "OUT_OF_RANGE",
            "RECORD_TOO_LARGE", "STATS_DROPPED", "TIMED_OUT", "UNREADABLE", "EventStats", "HeadStatsReader",
-           "HeadStatsTable", "attach_head_stats", "dropped_note", "merge_event_stats", "parse_event_file",
-           "parse_head_stats", "relocal"]
+           "HeadStatsTable", "dropped_note", "merge_event_stats", "parse_event_file", "parse_head_stats",
+           "with_head_stats"]
 
 _log = logging.getLogger(__name__)
 
@@ -311,47 +311,21 @@ class HeadStatsReader:
         return got
 
 
-def attach_head_stats(summary: RunSummary, files: Sequence[tuple[FileInfo, EventStats]],
-                      metadata: Mapping[str, Any] | None) -> None:
-    """The run summary's ``attn_stats`` from its event files' statistics, and each worker's
-    ``local-heads`` finding (on copies of the workers' summaries: those are cached per file and
-    shared)."""
-
-
+def with_head_stats(summary: RunSummary, files: Sequence[tuple[FileInfo, EventStats]],
+                    metadata: Mapping[str, Any] | None) -> RunSummary:
+    """The run summary with its ``attn_stats`` from its event files' statistics and each worker's
+    ``local-heads`` finding (``analysis.heads.with_attn_stats``); without statistics, the summary
+    itself."""
     merged = merge_event_stats(stats for _, stats in files)
     if merged.step is None:
-        return
+        return summary
     used = [info.path.rsplit("/", 1)[-1] for info, stats in files if stats.step is not None]
     info = metadata.get("attn_stats") if metadata else None
     weights = str(info.get("weights", "unknown")) if isinstance(info, Mapping) else "unknown"
     stats = attn_stats(merged.table, merged.step, weights=weights, files=used)
     if stats is None:
-        return
+        return summary
     note = dropped_note(merged.dropped)
     if note:
-        import msgspec
-
         stats = msgspec.structs.replace(stats, note=f"{stats.note} {note}".strip())
-    relocal(summary, stats)
-
-
-def relocal(summary: RunSummary, stats: AttnStats) -> None:
-    """The run's ``attn_stats`` set to ``stats`` and each worker's ``local-heads`` finding redone."""
-    import msgspec
-
-
-    summary.attn_stats = stats
-    metadata = summary.metadata
-    config = metadata.get("config") if metadata else None
-    seq = config.get("seq") if isinstance(config, Mapping) else None
-    causal = config.get("causal", True) if isinstance(config, Mapping) else True
-    workers = []
-    for w in summary.workers:
-        found = local_heads(w, stats, seq=seq if type(seq) is int and seq > 0 else None, causal=bool(causal))
-        kept = [f for f in w.findings if f.id != "local-heads"]
-        if found is not None or len(kept) != len(w.findings):
-            findings = sorted(kept + ([found] if found is not None else []),
-                              key=lambda f: (SEVERITIES.index(f.severity), f.id, f.evidence.layers))
-            w = msgspec.structs.replace(w, findings=findings)
-        workers.append(w)
-    summary.workers = workers
+    return with_attn_stats(summary, stats)

@@ -28,7 +28,7 @@ from tb_attn_plugin.analysis.bounds import out_of_bounds
 from tb_attn_plugin.analysis.roofline import with_peaks
 from tb_attn_plugin.analysis.summary import summarize_trace
 from tb_attn_plugin.engine.cache import Key, LRUCache
-from tb_attn_plugin.engine.head_events import EventStats, HeadStatsReader, attach_head_stats
+from tb_attn_plugin.engine.head_events import EventStats, HeadStatsReader, with_head_stats
 from tb_attn_plugin.trace import io, scanned
 from tb_attn_plugin.trace import parallel as parallel_decode
 from tb_attn_plugin.trace.decode import decode
@@ -430,7 +430,7 @@ class Loader:
         if run.event_files and head_stats is not None:
             stats = head_stats if not isinstance(head_stats, EllipsisType) else \
                 {f: self.head_stats.read(f, timeout_s=self.parse_timeout_s) for f in run.event_files}
-            attach_head_stats(summary, [(f, stats[f]) for f in run.event_files if f in stats], metadata)
+            summary = with_head_stats(summary, [(f, stats[f]) for f in run.event_files if f in stats], metadata)
         return summary
 
     @staticmethod

@@ -292,7 +292,7 @@ class Service:
             raise errors.NotFoundError(f"no worker {worker!r} in run {run_name!r}")
         (summary,) = self._summaries([(run, worker)])
         if span is not None:
-            summary.workers = [w for w in summary.workers if w.span == span]
+            summary = msgspec.structs.replace(summary, workers=[w for w in summary.workers if w.span == span])
             if not summary.workers and not summary.errors:
                 raise errors.NotFoundError(f"no span {span!r} in run {run_name!r}")
         return summary

@@ -77,7 +77,7 @@ def _encodable(value: Any) -> Any:
     return root[0]
 
 
-class Spread(msgspec.Struct, kw_only=True):
+class Spread(msgspec.Struct, kw_only=True, frozen=True):
     """How far one per-step figure's steps were apart (analysis/spread.py, docs/summary.md)."""
 
     median: float  # of the per-step values (the figure itself is their mean)
@@ -94,7 +94,7 @@ SPREAD_KEYS = ("cpu_us", "device_us", "bwd_cpu_us", "bwd_device_us",
                "step_cpu_us", "step_device_us", "attention_cpu_us", "attention_device_us")
 
 
-class Backward(msgspec.Struct, kw_only=True):
+class Backward(msgspec.Struct, kw_only=True, frozen=True):
     """Backward work attributed to a phase or layer through autograd sequence numbers."""
 
     calls: float = 0.0
@@ -103,7 +103,7 @@ class Backward(msgspec.Struct, kw_only=True):
     flops: float = 0.0
 
 
-class Roof(msgspec.Struct, kw_only=True):
+class Roof(msgspec.Struct, kw_only=True, frozen=True):
     """Where a phase, a layer or a run's attention sits under the hardware's roofline
     (analysis/roofline.py, docs/summary.md "Roofline"): forward work per step, on the clock of
     ``Roofline.clock``. A roofline is an upper bound, not a prediction."""
@@ -120,7 +120,7 @@ class Roof(msgspec.Struct, kw_only=True):
     lower_bound: bool = False  # some ops moved data with no bytes formula: bytes are a lower bound
 
 
-class Roofline(msgspec.Struct, kw_only=True):
+class Roofline(msgspec.Struct, kw_only=True, frozen=True):
     """The peaks a trace's roofline is drawn with, and the run's attention as one point."""
 
     device: str  # what the peaks are of: "NVIDIA H100 80GB HBM3", "cpu"
@@ -133,7 +133,7 @@ class Roofline(msgspec.Struct, kw_only=True):
     attention: Roof | None = None  # every layer's forward attention as one point
 
 
-class PhaseStats(msgspec.Struct, kw_only=True):
+class PhaseStats(msgspec.Struct, kw_only=True, frozen=True):
     phase: str  # one of scopes.PHASES, or "other": in the block but in no phase
     calls: float  # scope instances per step
     cpu_us: float  # wall time of the phase on its CPU thread
@@ -162,7 +162,7 @@ class PhaseStats(msgspec.Struct, kw_only=True):
     captured: bool = False  # its kernels were captured into a CUDA/HIP graph, not run: device figures unavailable
 
 
-class HeadStats(msgspec.Struct, kw_only=True):
+class HeadStats(msgspec.Struct, kw_only=True, frozen=True):
     head: int
     derived: bool  # True: split evenly from the layer (FLOPs and bytes exact, time an even share)
     cpu_us: float
@@ -173,7 +173,7 @@ class HeadStats(msgspec.Struct, kw_only=True):
     spread: dict[str, Spread] = {}  # cpu_us and device_us over steps, measured heads only
 
 
-class LayerMask(msgspec.Struct, kw_only=True):
+class LayerMask(msgspec.Struct, kw_only=True, frozen=True):
     """A layer's attention mask and what it saved (analysis/sparsity.py): FLOPs per forward
     call of the block, times per profiled step, the core's phases only."""
 
@@ -189,7 +189,7 @@ class LayerMask(msgspec.Struct, kw_only=True):
     local: bool = False  # a local (windowed) layer of a model that mixes local and global layers
 
 
-class LayerStats(msgspec.Struct, kw_only=True):
+class LayerStats(msgspec.Struct, kw_only=True, frozen=True):
     layer: int
     module: str | None
     backend: str
@@ -218,7 +218,7 @@ class LayerStats(msgspec.Struct, kw_only=True):
     roof: Roof | None = None
 
 
-class StepStats(msgspec.Struct, kw_only=True):
+class StepStats(msgspec.Struct, kw_only=True, frozen=True):
     step: int
     cpu_us: float
     device_us: float
@@ -228,7 +228,7 @@ class StepStats(msgspec.Struct, kw_only=True):
     attention_comm_device_us: float = 0.0  # of attention_device_us: collective kernels attributed to attention
 
 
-class CollectiveStats(msgspec.Struct, kw_only=True):
+class CollectiveStats(msgspec.Struct, kw_only=True, frozen=True):
     """One kind of collective (analysis/collectives.py), means per step."""
 
     name: str  # "all_reduce", "all_gather", "broadcast", ... or "collective"
@@ -237,7 +237,7 @@ class CollectiveStats(msgspec.Struct, kw_only=True):
     device_us: float  # the collective kernels' time
 
 
-class Fit(msgspec.Struct, kw_only=True):
+class Fit(msgspec.Struct, kw_only=True, frozen=True):
     """value ≈ a·xᵏ (x: a sequence or context length), fitted by least squares on log-log axes."""
 
     a: float
@@ -246,7 +246,7 @@ class Fit(msgspec.Struct, kw_only=True):
     points: int = 0  # the distinct lengths fitted
 
 
-class TokenStats(msgspec.Struct, kw_only=True):
+class TokenStats(msgspec.Struct, kw_only=True, frozen=True):
     """One step of a generation (analysis/generation.py): the prefill, or one decode token for
     each sequence of the batch. Times on the step's own clock: device where there is one."""
 
@@ -265,7 +265,7 @@ class TokenStats(msgspec.Struct, kw_only=True):
     flops: float  # attention's FLOPs, projections included
 
 
-class GenerationPhase(msgspec.Struct, kw_only=True):
+class GenerationPhase(msgspec.Struct, kw_only=True, frozen=True):
     """The prefill or the decode steps of a generation: means per step, and the per-layer table
     over those steps only."""
 
@@ -281,7 +281,7 @@ class GenerationPhase(msgspec.Struct, kw_only=True):
     roof: Roof | None = None  # attention over these steps under the roofline (their layers' roofs added up)
 
 
-class Generation(msgspec.Struct, kw_only=True):
+class Generation(msgspec.Struct, kw_only=True, frozen=True):
     """A trace of generation steps (docs/summary.md, "Generation")."""
 
     source: str  # "scopes" (the runner's step scopes) or "shapes" (queries of one token: decode)
@@ -311,7 +311,7 @@ class Generation(msgspec.Struct, kw_only=True):
     reference: str = ""  # what reference_bytes_per_s is
 
 
-class Evidence(msgspec.Struct, kw_only=True):
+class Evidence(msgspec.Struct, kw_only=True, frozen=True):
     layers: list[int]
     ops: list[str]  # op names behind the finding, most expensive first, at most 8
     kernels: list[str]  # kernel names, most expensive first, at most 8
@@ -320,7 +320,7 @@ class Evidence(msgspec.Struct, kw_only=True):
     details: dict[str, float | int | str]  # rule-specific figures
 
 
-class Finding(msgspec.Struct, kw_only=True):
+class Finding(msgspec.Struct, kw_only=True, frozen=True):
     id: str  # stable, e.g. "hidden-copy"
     severity: str  # one of SEVERITIES
     title: str
@@ -329,7 +329,7 @@ class Finding(msgspec.Struct, kw_only=True):
     evidence: Evidence
 
 
-class ServingBatch(msgspec.Struct, kw_only=True):
+class ServingBatch(msgspec.Struct, kw_only=True, frozen=True):
     """What a serving engine batched, per profiled step, from its iteration annotations
     (analysis/batch.py, docs/production.md): requests and tokens of each kind, and the KV cache."""
 
@@ -350,7 +350,7 @@ class ServingBatch(msgspec.Struct, kw_only=True):
     sentences: list[str] = []  # what the figures above say, for the CLI and the tab (analysis/batch.py)
 
 
-class WorkerSummary(msgspec.Struct, kw_only=True):
+class WorkerSummary(msgspec.Struct, kw_only=True, frozen=True):
     schema: str = SUMMARY_SCHEMA
     file: str
     worker: str
@@ -383,12 +383,12 @@ class WorkerSummary(msgspec.Struct, kw_only=True):
     serving: ServingBatch | None = None  # a serving engine's batches (analysis/batch.py), where annotated
 
 
-class FileError(msgspec.Struct, kw_only=True):
+class FileError(msgspec.Struct, kw_only=True, frozen=True):
     file: str
     error: str
 
 
-class HeadAttention(msgspec.Struct, kw_only=True):
+class HeadAttention(msgspec.Struct, kw_only=True, frozen=True):
     """One head's attention statistics (runner/attn_stats.py), and what they make it."""
 
     layer: int
@@ -398,7 +398,7 @@ class HeadAttention(msgspec.Struct, kw_only=True):
     sink: bool  # its mass on the first 4 tokens (sink_4) is at least AttnStats.sink_mass
 
 
-class AttnStats(msgspec.Struct, kw_only=True):
+class AttnStats(msgspec.Struct, kw_only=True, frozen=True):
     """A run's per-head attention statistics, from its TensorBoard event files (docs/summary.md)."""
 
     step: int  # the newest step recorded (training steps when recorded during training)
@@ -412,7 +412,7 @@ class AttnStats(msgspec.Struct, kw_only=True):
     note: str = ""  # what the statistics mean here (random weights: nothing)
 
 
-class RunSummary(msgspec.Struct, kw_only=True):
+class RunSummary(msgspec.Struct, kw_only=True, frozen=True):
     schema: str = SUMMARY_SCHEMA
     run: str
     metadata: dict[str, object] | None

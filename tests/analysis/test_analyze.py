@@ -6,13 +6,14 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
+import msgspec
 import numpy as np
 
 from tb_attn_plugin.analysis.analyze import _merged_order, analyze
 from tb_attn_plugin.analysis.findings import find
 from tb_attn_plugin.analysis.overview import headline
 from tb_attn_plugin.analysis.peaks import peaks_for
-from tb_attn_plugin.analysis.roofline import apply_roofline
+from tb_attn_plugin.analysis.roofline import with_roofline
 from tb_attn_plugin.analysis.summary import summarize_analysis, summarize_trace
 from tb_attn_plugin.engine.loader import Loader, resolve_runs
 from tb_attn_plugin.trace.decode import decode_bytes
@@ -24,14 +25,13 @@ def test_summarize_trace_is_the_summary_with_its_findings(trace_bytes: Callable[
     analysis = analyze(decode_bytes(trace_bytes("findings_cpu_mixed")))
     summary = summarize_trace(analysis, file="f", worker="w", span="1", metadata=META)
     plain = summarize_analysis(analysis, file="f", worker="w", span="1")
-    plain.findings = find(analysis, plain, metadata=META)
+    found = msgspec.structs.replace(plain, findings=find(analysis, plain, metadata=META))
     # The roofline (no peak known for a CPU trace without the runner's probes) adds its finding.
-    apply_roofline(plain, peaks_for(plain.device, analysis.events.meta.device_properties, META))
-    assert plain.roofline is not None and plain.roofline.note
-    assert summary.findings and summary.findings == plain.findings
-    assert summary.headline and summary.headline == headline(plain)  # the headline reads the findings
-    plain.headline = summary.headline
-    assert summary == plain
+    whole = with_roofline(found, peaks_for(plain.device, analysis.events.meta.device_properties, META))
+    assert whole.roofline is not None and whole.roofline.note and plain.roofline is None
+    assert summary.findings and summary.findings == whole.findings
+    assert summary.headline and summary.headline == headline(whole)  # the headline reads the findings
+    assert summary == whole
 
 
 def test_the_loader_summarizes_a_file_with_summarize_trace(tmp_path: Path,

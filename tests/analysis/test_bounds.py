@@ -58,7 +58,7 @@ def _summary(data: bytes, *, worker: str = "host", file: str = "host.1.pt.trace.
              max_bytes: int = MAX_SUMMARY_BYTES) -> WorkerSummary:
     analysis = analyze(decode_bytes(data))
     summary = summarize_analysis(analysis, file=file, worker=worker)
-    summary.findings = find(analysis, summary)
+    summary = msgspec.structs.replace(summary, findings=find(analysis, summary))
     _check_encodes(summary, max_bytes)
     return summary
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import msgspec
+
 from tb_attn_plugin.analysis.compare import run_facts
 from tb_attn_plugin.analysis.figures import run_figures
 from tb_attn_plugin.analysis.spread import spread
@@ -84,7 +86,7 @@ def test_no_figures_without_attention_or_steps() -> None:
     assert run_figures(_run(empty)) is None
     # A trace without ProfilerStep: one whole-trace "step" and no per-step figures, so no spread.
     w = _worker("w", cpu=[700.0], device=[0.0], step_cpu=1000.0, step_device=0.0, peaks=[5])
-    w.per_step = []
+    w = msgspec.structs.replace(w, per_step=[])
     f = run_figures(_run(w))
     assert f is not None and f.attention_us == 700.0 and f.attention_min_us is None and f.attention_max_us is None
 
@@ -92,5 +94,6 @@ def test_no_figures_without_attention_or_steps() -> None:
 def test_the_layers_found_by_their_core_alone_are_counted() -> None:
     w = _worker("a", cpu=[100.0, 120.0], device=[0.0, 0.0], step_cpu=400.0, step_device=0.0, peaks=[1, 2, 3])
     assert run_figures(_run(w)).core_only == 0  # type: ignore[union-attr]
-    w.layers[0].core_only = w.layers[2].core_only = True
+    layers = [msgspec.structs.replace(x, core_only=True) if i in (0, 2) else x for i, x in enumerate(w.layers)]
+    w = msgspec.structs.replace(w, layers=layers)
     assert run_figures(_run(w)).core_only == 2  # type: ignore[union-attr]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from tb_attn_plugin.analysis.overview import headline, top_finding
@@ -37,9 +38,7 @@ def _worker(**changes: object) -> WorkerSummary:
                       step_count=2, step_cpu_us=4000, step_device_us=0, attention_cpu_us=1000,
                       attention_device_us=0, attention_share_cpu=0.25, attention_share_device=None, layers=[layer],
                       per_step=[], diagnostics={}, notes=[])
-    for k, v in changes.items():
-        setattr(w, k, v)
-    return w
+    return msgspec.structs.replace(w, **changes)
 
 
 def test_headline_by_hand() -> None:
@@ -55,18 +54,14 @@ def test_headline_by_hand() -> None:
 def test_headline_names_the_attention_core_where_only_it_was_found() -> None:
     """Every layer found by its core alone (``core_only``): its figures are the core's, and the
     headline says so, twice; where some layers are, it says how many."""
-    import copy
-
     w = _worker(findings=[_finding("hidden-copy", "medium", 120)])
-    w.layers[0].core_only = True
+    w = msgspec.structs.replace(w, layers=[msgspec.structs.replace(w.layers[0], core_only=True)])
     assert headline(w) == (
         "The attention core is 25% of the CPU step time (1.00 ms of 4.00 ms per step, 1 layer): forward 60%, "
         "backward 40%; by phase (forward and backward), qkv_proj 60%, softmax 30%, other 10%. Top finding "
         "(medium): hidden-copy title, in 120.0 µs per step (12% of the attention core's forward and backward time): "
         "the most a fix can save.")
-    other = copy.deepcopy(w.layers[0])
-    other.layer, other.core_only = 1, False
-    w.layers.append(other)
+    w = msgspec.structs.replace(w, layers=[*w.layers, msgspec.structs.replace(w.layers[0], layer=1, core_only=False)])
     text = headline(w)
     assert text.startswith("Attention is 25% of the CPU step time (1.00 ms of 4.00 ms per step, 1 of 2 layers: "
                            "the core only)") and "(12% of attention)" in text  # two layers' forward: no backward here

@@ -3,6 +3,7 @@ whose figures are worked out by hand below."""
 
 from __future__ import annotations
 
+import msgspec
 import pytest
 
 from tb_attn_plugin.analysis.ranks import MEDIAN_LABEL, median_over_ranks, ranks
@@ -106,8 +107,7 @@ def test_a_gap_under_the_minimum_is_no_straggler() -> None:
 
 
 def test_a_device_run_names_the_device_clock() -> None:
-    w = _rank(0, [1.0])
-    w.device = "cuda"
+    w = msgspec.structs.replace(_rank(0, [1.0]), device="cuda")
     view = _view([w, _rank(1, [1.0])])
     assert view.clock == "device" and "device clock" in view.metric_label and "device clock" in view.heads_label
 
@@ -129,11 +129,10 @@ def test_derived_heads_share_their_ranks_layer_time_so_a_slow_rank_never_has_fas
 
     def tp_rank(rank: int, forward_us: float, core_share_us: float) -> WorkerSummary:
         w = _rank(rank, [forward_us], layer_us=forward_us / 0.4)
-        w.world_size = 2
-        w.layers[0].heads = [HeadStats(head=2 * rank + i, derived=True, cpu_us=core_share_us, device_us=0.0,
-                                           flops=5.0, alloc_bytes=0.0, sxs_bytes=0.0)
-                             for i in range(2)]
-        return w
+        heads = [HeadStats(head=2 * rank + i, derived=True, cpu_us=core_share_us, device_us=0.0, flops=5.0,
+                           alloc_bytes=0.0, sxs_bytes=0.0) for i in range(2)]
+        layers = [msgspec.structs.replace(w.layers[0], heads=heads), *w.layers[1:]]
+        return msgspec.structs.replace(w, world_size=2, layers=layers)
 
     view = _view([tp_rank(0, 8_000.0, 3_000.0), tp_rank(1, 13_000.0, 1_000.0)])
     times = {h.head: h.time_us for h in view.heads}
@@ -145,9 +144,8 @@ def test_derived_heads_share_their_ranks_layer_time_so_a_slow_rank_never_has_fas
 def test_an_inference_run_says_its_attention_is_forward_alone() -> None:
     training = _view([_rank(0, [20_000.0]), _rank(1, [21_000.0])])
     assert "(forward + backward, less" in training.metric_label and "forward + backward)" in training.means_label
-    inference = [_rank(0, [20_000.0]), _rank(1, [21_000.0])]
-    for w in inference:
-        w.layers = [_layer(0, 20_000.0, 0.0)]
+    inference = [msgspec.structs.replace(_rank(r, [t]), layers=[_layer(0, 20_000.0, 0.0)])
+                 for r, t in ((0, 20_000.0), (1, 21_000.0))]
     view = _view(inference)
     assert "backward" not in view.metric_label.replace("the trace has no backward", "")
     assert "(forward: the trace has no backward, less the collectives" in view.metric_label

@@ -5,6 +5,8 @@ rank summaries whose figures are written out below."""
 
 from __future__ import annotations
 
+import msgspec
+
 from tb_attn_plugin.analysis.compare import compare
 from tb_attn_plugin.analysis.figures import run_figures
 from tb_attn_plugin.analysis.gate import gate
@@ -105,8 +107,7 @@ def test_the_lower_median_of_more_ranks_and_on_the_device_clock() -> None:
 
 
 def test_a_trace_without_attention_does_not_stand_for_the_run() -> None:
-    empty = _rank(1, [1.0], alloc=0.0, peak=0)
-    empty.layers = []
+    empty = msgspec.structs.replace(_rank(1, [1.0], alloc=0.0, peak=0), layers=[])
     run = RunSummary(run="r", metadata=None, errors=[], workers=[empty, _rank(0, FAST_STEPS, alloc=0.0, peak=0)])
     assert representative_worker(run).rank == 0
     only = RunSummary(run="r", metadata=None, errors=[], workers=[empty])

@@ -8,8 +8,10 @@ from __future__ import annotations
 import copy
 import gzip
 import json
+from collections.abc import Callable
 from pathlib import Path
 
+import msgspec
 import pytest
 from helpers import SHARED_TRACES
 
@@ -23,7 +25,7 @@ from tb_attn_plugin.analysis.peaks import (
     peaks_for,
     with_overrides,
 )
-from tb_attn_plugin.analysis.roofline import apply_roofline, far_from_roof, with_peaks
+from tb_attn_plugin.analysis.roofline import far_from_roof, with_peaks, with_roofline
 from tb_attn_plugin.analysis.summary import summarize_trace
 from tb_attn_plugin.engine.loader import Loader, resolve_runs
 from tb_attn_plugin.trace.decode import decode_bytes
@@ -192,10 +194,14 @@ def test_bert_on_h100_is_far_from_roof_because_of_launches() -> None:
     assert not [f for f in _gpu_summary(A100).findings if f.id == "far-from-roof"]  # every share over 20%
 
 
+def _edit_phases(w: WorkerSummary, change: Callable[[PhaseStats], dict[str, object]]) -> WorkerSummary:
+    """The summary with every phase changed so (``change``: the new fields of a phase)."""
+    replace = msgspec.structs.replace
+    return replace(w, layers=[replace(x, phases=[replace(p, **change(p)) for p in x.phases]) for x in w.layers])
+
+
 def _scaled(s: WorkerSummary, peaks: Peaks) -> WorkerSummary:
-    out = copy.deepcopy(s)
-    apply_roofline(out, peaks)
-    return out
+    return with_roofline(s, peaks)
 
 
 def test_verdicts_follow_the_roofs(builtin_logdir: Path) -> None:
@@ -264,21 +270,17 @@ def test_fp32_compute_bound_names_the_faster_bf16_roof(builtin_logdir: Path) -> 
     (w,) = Loader().summarize_run(run).workers
     # Each phase's time from its FLOPs (1 TFLOP/s), not from a tiny model's noisy run, where a
     # loaded machine could leave every GEMM phase under the finding's 10% of attention time.
-    for layer in w.layers:
-        for p in layer.phases:
-            p.cpu_self_us = 1.0 + p.flops / 1e6
+    w = _edit_phases(w, lambda p: {"cpu_self_us": 1.0 + p.flops / 1e6})
     # a CPU whose bf16 matmul probe is 8x its fp32 one, with bandwidth to spare: the GEMMs are
     # compute-bound in fp32, far below even that roof
     s = _scaled(w, Peaks("cpu", "probes", {"fp32": 1e13, "bf16": 8e13}, 1e18, launch_us=0.0))
     (f,) = [f for f in far_from_roof(s) if f.evidence.details["cause"] == "fp32"]
     assert "bf16 matrix units" in f.explanation and "8.0x higher" in f.explanation
     assert "tensor cores" not in f.explanation and "device_type='cpu'" in f.suggestion
-    gpu = copy.deepcopy(s)
-    gpu.device = "cuda"
-    for layer in gpu.layers:  # the same phases on a device's clock
-        for p in layer.phases:
-            p.device_us, p.kernels = p.cpu_self_us, p.op_count
-    apply_roofline(gpu, Peaks("gpu", "table", {"fp32": 1e13, "bf16": 8e13}, 1e18, launch_us=0.0))
+    # the same phases on a device's clock
+    gpu = _edit_phases(msgspec.structs.replace(s, device="cuda"),
+                       lambda p: {"device_us": p.cpu_self_us, "kernels": p.op_count})
+    gpu = with_roofline(gpu, Peaks("gpu", "table", {"fp32": 1e13, "bf16": 8e13}, 1e18, launch_us=0.0))
     (g,) = [f for f in gpu.findings if f.id == "far-from-roof" and f.evidence.details["cause"] == "fp32"]
     assert "leaves the tensor cores unused" in g.explanation and "allow_tf32" in g.suggestion
 

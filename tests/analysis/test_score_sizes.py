@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import msgspec
 import pytest
 
 from tb_attn_plugin.analysis.analyze import analyze
@@ -44,7 +45,7 @@ def _trace(shape: list[int], recorded: int, device: int, *, mask_bytes: int | No
 def _layer0(data: bytes) -> tuple[Any, Any]:
     analysis = analyze(decode_bytes(data))
     summary = summarize_analysis(analysis, file="host.1.pt.trace.json", worker="host")
-    summary.findings = find(analysis, summary)
+    summary = msgspec.structs.replace(summary, findings=find(analysis, summary))
     return summary.layers[0], summary
 
 

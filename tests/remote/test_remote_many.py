@@ -146,9 +146,10 @@ def test_forged_entries_in_the_bucket_are_refused_and_rewritten(
     (big, big_meta), (rows, rows_meta) = sorted(s3.listing(BUCKET, "tb-attn-cache/").items())[:2]
     head = len(b"tb-attn-summary/1\n") + 32
     summary = msgspec.msgpack.decode(s3.get(BUCKET, rows)[head:], type=WorkerSummary)
-    summary.layers[0].heads = [summary.layers[0].heads[0]] * (MAX_HEAD_ROWS + 1)
+    rows_layer = msgspec.structs.replace(summary.layers[0], heads=[summary.layers[0].heads[0]] * (MAX_HEAD_ROWS + 1))
+    summary = msgspec.structs.replace(summary, layers=[rows_layer, *summary.layers[1:]])
     large = msgspec.msgpack.decode(s3.get(BUCKET, big)[head:], type=WorkerSummary)
-    large.notes = ["n" * (MAX_SUMMARY_BYTES // 3)] * 4  # a summary in all else
+    large = msgspec.structs.replace(large, notes=["n" * (MAX_SUMMARY_BYTES // 3)] * 4)  # a summary in all else
     for key, payload in ((big, msgspec.msgpack.encode(large)), (rows, msgspec.msgpack.encode(summary))):
         body = s3.get(BUCKET, key)[:head - 32] + hashlib.sha256(payload).digest() + payload
         s3.client.put_object(Bucket=BUCKET, Key=key, Body=body)

@@ -403,13 +403,13 @@ def test_hostile_files_parse_within_the_bounds(files: list[bytes]) -> None:
 @given(hostile_file())
 def test_hostile_files_give_a_bounded_summary(data: bytes) -> None:
     """Through the loader's summary: never raises, bounded, and the note counts what was dropped."""
-    from tb_attn_plugin.engine.head_events import attach_head_stats
+    from tb_attn_plugin.engine.head_events import with_head_stats
     from tb_attn_plugin.trace.io import FileInfo
 
     with small_bounds():
         got = parse_event_file(data)
         summary = RunSummary(run="r", metadata=None, workers=[], errors=[])
-        attach_head_stats(summary, [(FileInfo("/x/events.out.tfevents.1", len(data), 0.0), got)], None)
+        summary = with_head_stats(summary, [(FileInfo("/x/events.out.tfevents.1", len(data), 0.0), got)], None)
     stats = summary.attn_stats
     assert (stats is None) == (got.step is None)
     if stats is not None:
