@@ -195,7 +195,7 @@ def test_deleted_after_listing_is_a_read_error_and_loads_when_back(tmp_path: Pat
     assert response.status_code == 404 and "No such file" in response.get_data(as_text=True)
     # Back as it was (same size and time, as a restore from a backup would): read again once the
     # storage error's short memory has passed.
-    service.loader.read_retry_s = 0.2
+    service.engine._files.read_retry_s = 0.2
     _restore(path, trace, times=(stat.st_atime, stat.st_mtime))
     time.sleep(0.3)
     body = _json(get(client, f"{BASE}/summary?run=r"))
@@ -238,7 +238,7 @@ def test_deleted_while_it_loads_is_a_read_error_not_the_files_fault(
     error = _summary_error(client, "r")
     assert "cannot read" in error and "truncated" not in error, error  # the storage failed, not the trace
     monkeypatch.undo()
-    service.loader.read_retry_s = 0.2
+    service.engine._files.read_retry_s = 0.2
     _restore(path, trace, times=(stat.st_atime, stat.st_mtime))
     time.sleep(0.3)
     body = _json(get(client, f"{BASE}/summary?run=r"))

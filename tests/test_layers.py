@@ -208,3 +208,20 @@ def test_only_trace_io_opens_files() -> None:
                                                                 "read_text", "write_bytes", "write_text"}):
                 opening.add(str(path.relative_to(PACKAGE)))
     assert opening == {"trace/io.py", "engine/summary_cache.py", "server/plugin.py"}
+
+
+def test_the_workspace_is_the_engines_one_door() -> None:
+    """The CLI, the tab and the notebook API reach the per-file caches through ``engine.Workspace``
+    alone: none of them names the ``Loader`` or reaches into the engine's summarizing."""
+    doors = [*_sources("cli", "server"), *sorted((ROOT / "tb_attn").glob("*.py"))]
+    reaching: list[str] = []
+    for path in doors:
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.module in {"tb_attn_plugin.engine.loader",
+                                                                     "tb_attn_plugin.engine.fanout"}:
+                reaching += [f"{path.name}: {a.name}" for a in node.names
+                             if a.name in {"Loader", "summarize_runs", "Parsed"}]
+            elif isinstance(node, ast.Attribute) and node.attr in {"loader", "_files"}:
+                reaching.append(f"{path.name}:{node.lineno}: .{node.attr}")
+    assert not reaching, reaching
+    assert len(doors) > 20  # the rule reads the doors it is about

@@ -120,14 +120,15 @@ def sampled(view: RankView, total: int, args: argparse.Namespace) -> RankView:
                                    ranks_selected=None if args.ranks is None else args.ranks.spec)
 
 
-def summaries(args: argparse.Namespace, loader_kwargs: dict[str, object], runs: Sequence[Run], *,
-              worker: str | None = None, paths: Sequence[str] = ()) -> list[RunSummary]:
-    """Every run summarized as the flags say (``Workspace.summaries``). Raises ValueError for a
-    bad ``--executor`` or a cache directory inside one of the ``paths`` the runs were named by (a
-    logdir, a run, a trace)."""
+def summaries(args: argparse.Namespace, runs: Sequence[Run], *, worker: str | None = None,
+              paths: Sequence[str] = (), max_trace_bytes: int | None = None,
+              peaks: tuple[float | None, float | None] = (None, None)) -> list[RunSummary]:
+    """Every run summarized as the flags say (``Workspace.summaries``), under the user's
+    ``peaks`` (``--peak-flops``, ``--peak-bw``) and ``max_trace_bytes`` (None: the engine's
+    default). Raises ValueError for a bad ``--executor`` or a cache directory inside one of the
+    ``paths`` the runs were named by (a logdir, a run, a trace)."""
     from tb_attn_plugin.engine.fanout import executor_address  # lazy: `--help` loads no engine
-    from tb_attn_plugin.engine.loader import Loader  # lazy: as above
-    from tb_attn_plugin.engine.workspace import Workspace  # lazy: as above
+    from tb_attn_plugin.engine.workspace import Limits, Workspace  # lazy: as above
 
     address = executor_address(args.executor)  # a bad --executor is a usage error before anything runs
 
@@ -135,9 +136,9 @@ def summaries(args: argparse.Namespace, loader_kwargs: dict[str, object], runs: 
         stderr(f"warning: {message}")
 
     cache_max = None if args.cache_max_mb is None else args.cache_max_mb << 20
+    limits = Limits() if max_trace_bytes is None else Limits(max_trace_bytes=max_trace_bytes)
     spaces = [Workspace(path, cache_dir=args.cache_dir, cache_max_bytes=cache_max, jobs=args.jobs, executor=address,
-                        ranks=args.ranks, progress=False if args.no_progress else None, warn=warn)
+                        ranks=args.ranks, progress=False if args.no_progress else None, warn=warn, limits=limits,
+                        peaks=peaks)
               for path in (paths or ["."])]  # each named path checked (a cache is never inside one)
-    loader = Loader(cache_dir=args.cache_dir, cache_max_bytes=cache_max, warn=warn,
-                    **loader_kwargs)  # type: ignore[arg-type]
-    return spaces[0].summaries(runs, worker=worker, loader=loader)
+    return spaces[0].summaries(runs, worker=worker)

@@ -42,7 +42,7 @@ def run_gate(args: argparse.Namespace) -> int:
     gc.disable()
     unique = list(dict.fromkeys(picked))  # a run gated against itself is read once
     try:
-        read = dict(zip(unique, cli_batch.summaries(args, {}, unique, paths=[args.path] if args.path is not None
+        read = dict(zip(unique, cli_batch.summaries(args, unique, paths=[args.path] if args.path is not None
                                                     else list(names)), strict=True))
     except ValueError as exc:
         return fail(str(exc))

@@ -178,11 +178,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     # garbage collector only costs time here.
     gc.disable()
     try:
-        summaries = batch.summaries(args, {"max_trace_bytes": args.max_trace_mb << 20}, runs,
-                                        worker=args.worker, paths=[args.path])
+        summaries = batch.summaries(args, runs, worker=args.worker, paths=[args.path],
+                                    max_trace_bytes=args.max_trace_mb << 20, peaks=(args.peak_flops, args.peak_bw))
     except ValueError as exc:
         return fail(str(exc))
-    summaries = _apply_peaks(summaries, args)
     render = {"table": report.summary_table, "json": report.summary_json, "csv": report.summary_csv}[args.format]
     if args.tokens:
         if args.format != "csv":
@@ -221,10 +220,9 @@ def _compare(args: argparse.Namespace) -> int:
         return fail(f"the baseline {args.baseline!r} is not one of the runs")
     gc.disable()
     try:
-        summaries = batch.summaries(args, {}, runs, paths=[args.path])
+        summaries = batch.summaries(args, runs, paths=[args.path], peaks=(args.peak_flops, args.peak_bw))
     except ValueError as exc:
         return fail(str(exc))
-    summaries = _apply_peaks(summaries, args)
     try:
         result = compare(summaries, baseline=args.baseline.strip("/") if args.baseline else None)
     except ValueError as exc:
@@ -237,19 +235,6 @@ def _compare(args: argparse.Namespace) -> int:
     for err in result.errors:
         stderr(f"{err.run}: {err.error}")
     return 1 if result.errors else 0
-
-
-def _apply_peaks(summaries: list[RunSummary], args: argparse.Namespace) -> list[RunSummary]:
-    """The summaries with every worker's roofline under ``--peak-flops``/``--peak-bw``, where given
-    (copies: the loader's summaries stay as their traces have them)."""
-    if args.peak_flops is None and args.peak_bw is None:
-        return summaries
-    import msgspec  # lazy: only this command needs it
-
-    from tb_attn_plugin.analysis.roofline import with_peaks  # lazy: only this command needs it
-
-    return [msgspec.structs.replace(run, workers=[with_peaks(w, args.peak_flops, args.peak_bw) for w in run.workers])
-            for run in summaries]
 
 
 def _picked_runs(path: str, names: str | None) -> list[Run]:
@@ -294,7 +279,7 @@ def _strategies(args: argparse.Namespace) -> int:
         return fail(str(exc))
     gc.disable()
     try:
-        summaries = batch.summaries(args, {}, runs, paths=[args.path])
+        summaries = batch.summaries(args, runs, paths=[args.path])
     except ValueError as exc:
         return fail(str(exc))
     result = strategies(summaries, baseline=args.baseline, rel_tol=rel, loss_tol=loss)
@@ -321,7 +306,7 @@ def _heads(args: argparse.Namespace) -> int:
         return fail(str(exc))
     gc.disable()
     try:
-        summaries = batch.summaries(args, {}, runs, worker=args.worker, paths=[args.path])
+        summaries = batch.summaries(args, runs, worker=args.worker, paths=[args.path])
         views = heads_runs(summaries, window=args.window, threshold=args.threshold)
     except ValueError as exc:
         return fail(str(exc))
@@ -351,7 +336,7 @@ def _ranks(args: argparse.Namespace) -> int:
     try:
         runs = batch.select(runs, args, args.path)
         views = [batch.sampled(ranks(s, margin=args.margin), total[s.run], args)
-                 for s in batch.summaries(args, {}, runs, paths=[args.path])]
+                 for s in batch.summaries(args, runs, paths=[args.path])]
     except ValueError as exc:
         return fail(str(exc))
     if args.format == "json":

@@ -1,36 +1,70 @@
-"""One engine for the front doors that read a path: the CLI's commands and the notebook API.
+"""The engine's one door, for the CLI's commands, the notebook API and the tab's service.
 
-``Workspace(path, cache_dir=..., jobs=..., executor=..., ranks=...)`` says once what to read and
-how, then ``runs()`` names the runs (the ones picked by run, worker and rank) and
+``Workspace(path, cache_dir=..., jobs=..., executor=..., ranks=..., limits=..., peaks=...)`` says
+once what to read and how, and owns the per-file caches (a ``Loader``, which no other layer
+touches). ``runs()`` names the runs (the ones picked by run, worker and rank) and
 ``summaries()`` summarizes them (``fanout``: this process, a pool of processes or an executor,
-through the shared summary cache). Bad input gets the same message from every door: a missing
-path is a ``FileNotFoundError`` (storage that cannot answer an ``OSError``), anything else the
-engine cannot use a ``ValueError`` (the CLI prints each as its one line, exit code 2).
+through the shared summary cache). A caller that schedules its own work (the tab's job lanes)
+asks per file instead: ``cached``, ``parse``, ``keep``, ``from_summary_cache``, and assembles a
+run with ``run_summary``. Summaries are handed out under the user's ``peaks`` (copies: the
+caches keep what each trace says).
+
+Bad input gets the same message from every door: a missing path is a ``FileNotFoundError``
+(storage that cannot answer an ``OSError``), anything else the engine cannot use a
+``ValueError`` (the CLI prints each as its one line, exit code 2).
 """
 
 from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import cached_property
+from types import EllipsisType
+from typing import NamedTuple
 
+from tb_attn_plugin.analysis.analyze import Analysis
 from tb_attn_plugin.engine.fanout import open_executor, summarize_runs
-from tb_attn_plugin.engine.loader import Loader, resolve_runs
+from tb_attn_plugin.engine.head_events import EventStats
+from tb_attn_plugin.engine.loader import DEFAULT_MAX_TRACE_BYTES, Loader, Parsed, resolve_runs
 from tb_attn_plugin.engine.ranksel import RankSet
 from tb_attn_plugin.engine.ranksel import select_ranks as _select_ranks
 from tb_attn_plugin.trace import io
-from tb_attn_plugin.trace.discover import Run
+from tb_attn_plugin.trace.discover import Run, TraceFile
 from tb_attn_plugin.trace.events import ReadError, TraceError
-from tb_attn_plugin.types.schema import RunSummary
+from tb_attn_plugin.trace.io import FileInfo
+from tb_attn_plugin.types.schema import RunSummary, WorkerSummary
 
-__all__ = ["NO_TRACES_HINT", "Workspace"]
+__all__ = ["NO_TRACES_HINT", "Cached", "Limits", "Parsed", "Workspace"]
 
 #: Said after "no traces under PATH", whichever door was used.
 NO_TRACES_HINT = "write some with: tb-attn-run --logdir ..."
 _log = logging.getLogger(__name__)
 #: How many run names an unknown run's message lists.
 _NAMES_LISTED = 8
+
+
+@dataclass(frozen=True)
+class Limits:
+    """How much the engine takes on: ``max_trace_bytes`` (a larger trace, uncompressed, is
+    refused, not parsed; None: no limit), ``parse_timeout_s`` (one file's reading and decoding),
+    ``cache_bytes`` (the memory the summaries and analyses held take together) and
+    ``keep_analyses`` (analyzed traces kept for the tab's views; 0: none, as a batch command
+    needs)."""
+
+    max_trace_bytes: int | None = DEFAULT_MAX_TRACE_BYTES
+    parse_timeout_s: float | None = None
+    cache_bytes: int = 1 << 30
+    keep_analyses: int = 0
+
+
+class Cached(NamedTuple):
+    """What the caches say of one trace file, without a parse: its summary, or why it failed
+    (a remembered failure), or neither (it needs a parse)."""
+
+    summary: WorkerSummary | None
+    failure: str | None
 
 
 @dataclass(frozen=True)
@@ -50,6 +84,9 @@ class Workspace:
     ranks: RankSet | None = None
     progress: bool | None = None
     warn: Callable[[str], None] | None = None
+    limits: Limits = field(default_factory=Limits)
+    #: The user's peak FLOP/s and bytes/s for every roofline (None: the trace's own).
+    peaks: tuple[float | None, float | None] = (None, None)
 
     def __post_init__(self) -> None:
         if self.cache_max_bytes is not None and self.cache_dir is None:
@@ -95,12 +132,67 @@ class Workspace:
             raise ValueError(f"no trace of ranks {self.ranks.spec} under {self.path}")
         return picked
 
-    def summaries(self, runs: Sequence[Run], *, worker: str | None = None,
-                  loader: Loader | None = None) -> list[RunSummary]:
-        """Every run's summary (each limited to ``worker``). ``loader``: one the caller keeps
-        (the CLI's peaks and head events go with it); by default one with this workspace's cache."""
-        if loader is None:
-            loader = Loader(cache_dir=self.cache_dir, cache_max_bytes=self.cache_max_bytes, warn=self.warn)
+    @cached_property
+    def _files(self) -> Loader:
+        """The per-file caches: memory, the summary cache and remembered failures."""
+        limits = self.limits
+        return Loader(cache_dir=self.cache_dir, cache_max_bytes=self.cache_max_bytes, warn=self.warn,
+                      max_trace_bytes=limits.max_trace_bytes, parse_timeout_s=limits.parse_timeout_s,
+                      cache_bytes=limits.cache_bytes, keep_analyses=limits.keep_analyses, peaks=self.peaks)
+
+    def summaries(self, runs: Sequence[Run], *, worker: str | None = None) -> list[RunSummary]:
+        """Every run's summary (each limited to ``worker``), summarized as this workspace says."""
         with open_executor(self.executor, self.warn or _log.warning) as pool:
-            return summarize_runs(runs, loader, worker=worker, jobs=self.jobs, executor=pool, progress=self.progress,
-                                  warn=self.warn)
+            return summarize_runs(runs, self._files, worker=worker, jobs=self.jobs, executor=pool,
+                                  progress=self.progress, warn=self.warn)
+
+    # -- per file, for a caller that schedules its own work (the tab's job lanes) ----------
+    def cached(self, trace: TraceFile) -> Cached:
+        """The file's summary from memory, or its remembered failure; neither: it needs a parse."""
+        summary = self._files.cached_summary(trace)
+        return Cached(summary, self._files.cached_failure(trace) if summary is None else None)
+
+    def cached_analysis(self, trace: TraceFile) -> Analysis | None:
+        """The file's analysis if it takes no parse; its remembered failure raised (TraceError)."""
+        return self._files.analysis_or_none(trace)
+
+    def parse(self, trace: TraceFile, *, metadata: dict[str, object] | None, keep: bool = True,
+              summary_only: bool = False) -> Parsed:
+        """The file's summary and analysis from one parse (``Loader.parse``). Raises TraceError."""
+        return self._files.parse(trace, metadata=metadata, keep=keep, summary_only=summary_only)
+
+    def keep(self, trace: TraceFile, analysis: Analysis, *, spare: bool = False) -> None:
+        """Caches a parse's analysis (``spare``: only where that evicts no other)."""
+        self._files.keep_analysis(trace, analysis, spare=spare)
+
+    @property
+    def has_summary_cache(self) -> bool:
+        return self._files.disk is not None
+
+    def from_summary_cache(self, traces: list[TraceFile]) -> dict[TraceFile, WorkerSummary]:
+        """The summaries of ``traces`` the summary cache holds, read in one batch."""
+        return self._files.from_summary_cache(traces)
+
+    def summaries_room(self, *, guess_bytes: int) -> int:
+        """How many summaries the memory cache holds (``Loader.summaries_room``)."""
+        return self._files.summaries_room(guess_bytes=guess_bytes)
+
+    def run_summary(self, run: Run, *, worker: str | None = None,
+                    metadata: dict[str, object] | EllipsisType | None = ...,
+                    known: Mapping[TraceFile, WorkerSummary | TraceError] | None = None,
+                    head_stats: Mapping[FileInfo, EventStats] | EllipsisType | None = ...) -> RunSummary:
+        """One run's summary from its files' (``known``: those already summarized or failed; the
+        others are summarized here), under the user's peaks (``Loader.summarize_run``)."""
+        return self._files.summarize_run(run, worker=worker, metadata=metadata, known=known, head_stats=head_stats)
+
+    def metadata(self, run: Run) -> dict[str, object] | None:
+        """The run's metadata file (``tb_attn_run.json``), as the analysis reads it."""
+        return self._files.metadata(run)
+
+    def cached_event_stats(self, info: FileInfo) -> EventStats | None:
+        """An event file's per-head statistics, if read already."""
+        return self._files.head_stats.cached(info)
+
+    def event_stats(self, info: FileInfo) -> EventStats:
+        """An event file's per-head statistics, read unless cached (never raises)."""
+        return self._files.head_stats.read(info, timeout_s=self.limits.parse_timeout_s)

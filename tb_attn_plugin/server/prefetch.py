@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 from tb_attn_plugin.analysis.figures import NO_ATTENTION, run_figures
 from tb_attn_plugin.engine.cache import Key
-from tb_attn_plugin.engine.loader import Loader
+from tb_attn_plugin.engine.workspace import Workspace
 from tb_attn_plugin.trace.discover import Run, TraceFile
 from tb_attn_plugin.trace.events import TraceError
 from tb_attn_plugin.types.schema import WorkerSummary
@@ -30,12 +30,12 @@ SUMMARY_GUESS_BYTES = 64 << 10
 _REMEMBERED = 1 << 16  # file versions remembered as queued ahead (a few MiB at most)
 
 
-def budget(loader: Loader, limit: int | None) -> int:
-    """How many trace files may be parsed ahead: three quarters of the summaries the loader's
+def budget(engine: Workspace, limit: int | None) -> int:
+    """How many trace files may be parsed ahead: three quarters of the summaries the engine's
     cache holds (guessing ``SUMMARY_GUESS_BYTES`` each while it holds none), leaving the rest
     to the runs users open beyond them and to summaries larger than the mean; or ``limit`` if
     that is less."""
-    room = loader.summaries_room(guess_bytes=SUMMARY_GUESS_BYTES) * 3 // 4
+    room = engine.summaries_room(guess_bytes=SUMMARY_GUESS_BYTES) * 3 // 4
     return room if limit is None else max(0, min(room, limit))
 
 
@@ -73,21 +73,20 @@ class Prefetch:
         return todo
 
 
-def cached_figures(loader: Loader, run: Run,
+def cached_figures(engine: Workspace, run: Run,
                    metadata: dict[str, object] | None) -> tuple[RunFigures | None, str | None]:
-    """The run's figures once every trace of it is parsed or failed, from the loader's caches;
+    """The run's figures once every trace of it is parsed or failed, from the engine's caches;
     or why it has none (no trace could be read: their errors; or ``NO_ATTENTION``); (None, None)
     while some trace is not parsed yet."""
     known: dict[TraceFile, WorkerSummary | TraceError] = {}
     for trace in run.files:
-        summary = loader.cached_summary(trace)
-        failure = loader.cached_failure(trace) if summary is None else None
+        summary, failure = engine.cached(trace)
         if summary is None and failure is None:
             return None, None
         known[trace] = summary if summary is not None else TraceError(failure or "")
     if not known:
         return None, None
-    whole = loader.summarize_run(run, metadata=metadata, known=known, head_stats=None)  # figures need none
+    whole = engine.run_summary(run, metadata=metadata, known=known, head_stats=None)  # figures need none
     figures = run_figures(whole)
     if figures is not None:
         return figures, None

@@ -1,8 +1,9 @@
 """What the tab's routes do: background parsing, cached views, and each route's result.
 
 Routes (``plugin.py``) parse arguments and respond; everything else is here: the background
-jobs and each route's body (``types``, ``server.responses``). Which runs there are is the ``Registry``'s;
-per-file caching and summarizing are the ``Loader``'s. Errors are raised as TensorBoard's ``errors.NotFoundError`` /
+jobs and each route's body (``types``, ``server.responses``). Which runs there are is the
+``Registry``'s; per-file caching and summarizing are the engine's (``engine.Workspace``, asked
+per file under the jobs' lanes). Errors are raised as TensorBoard's ``errors.NotFoundError`` /
 ``errors.InvalidArgumentError``, which carry their HTTP status; ``http_errors`` is the one place
 that turns the engine's errors into them.
 """
@@ -29,8 +30,8 @@ from tb_attn_plugin.analysis.ranks import DEFAULT_MARGIN, ranks
 from tb_attn_plugin.analysis.strategies import LOSS_TOL, REL_TOL, check_tolerance, strategies
 from tb_attn_plugin.engine.cache import LRUCache
 from tb_attn_plugin.engine.head_events import UNREADABLE, EventStats
-from tb_attn_plugin.engine.loader import Loader, Parsed
 from tb_attn_plugin.engine.ranksel import RankSet, file_ranks, select_ranks
+from tb_attn_plugin.engine.workspace import Limits, Parsed, Workspace
 from tb_attn_plugin.server.http_status import Loading, http_errors
 from tb_attn_plugin.server.jobs import Jobs
 from tb_attn_plugin.server.prefetch import Prefetch, budget, cached_figures
@@ -79,9 +80,9 @@ class Service:
         self.logdir = logdir
         self.registry = Registry(logdir, scan_ttl_s=scan_ttl_s, relist_min_s=relist_min_s)
         self.wait_s = wait_s
-        self.loader = Loader(keep_analyses=keep_analyses, cache_bytes=cache_bytes, max_trace_bytes=max_trace_bytes,
-                             parse_timeout_s=parse_timeout_s, peaks=peaks, cache_dir=cache_dir,
-                             cache_max_bytes=cache_max_bytes)
+        self.engine = Workspace(logdir, cache_dir=cache_dir, cache_max_bytes=cache_max_bytes, peaks=peaks,
+                                limits=Limits(max_trace_bytes=max_trace_bytes, parse_timeout_s=parse_timeout_s,
+                                              cache_bytes=cache_bytes, keep_analyses=keep_analyses))
         self.jobs = Jobs(parse_workers)
         self.prefetch_files = prefetch_files
         self._prefetch = Prefetch()
@@ -123,9 +124,9 @@ class Service:
             return "running", None
         if any(self.jobs.running(_file_key(f)) for f in run.files):
             return "loading", None
-        summaries = [self.loader.cached_summary(f) for f in run.files]
-        failures = [self.loader.cached_failure(f) for f in run.files]
-        if any(s is not None for s in summaries):
+        cached = [self.engine.cached(f) for f in run.files]
+        failures = [c.failure for c in cached]
+        if any(c.summary is not None for c in cached):
             return "ready", None
         if run.files and all(f is not None for f in failures):
             # abs: a file stamped in the future (a skewed clock) is not "being written" forever
@@ -139,7 +140,7 @@ class Service:
     def _parse(self, trace: TraceFile, metadata: dict[str, object] | None, *,
                background: bool = False, summary_only: bool = False) -> Future[Parsed]:
         """The job that parses ``trace`` (started if need be): one per file, whoever needs its
-        summary or its analysis; the loader caches both. ``background``: a parse ahead of clicks,
+        summary or its analysis; the engine caches both. ``background``: a parse ahead of clicks,
         in the jobs' background lane, whose analysis is kept only where the cache has room,
         unless a user asked for the file meanwhile. ``summary_only``: a summary from the summary
         cache will do (``--tb_attn_cache_dir``): then the job parses nothing, and its result has
@@ -149,10 +150,10 @@ class Service:
         def job() -> Parsed:
             self._confine(trace)
             if not background:
-                return self.loader.parse(trace, metadata=metadata, summary_only=summary_only)
-            parsed = self.loader.parse(trace, metadata=metadata, keep=False, summary_only=summary_only)
+                return self.engine.parse(trace, metadata=metadata, summary_only=summary_only)
+            parsed = self.engine.parse(trace, metadata=metadata, keep=False, summary_only=summary_only)
             if parsed.analysis is not None:
-                self.loader.keep_analysis(trace, parsed.analysis, spare=self.jobs.background(key))
+                self.engine.keep(trace, parsed.analysis, spare=self.jobs.background(key))
             return parsed
 
         return self.jobs.submit(key, job, background=background)
@@ -160,10 +161,9 @@ class Service:
     def prefetch(self, runs: list[Run]) -> int:
         """Queues the parse of the newest runs' traces ahead of clicks, in the jobs' background
         lane (``prefetch.Prefetch``, which says which). Returns the files queued."""
-        todo = self._prefetch.plan(runs, budget(self.loader, self.prefetch_files),
+        todo = self._prefetch.plan(runs, budget(self.engine, self.prefetch_files),
                                    done=lambda trace: self.jobs.running(_file_key(trace))
-                                   or self.loader.cached_summary(trace) is not None
-                                   or self.loader.cached_failure(trace) is not None)
+                                   or self.engine.cached(trace) != (None, None))
         for run, trace in todo:
             self._parse(trace, self.metadata(run), background=True, summary_only=True)
         return len(todo)
@@ -183,7 +183,7 @@ class Service:
             raise Loading(runs, pending, files)
 
     def _summaries(self, wanted: list[tuple[Run, str | None]]) -> list[RunSummary]:
-        """The summaries of runs (each limited to a worker, or not): what the loader has, plus
+        """The summaries of runs (each limited to a worker, or not): what the engine has, plus
         background jobs for the rest, waited for together."""
         metadata = [self.metadata(run) for run, _ in wanted]
         known: dict[TraceFile, WorkerSummary | TraceError] = {}
@@ -195,13 +195,11 @@ class Service:
                 if worker is not None and trace.worker != worker:
                     continue
                 files += 1
-                try:
-                    summary = self.loader.summary_or_none(trace)
-                except TraceError as exc:
-                    known[trace] = exc
-                    continue
-                if summary is not None:
-                    known[trace] = summary
+                cached = self.engine.cached(trace)
+                if cached.failure is not None:
+                    known[trace] = TraceError(cached.failure)
+                elif cached.summary is not None:
+                    known[trace] = cached.summary
                 else:
                     misses[trace] = meta
         names = [run.name for run, _ in wanted]
@@ -218,7 +216,7 @@ class Service:
                 raise failure  # a bug: a 500
             known[trace] = failure if failure is not None else job.result().summary
         stats.update((info, job.result()) for info, job in reads.items())
-        return [self.loader.summarize_run(run, worker=worker, metadata=meta, known=known, head_stats=stats)
+        return [self.engine.run_summary(run, worker=worker, metadata=meta, known=known, head_stats=stats)
                 for (run, worker), meta in zip(wanted, metadata, strict=True)]
 
     def _head_stats(self, runs: list[Run]) -> tuple[dict[FileInfo, EventStats], dict[FileInfo, Future[EventStats]]]:
@@ -227,7 +225,7 @@ class Service:
         done: dict[FileInfo, EventStats] = {}
         reads: dict[FileInfo, Future[EventStats]] = {}
         for info in {info: None for run in runs for info in run.event_files}:
-            got = self.loader.head_stats.cached(info)
+            got = self.engine.cached_event_stats(info)
             if got is not None:
                 done[info] = got
             else:
@@ -238,7 +236,7 @@ class Service:
     def _read_events(self, info: FileInfo) -> EventStats:
         if not io.inside(self.logdir, info.path):  # its directory became a link out of the logdir
             return EventStats({}, None, {UNREADABLE: 1})
-        return self.loader.head_stats.read(info, timeout_s=self.loader.parse_timeout_s)
+        return self.engine.event_stats(info)
 
     def _from_summary_cache(self, misses: dict[TraceFile, dict[str, object] | None], runs: list[str],
                             files: int) -> dict[TraceFile, WorkerSummary]:
@@ -246,11 +244,11 @@ class Service:
         ranks' entries on S3 are one batch of requests, not a thousand parses). Files whose own job
         already runs are left to it."""
         fresh = [t for t in misses if not self.jobs.running(_file_key(t))]
-        if self.loader.disk is None or not fresh:
+        if not self.engine.has_summary_cache or not fresh:
             return {}
         key = ("summary-cache", *(_file_key(t) for t in fresh))
         batch: Future[dict[TraceFile, WorkerSummary]] = self.jobs.submit(
-            key, lambda: self.loader.from_summary_cache(fresh))
+            key, lambda: self.engine.from_summary_cache(fresh))
         self._await([batch], runs, files)
         return batch.result()
 
@@ -267,7 +265,7 @@ class Service:
         for run in runs:
             metadata = self.metadata(run)
             status, error = self._status(run, metadata)
-            figures, figures_error = cached_figures(self.loader, run, metadata)
+            figures, figures_error = cached_figures(self.engine, run, metadata)
             workers: dict[str, list[SpanEntry]] = {}
             for f in run.files:
                 workers.setdefault(f.worker, []).append(SpanEntry(span=f.span, file=f.name, size=f.size, mtime=f.mtime))
@@ -284,7 +282,7 @@ class Service:
         """The run's whole metadata file (``/runs`` carries a few fields of it, and the listing
         keeps only what the analysis reads): read again here, at most 1 MiB; no trace is parsed."""
         run = self.run(run_name)
-        return MetadataResponse(run=run.name, metadata=self.loader.metadata(run))
+        return MetadataResponse(run=run.name, metadata=self.engine.metadata(run))
 
     def summary(self, run_name: str, worker: str | None, span: str | None) -> RunSummary:
         run = self.run(run_name)
@@ -318,7 +316,7 @@ class Service:
         run = self.run(run_name)
         trace = self.trace_file(run, worker, span)
         with http_errors(trace.name):
-            analysis = self.loader.analysis_or_none(trace)
+            analysis = self.engine.cached_analysis(trace)
             for _ in range(2):  # the second: the job joined read only the summary cache
                 if analysis is not None:
                     break

@@ -30,7 +30,7 @@ def _cli(*args: str, timeout_s: float = 60.0) -> subprocess.CompletedProcess[str
 
 def test_server_stopped_mid_read_then_back(s3_watched: LocalS3, local_runs: Path) -> None:
     client, service = client_of(URL)
-    service.loader.read_retry_s = 0.0  # retry at once when the server is back (default: after 10 s)
+    service.engine._files.read_retry_s = 0.0  # retry at once when the server is back (default: after 10 s)
     local, _ = client_of(str(local_runs))
     assert len(get_json(client, f"{BASE}/runs")["runs"]) == 3
 
@@ -59,7 +59,7 @@ def test_server_stopped_mid_read_then_back(s3_watched: LocalS3, local_runs: Path
 
 def test_server_down_between_listing_and_reading(s3_watched: LocalS3, local_runs: Path) -> None:
     client, service = client_of(URL)
-    service.loader.read_retry_s = 0.0
+    service.engine._files.read_retry_s = 0.0
     body = get_json(client, f"{BASE}/runs")
     assert {r["run"] for r in body["runs"]} == {"exp/naive", "exp/sdpa", "exp/sdpa-math"}
 

@@ -71,13 +71,13 @@ def test_many_clients_asking_for_one_run_share_one_parse(
 def test_the_cache_stays_within_its_cap(logdir: Path) -> None:
     one = Service(str(logdir), cache_bytes=1 << 40)
     trace = one.run("naive").files[0]
-    size = one.loader.analyze_file(trace).nbytes
+    size = one.engine._files.analyze_file(trace).nbytes
     cap = int(size * 2.5)  # room for two analyses and a few summaries, not four
     service = Service(str(logdir), cache_bytes=cap, wait_s=30)
     for run in ("naive", "sdpa", "sdpa-math", "naive-per-head"):
         service.memory(run, None, None, step=None)
-        assert service.loader.cache_nbytes <= cap
-    assert len(service.loader.analyses) < 4
+        assert service.engine._files.cache_nbytes <= cap
+    assert len(service.engine._files.analyses) < 4
     # An evicted analysis is parsed again on demand, and the answer is the same.
     assert service.memory("naive", None, None, step=None) == one.memory("naive", None, None, step=None)
 
@@ -107,7 +107,7 @@ def test_a_storage_failure_is_retried_not_remembered(logdir: Path, monkeypatch: 
 
     monkeypatch.setattr(io, "read_chunks", flaky)
     service = Service(str(logdir), wait_s=30)
-    service.loader.read_retry_s = 0.0
+    service.engine._files.read_retry_s = 0.0
     first = service.summary("naive", None, None)
     assert "Connection reset" in first.errors[0].error and not first.workers
     second = service.summary("naive", None, None)
@@ -152,7 +152,7 @@ def test_flags(tmp_path: Path) -> None:
     plugin = loader.load(base_plugin.TBContext(logdir=str(tmp_path), flags=flags))
     assert isinstance(plugin, AttentionPlugin)
     service = plugin.service
-    assert service.loader.cache_bytes == 64 << 20 and service.loader.max_trace_bytes == 10 << 20
+    assert service.engine._files.cache_bytes == 64 << 20 and service.engine._files.max_trace_bytes == 10 << 20
     assert service.jobs.workers == 3
     with pytest.raises(base_plugin.FlagsError, match="--tb_attn_cache_mb must be at least 1"):
         loader.fix_flags(parser.parse_args(["--tb_attn_cache_mb", "0"]))

@@ -40,7 +40,7 @@ def test_the_tab_reads_the_cli_s_cache_under_its_own_peaks(tmp_path: Path, built
     decodes.clear()  # the CLI's own parses
     plugin = _plugin(logdir, "--tb_attn_cache_dir", str(cache), "--tb_attn_cache_max_mb", "64",
                      "--tb_attn_peak_flops", "2.5T", "--tb_attn_peak_bw", "100 GB/s")
-    assert plugin.service.loader.cache_max_bytes == 64 << 20
+    assert plugin.service.engine._files.cache_max_bytes == 64 << 20
     worker = plugin.service.summary("naive", None, None).workers[0]
     assert decodes == []  # from the cache
     assert worker.roofline is not None and worker.roofline.source == "given by --peak-flops and --peak-bw"

@@ -88,7 +88,7 @@ def test_listing_parses_the_newest_runs_ahead_within_the_budget_once(logdir: Pat
     assert service.runs_response(refresh=False).poll_after_ms is None
     # The cache let both summaries go: listing does not parse them again (no evict-and-parse
     # loop), and does not move on to the older runs either.
-    service.loader.memory = type(service.loader.memory)(max_entries=1 << 16, max_bytes=64 << 20)
+    service.engine._files.memory = type(service.engine._files.memory)(max_entries=1 << 16, max_bytes=64 << 20)
     assert service.prefetch(service.runs()) == 0
     assert all(r.figures is None and not r.parsing for r in _entries(service).values())
     assert dict(calls) == {"naive": 1, "sdpa": 1}
@@ -100,15 +100,15 @@ def test_the_budget_is_what_the_summary_cache_holds(logdir: Path) -> None:
     # Summaries get an eighth of the cache: room for four summaries of the guessed size, three
     # of them for parsing ahead (the rest for runs users open).
     service = Service(str(logdir), cache_bytes=8 * 4 * SUMMARY_GUESS_BYTES, prefetch_files=None)
-    cache = service.loader.memory
-    assert cache.max_bytes == 4 * SUMMARY_GUESS_BYTES and budget(service.loader, None) == 3
-    assert budget(service.loader, 1) == 1 and budget(service.loader, 0) == 0
+    cache = service.engine._files.memory
+    assert cache.max_bytes == 4 * SUMMARY_GUESS_BYTES and budget(service.engine, None) == 3
+    assert budget(service.engine, 1) == 1 and budget(service.engine, 0) == 0
     assert service.prefetch(service.runs()) == 3
     _drain(service)
     assert len(cache) == 3  # nothing parsed ahead was evicted
     # Then the mean size of the summaries held: three quarters of the cache's bytes over it.
     mean = cache.nbytes / 3
-    assert budget(service.loader, None) == int(cache.max_bytes // mean) * 3 // 4 > 3  # these summaries are small
+    assert budget(service.engine, None) == int(cache.max_bytes // mean) * 3 // 4 > 3  # these summaries are small
     assert Service(str(logdir)).prefetch(service.runs()) == 0  # off unless asked for (the plugin asks)
 
 
