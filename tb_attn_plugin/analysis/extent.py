@@ -176,7 +176,10 @@ def _back(events: Events, before: list[int], floor: int, tokens: int | None) -> 
         op = canonical(names[name[i]])
         if op in PROJECTION_OPS:
             own = _input(events, i)
-            if start is not None and (not inputs or own not in inputs):
+            # No shapes recorded: nothing tells the inputs apart, and the walk since the last
+            # projection passed only layout ops (anything else stops it while ``inputs`` is empty).
+            shapeless = own is None and not inputs
+            if start is not None and not shapeless and own not in inputs:
                 if own is None or len(inputs) != 1 or tokens is None or _joined(own, inputs[0]) != tokens:
                     break
                 inputs.append(own)

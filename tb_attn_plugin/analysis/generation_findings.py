@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from tb_attn_plugin.analysis.peaks import cpu_op_floor
 from tb_attn_plugin.analysis.query import RuleQuery, new_finding
+from tb_attn_plugin.analysis.spread import median
 from tb_attn_plugin.analysis.wording import count, duration, layer_list, pct, size
 from tb_attn_plugin.types.schema import Finding, Generation, GenerationPhase, LayerStats, PhaseStats
 from tb_attn_plugin.vocab.ops import CAT_OP
@@ -193,8 +194,8 @@ def _decode_dispatch_bound(t: RuleQuery) -> list[Finding]:
     else:
         memory = (g.read_bytes_per_token / g.reference_bytes_per_s * 1e6) if g.reference_bytes_per_s else None
         # The median step's core time, as the achieved bandwidth takes it: one slow step is no verdict.
-        cores = sorted(tok.core_us for tok in g.tokens if tok.role == "decode")
-        core = cores[len(cores) // 2] if cores else d.core_us
+        cores = [tok.core_us for tok in g.tokens if tok.role == "decode"]
+        core = median(cores) if cores else d.core_us
         # With the copy bandwidth known: the cache's bytes at that rate are a small part of the core's
         # time, and decode's arithmetic is one multiply-add per byte, so the rest is per-op cost.
         # Without it: the ops themselves are short.

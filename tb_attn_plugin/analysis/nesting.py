@@ -72,7 +72,7 @@ def subtree_sizes(par: I32) -> I32:
     order = np.argsort(-depth, kind="stable")
     levels = np.flatnonzero(np.diff(depth[order])) + 1
     for idx in np.split(order, levels):
-        if depth[idx[0]] == 0:
+        if not idx.size or depth[idx[0]] == 0:  # no events: np.split gives one empty level
             break
         np.add.at(size, par[idx], size[idx])
     return size

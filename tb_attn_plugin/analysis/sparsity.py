@@ -116,21 +116,32 @@ def _share(value: Any) -> bool:
 
 
 def _shapes(metadata: Mapping[str, Any], layer: LayerStats) -> tuple[int, int, int, int] | None:
-    """(batch, heads, seq, head size) of the run: the layer's own score shape where its ops show
-    one, else the run's configuration."""
+    """(batch, heads, seq, head size) of the run: batch and heads from the layer's own score shape
+    where its ops show one, else from the run's configuration; the head size from the configuration
+    (its ``head_dim``, else ``d_model / heads``)."""
     config = metadata.get("config")
     if not isinstance(config, Mapping):
         return None
-    values = [config.get(k) for k in ("batch", "heads", "seq", "d_model")]
-    # Metadata is anyone's JSON: whole numbers in range only (no bool, float, Infinity or 10**400).
-    if not all(type(v) is int and 0 < v <= _MAX_DIM for v in values):
+    batch, heads, seq, d_model = (_dim(config, k) for k in ("batch", "heads", "seq", "d_model"))
+    if "head_dim" in config:
+        head_dim = _dim(config, "head_dim")
+    elif d_model is not None and heads is not None and d_model % heads == 0:
+        head_dim = d_model // heads
+    else:
         return None
-    batch, heads, seq, d_model = (int(v) for v in values)  # type: ignore[arg-type]
-    if d_model % heads:
+    if batch is None or heads is None or seq is None or head_dim is None:
         return None
+    # A tensor-parallel rank's scores hold its share of the heads, each of the run's head size.
     if len(layer.score_shape) == 4:
         batch, heads = layer.score_shape[0], layer.score_shape[1]
-    return batch, heads, seq, d_model // heads
+    return batch, heads, seq, head_dim
+
+
+def _dim(config: Mapping[str, Any], key: str) -> int | None:
+    """A dimension from the run's configuration. Metadata is anyone's JSON: whole numbers in range
+    only (no bool, float, Infinity or 10**400)."""
+    value = config.get(key)
+    return value if type(value) is int and 0 < value <= _MAX_DIM else None
 
 
 def with_masks(summary: WorkerSummary, metadata: Mapping[str, Any] | None) -> WorkerSummary:

@@ -56,12 +56,12 @@ def parse_ranks(text: str) -> RankSet:
         part = part.strip()
         if not part:
             continue
-        lo_text, dash, hi_text = part.partition("-")
-        try:
-            lo = int(lo_text.strip())
-            hi = int(hi_text.strip()) if dash else lo
-        except ValueError:
-            raise ValueError(f"bad rank selection {part!r}: use ranks and ranges such as 0-7,512") from None
+        lo_text, dash, hi_text = (t.strip() for t in part.partition("-"))
+        # ASCII digits only: int() would also take "+3", "1_000" and other scripts' digits
+        if not (lo_text.isascii() and lo_text.isdigit()) or (dash and not (hi_text.isascii() and hi_text.isdigit())):
+            raise ValueError(f"bad rank selection {part!r}: use ranks and ranges such as 0-7,512")
+        lo = int(lo_text)
+        hi = int(hi_text) if dash else lo
         if lo < 0 or hi < lo or hi >= MAX_WORLD_SIZE:
             raise ValueError(f"bad rank range {part!r}: ranks are 0..{MAX_WORLD_SIZE - 1}, low before high")
         ranges.append((lo, hi))

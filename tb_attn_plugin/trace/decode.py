@@ -65,11 +65,13 @@ class _Ended(Exception):
         return self.trailer
 
 
-def _open(chunks: Iterable[bytes], batch_bytes: int) -> tuple[Builder, dict[str, Any], bytearray | _Ended] | Events:
+def _open(chunks: Iterable[bytes], batch_bytes: int, *, at_once: bool = True
+          ) -> tuple[Builder, dict[str, Any], bytearray | _Ended] | Events:
     """Read the header and decode every whole batch; return what is left at the end of the
-    stream (or, for a layout other than Kineto's, the whole document decoded)."""
+    stream (or, for a layout other than Kineto's, the whole document decoded; without
+    ``at_once``, ``_OtherLayout`` raised instead)."""
     it: Iterator[bytes] = iter(chunks)
-    head = _header(it)
+    head = _header(it, at_once=at_once)
     if isinstance(head, Events):
         return head
     header, rest = head
@@ -77,9 +79,9 @@ def _open(chunks: Iterable[bytes], batch_bytes: int) -> tuple[Builder, dict[str,
     return builder, header, _batches(builder, it, rest, batch_bytes)
 
 
-def _header(it: Iterator[bytes]) -> tuple[dict[str, Any], bytearray] | Events:
+def _header(it: Iterator[bytes], *, at_once: bool = True) -> tuple[dict[str, Any], bytearray] | Events:
     """The document's keys before the events and the bytes after ``"traceEvents": [``; or, for
-    a layout other than Kineto's, the whole document decoded at once."""
+    a layout other than Kineto's, the whole document decoded at once (``_other_layout``)."""
     buf = bytearray()
     filler = Filler()
     match = None
@@ -92,10 +94,10 @@ def _header(it: Iterator[bytes]) -> tuple[dict[str, Any], bytearray] | Events:
         if len(buf) > _HEADER_LIMIT:
             break
     if match is None:
-        return whole(_document(buf, it))
+        return _other_layout(buf, it, at_once)
     header_text = bytes(buf[: match.start()]).rstrip().rstrip(b",").strip()
     if not header_text.startswith(b"{"):
-        return whole(_document(buf, it))
+        return _other_layout(buf, it, at_once)
     rest = bytearray(buf[match.end():])
     filler = Filler()
     seen = bool(rest.strip())
@@ -112,9 +114,21 @@ def _header(it: Iterator[bytes]) -> tuple[dict[str, Any], bytearray] | Events:
         del buf[match.end():]
         buf += rest
         del rest
-        return whole(_document(buf, it))
+        return _other_layout(buf, it, at_once)
     header = load_object(header_text + b"}", "header") if header_text != b"{" else {}
     return header, rest
+
+
+class _OtherLayout(Exception):
+    """A part of a file (``decode_first_part``) is not in Kineto's layout."""
+
+
+def _other_layout(buf: bytearray, it: Iterator[bytes], at_once: bool) -> Events:
+    """The whole document decoded at once, ``buf`` its start. Not ``at_once`` (a part of a file,
+    which decoded whole is a document cut off): ``_OtherLayout`` raised, nothing decoded."""
+    if not at_once:
+        raise _OtherLayout
+    return whole(_document(buf, it))
 
 
 def _document(buf: bytearray, it: Iterator[bytes]) -> bytes:
@@ -249,9 +263,11 @@ def decode_first_part(chunks: Iterable[bytes], *, batch_bytes: int = BATCH_BYTES
                       ) -> tuple[Builder, dict[str, Any]] | None:
     """Decode from the start of the file to the first cut (an event start). None: not Kineto's
     layout, or the document ends before the cut."""
-    opened = _open(chunks, batch_bytes)
-    if isinstance(opened, Events):
-        return None
+    try:
+        opened = _open(chunks, batch_bytes, at_once=False)
+    except _OtherLayout:
+        return None  # a bare array written with indent has event starts too: one process reads it
+    assert not isinstance(opened, Events)  # only a layout decoded at once gives events here
     builder, header, rest = opened
     try:
         if isinstance(rest, _Ended):

@@ -119,7 +119,8 @@ class _Clipper:
     Strings are read exactly (``_OUTSIDE`` and ``_INSIDE``, as ``Filler`` reads them, but with a
     state of their own) only from the last known point up to a sample that may lie in a string's
     content; the samples cost two counts in C of 1/14 of the bytes, so JSON without long strings
-    is nearly never read in Python at all.
+    is nearly never read in Python at all. A string a sample finds still open at the buffer's end
+    is read on with each chunk (only the new bytes) until it ends or is clipped.
     """
 
     __slots__ = ("cut", "dropping", "inside", "opened", "pos", "sample")
@@ -146,7 +147,7 @@ class _Clipper:
         """Clip the strings of ``buf`` read so far; return the ranges deleted, in order, each as
         the buffer was when it was deleted."""
         cuts: list[tuple[int, int]] = []
-        if self.dropping:
+        if self.inside:  # also under the limit: it may pass it before the next sample, or end before it
             self._string(buf, cuts)
         self.sample = max(self.sample, self.pos)
         while self.sample + _SAMPLE <= len(buf):

@@ -334,8 +334,10 @@ def _decode_dispatch_bound(f: Finding, w: WorkerSummary) -> list[Check]:
         out.append(f"each takes {duration(d.attention_us / d.launches)} on average")
         if g.reference_bytes_per_s:
             cores = sorted(t.core_us for t in g.tokens if t.role == "decode")
+            n = len(cores)  # the median: the middle step, or the mean of the middle two
+            mid = cores[n // 2] if n % 2 else (cores[n // 2 - 1] + cores[n // 2]) / 2
             out.append(f"would take {duration(g.read_bytes_per_token / g.reference_bytes_per_s * 1e6)} of the core's "
-                       f"{duration(cores[len(cores) // 2])} (median step)")
+                       f"{duration(mid)} (median step)")
     return out
 
 
