@@ -7,16 +7,14 @@ and summaries against values written in them (hostile files are ``test_head_even
 from __future__ import annotations
 
 import copy
-import io as stdio
 import logging
 import struct
-from collections.abc import Iterable
 from pathlib import Path
 
 import msgspec
 import pytest
+from eventfiles import Values, event, records
 from tensorboard.compat.proto import event_pb2
-from tensorboard.summary.writer.record_writer import RecordWriter
 
 from tb_attn_plugin.engine import head_events
 from tb_attn_plugin.engine.head_events import (
@@ -39,24 +37,6 @@ from tb_attn_plugin.trace import io
 from tb_attn_plugin.trace.io import FileInfo
 from tb_attn_plugin.types.schema import RunSummary, WorkerSummary
 
-Values = Iterable[tuple[str, float]]
-
-
-def _event(step: int, values: Values) -> bytes:
-    e = event_pb2.Event(step=step, wall_time=1.0)
-    for tag, v in values:
-        e.summary.value.add(tag=tag, simple_value=v)
-    return e.SerializeToString()
-
-
-def _records(*datas: bytes) -> bytes:
-    """TFRecord framing by TensorBoard's own writer (not ours: an independent check of the reader)."""
-    out = stdio.BytesIO()
-    writer = RecordWriter(out)
-    for data in datas:
-        writer.write(data)
-    return out.getvalue()
-
 
 def _tag(stat: str, layer: int, head: int) -> str:
     return f"attn_stats.{stat}/L{layer}.H{head}"
@@ -73,12 +53,12 @@ HEADER = event_pb2.Event(wall_time=1.0, file_version="brain.Event:2").SerializeT
 # -- one file ----------------------------------------------------------------------------------
 
 def test_a_small_file_gives_the_values_of_its_newest_step() -> None:
-    data = _records(
+    data = records(
         HEADER,  # every event file starts with one: not a summary
-        _event(1, [(_tag("entropy", 0, 0), 0.5), ("loss", 2.5)]),
-        _event(3, [(_tag("entropy", 1, 2), 0.125)]),
-        _event(3, [(_tag("distance", 1, 2), 40.0), (_tag("window_64", 1, 3), 0.75)]),
-        _event(2, [(_tag("entropy", 5, 5), 0.5)]),  # older than 3: superseded, not counted as dropped
+        event(1, [(_tag("entropy", 0, 0), 0.5), ("loss", 2.5)]),
+        event(3, [(_tag("entropy", 1, 2), 0.125)]),
+        event(3, [(_tag("distance", 1, 2), 40.0), (_tag("window_64", 1, 3), 0.75)]),
+        event(2, [(_tag("entropy", 5, 5), 0.5)]),  # older than 3: superseded, not counted as dropped
     )
     got = parse_event_file(data)
     assert got.step == 3
@@ -87,14 +67,14 @@ def test_a_small_file_gives_the_values_of_its_newest_step() -> None:
 
 
 def test_a_newer_step_starts_afresh() -> None:
-    data = _records(_event(1, [(_tag("entropy", 0, 0), 0.5), (_tag("sink_4", 0, 0), 0.25)]),
-                    _event(2, [(_tag("entropy", 0, 0), 0.75)]))
+    data = records(event(1, [(_tag("entropy", 0, 0), 0.5), (_tag("sink_4", 0, 0), 0.25)]),
+                    event(2, [(_tag("entropy", 0, 0), 0.75)]))
     got = parse_event_file(data)
     assert (got.step, got.table) == (2, {0: {0: {"entropy": 0.75}}})  # sink_4 was at step 1 only
 
 
 def test_values_keep_only_the_precision_of_float32() -> None:
-    got = parse_event_file(_records(_event(0, [(_tag("sink_1", 0, 0), 1 / 3)])))
+    got = parse_event_file(records(event(0, [(_tag("sink_1", 0, 0), 1 / 3)])))
     # The float32 nearest 1/3 is 0.3333333432674408; its shortest decimal as a float32 is 0.33333334.
     assert _f32(1 / 3) == 0.3333333432674408
     assert got.table[0][0]["sink_1"] == 0.33333334
@@ -103,32 +83,32 @@ def test_values_keep_only_the_precision_of_float32() -> None:
 def test_other_tags_tensor_values_and_other_records_are_ignored() -> None:
     tensor = event_pb2.Event(step=4)
     tensor.summary.value.add(tag=_tag("entropy", 0, 7)).tensor.float_val.append(0.5)  # not a simple value
-    data = _records(
-        _event(4, [("attn_stats.entropy", 0.5), ("attn_stats.made_up/L0.H0", 0.5),
+    data = records(
+        event(4, [("attn_stats.entropy", 0.5), ("attn_stats.made_up/L0.H0", 0.5),
                    ("x/" + _tag("entropy", 0, 8), 0.5)]),
         tensor.SerializeToString(),
         b"attn_stats.entropy/L0.H9 is not a protobuf \xff\xff\xff",
-        _event(4, [(_tag("entropy", 0, 0), 0.5)]),
+        event(4, [(_tag("entropy", 0, 0), 0.5)]),
     )
     got = parse_event_file(data)
     assert (got.step, got.table, dict(got.dropped)) == (4, {0: {0: {"entropy": 0.5}}}, {})
 
 
 def test_empty_and_unrelated_bytes_hold_no_statistics() -> None:
-    for data in (b"", b"\x00" * 3, _records(HEADER), b"not an event file at all"):
+    for data in (b"", b"\x00" * 3, records(HEADER), b"not an event file at all"):
         got = parse_event_file(data)
         assert (got.table, got.step, dict(got.dropped), got.values) == ({}, None, {}, 0)
 
 
 def test_a_file_still_being_written_keeps_its_complete_records() -> None:
-    whole = _records(_event(1, [(_tag("entropy", 0, 0), 0.5)]))
-    partial = _records(_event(1, [(_tag("entropy", 0, 1), 0.25)]))
+    whole = records(event(1, [(_tag("entropy", 0, 0), 0.5)]))
+    partial = records(event(1, [(_tag("entropy", 0, 1), 0.25)]))
     got = parse_event_file(whole + partial[:len(partial) // 2])
     assert (got.step, got.table, dict(got.dropped)) == (1, {0: {0: {"entropy": 0.5}}}, {})
 
 
 def test_a_value_out_of_range_is_counted_not_kept() -> None:
-    got = parse_event_file(_records(_event(0, [(_tag("entropy", 0, 0), 0.5), (_tag("top_32", 0, 1), 2.0)])))
+    got = parse_event_file(records(event(0, [(_tag("entropy", 0, 0), 0.5), (_tag("top_32", 0, 1), 2.0)])))
     assert got.table == {0: {0: {"entropy": 0.5}}} and dict(got.dropped) == {OUT_OF_RANGE: 1}
 
 
@@ -174,8 +154,8 @@ def test_merging_keeps_the_head_bound(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_parse_head_stats_merges_the_files_bytes() -> None:
-    one = _records(_event(2, [(_tag("entropy", 0, 0), 0.5)]))
-    two = _records(_event(2, [(_tag("entropy", 0, 1), 0.25)]), _event(1, [(_tag("entropy", 3, 3), 0.5)]))
+    one = records(event(2, [(_tag("entropy", 0, 0), 0.5)]))
+    two = records(event(2, [(_tag("entropy", 0, 1), 0.25)]), event(1, [(_tag("entropy", 3, 3), 0.5)]))
     assert parse_head_stats([one, two]) == ({0: {0: {"entropy": 0.5}, 1: {"entropy": 0.25}}}, 2)
     assert parse_head_stats([]) == ({}, None)
 
@@ -282,7 +262,7 @@ def reads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
 
 def _write(path: Path, step: int, values: Values) -> FileInfo:
-    path.write_bytes(_records(_event(step, values)))
+    path.write_bytes(records(event(step, values)))
     return FileInfo(str(path), path.stat().st_size, path.stat().st_mtime)
 
 

@@ -12,25 +12,24 @@ tags, values) and checks that parsing never raises and stays within the bounds.
 from __future__ import annotations
 
 import contextlib
-import io as stdio
 import json
 import math
 import shutil
 import struct
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from eventfiles import Values, event, records
 from helpers import HAND_TRACES
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from tensorboard.compat.proto import event_pb2
 from tensorboard.compat.tensorflow_stub.pywrap_tensorflow import masked_crc32c as tensorboard_crc
 from tensorboard.summary.writer.event_file_writer import EventFileWriter
-from tensorboard.summary.writer.record_writer import RecordWriter
 from webtools import BASE, plugin_client
 
 from tb_attn_plugin.engine import head_events
@@ -54,24 +53,6 @@ from tb_attn_plugin.trace import io
 from tb_attn_plugin.trace.tfrecord import masked_crc32c, masked_crc32c_many
 from tb_attn_plugin.types.schema import RunSummary, to_json
 from tb_attn_plugin.vocab.scopes import MAX_HEADS, MAX_LAYERS
-
-Values = Iterable[tuple[str, float]]
-
-
-def event(step: int, values: Values) -> bytes:
-    e = event_pb2.Event(step=step, wall_time=1.0)
-    for tag, v in values:
-        e.summary.value.add(tag=tag, simple_value=v)
-    return e.SerializeToString()
-
-
-def records(*datas: bytes) -> bytes:
-    """Records framed by TensorBoard's own writer."""
-    out = stdio.BytesIO()
-    writer = RecordWriter(out)
-    for data in datas:
-        writer.write(data)
-    return out.getvalue()
 
 
 def write_events(directory: Path, step: int, values: Values) -> Path:
