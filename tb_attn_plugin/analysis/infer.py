@@ -28,7 +28,7 @@ when none does). Blocks found by 2 and 3 are widened from their core to their pr
 any of whose blocks found no projection is *core only* (``Inferred.core_only``): its figures cover
 the core alone. Blocks found by 1 are whole modules, and blocks found by 4 whole compiled frames:
 the frame is what the model compiled (each block, or ``flex_attention`` alone), its ops are
-fused, and nothing in them tells projections from the core, so they are not marked.
+fused, and it is core only where no projection op (Inductor's extern ``mm``/``addmm``) runs in it.
 Inside a block, phases come from each op's role in the block (``analysis.roles``): projections
 before the core, rotary embeddings, the KV cache, q·kᵀ, scale, mask, softmax, dropout, attn·v,
 projections after. The result is a list of synthetic
@@ -123,7 +123,7 @@ def infer_scopes(events: Events, parent: np.ndarray, backward: np.ndarray, step:
         wide = widen(events, parent, spans)
         if not wide:
             spans = _compiled_blocks(events, parent, forward, step)
-            wide = [Extent(first, last, False) for first, last in spans]
+            wide = [Extent(first, last, not _holds_projection(events, first)) for first, last in spans]
             found = _op_found(events, spans, wide, [], widened=False)
         else:
             found = _op_found(events, spans, wide, [])
@@ -179,7 +179,7 @@ def _op_found(events: Events, cores: list[tuple[int, int]], wide: list[Extent], 
     """Blocks found by their ops: each core ``cores[k]`` widened to ``wide[k]``. A side widened
     into a module block (``modules``) is the core's again: the projection there is the module's.
     A fused block op (nn.MultiheadAttention's fast path) holds its projections: never core only.
-    ``widened=False``: the cores are whole compiled frames, their own extent, and never core only."""
+    ``widened=False``: the cores are whole compiled frames, their own extent, core only as ``wide`` says."""
     if not cores:
         return []
     edge = np.zeros(len(events) + 1, np.int64)
@@ -225,6 +225,14 @@ def _top_ops(cpu_op: np.ndarray, cpu_above: np.ndarray, lo: int, hi: int) -> lis
     event that encloses it, so an ancestor outside the range is above the block."""
     inside = np.flatnonzero(cpu_op[lo:hi]) + lo
     return inside[cpu_above[inside] < lo].tolist()
+
+
+def _holds_projection(events: Events, i: int) -> bool:
+    """Whether a projection op (``linear``, ``addmm``, ``mm``: Inductor calls them as extern
+    kernels) runs inside event ``i``: a compiled frame that holds none compiled the core alone."""
+    end = _extent(events, i)
+    inside = events.name[i + 1:end][events.kind[i + 1:end] == Kind.CPU_OP]
+    return bool(np.isin(inside, events.name_ids(PROJECTION_OPS)).any())
 
 
 def _extent(events: Events, i: int) -> int:

@@ -5,12 +5,15 @@ innermost synthetic scope that encloses it, the layer and phase the module docst
 
 from __future__ import annotations
 
+import gzip
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tb_attn_plugin.analysis import infer
+from tb_attn_plugin.analysis.analyze import analyze
 from tb_attn_plugin.analysis.attribute import attribute
 from tb_attn_plugin.analysis.infer import TOO_MANY_BLOCKS, Inferred, infer_scopes
 from tb_attn_plugin.trace.decode import decode_bytes
@@ -284,8 +287,29 @@ def test_the_frame_called_most_often_is_the_attention() -> None:
     assert all(scope is None for name, _, scope in _placed(ev, found) if name.startswith("Torch-Compiled Region: 5"))
 
 
-def test_compiled_frames_are_never_core_only() -> None:
-    assert _infer(_compiled(3))[1].core_only == frozenset()
+def test_a_compiled_frame_holding_its_projections_is_the_whole_block() -> None:
+    assert _infer(_compiled(3))[1].core_only == frozenset()  # each frame runs an aten::mm
+
+
+def test_a_compiled_frame_without_a_projection_is_the_core_alone() -> None:
+    """``flex_attention`` compiled alone: its frame runs the kernel's launch and no GEMM."""
+    events = [_step(1, 0)]
+    for k in range(3):
+        events += [_op("Torch-Compiled Region: 2/0", 100 + 200 * k, 100), _op("aten::empty", 120 + 200 * k, 10)]
+    assert _infer(events)[1].core_only == frozenset({0, 1, 2})
+
+
+def test_compiled_flex_on_a_gpu_is_its_core_as_its_scoped_twin_says() -> None:
+    """The H200 trace of the built-in model with compiled flex_attention, without scopes: each
+    layer's frame is the flex kernel (16.6 µs), where the scoped twin's layer adds its projections
+    (qkv 13.6 and out 7.0 µs): the plain trace's layers are the core alone."""
+    from tb_attn_plugin.analysis.summary import summarize_analysis
+
+    base = Path(__file__).resolve().parents[1] / "gpu_traces" / "seq2048" / "builtin"
+    (plain,) = (base / "flex-sliding256-unscoped" / "seq2048-bfloat16").glob("*.pt.trace.json.gz")
+    w = summarize_analysis(analyze(decode_bytes(gzip.decompress(plain.read_bytes()))))
+    assert [layer.core_only for layer in w.layers] == [True, True]
+    assert all({p.phase for p in layer.phases} <= {"compiled", "other"} for layer in w.layers)
 
 
 # -- bounds ------------------------------------------------------------------------------------------
