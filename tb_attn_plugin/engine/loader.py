@@ -166,10 +166,11 @@ class Loader:
     (logged with its traceback: it is a bug to fix), remembered like any other failure: one
     odd trace costs one parse and one line in its run, never a 500 or a re-parse per request.
 
-    The CLI calls ``summarize_run``. The plugin's service runs ``parse`` in background jobs for
-    the files that ``summary_or_none``/``analysis_or_none`` cannot answer from the caches, then
-    hands the jobs' results to ``summarize_run``: the loader is the only per-file cache. The run's
-    event files (per-head statistics) are read in jobs of their own (``head_stats``, ``head_events``).
+    Only the engine uses it: ``Workspace`` (every door's) and ``fanout``. The CLI's runs go
+    through ``summarize_run``; the tab's service asks the Workspace per file (the cached summary
+    or failure, ``parse`` in its background jobs) and hands the jobs' results to
+    ``summarize_run``: the loader is the only per-file cache. The run's event files (per-head
+    statistics) are read in jobs of their own (``head_stats``, ``head_events``).
     """
 
     cache_dir: str | None = None
@@ -237,16 +238,9 @@ class Loader:
             return read_error[0]
         return None
 
-    def summary_or_none(self, trace: TraceFile) -> WorkerSummary | None:
-        """The file's summary if it takes no parse: cached in memory, or its remembered failure
-        raised (TraceError). None: it needs a parse."""
-        summary = self.memory.get(_key(trace))
-        if summary is None:
-            self._raise_failure(trace)
-        return summary
-
     def analysis_or_none(self, trace: TraceFile) -> Analysis | None:
-        """Like ``summary_or_none``, for the file's analysis."""
+        """The file's analysis if it takes no parse: cached in memory, or its remembered failure
+        raised (TraceError). None: it needs a parse."""
         analysis = self.cached_analysis(trace)
         if analysis is None:
             self._raise_failure(trace)

@@ -18,7 +18,8 @@ from webtools import BASE, get, get_json, plugin_client
 from devtools.gen_types import TYPES_TS, render
 from tb_attn_plugin.analysis.compare import BaselineError
 from tb_attn_plugin.analysis.views import ViewError
-from tb_attn_plugin.engine.loader import Loader, resolve_runs
+from tb_attn_plugin.engine.loader import resolve_runs
+from tb_attn_plugin.engine.workspace import Limits, Workspace
 from tb_attn_plugin.server import responses
 from tb_attn_plugin.server.plugin import STATIC_DIR
 from tb_attn_plugin.server.responses import ROUTES
@@ -219,23 +220,25 @@ def test_a_trace_gone_since_the_listing_is_a_404(tmp_path: Path, logdir: Path) -
     assert response.status_code == 404 and f"cannot read {trace.name}" in response.get_data(as_text=True)
 
 
-# -- the loader is the only per-file cache --------------------------------------------------
+# -- the engine holds the only per-file cache ------------------------------------------------
 def test_parse_yields_summary_and_analysis_from_one_decode(logdir: Path, decodes: list[str]) -> None:
     (run,) = [r for r in resolve_runs(str(logdir)) if r.name == "naive/seq16"]
     (trace,) = run.files
-    loader = Loader(keep_analyses=4)
-    assert loader.summary_or_none(trace) is None and loader.analysis_or_none(trace) is None
-    parsed = loader.parse(trace)
-    assert loader.summary_or_none(trace) is parsed.summary and loader.analysis_or_none(trace) is parsed.analysis
-    assert loader.parse(trace).summary is parsed.summary
-    summary = loader.summarize_run(run, metadata=None, known={trace: parsed.summary})
+    engine = Workspace(str(logdir), limits=Limits(keep_analyses=4))
+    assert engine.cached(trace) == (None, None) and engine.cached_analysis(trace) is None
+    parsed = engine.parse(trace, metadata=None)
+    assert engine.cached(trace) == (parsed.summary, None) and engine.cached_analysis(trace) is parsed.analysis
+    assert engine.parse(trace, metadata=None).summary is parsed.summary
+    summary = engine.run_summary(run, metadata=None, known={trace: parsed.summary})
     assert summary.workers == [parsed.summary] and summary.metadata is None
     assert len(decodes) == 1
     (broken,) = next(r for r in resolve_runs(str(logdir)) if r.name == "broken").files
     with pytest.raises(TraceError, match="truncated"):
-        loader.parse(broken)
+        engine.parse(broken, metadata=None)
+    failure = engine.cached(broken).failure  # remembered: no second decode
+    assert failure is not None and "truncated" in failure
     with pytest.raises(TraceError, match="truncated"):
-        loader.summary_or_none(broken)  # remembered: no second decode
+        engine.cached_analysis(broken)
     assert len(decodes) == 2
 
 
@@ -264,8 +267,3 @@ def test_a_view_whose_analysis_was_evicted_parses_again_and_the_summary_does_not
     assert len(decodes) == 2
 
 
-def test_the_service_keeps_out_of_the_loaders_caches() -> None:
-    source = (PACKAGE / "server" / "service.py").read_text(encoding="utf-8")
-    for private in ("loader.memory", "loader.analyses", "loader.failures", "loader.cached_analysis",
-                    "loader.analyze_file", "loader.summarize_file", "loader._"):
-        assert private not in source, private
