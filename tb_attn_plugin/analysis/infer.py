@@ -121,12 +121,11 @@ def infer_scopes(events: Events, parent: np.ndarray, backward: np.ndarray, step:
     else:
         spans = _blocks_from_ops(events, parent, forward)
         wide = widen(events, parent, spans)
-        if not wide:
-            spans = _compiled_blocks(events, parent, forward, step)
-            wide = [Extent(first, last, not _holds_projection(events, first)) for first, last in spans]
-            found = _op_found(events, spans, wide, [], widened=False)
-        else:
+        if wide:
             found = _op_found(events, spans, wide, [])
+        else:  # each call of the compiled frame is a block, its own extent
+            found = [Found(i, i, i, "", not _holds_projection(events, i))
+                     for i, _ in _compiled_blocks(events, parent, forward, step)]
     layers = number_blocks(events, parent, step, found)
     blocks = sorted((b.first, b.last, layer, b.module, b.core_only) for b, layer in zip(found, layers, strict=True))
     kept = [b for b in blocks if b[2] < MAX_LAYERS]
@@ -174,12 +173,10 @@ def _module_blocks(events: Events, parent: np.ndarray, modules: list[tuple[int, 
     return out
 
 
-def _op_found(events: Events, cores: list[tuple[int, int]], wide: list[Extent], modules: list[Found], *,
-              widened: bool = True) -> list[Found]:
+def _op_found(events: Events, cores: list[tuple[int, int]], wide: list[Extent], modules: list[Found]) -> list[Found]:
     """Blocks found by their ops: each core ``cores[k]`` widened to ``wide[k]``. A side widened
     into a module block (``modules``) is the core's again: the projection there is the module's.
-    A fused block op (nn.MultiheadAttention's fast path) holds its projections: never core only.
-    ``widened=False``: the cores are whole compiled frames, their own extent, core only as ``wide`` says."""
+    A fused block op (nn.MultiheadAttention's fast path) holds its projections: never core only."""
     if not cores:
         return []
     edge = np.zeros(len(events) + 1, np.int64)
@@ -195,7 +192,7 @@ def _op_found(events: Events, cores: list[tuple[int, int]], wide: list[Extent], 
             first = core_first
         if taken[last + 1] > taken[core_last + 1]:
             last = core_last
-        core_only = core_only or (widened and (first, last) == (core_first, core_last))
+        core_only = core_only or (first, last) == (core_first, core_last)
         out.append(Found(core_first, first, last, "", core_only and names[name[first]] not in FUSED_BLOCK_OPS))
     return out
 

@@ -57,8 +57,7 @@ def parse_ranks(text: str) -> RankSet:
         if not part:
             continue
         lo_text, dash, hi_text = (t.strip() for t in part.partition("-"))
-        # ASCII digits only: int() would also take "+3", "1_000" and other scripts' digits
-        if not (lo_text.isascii() and lo_text.isdigit()) or (dash and not (hi_text.isascii() and hi_text.isdigit())):
+        if not _rank_digits(lo_text) or (dash and not _rank_digits(hi_text)):
             raise ValueError(f"bad rank selection {part!r}: use ranks and ranges such as 0-7,512")
         lo = int(lo_text)
         hi = int(hi_text) if dash else lo
@@ -74,6 +73,11 @@ def parse_ranks(text: str) -> RankSet:
         else:
             merged.append((lo, hi))
     return RankSet(tuple(merged))
+
+
+def _rank_digits(text: str) -> bool:
+    """ASCII digits only: int() would also take "+3", "1_000" and other scripts' digits."""
+    return text.isascii() and text.isdigit()
 
 
 def file_ranks(run: Run) -> dict[str, int]:
