@@ -18,18 +18,17 @@ import copy
 import dataclasses
 import gc
 import logging
-import os
 import time
-import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
-from torch.profiler import ProfilerActivity, profile, schedule
+from torch.profiler import profile, schedule
 
 from runner.attn_stats import stat_names, write_events
+from runner.capture import activities_for, describe_error, quiet_profiler
 from runner.config import ModelConfig, ProfileConfig
 from runner.distributed import DistContext, barrier, rank_metadata
 from runner.generate import generation_metadata
@@ -54,10 +53,6 @@ _log = logging.getLogger(__name__)
 # PyTorch's messages when a pinned SDPA backend cannot run these inputs on this device.
 _UNSUPPORTED_MARKERS = ("No viable backend", "No available kernel")
 
-# Kineto's console log is noise in a run's output: "profiler_start"/"profiler_stop" at its
-# highest level (USDT, 5) on every cycle, and "gpuGetDeviceCount failed" (ERROR) on a machine
-# without a GPU. 6 is above every level. The runner checks the written traces itself (traces.py).
-KINETO_QUIET = "6"
 
 
 @dataclass(frozen=True)
@@ -88,11 +83,7 @@ def _is_unsupported(exc: BaseException) -> bool:
 
 
 def _describe(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    first = text[0] if text else ""
-    if isinstance(exc, torch.OutOfMemoryError) or "can't allocate memory" in first:
-        return f"out of memory: {first}"
-    return f"{type(exc).__name__}: {first}" if first else type(exc).__name__
+    return describe_error(exc) or type(exc).__name__
 
 
 def run_one(
@@ -247,7 +238,6 @@ def _profile(
         meta["generation"] = generation_metadata(work.cfg)
     meta["peaks"] = copy.deepcopy(machine_peaks(work.cfg.device))
     cuda = torch.device(work.cfg.device).type == "cuda"
-    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
     worker = default_worker_name(dist.rank if dist else None)
     with contextlib.ExitStack() as stack:
         backend = SDPA_BACKENDS.get(spec.cfg.impl)
@@ -270,15 +260,9 @@ def _profile(
             gzip_level=prof_cfg.gzip_level,
             on_written=result.traces.append,
         )
-        # One trace per cycle is what we want, so the profiler's advice on accumulating events
-        # across cycles is noise (and, under -W error, an exception in the middle of a cycle).
-        stack.enter_context(warnings.catch_warnings())
-        warnings.filterwarnings("ignore", message=".*Profiler clears events at the end of each cycle.*")
-        warnings.filterwarnings("ignore", message=".*Profiler won't be using warmup.*")
-        # Kineto reads it when the profiler first starts; a level the user set is kept.
-        os.environ.setdefault("KINETO_LOG_LEVEL", KINETO_QUIET)
+        stack.enter_context(quiet_profiler())
         with profile(
-            activities=activities,
+            activities=activities_for(torch.device(work.cfg.device)),
             schedule=schedule(
                 wait=prof_cfg.wait, warmup=prof_cfg.warmup, active=prof_cfg.active, repeat=prof_cfg.repeat
             ),
