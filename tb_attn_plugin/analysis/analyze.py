@@ -5,7 +5,9 @@ and the views all read the ``Analysis`` it returns. Where a trace has no tb-attn
 ``analysis.infer`` finds attention from module names and op patterns, and the trace is
 attributed again with those scopes added; the analysis says so in its notes. Where scoped
 blocks hold ops outside phase scopes (``runner.instrument()`` on a real model), ``analysis.roles``
-places them in phases by their role, and the trace is attributed again with those added.
+places them in phases by their role, and the trace is attributed again with those added. A scoped
+trace is read without other tools' labels around modules (PyTorch Lightning's, which its hooks
+close out of order with our scopes'): the scopes say where attention is.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import numpy as np
 from tb_attn_plugin.analysis.attribute import Attribution, attribute
 from tb_attn_plugin.analysis.bounds import merge_diagnostics
 from tb_attn_plugin.analysis.infer import infer_scopes
+from tb_attn_plugin.analysis.module_calls import module_labels
 from tb_attn_plugin.analysis.replays import place_replay_kernels
 from tb_attn_plugin.analysis.roles import role_scopes
 from tb_attn_plugin.trace.events import Events
@@ -50,6 +53,10 @@ def analyze(events: Events) -> Analysis:
     """Attribute events; infer attention where the trace has no tb-attn scopes."""
     attr = attribute(events)
     if attr.is_scope.any():
+        labels = module_labels(events)
+        if labels.any():  # scopes win: other tools' module labels are left out, as if never written
+            events = _without(events, ~labels)
+            attr = attribute(events)
         roles = role_scopes(events, attr)
         if roles:  # ops of scoped blocks outside phase scopes, placed by their role
             events = with_annotations(events, [(s.track, s.ts, s.dur, s.name) for s in roles])
@@ -101,6 +108,19 @@ def with_annotations(events: Events, rows: list[tuple[int, float, float, str]]) 
         ext=cat(events.ext, minus, np.int64)[order], corr=cat(events.corr, minus, np.int64)[order],
         seq=cat(events.seq, minus, np.int64)[order],
         shape=cat(events.shape, minus, np.int32)[order],
+        mem_ts=events.mem_ts, mem_track=events.mem_track, mem_bytes=events.mem_bytes, mem_total=events.mem_total,
+        mem_device_type=events.mem_device_type, mem_device_id=events.mem_device_id,
+        meta=events.meta, diagnostics=events.diagnostics,
+    )
+
+
+def _without(events: Events, keep: np.ndarray) -> Events:
+    """A copy of ``events`` with only the complete events ``keep`` marks (the memory events all)."""
+    return Events(
+        names=events.names, tracks=events.tracks, shapes=events.shapes,
+        name=events.name[keep], kind=events.kind[keep], track=events.track[keep], ts=events.ts[keep],
+        dur=events.dur[keep], ext=events.ext[keep], corr=events.corr[keep], seq=events.seq[keep],
+        shape=events.shape[keep],
         mem_ts=events.mem_ts, mem_track=events.mem_track, mem_bytes=events.mem_bytes, mem_total=events.mem_total,
         mem_device_type=events.mem_device_type, mem_device_id=events.mem_device_id,
         meta=events.meta, diagnostics=events.diagnostics,

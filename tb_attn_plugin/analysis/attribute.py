@@ -4,7 +4,8 @@ Rules (``docs/analysis.md`` has the long form):
 
 - CPU events nest by time on their thread (events are sorted by track, start, longest first;
   ``_sweep`` finds every parent at once). An event inherits the layer, head and phase
-  of its innermost enclosing scope, and the step of its enclosing ``ProfilerStep#N``.
+  of its innermost enclosing scope, and the step of its enclosing ``ProfilerStep#N`` (or, where
+  an annotation crosses a step's end so that none encloses it, of the step it starts in).
 - Backward work runs outside the forward scopes. An ``autograd::engine::evaluate_function``
   event takes the layer and phase of the forward op with the same autograd sequence number,
   and everything nested in it follows; also its step, where its thread has no ProfilerStep (the
@@ -137,6 +138,9 @@ def attribute(events: Events) -> Attribution:
     parent, layer, head, phase, step, backward, flops, subtree_end = _sweep(
         events, is_scope, is_step, on_device, sc_layer, sc_head, sc_phase, step_no, is_bwd_name, flops_raw
     )
+    steps = np.flatnonzero(is_step & ~is_scope & ~on_device)
+    if steps.size:
+        _steps_by_time(events, steps, np.flatnonzero((step < 0) & ~on_device), step_no, step)
     iops = _split_integer_ops(events, flops)
     _attribute_backward(events, subtree_end, layer, head, phase, step, backward, is_bwd_name)
     _attribute_device(events, on_device, layer, head, phase, step, backward)
@@ -257,6 +261,23 @@ def _sweep(
     after = np.arange(host.size, dtype=np.int32) + size
     subtree_end[host] = np.where(after < host.size, host[np.minimum(after, host.size - 1)], n)
     return parent, layer, head, phase, step, backward, counted, subtree_end
+
+
+def _steps_by_time(events: Events, steps: npt.NDArray[Any], rest: npt.NDArray[Any], step_no: I32, step: I32) -> None:
+    """The step of each host event in ``rest`` (no ``ProfilerStep`` encloses it) whose start lies
+    in a step on its thread (``steps``: the step events, in file order): an annotation that
+    crosses a step's end (Lightning's ``[pl][profile]run_training_batch`` runs from one profiler
+    step into the next) holds events of both, which belong to the step they start in."""
+    for tr in np.unique(events.track[steps]).tolist():
+        mine = steps[events.track[steps] == tr]
+        lo, hi = (int(x) for x in np.searchsorted(events.track, [tr, tr + 1]))
+        cand = rest[(rest >= lo) & (rest < hi)]
+        if not cand.size:
+            continue
+        k = np.searchsorted(events.ts[mine], events.ts[cand], side="right") - 1
+        at = mine[np.maximum(k, 0)]
+        inside = (k >= 0) & (events.ts[cand] < events.ts[at] + events.dur[at] - EPS_US)
+        step[cand[inside]] = step_no[events.name[at[inside]]]
 
 
 def _attribute_backward(

@@ -35,6 +35,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from tb_attn_plugin.analysis.module_calls import module_calls
 from tb_attn_plugin.analysis.nesting import nearest_marked_ancestor
 from tb_attn_plugin.analysis.opnames import canonical
 from tb_attn_plugin.trace.events import Events
@@ -111,12 +112,13 @@ def widen(events: Events, parent: np.ndarray, spans: list[tuple[int, int]]) -> l
     if not spans:
         return []
     cpu = events.kind == Kind.CPU_OP
-    # Siblings by their nearest ancestor that is neither a module event nor a compiled graph's
+    # Siblings by their nearest ancestor that is neither a module's call nor a compiled graph's
     # call: with_stack's ``nn.Module`` events (the q, k and v projections each inside its own
-    # ``nn.Module: Linear``) do not part them, nor do the pieces of a graph that torch.compile split
-    # at the attention op (vLLM's piecewise graphs hold the projections and RoPE, and the attention
-    # op runs between them); a profiler step does.
-    siblings = _Siblings(nearest_marked_ancestor(parent, (events.kind != Kind.MODULE) & ~_graph_calls(events)), cpu)
+    # ``nn.Module: Linear``) and other tools' module labels (Lightning's ``[pl][module]...Linear:
+    # ...q_proj``) do not part them, nor do the pieces of a graph that torch.compile split at the
+    # attention op (vLLM's piecewise graphs hold the projections and RoPE, and the attention op runs
+    # between them); a profiler step does.
+    siblings = _Siblings(nearest_marked_ancestor(parent, ~module_calls(events) & ~_graph_calls(events)), cpu)
     out: list[Extent] = []
     for first, last in spans:
         floor = out[-1][1] if out and events.track[out[-1][1]] == events.track[first] else -1

@@ -2,10 +2,13 @@
 
 Three sources, best first:
 
-1. ``nn.Module`` events (``with_modules`` / ``with_stack``) of classes whose name ends in
-   ``Attention`` (the outermost one of a nest): one block per module instance. Cores found by
-   2 and 3 outside every such module are blocks too (a torch.compile'd transformer's SDPA calls,
-   its modules compiled away, beside its text encoders' modules); a core inside one is its.
+1. Attention modules' calls (``analysis.module_calls``): ``nn.Module`` events (``with_modules`` /
+   ``with_stack``) of classes whose name ends in ``Attention``, and labels other tools write
+   around a module's forward that name an attention module (PyTorch Lightning's
+   ``[pl][module]...LlamaAttention: model.layers.3.self_attn``, a label holding such a module
+   path); the outermost one of a nest: one block per module instance, or per module path. Cores
+   found by 2 and 3 outside every such module are blocks too (a torch.compile'd transformer's SDPA
+   calls, its modules compiled away, beside its text encoders' modules); a core inside one is its.
 2. Otherwise, every top-level SDPA call is a block (a backend's own SDPA op, such as
    ``_scaled_dot_product_flash_attention``, when no ``scaled_dot_product_attention`` encloses
    it, as torch.compile calls it), and so is every serving engine's attention op
@@ -21,7 +24,7 @@ Three sources, best first:
    nothing about attention, and is left alone. Each call is a block with one ``compiled`` phase:
    the region fuses its phases, and its kernels are the region's.
 
-Layers are numbered by ``analysis.numbering``: a module instance is a layer, and a block found by
+Layers are numbered by ``analysis.numbering``: a module instance (or path) is a layer, and a block found by
 its ops is the k-th of the outermost module or compiled region call that holds it (of its step,
 when none does). Blocks found by 2 and 3 are widened from their core to their projections
 (``extent``), never into a module's block. A layer
@@ -41,12 +44,12 @@ analyzed, and counted under ``TOO_MANY_BLOCKS`` in the caller's diagnostics.
 
 from __future__ import annotations
 
-import re
 from typing import NamedTuple
 
 import numpy as np
 
 from tb_attn_plugin.analysis.extent import Extent, widen
+from tb_attn_plugin.analysis.module_calls import attention_calls
 from tb_attn_plugin.analysis.nesting import nearest_marked_ancestor
 from tb_attn_plugin.analysis.numbering import Found, number_blocks
 from tb_attn_plugin.analysis.opnames import is_serving_core
@@ -54,7 +57,7 @@ from tb_attn_plugin.analysis.query import ancestors
 from tb_attn_plugin.analysis.roles import SyntheticScope, assign_roles, phase_spans, span_scope
 from tb_attn_plugin.analysis.serving import serving_cores
 from tb_attn_plugin.trace.events import Events
-from tb_attn_plugin.trace.kineto import MODULE_PREFIX, Kind
+from tb_attn_plugin.trace.kineto import Kind
 from tb_attn_plugin.vocab.ops import (
     ATTENTION_CORE_OPS,
     COMPILED_REGION_PREFIX,
@@ -71,16 +74,8 @@ from tb_attn_plugin.vocab.scopes import MAX_LAYERS, format_scope
 
 __all__ = ["TOO_MANY_BLOCKS", "Inferred", "SyntheticScope", "infer_scopes"]
 
-_INSTANCE_RE = re.compile(r"^(?P<cls>.*?)(?:_(?P<n>\d+))?$")
 _PAD = 1e-4  # synthetic scopes are padded so that they sort before the ops they wrap
 TOO_MANY_BLOCKS = f"attention blocks found past {MAX_LAYERS} layers (not analyzed)"
-
-
-def _is_attention_module(name: str) -> bool:
-    if not name.startswith(MODULE_PREFIX):
-        return False
-    m = _INSTANCE_RE.match(name[len(MODULE_PREFIX):])
-    return bool(m) and m.group("cls").endswith("Attention")  # type: ignore[union-attr]
 
 
 class Inferred(NamedTuple):
@@ -98,23 +93,14 @@ def infer_scopes(events: Events, parent: np.ndarray, backward: np.ndarray, step:
     kind = events.kind
     name = events.name
     forward = ~backward
-    module_ids = [i for i, n in enumerate(names) if _is_attention_module(n)]
+    calls = attention_calls(events, parent, forward)
     found: list[Found] = []
-    if module_ids:
-        candidates = np.flatnonzero(np.isin(name, module_ids) & (kind == Kind.MODULE) & forward).tolist()
-        chosen = set(candidates)
-        outer = []
-        for i in candidates:
-            p = int(parent[i])
-            while p >= 0 and p not in chosen:
-                p = int(parent[p])
-            if p < 0:
-                outer.append((i, names[name[i]][len(MODULE_PREFIX):]))
-        found = _module_blocks(events, parent, outer)
+    if calls.every:
+        found = _module_blocks(events, parent, calls.outer)
         # Attention no such module holds (a compiled transformer's SDPA calls next to a text
         # encoder's modules): found by its ops, as in a trace without modules.
         in_module = np.zeros(len(events), np.bool_)
-        in_module[candidates] = True
+        in_module[calls.every] = True
         inside = nearest_marked_ancestor(parent, in_module)
         spans = [s for s in _blocks_from_ops(events, parent, forward) if inside[s[0]] < 0]
         found += _op_found(events, spans, widen(events, parent, spans), found)
@@ -126,7 +112,7 @@ def infer_scopes(events: Events, parent: np.ndarray, backward: np.ndarray, step:
         else:  # each call of the compiled frame is a block, its own extent
             found = [Found(i, i, i, "", not _holds_projection(events, i))
                      for i, _ in _compiled_blocks(events, parent, forward, step)]
-    layers = number_blocks(events, parent, step, found)
+    layers = number_blocks(events, parent, step, found, backward=backward)
     blocks = sorted((b.first, b.last, layer, b.module, b.core_only) for b, layer in zip(found, layers, strict=True))
     kept = [b for b in blocks if b[2] < MAX_LAYERS]
     if len(kept) < len(blocks) and diagnostics is not None:
@@ -152,7 +138,7 @@ def infer_scopes(events: Events, parent: np.ndarray, backward: np.ndarray, step:
 
 
 def _module_blocks(events: Events, parent: np.ndarray, modules: list[tuple[int, str]]) -> list[Found]:
-    """Blocks of ``*Attention`` module events ``(event, instance)``. A module with no projection
+    """Blocks of attention modules' calls ``(event, module)``. A module with no projection
     inside is the core alone (flash_attn's ``MHA`` keeps its ``Wqkv`` and ``out_proj`` outside the
     ``SelfAttention`` it calls): its ops are widened to the projections around them, as a core
     found by its ops is (``extent.widen``)."""

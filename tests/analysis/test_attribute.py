@@ -153,6 +153,23 @@ def test_steps_nest_everything_inside(rows_of: RowsOf, golden: Golden, row: Row)
     assert [(r["step"], r["phase"]) for r in rows["memory"]] == [(3, "softmax"), (4, None), (None, None)]
 
 
+def test_an_annotation_across_a_steps_end_holds_events_of_both_steps(rows_of: RowsOf, row: Row) -> None:
+    """Lightning's ``run_training_batch`` starts in one profiler step and ends in the next: what
+    runs in it belongs to the step it starts in, by time, as it would nested in the step; what
+    starts outside every step stays outside."""
+    def x(name: str, ts: float, dur: float, cat: str = "cpu_op", tid: int = 1) -> dict[str, Any]:
+        return {"ph": "X", "cat": cat, "name": name, "pid": 1, "tid": tid, "ts": ts, "dur": dur}
+
+    ev = rows_of(decode_bytes(json.dumps({"traceEvents": [
+        x("ProfilerStep#1", 0, 100, "user_annotation"), x("ProfilerStep#2", 100, 100, "user_annotation"),
+        x("[pl][profile]run_training_batch", 50, 200, "user_annotation"),
+        x("aten::mm", 60, 10), x("aten::add", 120, 10), x("aten::mul", 220, 10),
+        x("aten::div", 150, 10, tid=2),  # steps are per thread
+    ]}).encode()))["events"]
+    assert [row(ev, name)["step"] for name in ("[pl][profile]run_training_batch", "aten::mm", "aten::add",
+                                               "aten::mul", "aten::div")] == [1, 1, 2, None, None]
+
+
 def test_backward_takes_the_forward_scope(rows_of: RowsOf, golden: Golden, row: Row) -> None:
     rows = rows_of("backward")
     golden("backward", rows)

@@ -238,20 +238,6 @@ def test_an_attention_module_is_one_layer_in_every_step() -> None:
     assert _blocks(found) == ["tbattn.v1/L0 LlamaAttention_0", "tbattn.v1/L1 LlamaAttention_1"] * 2
 
 
-@pytest.mark.parametrize(("name", "attention"), [
-    ("nn.Module: LlamaAttention_0", True),
-    ("nn.Module: SelfAttention_12", True),
-    ("nn.Module: Attention", True),  # no instance number
-    ("nn.Module: MultiheadAttention_3", True),
-    ("nn.Module: LlamaAttentionBlock_0", False),  # the class must end in Attention
-    ("nn.Module: LlamaMLP_0", False),
-    ("LlamaAttention_0", False),  # not a module event
-    ("nn.Module: ", False),
-])
-def test_which_module_events_are_attention_modules(name: str, attention: bool) -> None:
-    assert infer._is_attention_module(name) is attention
-
-
 # -- compiled frames ---------------------------------------------------------------------------------
 
 def _compiled(calls: int, frame: str = "2", steps: int = 1) -> list[Event]:

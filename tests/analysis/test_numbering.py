@@ -122,6 +122,26 @@ def test_without_steps_the_cores_are_counted_through_the_trace() -> None:
     assert number_blocks(ev, parent, step, _by_ops(ev, [10, 30, 50])) == [0, 1, 2]
 
 
+def test_a_backward_pass_begins_the_layers_again() -> None:
+    """A trace without steps (``accelerator.profile()`` with no schedule) of three training steps, and
+    a step of two micro-batches (gradient accumulation): two cores, then backward, in each pass; the
+    k-th core of each forward pass is layer k."""
+    events: list[dict[str, Any]] = []
+    for t0 in (0, 1000, 2000):
+        events += [_op(SDPA, t0 + 10), _op(SDPA, t0 + 30), _op("autograd::engine::evaluate_function: MmBackward0",
+                                                                  t0 + 500, 100)]
+    ev, parent, step = _decode(events)
+    attr = attribute(ev)
+    starts = [10, 30, 1010, 1030, 2010, 2030]
+    assert number_blocks(ev, parent, step, _by_ops(ev, starts), backward=attr.backward) == [0, 1, 0, 1, 0, 1]
+    assert number_blocks(ev, parent, step, _by_ops(ev, starts)) == [0, 1, 2, 3, 4, 5], "no backward given"
+
+    accumulated = [_step(1, 0, 3000), *events[:6]]
+    ev, parent, step = _decode(accumulated)
+    blocks = _by_ops(ev, [10, 30, 1010, 1030])
+    assert number_blocks(ev, parent, step, blocks, backward=attribute(ev).backward) == [0, 1, 0, 1]
+
+
 def test_module_and_op_blocks_interleave_in_file_order() -> None:
     """A module block, a core outside every module, then a second module instance: layers 0, 1, 2 in
     the order they ran, and the answer follows the order ``blocks`` are given in."""

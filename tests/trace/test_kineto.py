@@ -19,11 +19,13 @@ from tb_attn_plugin.trace.kineto import (
     NO_ARGS,
     UNSET,
     Kind,
+    ModuleLabel,
     WireArgs,
     WireEvent,
     decode_events,
     kind_of,
     lenient_event,
+    module_label,
     scopes_as_annotations,
 )
 
@@ -146,3 +148,37 @@ def test_lenient_arguments_out_of_range_or_null_are_unset() -> None:
 @pytest.mark.parametrize("args", [None, [1, 2], "x", 5])
 def test_lenient_arguments_that_are_no_object_are_no_arguments(args: object) -> None:
     assert lenient_event({"ph": "X", "args": args}).args is NO_ARGS
+
+
+# -- module labels -------------------------------------------------------------------------
+@pytest.mark.parametrize(("name", "label"), [
+    # PyTorch Lightning's, around every submodule's forward: the class and the path.
+    ("[pl][module]transformers.models.llama.modeling_llama.LlamaAttention: model.layers.3.self_attn",
+     ModuleLabel("model.layers.3.self_attn", "LlamaAttention")),
+    ("[pl][module]torch.nn.modules.linear.Linear: lm_head", ModuleLabel("lm_head", "Linear")),
+    ("[pl][module]Foo: 0.attn", ModuleLabel("0.attn", "Foo")),  # any path Lightning writes
+    ("[pl][module]torch.nn.modules.linear.Linear", None),  # no path
+    ("[pl][module]a.B: my block", None),  # a path with whitespace is none
+    ("[pl][profile][Strategy]SingleDeviceStrategy.training_step", None),  # Lightning's other labels
+    ("[pl][profile]run_training_batch model.layers.3", None),
+    # A module path in any other label: dotted, an identifier first, an integer part, two named parts.
+    ("model.layers.3.self_attn", ModuleLabel("model.layers.3.self_attn", "")),
+    ("## forward: encoder.layer.2.attention.self", ModuleLabel("encoder.layer.2.attention.self", "")),
+    ("model.layers.3", ModuleLabel("model.layers.3", "")),
+    ("block (model.h.11.attn) call", ModuleLabel("model.h.11.attn", "")),
+    ("model.embed_tokens", None),  # no layer index: any dotted name could be this
+    ("DistributedDataParallel.forward", None),
+    ("Optimizer.step#SGD.step", None),
+    ("3.attn", None),  # a number first: not a module path
+    ("v1.2.3", None),  # one named part: a version
+    ("layers.3", None),
+    ("h.0.attn", ModuleLabel("h.0.attn", "")),
+    ("copy model.layers.0 to model.layers.1", None),  # two paths: which?
+    ("FSDP::pre_forward (model.layers.3)", None),  # FSDP's hooks, not the forward
+    ("FSDP::pre_forward (model.layers.3.self_attn)", None),
+    ("tbattn.v1/L0 model.layers.0.self_attn", None),  # our own scope
+    ("ProfilerStep#3", None),
+    ("", None),
+])
+def test_a_label_names_the_module_whose_forward_it_wraps(name: str, label: ModuleLabel | None) -> None:
+    assert module_label(name) == label
