@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from collections.abc import Callable
@@ -47,6 +48,17 @@ GENERATION_RUNS: tuple[tuple[str, dict[str, Any]], ...] = (
 def profile_run(logdir: Path, name: str, model: str = "builtin", **changes: object) -> RunResult:
     spec = RunSpec(model=model, cfg=TINY.replace(**changes), name=name)
     return run_one(spec, logdir, PROFILE)
+
+
+def accelerate_run(run_dir: Path, trace: Path, *, processes: int = 4) -> list[Path]:
+    """``run_dir`` as Hugging Face Accelerate's ``accelerator.profile()`` with
+    ``ProfileKwargs(output_trace_dir=run_dir)`` leaves it: one ``profile_<process index>.json`` per
+    process (here copies of ``trace``, a real runner trace: ``profile_run(...).traces[0]``)."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    written = [run_dir / f"profile_{i}.json" for i in range(processes)]
+    for path in written:
+        shutil.copyfile(trace, path)
+    return written
 
 
 def profile_script(logdir: Path, step: Callable[[], object]) -> Path:

@@ -65,14 +65,18 @@ MEDIAN_LABEL = ("over every rank, the rank itself included; with an even number 
 #: The table's columns over every rank, in order: the straggler metric first.
 COLUMNS = ("attention_best", "step", "attention", "collectives", "other")
 _RANK_RE = re.compile(r"(?:^|[^a-z0-9])rank[-_]?(\d+)(?:[^0-9]|$)", re.IGNORECASE)
+#: Hugging Face Accelerate's worker names (``profile_<process index>.json``): the whole name only, since
+#: digits after a host (``host_1234``, as ``tensorboard_trace_handler`` names workers) are a pid.
+_PROCESS_INDEX_RE = re.compile(r"profile_(\d+)")
 _RANK_DIGITS = len(str(MAX_WORLD_SIZE))
 
 
 def rank_of(info: dict[str, object] | None, worker: str, file: str, *,
             diagnostics: dict[str, int] | None = None) -> tuple[int | None, int | None]:
     """(rank, world size) of one trace: from its ``distributedInfo``, else from a name such as
-    ``host_rank3`` (our runner) or ``trace_rank-3.json`` (others). Values out of bounds are
-    None, and counted in ``diagnostics``."""
+    ``host_rank3`` (our runner), ``trace_rank-3.json`` (others) or the worker ``profile_3``
+    (Accelerate's process index). Values out of bounds are None, and counted in
+    ``diagnostics``."""
     rank = world = None
     bad = 0
     if info is not None:
@@ -81,18 +85,27 @@ def rank_of(info: dict[str, object] | None, worker: str, file: str, *,
         world = w if _is_int(w) and 0 < w <= MAX_WORLD_SIZE else None
         bad = int(r is not None and rank is None) + int(w is not None and world is None)
     if rank is None:
-        for name in (worker, file):
-            m = _RANK_RE.search(name)
-            if m is not None:
-                digits = m.group(1)
-                if len(digits) <= _RANK_DIGITS and int(digits) < MAX_WORLD_SIZE:
-                    rank = int(digits)
-                else:
-                    bad += 1
-                break
+        digits = _named_rank(worker, file)
+        if digits is not None:
+            if len(digits) <= _RANK_DIGITS and int(digits) < MAX_WORLD_SIZE:
+                rank = int(digits)
+            else:
+                bad += 1
     if bad and diagnostics is not None:
         diagnostics[RANK_OUT_OF_RANGE] = diagnostics.get(RANK_OUT_OF_RANGE, 0) + bad
     return rank, world
+
+
+def _named_rank(worker: str, file: str) -> str | None:
+    """The digits of the rank a worker's or file's name gives, if any."""
+    m = _PROCESS_INDEX_RE.fullmatch(worker)
+    if m is not None:
+        return m.group(1)
+    for name in (worker, file):
+        m = _RANK_RE.search(name)
+        if m is not None:
+            return m.group(1)
+    return None
 
 
 def _is_int(value: object) -> TypeGuard[int]:

@@ -242,6 +242,7 @@ def _picked_runs(path: str, names: str | None) -> list[Run]:
     from tb_attn_plugin.engine.loader import (
         resolve_runs,  # lazy: only this command needs it
     )
+    from tb_attn_plugin.engine.workspace import no_traces  # lazy: as above
 
     runs = resolve_runs(path)
     if names:
@@ -252,7 +253,7 @@ def _picked_runs(path: str, names: str | None) -> list[Run]:
             raise Usage(f"no run named {missing[0]!r} under {path}")
         runs = [by_name[n] for n in wanted]
     if not runs:
-        raise Usage(f"no traces under {path}")
+        raise Usage(no_traces(path))
     return runs
 
 

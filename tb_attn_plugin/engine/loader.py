@@ -35,8 +35,9 @@ from tb_attn_plugin.trace.decode import decode
 from tb_attn_plugin.trace.discover import Run, TraceFile, find_runs
 from tb_attn_plugin.trace.events import Events, ReadError, TraceError
 from tb_attn_plugin.trace.io import FileInfo
+from tb_attn_plugin.trace.sniff import Verdicts
 from tb_attn_plugin.types.schema import FileError, RunSummary, WorkerSummary, to_json
-from tb_attn_plugin.vocab.names import display_name, parse_trace_name
+from tb_attn_plugin.vocab.names import display_name, parse_candidate_name, parse_trace_name
 
 if TYPE_CHECKING:
     from tb_attn_plugin.analysis.analyze import Analysis
@@ -125,16 +126,18 @@ def _splittable_size(path: str, max_bytes: int | None) -> int:
 def resolve_runs(path: str) -> list[Run]:
     """The runs under a logdir, the run a directory is, or a single trace file as a run.
 
-    A file given by name is read whatever it is called (``trace.json.gz`` too); in directories
-    only ``*.pt.trace.json[.gz]`` files are traces.
+    A file given by name is read whatever it is called (``trace.txt`` too); in directories the
+    traces are the ``*.pt.trace.json[.gz]`` files and the other ``*.json[.gz]`` files whose heads
+    show a torch.profiler trace (``sniff``: each head read once per call).
     """
     if io.is_dir(path):
-        return find_runs(path, io.list_tree(path))
+        files = io.list_tree(path)
+        return find_runs(path, files, traces=Verdicts().traces(files))
     # A link the user names is the file they mean: resolved here, since trace.io opens no link.
     target = path if io.is_url(path) else os.path.realpath(path)
     info = io.stat(target)  # raises TraceError: no such file
     name = path.rstrip("/").rsplit("/", 1)[-1]
-    parsed = parse_trace_name(name)
+    parsed = parse_trace_name(name) or parse_candidate_name(name)
     worker, span = parsed if parsed is not None else (name.split(".", 1)[0] or name, None)
     directory = path.rstrip("/").rsplit("/", 1)[0] if "/" in path.rstrip("/") else "."
     trace = TraceFile(path=info.path, name=display_name(name), worker=display_name(worker), span=span,

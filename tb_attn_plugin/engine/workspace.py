@@ -35,14 +35,20 @@ from tb_attn_plugin.trace.discover import Run, TraceFile
 from tb_attn_plugin.trace.events import ReadError, TraceError
 from tb_attn_plugin.trace.io import FileInfo
 from tb_attn_plugin.types.schema import RunSummary, WorkerSummary
+from tb_attn_plugin.vocab.names import TRACE_PATTERNS
 
-__all__ = ["NO_TRACES_HINT", "Cached", "Limits", "Parsed", "Workspace"]
+__all__ = ["NO_TRACES_HINT", "Cached", "Limits", "Parsed", "Workspace", "no_traces"]
 
-#: Said after "no traces under PATH", whichever door was used.
+#: Said after "no torch.profiler traces (...) under PATH", whichever door was used.
 NO_TRACES_HINT = "write some with: tb-attn-run --logdir ..."
 _log = logging.getLogger(__name__)
 #: How many run names an unknown run's message lists.
 _NAMES_LISTED = 8
+
+
+def no_traces(path: str) -> str:
+    """What every door says of a ``path`` that holds no trace: what it looked for, in one line."""
+    return f"no torch.profiler traces ({TRACE_PATTERNS}) under {path}; {NO_TRACES_HINT}"
 
 
 @dataclass(frozen=True)
@@ -110,7 +116,7 @@ class Workspace:
         except TraceError as exc:
             raise ValueError(str(exc)) from None
         if not runs:
-            raise ValueError(f"no traces (*.pt.trace.json[.gz]) under {path}; {NO_TRACES_HINT}")
+            raise ValueError(no_traces(path))
         if run is not None:
             picked = [r for r in runs if r.name == run.strip("/")]
             if not picked:

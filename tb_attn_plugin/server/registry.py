@@ -1,7 +1,10 @@
 """The run registry of one logdir: which runs there are, listed at most so often, and their
 metadata, read once per version.
 
-The tab's service (``service.py``) asks it for runs by name; nothing here parses a trace.
+The tab's service (``service.py``) asks it for runs by name; nothing here parses a trace. A
+``*.json[.gz]`` file that is not named as a trace is one if its head says so (``trace.sniff``):
+each file version's head is read once and its verdict kept for as long as the file is listed, so a
+logdir of thousands of JSON files that are not traces costs their heads once, not every listing.
 Metadata is kept for every listed run, so what it holds is bounded per run, not by what the files
 hold (each may be 1 MiB): a run's ``RunInfo`` (what the runs list shows, computed from the whole
 file) and its metadata with every top-level value over ``KEPT_VALUE_BYTES`` left out, at most
@@ -28,6 +31,7 @@ from tb_attn_plugin.server.run_info import run_info
 from tb_attn_plugin.trace import io
 from tb_attn_plugin.trace.discover import Run, find_runs
 from tb_attn_plugin.trace.events import ReadError, TraceError
+from tb_attn_plugin.trace.sniff import Verdicts
 
 __all__ = ["KEPT_BYTES", "KEPT_VALUE_BYTES", "Registry", "kept_metadata"]
 
@@ -70,6 +74,7 @@ class Registry:
         self._active = False
         self._active_checked_at = -1e18
         self._metadata: dict[tuple[str, float | None], tuple[Metadata, RunInfo | None] | None] = {}
+        self._verdicts = Verdicts()  # which *.json files are traces, by their heads
         self.listing_error: str | None = None
 
     def runs(self, *, refresh: bool = False) -> list[Run]:
@@ -115,7 +120,7 @@ class Registry:
                 self.listing_error = str(exc)
                 self._scanned_at = started
                 return self._runs
-        runs = find_runs(self.logdir, files)
+        runs = find_runs(self.logdir, files, traces=self._verdicts.traces(files))
         self._read_metadata(runs)
         with self._lock:
             self.listing_error = None
@@ -151,7 +156,8 @@ class Registry:
 
     def has_traces(self) -> bool:
         """Cheap enough for ``is_active``: a fresh listing if there is one, else a local walk
-        that stops at the first trace file (remote logdirs are listed, with the usual TTL)."""
+        that stops at the first trace file, judging ``*.json`` files by the verdicts the listings
+        keep (remote logdirs are listed, with the usual TTL)."""
         with self._lock:
             now = time.monotonic()
             if now - self._scanned_at <= self.scan_ttl_s:
@@ -160,7 +166,7 @@ class Registry:
                 return self._active
         if io.is_url(self.logdir):
             return bool(self.runs())
-        active = io.has_trace_file(self.logdir)
+        active = io.has_trace_file(self.logdir, is_trace=self._verdicts.is_trace)
         with self._lock:
             self._active, self._active_checked_at = active, time.monotonic()
         return active

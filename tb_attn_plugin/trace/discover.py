@@ -1,9 +1,11 @@
 """Runs, workers and spans from a file listing (pure: the listing comes from ``trace.io``).
 
-A run is a directory that holds ``*.pt.trace.json[.gz]`` files, named by its path relative to
-the logdir, as torch-tb-profiler names runs (``.`` for the logdir itself). Which files are
-traces, and their workers and spans, is the trace-file grammar of ``tb_attn_plugin.vocab.names``,
-which the runner writes by.
+A run is a directory that holds trace files, named by its path relative to the logdir, as
+torch-tb-profiler names runs (``.`` for the logdir itself). Which files are traces, and their
+workers and spans, is the trace-file grammar of ``tb_attn_plugin.vocab.names``, which the runner
+writes by: ``*.pt.trace.json[.gz]`` files are traces by their names; other ``*.json[.gz]`` files
+are candidates (``candidates``), traces only where their content says so, which the caller has
+found out (``trace.sniff``) and passes in as the set ``traces``.
 
 Any byte sequence is a valid POSIX file name, and Python lists the bytes that are not UTF-8 as
 lone surrogates (``surrogateescape``), which no JSON encoder takes. So runs, files and workers
@@ -17,13 +19,13 @@ from __future__ import annotations
 
 import os
 import posixpath
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 
 from tb_attn_plugin.trace.io import FileInfo
-from tb_attn_plugin.vocab.names import METADATA_FILE, display_name, parse_trace_name
+from tb_attn_plugin.vocab.names import METADATA_FILE, display_name, parse_candidate_name, parse_trace_name
 
-__all__ = ["EVENT_FILE_MARK", "MAX_EVENT_FILES", "Run", "TraceFile", "find_runs"]
+__all__ = ["EVENT_FILE_MARK", "MAX_EVENT_FILES", "Run", "TraceFile", "candidates", "find_runs"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,8 +70,15 @@ def _split(path: str) -> tuple[str, str]:
     return head, tail
 
 
-def find_runs(root: str, files: Iterable[FileInfo]) -> list[Run]:
-    """Group a recursive listing of ``root`` into runs, sorted by name."""
+def candidates(files: Iterable[FileInfo]) -> list[FileInfo]:
+    """The files of a listing that are traces only if their content says so
+    (``names.parse_candidate_name``: ``*.json[.gz]``, not a trace name, not the metadata file)."""
+    return [info for info in files if parse_candidate_name(_split(info.path)[1]) is not None]
+
+
+def find_runs(root: str, files: Iterable[FileInfo], *, traces: Collection[str] = frozenset()) -> list[Run]:
+    """Group a recursive listing of ``root`` into runs, sorted by name. ``traces``: the paths of the
+    candidates (``candidates``) whose content shows a trace; the other candidates are not traces."""
     root_norm = _slashes(root).rstrip("/")
     by_dir: dict[str, list[TraceFile]] = {}
     metadata: dict[str, FileInfo] = {}
@@ -77,6 +86,8 @@ def find_runs(root: str, files: Iterable[FileInfo]) -> list[Run]:
     for info in files:
         directory, name = _split(info.path)
         parsed = parse_trace_name(name)
+        if parsed is None and info.path in traces:
+            parsed = parse_candidate_name(name)
         if parsed is not None:
             by_dir.setdefault(directory, []).append(
                 TraceFile(info.path, display_name(name), display_name(parsed[0]), parsed[1], info.size, info.mtime,
@@ -87,12 +98,12 @@ def find_runs(root: str, files: Iterable[FileInfo]) -> list[Run]:
         elif EVENT_FILE_MARK in name:
             events.setdefault(directory, []).append(info)
     runs = []
-    for directory, traces in by_dir.items():
+    for directory, found in by_dir.items():
         rel = directory[len(root_norm):].strip("/") if directory.startswith(root_norm) else directory
         name = display_name(posixpath.normpath(rel)) if rel else "."
-        traces.sort(key=lambda t: (t.worker, int(t.span) if t.span else -1, t.name))
+        found.sort(key=lambda t: (t.worker, int(t.span) if t.span else -1, t.name))
         meta = metadata.get(directory)
-        runs.append(Run(name=name, path=directory, files=tuple(traces),
+        runs.append(Run(name=name, path=directory, files=tuple(found),
                         metadata_path=meta.path if meta else None, metadata_mtime=meta.mtime if meta else None,
                         event_files=tuple(sorted(events.get(directory, ()), key=lambda f: f.path))[:MAX_EVENT_FILES]))
     return sorted(runs, key=lambda r: r.name)

@@ -7,6 +7,9 @@ stays bounded whatever the file size.
 Only regular files are read: a FIFO, a device or a socket, even one swapped in for a listed
 file, is refused at open without blocking (see ``_open_local``).
 
+Files are read whole as a stream (``read_chunks``), or only their head (``read_heads``: at most
+so many bytes, stored and decompressed alike), which decides whether a ``*.json`` file is a trace.
+
 A failed request to the storage (a missing object, a refused or dropped connection, a timeout,
 missing credentials) raises ``ReadError`` whatever the storage library raised, so callers never
 see a botocore or aiohttp exception and never blame the file's content for it.
@@ -21,12 +24,12 @@ import os
 import stat as stat_module
 import sys
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 from tb_attn_plugin.trace.events import ReadError, TraceError
-from tb_attn_plugin.vocab.names import parse_trace_name
+from tb_attn_plugin.vocab.names import parse_candidate_name, parse_trace_name
 
 _inflate: Any = zlib
 try:  # ISA-L's inflate, same streams as zlib's: 2.0x as fast on a gzipped 103 MB trace, 1.7-5x on
@@ -39,8 +42,8 @@ _INFLATE_ERRORS: tuple[type[BaseException], ...] = (zlib.error, _inflate.error)
 
 __all__ = [
     "CHUNK_BYTES", "FileChunks", "FileInfo", "filesystem", "find_after", "has_trace_file", "inside", "is_dir",
-    "is_plain_local_file", "is_url", "join", "list_tree", "raw_chunks", "read_chunks", "read_many", "read_range",
-    "read_small", "stat",
+    "is_plain_local_file", "is_url", "join", "list_tree", "raw_chunks", "read_chunks", "read_heads", "read_many",
+    "read_range", "read_small", "stat",
 ]
 
 CHUNK_BYTES = 4 << 20
@@ -168,18 +171,30 @@ def is_dir(path: str) -> bool:
     return os.path.isdir(_strip_file_scheme(path))
 
 
-def has_trace_file(root: str) -> bool:
-    """Whether a local tree holds a trace file; stops at the first one."""
+def has_trace_file(root: str, *, is_trace: Callable[[FileInfo], bool]) -> bool:
+    """Whether a local tree holds a trace: a regular file named as one (``names.parse_trace_name``),
+    else a candidate (``names.parse_candidate_name``) that ``is_trace`` accepts by its content
+    (``sniff.Verdicts.is_trace``, which remembers its verdicts). Walks the tree once and stops at the
+    first file named as a trace; only a tree without one asks ``is_trace``, candidate by candidate,
+    until one says yes."""
+    candidates: list[FileInfo] = []
     for dirpath, dirnames, filenames in os.walk(_strip_file_scheme(root)):
         dirnames[:] = [d for d in dirnames if not d.startswith(".")]
         for name in filenames:
-            if parse_trace_name(name) is not None:
-                try:
-                    if stat_module.S_ISREG(os.lstat(os.path.join(dirpath, name)).st_mode):
-                        return True  # a link named like a trace is not one (the listing skips it)
-                except OSError:
-                    continue
-    return False
+            named = parse_trace_name(name) is not None
+            if not named and parse_candidate_name(name) is None:
+                continue
+            path = os.path.join(dirpath, name)
+            try:
+                st = os.lstat(path)
+            except OSError:
+                continue
+            if not stat_module.S_ISREG(st.st_mode):
+                continue  # a link (or a FIFO) named like a trace is not one (the listing skips it)
+            if named:
+                return True
+            candidates.append(FileInfo(path, st.st_size, st.st_mtime))
+    return any(is_trace(info) for info in candidates)
 
 
 def stat(path: str) -> FileInfo:
@@ -449,6 +464,62 @@ def read_small(path: str, *, limit: int = 1 << 20) -> bytes:
     return data
 
 
+def read_heads(paths: list[str], *, limit: int) -> dict[str, bytes | TraceError]:
+    """The first ``limit`` bytes of each file, decompressed if gzip (by its magic bytes), by path;
+    or the error that stopped it (ReadError: the storage; TraceError: not a regular file, corrupt
+    gzip). At most ``limit`` bytes of a file are read as stored and at most ``limit`` decompressed,
+    so a gzip bomb costs what a small file does. Local files are opened as every file here is
+    (``_open_local``: a FIFO is refused without blocking, a link is never followed); on object
+    stores the requests go out together, one ranged GET each (``_fetch_small``)."""
+    out: dict[str, bytes | TraceError] = {}
+    remote = [p for p in paths if is_url(p)]
+    for path in paths:
+        if is_url(path):
+            continue
+        try:
+            with _open_local(path) as f:
+                raw = f.read(limit)
+            out[path] = _head(raw, path, limit)
+        except OSError as exc:
+            out[path] = ReadError(f"cannot read {path}: {exc.strerror or exc}")
+        except TraceError as exc:
+            out[path] = exc
+    if remote:
+        for path, value in zip(remote, _fetch_small(remote, limit), strict=True):
+            if isinstance(value, bytes):
+                try:
+                    out[path] = _head(value[:limit], path, limit)
+                except TraceError as exc:
+                    out[path] = exc
+            elif isinstance(value, TraceError):
+                out[path] = value
+            else:
+                out[path] = ReadError(f"cannot read {path}: {_describe(value)}")
+    return out
+
+
+def _head(raw: bytes, path: str, limit: int) -> bytes:
+    """The first ``limit`` bytes ``raw`` holds, decompressed if gzip (as far as ``raw`` goes)."""
+    if not raw.startswith(_GZIP_MAGIC):
+        return raw
+    out = bytearray()
+    decomp = _inflate.decompressobj(wbits=31)
+    pending = raw
+    while pending and len(out) < limit:
+        try:
+            out += decomp.decompress(pending, limit - len(out))
+        except _INFLATE_ERRORS as exc:
+            raise TraceError(f"corrupt gzip in {path}: {exc}") from None
+        if not decomp.eof:
+            pending = decomp.unconsumed_tail  # empty: the head ends inside this member
+        elif decomp.unused_data.startswith(_GZIP_MAGIC):
+            pending = decomp.unused_data  # another gzip member follows
+            decomp = _inflate.decompressobj(wbits=31)
+        else:
+            break
+    return bytes(out)
+
+
 def read_many(paths: list[str], *, limit: int = 1 << 20) -> dict[str, bytes | TraceError]:
     """Small files (run metadata) by path, each its bytes or the error that stopped it.
 
@@ -466,7 +537,7 @@ def read_many(paths: list[str], *, limit: int = 1 << 20) -> dict[str, bytes | Tr
             except TraceError as exc:
                 out[path] = exc
     if remote:
-        for path, value in zip(remote, _fetch_small(remote, limit), strict=True):
+        for path, value in zip(remote, _fetch_small(remote, limit + 1), strict=True):
             if isinstance(value, bytes) and len(value) <= limit:
                 out[path] = value
             elif isinstance(value, bytes):
@@ -478,14 +549,15 @@ def read_many(paths: list[str], *, limit: int = 1 << 20) -> dict[str, bytes | Tr
     return out
 
 
-def _fetch_small(urls: list[str], limit: int) -> list[bytes | BaseException]:
+def _fetch_small(urls: list[str], nbytes: int) -> list[bytes | BaseException]:
+    """The first ``nbytes`` of each object, one ranged GET each, sent together; or what stopped it."""
     try:
         fs, _ = _fs(urls[0])
         keys = [fs._strip_protocol(u) for u in urls]
     except TraceError as exc:
         return [exc for _ in urls]
     try:
-        got: list[bytes | BaseException] = list(fs.cat_ranges(keys, 0, limit + 1, on_error="return"))
+        got: list[bytes | BaseException] = list(fs.cat_ranges(keys, 0, nbytes, on_error="return"))
     except Exception as exc:  # whatever stopped the batch is reported per file
         return [exc for _ in urls]
     # An empty object has no byte 0: a ranged GET of it fails (HTTP 416). Read those whole.

@@ -1,17 +1,29 @@
-"""The trace-file grammar: how the runner names the files the plugin reads.
+"""The trace-file grammar: which files in a logdir the plugin reads as traces, and how the runner
+names the ones it writes.
 
 Like the scope grammar (``scopes.py``), this is a contract between the runner, which writes the
 files, and the plugin, which lists them: both import it, and it imports nothing heavy. A run is
 a directory holding trace files and, optionally, the runner's metadata file::
 
-    trace    := worker [ "." span ] ".pt.trace.json" [ ".gz" ]
-    worker   := any name that does not start with "." (hidden files are never traces)
-    span     := decimal digits (``tensorboard_trace_handler`` writes time.time_ns())
-    metadata := "tb_attn_run.json"
+    trace     := worker [ "." span ] ".pt.trace.json" [ ".gz" ]
+    candidate := worker [ "." span ] ".json" [ ".gz" ]   (not a trace name, not the metadata file)
+    worker    := any name that does not start with "." (hidden files are never traces)
+    span      := decimal digits (``tensorboard_trace_handler`` writes time.time_ns())
+    metadata  := "tb_attn_run.json"
+
+A file named as a trace is one by its name. A candidate is a trace only if its content says so:
+its head shows a Chrome trace written by torch.profiler (``trace.kineto.is_kineto_head``, read by
+``trace.sniff``). Other tools name their traces so: Hugging Face Accelerate's
+``ProfileKwargs(output_trace_dir=...)`` writes ``profile_<process index>.json``, and
+``prof.export_chrome_trace(path)`` writes whatever name it is given. Other JSON files in a logdir
+(``config.json``, ``trainer_state.json``, another tool's Chrome trace) are candidates whose
+content says no.
 
 The runner always writes a span; a file without one (``worker.pt.trace.json``, as other tools
 write) is still a trace. The worker is the shortest prefix that leaves a valid rest, so a worker
-may hold dots: ``a.b.12.pt.trace.json`` is worker ``a.b``, span ``12``. The runner's temporary
+may hold dots: ``a.b.12.pt.trace.json`` is worker ``a.b``, span ``12``; a candidate's worker and
+span are read the same way: ``profile_0.json`` is worker ``profile_0`` with no span,
+``rank3.1700000000.json.gz`` worker ``rank3``, span ``1700000000``. The runner's temporary
 files (``.{name}.tmp``) are hidden and end in ``.tmp``: no reader ever takes them for traces.
 """
 
@@ -19,8 +31,8 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["GZIP_SUFFIX", "METADATA_FILE", "TRACE_NAME_RE", "TRACE_SUFFIX", "display_name", "parse_trace_name",
-           "trace_file_name"]
+__all__ = ["CANDIDATE_NAME_RE", "CANDIDATE_SUFFIX", "GZIP_SUFFIX", "METADATA_FILE", "TRACE_NAME_RE", "TRACE_PATTERNS",
+           "TRACE_SUFFIX", "display_name", "parse_candidate_name", "parse_trace_name", "trace_file_name"]
 
 TRACE_SUFFIX = ".pt.trace.json"
 GZIP_SUFFIX = ".gz"
@@ -29,11 +41,28 @@ METADATA_FILE = "tb_attn_run.json"
 #: A trace file's name; groups ``worker``, ``span`` (None when absent) and ``gz``.
 TRACE_NAME_RE = re.compile(
     rf"^(?P<worker>[^.\n].*?)(?:\.(?P<span>\d+))?{re.escape(TRACE_SUFFIX)}(?P<gz>{re.escape(GZIP_SUFFIX)})?$")
+CANDIDATE_SUFFIX = ".json"
+#: A name whose file is a trace if its content says so (``parse_candidate_name`` also rules out the
+#: trace names and the metadata file); groups as ``TRACE_NAME_RE``'s.
+CANDIDATE_NAME_RE = re.compile(
+    rf"^(?P<worker>[^.\n].*?)(?:\.(?P<span>\d+))?{re.escape(CANDIDATE_SUFFIX)}(?P<gz>{re.escape(GZIP_SUFFIX)})?$")
+#: The trace files a logdir is searched for, in words (the message when none is found).
+TRACE_PATTERNS = (f"*{TRACE_SUFFIX}[{GZIP_SUFFIX}], or *{CANDIDATE_SUFFIX}[{GZIP_SUFFIX}] "
+                  "written by torch.profiler")
 
 
 def parse_trace_name(name: str) -> tuple[str, str | None] | None:
     """(worker, span) of a trace file name, or None if it is not a trace file."""
     m = TRACE_NAME_RE.match(name)
+    return None if m is None else (m.group("worker"), m.group("span"))
+
+
+def parse_candidate_name(name: str) -> tuple[str, str | None] | None:
+    """(worker, span) of a file that is a trace only if its content says so (``*.json[.gz]``, not
+    hidden, neither a trace name nor the metadata file), or None for any other name."""
+    if name == METADATA_FILE or TRACE_NAME_RE.match(name):
+        return None
+    m = CANDIDATE_NAME_RE.match(name)
     return None if m is None else (m.group("worker"), m.group("span"))
 
 

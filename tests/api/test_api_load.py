@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import SHARED_TRACES
+from helpers import SHARED_TRACES, accelerate_run
 
 import tb_attn
 from tb_attn_plugin.cli.main import main
@@ -127,11 +127,23 @@ def test_bad_arguments(builtin_logdir: Path, kwargs: dict[str, Any], error: type
         tb_attn.load(builtin_logdir / "sdpa", **kwargs)
 
 
+def test_traces_named_as_accelerate_names_them_load_as_one_run_of_four_ranks(tmp_path: Path,
+                                                                          builtin_logdir: Path) -> None:
+    (trace,) = (builtin_logdir / "naive").glob("*.pt.trace.json")
+    accelerate_run(tmp_path / "run", trace)
+    r = tb_attn.load(tmp_path, progress=False)
+    frame = r.workers()
+    assert list(frame["run"]) == ["run"] * 4 and list(frame["worker"]) == [f"profile_{i}" for i in range(4)]
+    assert r.errors().empty
+    assert list(tb_attn.load(tmp_path, ranks="1,3", progress=False).workers()["worker"]) == ["profile_1", "profile_3"]
+
+
 def test_bad_sources(tmp_path: Path) -> None:
     missing = f"cannot read {tmp_path}/missing: No such file or directory"
     with pytest.raises(FileNotFoundError, match=re.escape(missing)):
         tb_attn.load(tmp_path / "missing")
-    with pytest.raises(ValueError, match=re.escape(f"no traces (*.pt.trace.json[.gz]) under {tmp_path}")):
+    with pytest.raises(ValueError, match=re.escape(f"no torch.profiler traces (*.pt.trace.json[.gz], or *.json[.gz] "
+                                                   f"written by torch.profiler) under {tmp_path}")):
         tb_attn.load(tmp_path)
     with pytest.raises(TypeError, match="takes a path"):
         tb_attn.load(42)

@@ -8,6 +8,7 @@ accuracy record, the baseline selector, the two charts and the group's findings.
 from __future__ import annotations
 
 import re
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -130,8 +131,9 @@ def test_table_charts_and_findings_match_the_engine(strategies_ui: TensorBoard, 
     expect(listed).to_have_count(len(crossings) + len(noted))
     for c in crossings:
         expect(listed.filter(has_text=c.text)).to_have_count(1)
-    for x in noted:
-        expect(listed.filter(has_text=x.crossover_note)).to_have_count(1)
+    # Where the baseline's own steps are noisy, every series says so in the same words.
+    for note, times in Counter(x.crossover_note for x in noted).items():
+        expect(listed.filter(has_text=note)).to_have_count(times)
     expect(listed.filter(has_text="(off the chart)")).to_have_count(
         sum(1 for c in crossings if c.seq is not None and c not in near))
 

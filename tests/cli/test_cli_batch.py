@@ -123,7 +123,8 @@ def test_listed_runs_names_every_run_or_the_one_asked_for(logdir: Path) -> None:
 
 @pytest.mark.parametrize(("where", "run", "message"), [
     ("missing", None, "cannot read {path}: No such file or directory"),
-    ("empty", None, "no traces (*.pt.trace.json[.gz]) under {path}"),
+    ("empty", None, "no torch.profiler traces (*.pt.trace.json[.gz], or *.json[.gz] written by torch.profiler) "
+                    "under {path}"),
     ("logdir", "nope", "no run named 'nope' under {path} (its runs: a, b)"),
 ])
 def test_listed_runs_raises_usage_with_the_reason(logdir: Path, tmp_path: Path, where: str, run: str | None,

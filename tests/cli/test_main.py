@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import HAND_TRACES, SHARED_TRACES
+from helpers import HAND_TRACES, SHARED_TRACES, accelerate_run
 
 from tb_attn_plugin.cli.main import main
 from tb_attn_plugin.cli.report import CSV_FIELDS, printable
@@ -55,6 +55,28 @@ def test_csv_loads_as_rows(builtin_logdir: Path, capsys: pytest.CaptureFixture[s
     assert all(float(r["cpu_us"]) >= 0 for r in rows)
 
 
+def test_every_trace_named_as_accelerate_names_them_is_summarized(
+    tmp_path: Path, builtin_logdir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Before, ``summarize`` of Accelerate's profile_<i>.json said "no traces", and in a logdir
+    where 3 of 4 traces were named so, it summarized the fourth, said nothing and exited 0."""
+    (trace,) = (builtin_logdir / "naive").glob("*.pt.trace.json")
+    accelerate_run(tmp_path / "run", trace)
+    (tmp_path / "run" / "profile_3.json").unlink()
+    shutil.copyfile(trace, tmp_path / "run" / "profile_3.1.pt.trace.json")  # one of the four named as a trace
+    assert main(["summarize", str(tmp_path), "--format", "json", "--no-progress"]) == 0
+    captured = capsys.readouterr()
+    (run,) = json.loads(captured.out)["runs"]
+    assert captured.err == "" and run["errors"] == []
+    assert [(w["worker"], w["rank"]) for w in run["workers"]] == [(f"profile_{i}", i) for i in range(4)]
+    # A trace found by its head that cannot be read whole: its one error line, exit code 1.
+    (tmp_path / "run" / "profile_0.json").write_bytes(trace.read_bytes()[:20_000])
+    assert main(["summarize", str(tmp_path), "--no-progress"]) == 1
+    captured = capsys.readouterr()
+    assert captured.err.count("\n") == 1 and "run/profile_0.json: truncated trace" in captured.err
+    assert "worker profile_1" in captured.out and "worker profile_0 " not in captured.out
+
+
 def test_a_broken_trace_exits_1_and_the_rest_is_still_printed(
     tmp_path: Path, builtin_logdir: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -71,7 +93,7 @@ def test_a_broken_trace_exits_1_and_the_rest_is_still_printed(
     ("args", "message"),
     [
         (["summarize", "{tmp}/missing"], "No such file or directory"),
-        (["summarize", "{tmp}"], "no traces"),
+        (["summarize", "{tmp}"], "no torch.profiler traces"),
         (["summarize", "{logdir}", "--run", "nope"], "no run named 'nope'"),
         (["summarize", "{logdir}", "--worker", "nope"], "no worker named 'nope'"),
         (["summarize", "{logdir}", "--format", "xml"], "invalid choice"),
@@ -225,8 +247,9 @@ def test_max_trace_mb_must_be_at_least_1(tmp_path: Path, capsys: pytest.CaptureF
 _BAD_INPUT: dict[str, dict[str, tuple[int, str] | tuple[int, str, int]]] = {
     "missing": {"summarize": (2, "No such file"), "compare": (2, "No such file"), "ranks": (2, "No such file"),
                 "gate": (2, "No such file"), "heads": (2, "No such file"), "strategies": (2, "No such file")},
-    "empty": {"summarize": (2, "no traces"), "compare": (2, "no traces"), "ranks": (2, "no traces"),
-              "gate": (2, "holds 0 runs"), "heads": (2, "no traces"), "strategies": (2, "no traces")},
+    "empty": {"summarize": (2, "no torch.profiler traces"), "compare": (2, "no torch.profiler traces"),
+              "ranks": (2, "no torch.profiler traces"), "gate": (2, "holds 0 runs"),
+              "heads": (2, "no torch.profiler traces"), "strategies": (2, "no torch.profiler traces")},
     # gate reads the FIFO as baseline and as candidate: two errors, each on its line.
     "fifo": {"summarize": (1, "not a regular file"), "compare": (1, "not a regular file"),
              "ranks": (2, "two or more workers"), "gate": (2, "not a regular file", 2),

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import fsspec
 import pytest
-from helpers import SHARED_TRACES
+from helpers import SHARED_TRACES, accelerate_run
 from tracetools import trace_files
 
 from tb_attn_plugin.engine.loader import Loader, load_events, resolve_runs
@@ -67,6 +67,56 @@ def test_resolve_logdir_run_and_file(builtin_logdir: Path) -> None:
     assert single.name == path.name and single.files[0].path == str(path)
     with pytest.raises(TraceError, match="No such file or directory"):
         resolve_runs(str(builtin_logdir / "missing"))
+
+
+def test_traces_named_otherwise_are_found_by_their_content(tmp_path: Path, builtin_logdir: Path) -> None:
+    (trace,) = trace_files(builtin_logdir / "naive")
+    accelerate_run(tmp_path / "accel", trace)  # Accelerate's profile_<process index>.json
+    (tmp_path / "export").mkdir()  # prof.export_chrome_trace("trace.json.gz")
+    (tmp_path / "export" / "trace.json.gz").write_bytes(gzip.compress(trace.read_bytes(), compresslevel=1))
+    (tmp_path / "hf").mkdir()  # an output_dir: JSON, but no trace
+    (tmp_path / "hf" / "config.json").write_text(json.dumps({"model_type": "llama", "hidden_size": 64}))
+    (tmp_path / "hf" / "trainer_state.json").write_text(json.dumps({"global_step": 5, "log_history": []}))
+    accel, export = resolve_runs(str(tmp_path))
+    assert (accel.name, accel.workers, export.name, export.workers) == (
+        "accel", [f"profile_{i}" for i in range(4)], "export", ["trace"])
+    summary = Loader().summarize_run(accel)
+    assert summary.errors == [] and [(w.worker, w.rank) for w in summary.workers] == [
+        (f"profile_{i}", i) for i in range(4)]
+    assert all(w.backend == "naive" for w in summary.workers)
+    (one,) = resolve_runs(str(tmp_path / "accel" / "profile_2.json"))  # one file: its worker as the grammar reads it
+    assert [(f.worker, f.span) for f in one.files] == [("profile_2", None)]
+    (tmp_path / "accel" / "rank3.1700000000.json.gz").write_bytes(b"")
+    (named,) = resolve_runs(str(tmp_path / "accel" / "rank3.1700000000.json.gz"))
+    assert [(f.worker, f.span) for f in named.files] == [("rank3", "1700000000")]
+
+
+def test_a_logdir_of_json_that_is_no_trace_lists_no_run_at_once(tmp_path: Path) -> None:
+    """Event files, metadata, a model's JSON, another tool's Chrome trace, a FIFO, a link out of the
+    logdir and a gzip bomb, all named *.json: none is a trace, none blocks, the bomb costs its head."""
+    import threading
+    import time
+
+    outside = tmp_path / "outside.json"
+    outside.write_text(json.dumps({"schemaVersion": 1, "deviceProperties": [], "traceEvents": []}))
+    logdir = tmp_path / "logdir" / "run"
+    logdir.mkdir(parents=True)
+    (logdir / "events.out.tfevents.1.host").write_bytes(b"\x00" * 64)
+    (logdir / "tb_attn_run.json").write_text(json.dumps({"schema": "tb-attn.run/1", "status": "ok"}))
+    (logdir / "config.json").write_text(json.dumps({"model_type": "gpt2", "n_layer": 2}))
+    (logdir / "trainer_state.json").write_text(json.dumps({"global_step": 5, "log_history": [{"loss": 1.0}]}))
+    (logdir / "devtools.json").write_text(json.dumps(
+        {"traceEvents": [{"cat": "devtools.timeline", "name": "RunTask", "ph": "X", "ts": 0, "dur": 1}]}))
+    os.mkfifo(logdir / "f.json")
+    (logdir / "l.json").symlink_to(outside)
+    (logdir / "b.json.gz").write_bytes(gzip.compress(b" " * (16 << 20), compresslevel=1))
+    got: list[object] = []
+    started = time.monotonic()
+    threading.Thread(target=lambda: got.append(resolve_runs(str(tmp_path / "logdir"))), daemon=True).start()
+    while not got and time.monotonic() - started < 20:
+        time.sleep(0.01)
+    assert got == [[]], "listing blocked"
+    assert time.monotonic() - started < 5
 
 
 def test_gzip_and_plain_decode_the_same(tmp_path: Path) -> None:

@@ -113,6 +113,15 @@ def test_a_rank_may_come_from_the_file_name_when_the_worker_has_none() -> None:
     assert file_ranks(run) == {"a": 3, "b": 1}
 
 
+def test_accelerates_process_index_is_the_rank() -> None:
+    """Accelerate writes ``profile_<process index>.json``: ranks by the names, not by the workers'
+    order (in which profile_10 comes before profile_2)."""
+    run = _run(*((f"profile_{i}", f"profile_{i}.json") for i in (0, 1, 2, 10)))
+    assert file_ranks(run) == {"profile_0": 0, "profile_1": 1, "profile_10": 10, "profile_2": 2}
+    four = _run(*((f"profile_{i}", f"profile_{i}.json") for i in range(4)))
+    assert [f.name for f in select_ranks(four, parse_ranks("1,3")).files] == ["profile_1.json", "profile_3.json"]
+
+
 def test_workers_without_ranks_in_their_names_are_numbered_in_sorted_order() -> None:
     run = _run(("host_222", "host_222.1.pt.trace.json"), ("host_111", "host_111.1.pt.trace.json"),
                ("host_333", "host_333.1.pt.trace.json"))

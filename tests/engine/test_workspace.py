@@ -56,7 +56,8 @@ def test_every_door_says_the_same(case: str, logdir: Path, tmp_path: Path,
     assert _cli_error(capsys, path, *cli_flags) == api
     expected = {
         "missing": (FileNotFoundError, f"cannot read {path}: No such file or directory"),
-        "empty": (ValueError, f"no traces (*.pt.trace.json[.gz]) under {path}; {NO_TRACES_HINT}"),
+        "empty": (ValueError, f"no torch.profiler traces (*.pt.trace.json[.gz], or *.json[.gz] written by "
+                              f"torch.profiler) under {path}; {NO_TRACES_HINT}"),
         "unknown run": (ValueError, f"no run named 'nope' under {path} (its runs: a, b)"),
         "no such ranks": (ValueError, f"no trace of ranks 7 under {path}"),
     }[case]

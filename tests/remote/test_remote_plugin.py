@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from remotetools import BUCKET, URL, LocalS3, client_of
 from webtools import BASE, get, get_json
 
@@ -121,5 +122,38 @@ def test_an_overwritten_trace_is_read_again(s3: LocalS3, local_runs: Path) -> No
         (worker,) = again["workers"]
         (expected,) = get_json(local, f"{BASE}/summary?run=exp/sdpa")["workers"]
         assert worker["backend"] == "cpu-flash" and worker["layers"] == expected["layers"]
+    finally:
+        s3.delete(BUCKET, prefix)
+
+
+def test_a_trace_named_as_accelerate_names_it_is_found_by_its_head(s3: LocalS3, local_runs: Path,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    """``profile_0.json`` is a trace by its content: its head is one ranged GET, in one batch with
+    the other candidates', once per object version (the tab), and once per command (the CLI)."""
+    import gzip
+    import json
+
+    from tb_attn_plugin.cli.main import main
+
+    prefix = "scratch/accelerate"
+    s3.delete(BUCKET, prefix)
+    trace = (local_runs / "exp" / "naive" / _trace_name(local_runs, "exp/naive")).read_bytes()
+    s3.client.put_object(Bucket=BUCKET, Key=f"{prefix}/run/profile_0.json", Body=trace)
+    s3.client.put_object(Bucket=BUCKET, Key=f"{prefix}/run/profile_1.json.gz", Body=gzip.compress(trace))
+    s3.client.put_object(Bucket=BUCKET, Key=f"{prefix}/run/config.json", Body=b'{"model_type": "gpt2"}')
+    url = f"s3://{BUCKET}/{prefix}"
+    client, service = client_of(url)
+    try:
+        s3.proxy.requests.clear()
+        (run,) = get_json(client, f"{BASE}/runs")["runs"]
+        assert run["run"] == "run" and [w["worker"] for w in run["workers"]] == ["profile_0", "profile_1"]
+        assert [s3.proxy.count("GET", f"run/{n}") for n in ("profile_0.json", "profile_1.json.gz", "config.json")] \
+            == [1, 1, 1]
+        get_json(client, f"{BASE}/runs?refresh=1")  # listed again: no head read again
+        assert s3.proxy.count("GET", "run/config.json") == 1 and service.has_traces()
+        assert get_json(client, f"{BASE}/summary?run=run")["errors"] == []
+        assert main(["summarize", url, "--format", "json", "--no-progress"]) == 0
+        (summarized,) = json.loads(capsys.readouterr().out)["runs"]
+        assert [w["worker"] for w in summarized["workers"]] == ["profile_0", "profile_1"]
     finally:
         s3.delete(BUCKET, prefix)

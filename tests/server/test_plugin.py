@@ -12,6 +12,7 @@ from importlib.metadata import entry_points
 from pathlib import Path
 
 import pytest
+from helpers import accelerate_run
 from tensorboard.plugins import base_plugin
 from tracetools import trace_files
 from webtools import BASE, get, get_json, plugin_client
@@ -207,3 +208,19 @@ def test_active_only_with_traces(tmp_path: Path, logdir: Path) -> None:
     assert not AttentionPlugin(base_plugin.TBContext(logdir=str(empty))).is_active()
     assert AttentionPlugin(base_plugin.TBContext(logdir=str(logdir))).is_active()
     assert not AttentionPlugin(base_plugin.TBContext(logdir="")).is_active()
+
+
+def test_traces_named_as_accelerate_names_them_are_a_run_of_four_ranks(tmp_path: Path, builtin_logdir: Path) -> None:
+    (trace,) = trace_files(builtin_logdir / "naive")
+    accelerate_run(tmp_path / "accel", trace)
+    (tmp_path / "accel" / "config.json").write_text(json.dumps({"model_type": "gpt2"}))  # no trace
+    assert AttentionPlugin(base_plugin.TBContext(logdir=str(tmp_path))).is_active()
+    client = _client(tmp_path)
+    (run,) = _get(client, f"{BASE}/runs")["runs"]
+    assert run["run"] == "accel" and [w["worker"] for w in run["workers"]] == [f"profile_{i}" for i in range(4)]
+    assert [w["spans"][0]["file"] for w in run["workers"]] == [f"profile_{i}.json" for i in range(4)]
+    summary = _get(client, f"{BASE}/summary?run=accel")
+    assert summary["errors"] == [] and [(w["worker"], w["rank"]) for w in summary["workers"]] == [
+        (f"profile_{i}", i) for i in range(4)]
+    ranks = _get(client, f"{BASE}/ranks?run=accel")
+    assert [(r["rank"], r["worker"]) for r in ranks["ranks"]] == [(i, f"profile_{i}") for i in range(4)]

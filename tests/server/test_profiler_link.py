@@ -56,8 +56,20 @@ def test_spans_are_named_by_their_rank_among_the_workers_files() -> None:
     run = _run("/logs", FILES)
     assert {f.name: profiler_span(run.files, f) for f in run.files} == EXPECTED
     link = profiler_link(run, _file(run, "dotted.name.5.pt.trace.json"), "/logs")
-    assert (link.plugin, link.run, link.worker, link.span, link.span_count) == (
+    assert link is not None and (link.plugin, link.run, link.worker, link.span, link.span_count) == (
         "pytorch_profiler", "exp/a", "dotted.name", "1", 1)
+
+
+def test_a_trace_found_by_its_content_has_no_link_and_no_span_there() -> None:
+    """torch-tb-profiler lists ``*.pt.trace.json[.gz]`` only: Accelerate's ``profile_0.json`` is
+    not in its tab, and does not count among a worker's spans there."""
+    traces = {"/logs/exp/a/profile_0.json", "/logs/exp/a/w.json"}
+    (run,) = find_runs("/logs", [FileInfo(f"/logs/exp/a/{n}", 1, 0.0)
+                                 for n in ("profile_0.json", "w.json", "w.7.pt.trace.json")], traces=traces)
+    assert profiler_link(run, _file(run, "profile_0.json"), "/logs") is None
+    assert profiler_span(run.files, _file(run, "w.7.pt.trace.json")) == ("1", 1)
+    link = profiler_link(run, _file(run, "w.7.pt.trace.json"), "/logs")
+    assert link is not None and (link.worker, link.span, link.span_count) == ("w", "1", 1)
 
 
 def test_equal_digits_take_the_last_rank_as_there() -> None:
@@ -73,7 +85,8 @@ def test_the_logdir_itself_is_named_by_its_last_component(tmp_path: Path, monkey
     assert profiler_run_name(".", "relative/runs") == "runs"
     assert profiler_run_name(".", ".") == tmp_path.name
     run = _run("/data/logs", ["w.1.pt.trace.json"], sub=".")
-    assert run.name == "." and profiler_link(run, run.files[0], "/data/logs").run == "logs"
+    link = profiler_link(run, run.files[0], "/data/logs")
+    assert run.name == "." and link is not None and link.run == "logs"
 
 
 # -- torch-tb-profiler's own names ------------------------------------------------------------
@@ -122,7 +135,7 @@ def test_the_names_are_the_ones_torch_tb_profiler_lists(tmp_path: Path, sub: str
     ours: dict[str, list[str]] = {}
     for f in run.files:
         link = profiler_link(run, f, str(logdir))
-        assert link.run == their_run
+        assert link is not None and link.run == their_run
         assert link.span_count == len(their_spans[link.worker])
         ours.setdefault(link.worker, []).append(link.span)
     assert {w: sorted(set(s)) for w, s in ours.items()} == their_spans

@@ -1,13 +1,16 @@
 """The run registry lists a logdir at most once per ``scan_ttl_s`` (a forced listing at most once
-per ``relist_min_s``), keeps a bounded part of each run's metadata read once per version, and lets
-a failed or slow listing leave the last one standing. The tests drive it on small logdirs written
-here with a hand-moved clock, and count the storage reads."""
+per ``relist_min_s``), keeps a bounded part of each run's metadata read once per version, judges
+each ``*.json`` file by its head once per version, and lets a failed or slow listing leave the last
+one standing. The tests drive it on small logdirs written here with a hand-moved clock, and count
+the storage reads."""
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import threading
+import time
 import types
 from pathlib import Path
 
@@ -307,3 +310,126 @@ def test_has_traces_uses_a_fresh_listing(tmp_path: Path, clock: Clock) -> None:
         os.remove(tmp_path / "a" / name)  # gone from storage, but the listing is fresh
     assert registry.has_traces() is True
     assert Registry(str(tmp_path)).has_traces() is False  # a walk of the storage as it is now
+
+
+# -- traces named otherwise (*.json), judged by their heads ---------------------------------------
+
+#: A trace's head as Kineto writes it (no event needs reading here: nothing parses).
+KINETO = json.dumps({"schemaVersion": 1, "deviceProperties": [], "traceEvents": []}).encode()
+
+
+@pytest.fixture
+def head_reads(monkeypatch: pytest.MonkeyPatch) -> list[list[str]]:
+    """Each batch of heads the registry reads (``io.read_heads``), as base names."""
+    batches: list[list[str]] = []
+    real = io.read_heads
+
+    def counting(paths: list[str], **kwargs: int) -> dict[str, bytes | TraceError]:
+        batches.append(sorted(os.path.basename(p) for p in paths))
+        return real(paths, **kwargs)
+
+    monkeypatch.setattr(io, "read_heads", counting)
+    return batches
+
+
+def test_traces_named_otherwise_are_listed_and_each_head_read_once_per_version(
+        tmp_path: Path, clock: Clock, head_reads: list[list[str]]) -> None:
+    run = tmp_path / "accel"
+    run.mkdir()
+    for i in range(4):
+        (run / f"profile_{i}.json").write_bytes(KINETO)
+    (run / "config.json").write_text(json.dumps({"model_type": "gpt2"}))
+    registry = Registry(str(tmp_path), scan_ttl_s=5.0)
+    (listed,) = registry.runs()
+    assert listed.name == "accel" and listed.workers == [f"profile_{i}" for i in range(4)]
+    assert head_reads == [["config.json", *(f"profile_{i}.json" for i in range(4))]]  # one batch
+    clock.now += 10
+    assert _names(registry.runs()) == ["accel"] and len(head_reads) == 1  # the verdicts are kept
+    (run / "config.json").write_bytes(KINETO + b"  ")  # a new version: its head is read again, alone
+    clock.now += 10
+    assert registry.runs()[0].workers == ["config", *(f"profile_{i}" for i in range(4))]
+    assert head_reads[1:] == [["config.json"]]
+
+
+def test_has_traces_finds_a_tree_of_profile_json_only_and_reuses_the_verdicts(
+        tmp_path: Path, clock: Clock, head_reads: list[list[str]]) -> None:
+    (tmp_path / "hf").mkdir()
+    (tmp_path / "hf" / "config.json").write_text("{}")
+    registry = Registry(str(tmp_path), scan_ttl_s=5.0)
+    assert registry.has_traces() is False and head_reads == [["config.json"]]
+    clock.now += 10
+    assert registry.has_traces() is False and len(head_reads) == 1  # judged before: no read
+    (tmp_path / "accel").mkdir()
+    (tmp_path / "accel" / "profile_0.json").write_bytes(gzip.compress(KINETO))
+    clock.now += 10
+    assert registry.has_traces() is True and head_reads[1:] == [["profile_0.json"]]
+    assert Registry(str(tmp_path)).has_traces() is True  # a registry of its own reads it too
+
+
+def test_a_logdir_of_ten_thousand_json_files_that_are_not_traces_lists_fast_after_the_first_time(
+        tmp_path: Path, clock: Clock, head_reads: list[list[str]]) -> None:
+    """An HF output_dir with checkpoints: config.json, trainer_state.json... in every directory."""
+    for d in range(100):
+        ckpt = tmp_path / "out" / f"checkpoint-{d}"
+        ckpt.mkdir(parents=True)
+        for i in range(100):
+            (ckpt / f"state_{i}.json").write_text('{"global_step": 1}')
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "w.1.pt.trace.json").write_text("{}")
+    registry = Registry(str(tmp_path), scan_ttl_s=5.0)
+    assert _names(registry.runs()) == ["run"] and sum(map(len, head_reads)) == 10_000
+    clock.now += 10
+    started = time.perf_counter()
+    assert _names(registry.runs()) == ["run"]
+    assert len(head_reads) == 1, "a second listing read heads again"
+    assert time.perf_counter() - started < 5  # 0.2 s here: a listing and a look-up per file
+    output_dir = Registry(str(tmp_path / "out"), scan_ttl_s=5.0)
+    assert output_dir.runs() == [] and output_dir.has_traces() is False  # has_traces: from the fresh listing
+    clock.now += 10
+    before = len(head_reads)
+    assert output_dir.has_traces() is False and len(head_reads) == before  # a walk: the listing's verdicts
+
+
+def test_json_files_that_are_no_traces_list_no_run_and_never_block(tmp_path: Path, clock: Clock) -> None:
+    outside = tmp_path / "outside.json"
+    outside.write_bytes(KINETO)
+    logdir = tmp_path / "logdir"
+    run = logdir / "run"
+    run.mkdir(parents=True)
+    (run / "events.out.tfevents.1.host").write_bytes(b"\x00" * 64)
+    (run / METADATA_FILE).write_text(json.dumps({"schema": "tb-attn.run/1"}))
+    (run / "config.json").write_text(json.dumps({"model_type": "gpt2"}))
+    (run / "trainer_state.json").write_text(json.dumps({"global_step": 5, "log_history": []}))
+    (run / "devtools.json").write_text(json.dumps({"traceEvents": [{"cat": "devtools.timeline", "ph": "X"}]}))
+    os.mkfifo(run / "f.json")
+    (run / "l.json").symlink_to(outside)
+    (run / "b.json.gz").write_bytes(gzip.compress(b" " * (16 << 20), compresslevel=1))
+    answers: list[object] = []
+
+    def ask() -> None:
+        answers.append(Registry(str(logdir)).has_traces())
+        answers.append(Registry(str(logdir)).runs())
+
+    worker = threading.Thread(target=ask, daemon=True)
+    worker.start()
+    worker.join(20)
+    assert answers == [False, []], "blocked, or took a file that is no trace for one"
+
+
+def test_no_head_is_read_while_the_registry_lock_is_held(tmp_path: Path, clock: Clock,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "profile_0.json").write_bytes(KINETO)
+    registry = Registry(str(tmp_path), scan_ttl_s=5.0)
+    held: list[bool] = []
+    real = io.read_heads
+
+    def reading(paths: list[str], **kwargs: int) -> dict[str, bytes | TraceError]:
+        held.append(registry._lock.locked())
+        return real(paths, **kwargs)
+
+    monkeypatch.setattr(io, "read_heads", reading)
+    assert registry.has_traces() is True
+    (tmp_path / "run" / "profile_0.json").write_bytes(KINETO + b" ")
+    assert _names(registry.runs()) == ["run"]
+    assert held == [False, False]  # the walk's read, then the listing's (a new version)

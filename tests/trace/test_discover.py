@@ -1,7 +1,8 @@
 """Run discovery (``trace/discover.py``): a recursive listing grouped into runs (directories that hold
-trace files), each with its workers and spans in order, its metadata file and its TensorBoard event
-files. Logdirs are built with ``tmp_path`` and listed by ``io.list_tree``, as the plugin lists them;
-object-store listings, which only ``find_runs`` sees, are written by hand.
+trace files: by name, or candidates whose content the caller found to be traces), each with its
+workers and spans in order, its metadata file and its TensorBoard event files. Logdirs are built
+with ``tmp_path`` and listed by ``io.list_tree``, as the plugin lists them; object-store listings,
+which only ``find_runs`` sees, are written by hand.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from tb_attn_plugin.trace import io
-from tb_attn_plugin.trace.discover import EVENT_FILE_MARK, MAX_EVENT_FILES, Run, find_runs
+from tb_attn_plugin.trace.discover import EVENT_FILE_MARK, MAX_EVENT_FILES, Run, candidates, find_runs
 from tb_attn_plugin.trace.io import FileInfo
 
 
@@ -126,3 +127,37 @@ def test_an_empty_listing_has_no_runs(tmp_path: Path) -> None:
     assert find_runs(str(tmp_path), []) == []
     _touch(tmp_path, "a/readme.md", ".hidden/w.1.pt.trace.json")  # hidden: never listed
     assert _runs(tmp_path) == []
+
+
+def test_candidates_are_the_json_files_not_named_as_traces(tmp_path: Path) -> None:
+    _touch(tmp_path, "a/profile_0.json", "a/w.1.pt.trace.json", "a/tb_attn_run.json", "b/trace.json.gz",
+           "b/config.json", "b/events.out.tfevents.1.host", "b/notes.txt", "c/.hidden.json", ".d/profile_0.json")
+    assert sorted(Path(f.path).relative_to(tmp_path).as_posix() for f in candidates(io.list_tree(str(tmp_path)))) == [
+        "a/profile_0.json", "b/config.json", "b/trace.json.gz"]
+
+
+def test_a_candidate_is_a_trace_only_where_the_caller_says_its_content_is(tmp_path: Path) -> None:
+    _touch(tmp_path, "accel/profile_0.json", "accel/profile_1.json", "accel/profile_10.json", "accel/config.json",
+           "export/rank3.1700000000.json.gz", "export/rank3.9.json", "hf/trainer_state.json")
+    files = io.list_tree(str(tmp_path))
+    assert find_runs(str(tmp_path), files) == []  # no content judged: no candidate is a trace
+    traces = {str(tmp_path / rel) for rel in ("accel/profile_0.json", "accel/profile_1.json",
+                                              "accel/profile_10.json", "export/rank3.1700000000.json.gz",
+                                              "export/rank3.9.json")}
+    accel, export = find_runs(str(tmp_path), files, traces=traces)
+    # Workers and spans are read from the name as a trace name's are; config.json and hf/ are not traces.
+    assert (accel.name, [(f.worker, f.span, f.name) for f in accel.files]) == ("accel", [
+        ("profile_0", None, "profile_0.json"), ("profile_1", None, "profile_1.json"),
+        ("profile_10", None, "profile_10.json")])
+    assert accel.workers == ["profile_0", "profile_1", "profile_10"]
+    assert [(f.worker, f.span) for f in export.files] == [("rank3", "9"), ("rank3", "1700000000")]
+
+
+def test_a_run_may_hold_traces_by_name_and_by_content_and_remote_listings_too() -> None:
+    root = "s3://b/logs"
+    files = [FileInfo(f"{root}/r/w.1.pt.trace.json.gz", 10, 1.0, "e1"),
+             FileInfo(f"{root}/r/profile_0.json", 20, 2.0, "e2"), FileInfo(f"{root}/r/config.json", 30, 3.0, "e3")]
+    assert [f.path for f in candidates(files)] == [f"{root}/r/profile_0.json", f"{root}/r/config.json"]
+    (run,) = find_runs(root, files, traces={f"{root}/r/profile_0.json"})
+    assert run.name == "r" and [(f.worker, f.size, f.etag) for f in run.files] == [("profile_0", 20, "e2"),
+                                                                                    ("w", 10, "e1")]

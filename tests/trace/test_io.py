@@ -1,8 +1,9 @@
 """The read boundary (``trace/io.py``), one guarantee a test: gzip known by its magic bytes and
 streamed (several members, a cap on the decompressed size, a truncated stream), only regular
 files opened (a FIFO refused at once, never waited on; a link never followed), ranges that notice
-a file that shrank, listings that skip hidden names and links, and every storage failure a
-``ReadError`` naming the path, locally and through fsspec (``memory://``)."""
+a file that shrank, listings that skip hidden names and links, heads read within their bound
+(a gzip bomb costs its head), and every storage failure a ``ReadError`` naming the path, locally
+and through fsspec (``memory://``)."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ import pytest
 
 from tb_attn_plugin.trace import io
 from tb_attn_plugin.trace.events import ReadError, TraceError
+from tb_attn_plugin.trace.io import FileInfo
 
 DOC = b'{"traceEvents": [' + b",".join(b'{"ph": "X", "name": "op%d"}' % i for i in range(2000)) + b"]}"
 
@@ -31,6 +33,11 @@ def memfs() -> Iterator[fsspec.AbstractFileSystem]:
     yield fs
     if fs.exists("/io-test"):
         fs.rm("/io-test", recursive=True)
+
+
+def _no_content_trace(info: FileInfo) -> bool:
+    """``has_trace_file``'s judge of candidates, for trees where only names matter."""
+    return False
 
 
 def _read(path: str | Path, **kw: object) -> bytes:
@@ -104,7 +111,7 @@ def test_a_fifo_is_refused_at_once_not_waited_on(tmp_path: Path) -> None:
     threading.Thread(target=read, daemon=True).start()
     assert done.wait(10), "reading a FIFO with no writer blocked"
     assert isinstance(errors[0], TraceError) and "not a regular file (a FIFO)" in str(errors[0])
-    assert not io.has_trace_file(str(tmp_path))  # named like a trace, but no file
+    assert not io.has_trace_file(str(tmp_path), is_trace=_no_content_trace)  # named like a trace, but no file
     assert io.list_tree(str(tmp_path)) == []
 
 
@@ -114,7 +121,7 @@ def test_a_link_is_never_followed(tmp_path: Path) -> None:
     tree = tmp_path / "logdir"
     tree.mkdir()
     (tree / "w.1.pt.trace.json").symlink_to(outside)
-    assert io.list_tree(str(tree)) == [] and not io.has_trace_file(str(tree))
+    assert io.list_tree(str(tree)) == [] and not io.has_trace_file(str(tree), is_trace=_no_content_trace)
     with pytest.raises(ReadError):  # O_NOFOLLOW: a link swapped in for a listed file is not opened
         _read(tree / "w.1.pt.trace.json")
     assert not io.inside(str(tree), str(tree / "w.1.pt.trace.json"))
@@ -129,7 +136,8 @@ def test_listings_skip_hidden_names_and_say_size_and_time(tmp_path: Path) -> Non
     listed = io.list_tree(str(tmp_path))
     assert [Path(f.path).relative_to(tmp_path).as_posix() for f in listed] == ["run/w.1.pt.trace.json"]
     assert listed[0].size == len(DOC) and listed[0].mtime == (tmp_path / "run" / "w.1.pt.trace.json").stat().st_mtime
-    assert io.has_trace_file(str(tmp_path)) and io.is_dir(str(tmp_path)) and not io.is_dir(str(tmp_path / "nope"))
+    assert io.has_trace_file(str(tmp_path), is_trace=_no_content_trace)
+    assert io.is_dir(str(tmp_path)) and not io.is_dir(str(tmp_path / "nope"))
 
 
 def test_a_range_notices_a_file_that_shrank(tmp_path: Path) -> None:
@@ -169,3 +177,113 @@ def test_fsspec_urls_read_list_and_fail_as_local_paths_do(memfs: fsspec.Abstract
     with pytest.raises(ReadError, match=re.escape("cannot read memory:///io-test/absent.json")):
         _read("memory:///io-test/absent.json")
     assert io.join(root, "run", "w.1.pt.trace.json.gz") == "memory:///io-test/run/w.1.pt.trace.json.gz"
+
+
+# -- heads ------------------------------------------------------------------------------------
+
+HEAD = 4096
+
+
+def test_a_head_is_the_first_bytes_decompressed_and_no_more(tmp_path: Path) -> None:
+    plain, gz, short = tmp_path / "plain.json", tmp_path / "x.json.gz", tmp_path / "short.json"
+    plain.write_bytes(DOC)
+    gz.write_bytes(gzip.compress(DOC))
+    short.write_bytes(DOC[:100])
+    heads = io.read_heads([str(plain), str(gz), str(short)], limit=HEAD)
+    assert heads == {str(plain): DOC[:HEAD], str(gz): DOC[:HEAD], str(short): DOC[:100]}
+
+
+def test_a_gzip_bomb_costs_its_head(tmp_path: Path) -> None:
+    bomb = tmp_path / "b.json.gz"
+    bomb.write_bytes(gzip.compress(b" " * (16 << 20), compresslevel=9))  # 16 MiB of spaces in 16 KiB
+    assert bomb.stat().st_size > 2 * HEAD  # more stored than a head
+    read: list[int] = []
+    real = io._open_local
+
+    def counting(path: str) -> object:
+        f = real(path)
+        read_ = f.read
+
+        def measured(n: int = -1) -> bytes:
+            data: bytes = read_(n)
+            read.append(len(data))
+            return data
+
+        f.read = measured
+        return f
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(io, "_open_local", counting)
+        (head,) = io.read_heads([str(bomb)], limit=HEAD).values()
+    assert head == b" " * HEAD and sum(read) <= HEAD
+
+
+def test_several_gzip_members_make_one_head_and_corrupt_gzip_is_a_trace_error(tmp_path: Path) -> None:
+    two, bad = tmp_path / "two.json.gz", tmp_path / "bad.json.gz"
+    two.write_bytes(gzip.compress(DOC[:10]) + gzip.compress(DOC[10:]))
+    whole = gzip.compress(DOC)
+    bad.write_bytes(whole[:10] + bytes(b ^ 0xFF for b in whole[10:40]) + whole[40:])
+    heads = io.read_heads([str(two), str(bad)], limit=HEAD)
+    assert heads[str(two)] == DOC[:HEAD]
+    assert isinstance(heads[str(bad)], TraceError) and "corrupt gzip" in str(heads[str(bad)])
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs here")
+def test_a_head_is_never_waited_for_nor_read_through_a_link(tmp_path: Path) -> None:
+    fifo, link, gone = tmp_path / "f.json", tmp_path / "l.json", tmp_path / "gone.json"
+    os.mkfifo(fifo)
+    (tmp_path / "outside.json").write_bytes(DOC)
+    link.symlink_to(tmp_path / "outside.json")
+    got: dict[str, bytes | TraceError] = {}
+    done = threading.Event()
+
+    def read() -> None:
+        got.update(io.read_heads([str(fifo), str(link), str(gone)], limit=HEAD))
+        done.set()
+
+    threading.Thread(target=read, daemon=True).start()
+    assert done.wait(10), "reading the head of a FIFO with no writer blocked"
+    assert isinstance(got[str(fifo)], TraceError) and "not a regular file (a FIFO)" in str(got[str(fifo)])
+    assert isinstance(got[str(link)], ReadError) and isinstance(got[str(gone)], ReadError)
+
+
+def test_remote_heads_are_read_in_one_batch_of_ranged_reads(memfs: fsspec.AbstractFileSystem,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    memfs.pipe("/io-test/a.json", DOC)
+    memfs.pipe("/io-test/b.json.gz", gzip.compress(b" " * (16 << 20)))  # a bomb
+    memfs.pipe("/io-test/empty.json", b"")
+    batches: list[tuple[list[str], object, object]] = []
+    real = type(memfs).cat_ranges
+
+    def cat_ranges(self: fsspec.AbstractFileSystem, paths: list[str], starts: object, ends: object,
+                   **kwargs: object) -> list[bytes | Exception]:
+        batches.append((list(paths), starts, ends))
+        return real(self, paths, starts, ends, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(type(memfs), "cat_ranges", cat_ranges)
+    urls = [f"memory:///io-test/{n}" for n in ("a.json", "b.json.gz", "empty.json", "none.json")]
+    heads = io.read_heads(urls, limit=HEAD)
+    assert len(batches) == 1 and batches[0][1:] == (0, HEAD)  # one batch, each read from 0 to the head
+    assert heads[urls[0]] == DOC[:HEAD] and heads[urls[1]] == b" " * HEAD and heads[urls[2]] == b""
+    assert isinstance(heads[urls[3]], ReadError)
+
+
+def test_without_a_file_named_as_a_trace_candidates_are_judged_until_one_is_a_trace(tmp_path: Path) -> None:
+    for rel in ("a/config.json", "b/profile_0.json", "b/profile_1.json", "c/notes.txt", "c/tb_attn_run.json",
+                "d/.hidden.json"):
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_bytes(b"{}")
+    asked: list[str] = []
+
+    def is_trace(info: FileInfo) -> bool:
+        asked.append(Path(info.path).relative_to(tmp_path).as_posix())
+        assert info.size == 2 and info.mtime == os.stat(info.path).st_mtime
+        return Path(info.path).name == "profile_0.json"
+
+    assert io.has_trace_file(str(tmp_path), is_trace=is_trace)
+    # Only candidates are judged (not the metadata file, a hidden or a .txt file), up to the first trace.
+    assert asked[-1] == "b/profile_0.json" and set(asked) <= {"a/config.json", "b/profile_0.json", "b/profile_1.json"}
+    asked.clear()
+    (tmp_path / "e").mkdir()
+    (tmp_path / "e" / "w.1.pt.trace.json").write_bytes(b"{}")
+    assert io.has_trace_file(str(tmp_path), is_trace=is_trace) and asked == []  # a name answers: nothing judged

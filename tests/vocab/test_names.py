@@ -9,7 +9,15 @@ import pytest
 
 from tb_attn_plugin.trace.discover import find_runs
 from tb_attn_plugin.trace.io import FileInfo
-from tb_attn_plugin.vocab.names import METADATA_FILE, TRACE_NAME_RE, parse_trace_name, trace_file_name
+from tb_attn_plugin.vocab.names import (
+    CANDIDATE_NAME_RE,
+    METADATA_FILE,
+    TRACE_NAME_RE,
+    TRACE_PATTERNS,
+    parse_candidate_name,
+    parse_trace_name,
+    trace_file_name,
+)
 
 
 @pytest.mark.parametrize("worker", ["host_123", "host-a_rank3", "a.b.c", "w.5", "7", "ünï code", "x.pt"])
@@ -41,6 +49,40 @@ def test_a_name_the_plugin_could_not_read_back_is_refused(worker: str, span: int
 def test_trace_names(name: str, expected: tuple[str, str | None] | None) -> None:
     assert parse_trace_name(name) == expected
     assert bool(TRACE_NAME_RE.match(name)) == (expected is not None)
+
+
+@pytest.mark.parametrize(
+    ("name", "expected"),
+    [
+        ("profile_0.json", ("profile_0", None)),  # Accelerate's, one per process
+        ("profile_12.json.gz", ("profile_12", None)),
+        ("rank3.1700000000.json.gz", ("rank3", "1700000000")),  # the span read as a trace name's is
+        ("trace.json", ("trace", None)),  # export_chrome_trace("trace.json")
+        ("a.b.12.json", ("a.b", "12")),  # the shortest worker, dots and all
+        ("12.json", ("12", None)),
+        ("config.json", ("config", None)),  # a candidate: its content says no
+        ("w.1.pt.trace.json", None),  # a trace by its name, not a candidate
+        ("w.pt.trace.json.gz", None),
+        (METADATA_FILE, None),
+        (".profile_0.json", None),  # hidden
+        (".json", None),
+        ("x.json.tmp", None),
+        ("x.jsonl", None),
+        ("x.json.gz.part", None),
+        ("x.gz", None),
+        ("events.out.tfevents.1.host", None),
+    ],
+)
+def test_candidate_names(name: str, expected: tuple[str, str | None] | None) -> None:
+    assert parse_candidate_name(name) == expected
+    # A name is a trace name, a candidate or neither: never both.
+    assert not (parse_candidate_name(name) is not None and parse_trace_name(name) is not None)
+    if expected is not None:
+        assert CANDIDATE_NAME_RE.match(name)
+
+
+def test_the_patterns_in_words_name_both_kinds() -> None:
+    assert TRACE_PATTERNS == "*.pt.trace.json[.gz], or *.json[.gz] written by torch.profiler"
 
 
 class _Profile:
