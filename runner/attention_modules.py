@@ -1,12 +1,22 @@
 """Which of a model's modules are its attention blocks: by type (``nn.MultiheadAttention``) or by
-a class name ending in ``Attention``, outermost only. Shared by instrumentation, attention
-statistics and the accuracy check."""
+a class name ending in ``Attention``, outermost only, and the paths they are named by. Shared by
+instrumentation, attention statistics and the accuracy check."""
 
 from __future__ import annotations
 
 from torch import nn
 
-__all__ = ["attention_modules"]
+__all__ = ["WRAPPER_PARTS", "attention_modules", "module_path"]
+
+#: The parts that wrappers add to a module's path: FSDP's, activation checkpointing's,
+#: ``torch.compile``'s. A block keeps the path its model gives it, wrapped or not.
+WRAPPER_PARTS = frozenset({"_fsdp_wrapped_module", "_checkpoint_wrapped_module", "_orig_mod"})
+
+
+def module_path(name: str) -> str:
+    """``name`` (as ``named_modules`` gives it) without the wrappers' parts:
+    ``model.layers.0._fsdp_wrapped_module.self_attn`` is ``model.layers.0.self_attn``."""
+    return ".".join(part for part in name.split(".") if part not in WRAPPER_PARTS)
 
 
 def attention_modules(model: nn.Module) -> list[tuple[str, nn.Module]]:

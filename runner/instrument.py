@@ -39,7 +39,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.autograd.profiler import record_function
 
-from runner.attention_modules import attention_modules
+from runner.attention_modules import attention_modules, module_path
 from runner.attn_stats import capture, write_events
 from runner.scoping import profiler_enabled
 from tb_attn_plugin.vocab.scopes import MODEL_BLOCK_MASK, Phase, format_scope
@@ -158,9 +158,9 @@ class Instrumentation:
 
     # -- set-up ---------------------------------------------------------------------------
     def __enter__(self) -> Instrumentation:
-        self._module_names = {id(m): n for n, m in self.model.named_modules()}
+        self._module_names = {id(m): module_path(n) for n, m in self.model.named_modules()}
         for name, module in attention_modules(self.model):
-            self._add_block(name, module, discovered=False)
+            self._add_block(module_path(name), module, discovered=False)
         for module in self.model.modules():
             if isinstance(module, nn.TransformerEncoderLayer):
                 self._watch_fast_path(module)

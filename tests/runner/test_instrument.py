@@ -97,6 +97,27 @@ def test_sdpa_callers_are_discovered_and_scoped() -> None:
     assert counts["tbattn.v1/L0/out_proj"] == 1
 
 
+def test_wrappers_leave_the_block_names_alone() -> None:
+    """FSDP, activation checkpointing and torch.compile wrap modules in modules of their own; a
+    block's name is the path the model gives it, wrapper or not."""
+
+    class Wrapper(nn.Module):
+        def __init__(self, attr: str, inner: nn.Module) -> None:
+            super().__init__()
+            setattr(self, attr, inner)
+            self.attr = attr
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            out: torch.Tensor = getattr(self, self.attr)(x)
+            return out
+
+    model = nn.ModuleDict({"layers": nn.ModuleList([
+        Wrapper("_fsdp_wrapped_module", nn.ModuleDict({"self_attn": nn.MultiheadAttention(16, 2)})),
+        Wrapper("_checkpoint_wrapped_module", Wrapper("_orig_mod", nn.MultiheadAttention(16, 2)))])})
+    with instrument(model) as inst:
+        assert [b.name for b in inst.blocks] == ["layers.0.self_attn", "layers.1"]
+
+
 def test_hooks_and_wrappers_are_removed_on_exit() -> None:
     model = nn.TransformerEncoder(nn.TransformerEncoderLayer(16, 2, 32, batch_first=True), 2,
                                   enable_nested_tensor=False)
