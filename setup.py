@@ -13,6 +13,11 @@ PROFILER_TAB = ["torch-tb-profiler>=0.4.3"]
 S3 = ["s3fs>=2024.1"]
 # --quant: the attention projections quantized by torchao (int8 weights and activations).
 QUANT = ["torchao>=0.10"]
+# The training loops' integrations (tb_attn.integrations): Hugging Face's Trainer (which needs
+# accelerate), PyTorch Lightning, Accelerate; each with the runner's torch and instrument().
+TRANSFORMERS = [*RUNNER, "accelerate>=1.0"]
+LIGHTNING = [*RUNNER, "pytorch-lightning>=2.2"]
+ACCELERATE = [*RUNNER, "accelerate>=1.0"]
 # The Python API's DataFrames (tb_attn.load): pandas is imported by that API only, never by the tab.
 NOTEBOOK = ["pandas>=2"]
 # Summaries fanned out to a Dask cluster (--executor dask://HOST:PORT, executor= in the API).
@@ -52,11 +57,15 @@ setup(
         "quant": QUANT,
         "notebook": NOTEBOOK,
         "dask": DASK,
+        "transformers": TRANSFORMERS,
+        "lightning": LIGHTNING,
+        "accelerate": ACCELERATE,
         "gcs": ["gcsfs>=2024.1"],
         "azure": ["adlfs>=2024.1"],
-        # The suite profiles real models and runs beside torch-tb-profiler, so it needs both.
-        "test": [*RUNNER, *PROFILER_TAB, *S3, *QUANT, *NOTEBOOK, *DASK, "pytest", "hypothesis", "ruff", "mypy",
-                 "playwright", "moto[server]>=5", "boto3", "nbclient", "nbformat", "ipykernel"],
+        # The suite profiles real models and training loops, and runs beside torch-tb-profiler.
+        "test": [*RUNNER, *PROFILER_TAB, *TRANSFORMERS, *LIGHTNING, *S3, *QUANT, *NOTEBOOK, *DASK, "pytest",
+                 "hypothesis", "ruff", "mypy", "playwright", "moto[server]>=5", "boto3", "nbclient", "nbformat",
+                 "ipykernel"],
     },
     entry_points={
         "console_scripts": [

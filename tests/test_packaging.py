@@ -216,6 +216,20 @@ def test_runner_api_without_torch_names_the_extra(base_venv: Path) -> None:
     assert proc.returncode == 1 and "pip install 'tb-attn[runner]'" in proc.stderr.strip().splitlines()[-1]
 
 
+def test_integrations_without_torch_name_their_extras(base_venv: Path) -> None:
+    """``import tb_attn.integrations`` imports no training framework; each name, used without its
+    packages, says which extra installs them, in one line."""
+    python = str(base_venv / "bin" / "python")
+    quiet = _run([python, "-c", "import sys, tb_attn.integrations; print(sorted(m for m in sys.modules if m in "
+                               f"{(*HEAVY, 'pytorch_lightning', 'accelerate')!r}))"], cwd=base_venv)
+    assert quiet.returncode == 0 and quiet.stdout.strip() == "[]", quiet.stderr
+    for name, extra in (("AttentionProfilerCallback", "transformers"), ("AttentionProfiler", "lightning"),
+                        ("profile_kwargs", "accelerate")):
+        proc = _run([python, "-c", f"from tb_attn.integrations import {name}"], cwd=base_venv)
+        last = proc.stderr.strip().splitlines()[-1]
+        assert proc.returncode == 1 and f"pip install 'tb-attn[{extra}]'" in last, proc.stderr
+
+
 _KINETO_LINE = re.compile(r"^[A-Z]+:\d{4}-\d\d-\d\d \d\d:\d\d:\d\d \d+:\d+ \w+\.cpp:\d+\]", re.M)
 _RUN_TINY = ["-m", "runner", "--size", "tiny", "--impl", "naive", "--seq", "16", "--wait", "0", "--warmup", "1",
              "--active", "1", "--no-progress"]
