@@ -140,6 +140,7 @@ export const PHASE_ORDER = [
   "rope",
   "kv_cache",
   "kv_expand",
+  "copy",
   "block_mask",
   "feature_map",
   "quantize",
@@ -156,6 +157,7 @@ export const PHASE_ORDER = [
   "flex",
   "compiled",
   "out_proj",
+  "comm",
   "other",
 ];
 
@@ -164,6 +166,7 @@ const PHASE_LABELS: Record<string, string> = {
   rope: "RoPE",
   kv_cache: "KV cache",
   kv_expand: "KV expand",
+  copy: "copies",
   block_mask: "BlockMask",
   feature_map: "features \u03c6",
   quantize: "quantize",
@@ -180,6 +183,7 @@ const PHASE_LABELS: Record<string, string> = {
   flex: "flex",
   compiled: "compiled",
   out_proj: "out proj",
+  comm: "comm",
   other: "other",
 };
 
@@ -208,6 +212,7 @@ const PHASE_COLORS: Record<string, string> = {
   rope: "#9d7660",
   kv_cache: "#d4a6c8",
   kv_expand: "#a0cbe8",
+  copy: "#17becf",
   block_mask: "#ff9d9a",
   feature_map: "#d37295",
   quantize: "#fabfd2",
@@ -224,6 +229,7 @@ const PHASE_COLORS: Record<string, string> = {
   flex: "#499894",
   compiled: "#86bcb6",
   out_proj: "#edc948",
+  comm: "#bcbd22",
   other: "#bab0ac",
 };
 

@@ -29,8 +29,8 @@ The phases' named groups (``CORE_PHASES``, ``SCORE_PHASES``...) live here too, b
 they group, with ``OTHER``, the pseudo-phase of work in no phase scope.
 
 Phases added since the first readers (``rope``, ``kv_cache``, then ``block_mask``, ``flex`` and
-``compiled``, then ``feature_map``, ``quantize``, ``dequantize``, ``kv_state`` and ``normalize``)
-keep the version: a reader that predates a phase reads its scope as no scope, so
+``compiled``, then ``feature_map``, ``quantize``, ``dequantize``, ``kv_state`` and ``normalize``,
+then ``copy`` and ``comm``) keep the version: a reader that predates a phase reads its scope as no scope, so
 its work stays in the block, which is not a misreading. ``MODEL_BLOCK_MASK`` (no layer) is not a
 layer scope at all.
 
@@ -101,6 +101,7 @@ class Phase(StrEnum):
     ROPE = "rope"  # rotary position embeddings applied to q and k
     KV_CACHE = "kv_cache"  # appending this call's k and v to a KV cache
     KV_EXPAND = "kv_expand"  # repeating k/v heads for grouped-query attention (naive only)
+    COPY = "copy"  # layout copies of q, k and v before the core (``.contiguous()`` of a transposed view)
     BLOCK_MASK = "block_mask"  # building a flex_attention BlockMask (create_block_mask)
     FEATURE_MAP = "feature_map"  # linear attention: q and k mapped to features φ(q), φ(k)
     QUANTIZE = "quantize"  # q and k smoothed and quantized (int8 attention)
@@ -117,6 +118,7 @@ class Phase(StrEnum):
     FLEX = "flex"  # a flex_attention call, compiled (fused) or eager (the unfused reference)
     COMPILED = "compiled"  # a torch.compile'd region of the block: its phases fused, no scopes inside
     OUT_PROJ = "out_proj"  # merging heads and the output projection
+    COMM = "comm"  # communication inside the block: collectives (tensor parallelism's all-reduce) and their copies
 
 
 PHASES: tuple[str, ...] = tuple(p.value for p in Phase)
