@@ -27,17 +27,22 @@ if TYPE_CHECKING:
 __all__ = ["DEMO_ARGS", "build_parser", "main", "plan_sweep", "run_name"]
 
 PROG = "tb-attn-run"
+#: Repeats of one run a sweep may ask for: the verdicts need 2 or 3; more is a different experiment.
+MAX_REPEATS = 20
 
 #: What the runner imports beyond the base install, which `pip install 'tb-attn[runner]'` adds.
 RUNNER_EXTRA = ("torch", "tqdm")
 
-#: The demo: a small CPU sweep of four implementations at two lengths, one run with each head in
+#: The demo: a small CPU sweep of four implementations at two lengths (three repeats each), one run with each head in
 #: its own scope (measured heads for the Heads view, with their attention statistics: random
 #: weights, so the view says they mean nothing), a Hugging Face model, flex_attention against
 #: naive attention on one sliding-window mask, a compiled block, the strategies (exact, linear and
 #: int8 attention side by side, under strategies/), and generation with a KV cache (generation/).
 DEMO_ARGS: tuple[list[str], ...] = (
-    ["--model", "builtin", "--size", "small", "--impl", "naive,naive-inplace,sdpa-math,sdpa", "--seq", "256,512"],
+    # Three repeats each, in turns, so that Compare, Strategies and the gate can tell the
+    # implementations apart from drift between runs (docs/runner.md, "Repeats").
+    ["--model", "builtin", "--size", "small", "--impl", "naive,naive-inplace,sdpa-math,sdpa", "--seq", "256,512",
+     "--repeats", "3"],
     ["--model", "builtin", "--size", "small", "--impl", "naive", "--seq", "256", "--per-head", "--attn-stats"],
     ["--model", "hf:gpt2", "--size", "small", "--impl", "naive,sdpa", "--seq", "256"],
     # Sparse against dense on the same sliding-window mask, and a compiled block (inference:
@@ -162,6 +167,13 @@ def build_parser() -> argparse.ArgumentParser:
     o = p.add_argument_group("output")
     o.add_argument("--name", default="", help="prefix for run names, e.g. a date or an experiment")
     o.add_argument("--overwrite", action="store_true", help="replace runs that already exist")
+    o.add_argument("--repeats", type=int, default=1, metavar="N",
+                   help="profile each run N times, interleaved with the sweep's other runs (A B A B...), as one "
+                        "run's repeats: what Compare, Strategies and the gate need to tell a change from drift "
+                        "between runs (docs/runner.md, 'Repeats')")
+    o.add_argument("--append", action="store_true",
+                   help="add this profile to runs that exist, as one more repeat of each (profile a baseline and a "
+                        "candidate in turns: docs/ci.md)")
     o.add_argument("--seed", type=int, default=0)
     o.add_argument("--no-progress", dest="progress", action="store_false")
     o.add_argument("--demo", action="store_true", help="run the built-in demo sweep into --logdir")
@@ -261,7 +273,7 @@ def plan_sweep(args: argparse.Namespace) -> list[RunSpec]:
         if name in names:
             raise ConfigError(f"the sweep lists {name} twice")
         names.add(name)
-        specs.append(RunSpec(model=args.model, cfg=cfg, name=name, hf_overrides=hf))
+        specs.append(RunSpec(model=args.model, cfg=cfg, name=name, hf_overrides=hf, repeats=args.repeats))
     return specs
 
 
@@ -322,7 +334,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         check_logdir(logdir)
         specs = [s for plan in plans for s in plan]
         for g, plan in zip(groups, plans, strict=True):
-            check_existing(logdir, plan, g.overwrite)
+            if g.append and g.overwrite:
+                raise ConfigError("--append adds to runs and --overwrite replaces them: give one")
+            if not 1 <= g.repeats <= MAX_REPEATS:
+                raise ConfigError(f"--repeats must be in 1..{MAX_REPEATS}, got {g.repeats}")
+            if not g.append:
+                check_existing(logdir, plan, g.overwrite)
         profile_cfg = ProfileConfig(
             wait=args.wait, warmup=args.warmup, active=args.active, repeat=args.repeat,
             record_shapes=args.record_shapes, profile_memory=args.profile_memory,
@@ -333,7 +350,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     from runner.sweep import run_sweep
 
-    code = run_sweep(specs, logdir, profile_cfg, overwrite=any(g.overwrite for g in groups),
+    code = run_sweep(specs, logdir, profile_cfg, overwrite=any(g.overwrite for g in groups), append=args.append,
                      progress=args.progress, seed=args.seed)
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:
         # Every trace and the metadata are written and the process group is destroyed. The

@@ -33,7 +33,7 @@ from runner.config import ModelConfig, ProfileConfig
 from runner.distributed import DistContext, barrier, rank_metadata
 from runner.generate import generation_metadata
 from runner.instrument import instrument
-from runner.metadata import METADATA_FILE, environment, now_iso, write_metadata
+from runner.metadata import METADATA_FILE, environment, now_iso, read_metadata, write_metadata
 from runner.model import reset_compiled
 from runner.models import Unsupported, Workload, build_workload, is_out_of_memory
 from runner.probes import machine_peaks
@@ -63,6 +63,7 @@ class RunSpec:
     cfg: ModelConfig
     name: str  # the run's path relative to the logdir, as TensorBoard names runs
     hf_overrides: dict[str, Any] = field(default_factory=dict)
+    repeats: int = 1  # profiled this many times, interleaved with the sweep's other runs (``run_sweep``)
 
 
 @dataclass
@@ -93,11 +94,16 @@ def run_one(
     *,
     dist: DistContext | None = None,
     seed: int = 0,
+    append: bool = False,
 ) -> RunResult:
-    """Profile ``spec`` into ``logdir / spec.name``. Never raises except on Ctrl-C."""
+    """Profile ``spec`` into ``logdir / spec.name``; with ``append``, as one more repeat of the run
+    there (its traces beside the earlier ones, its window in the metadata's ``repeats``). Never
+    raises except on Ctrl-C."""
     run_dir = logdir / spec.name
     writer = dist is None or dist.rank == 0
     cfg = spec.cfg
+    repeat = {"started_at": now_iso(), "started_ns": time.time_ns(), "status": "running"}
+    earlier = _earlier_repeats(run_dir) if append else []
     meta: dict[str, Any] = {
         "run": spec.name,
         "model": spec.model,
@@ -107,8 +113,9 @@ def run_one(
         "hf_config": spec.hf_overrides,
         "profile": prof.to_dict(),
         **rank_metadata(dist, cfg),  # parallel, world_size, ranks
-        "started_at": now_iso(),
+        "started_at": earlier[0]["started_at"] if earlier else repeat["started_at"],
         "status": "running",
+        "repeats": [*earlier, repeat],
         **environment(cfg.device),
     }
     result = RunResult(name=spec.name, status="running")
@@ -135,13 +142,28 @@ def run_one(
         result.seconds = time.perf_counter() - start
         if dist is not None and result.status != "interrupted":
             barrier(dist)  # every rank's traces are written before rank 0 lists them
-        meta.update(status=result.status, error=result.error, finished_at=now_iso(), traces=_trace_names(run_dir))
+        repeat.update(status=result.status, error=result.error, finished_ns=time.time_ns())
+        worst = next((r for r in meta["repeats"] if r.get("status") not in ("ok", "running")), repeat)
+        meta.update(status=worst["status"], error=worst.get("error"), finished_at=now_iso(),
+                    traces=_trace_names(run_dir))
         if writer:
             write_failed = not _finish_metadata(run_dir, meta, result) or write_failed
         if write_failed:
             result.write_failed = True
             _log.error("error: %s", result.error)
     return result
+
+
+def _earlier_repeats(run_dir: Path) -> list[dict[str, Any]]:
+    """The repeats the run's metadata lists (a run written before repeats were recorded is one
+    repeat, from its start to its end); none where there is no readable metadata."""
+    meta = read_metadata(run_dir)
+    if meta is None:
+        return []
+    listed = meta.get("repeats")
+    if isinstance(listed, list) and all(isinstance(r, dict) for r in listed):
+        return listed
+    return [{"started_at": meta.get("started_at"), "status": meta.get("status"), "error": meta.get("error")}]
 
 
 def _finish_metadata(run_dir: Path, meta: dict[str, Any], result: RunResult) -> bool:

@@ -1,5 +1,13 @@
 """Run a list of configurations one after another, with progress, and report the outcome.
 
+A configuration with repeats (``RunSpec.repeats``, ``--repeats N``) is profiled that many times,
+interleaved with the others: every configuration once, then every one again (A B C A B C), so that
+a slow spell of the machine hits each configuration alike rather than one of them. The repeats are
+one run's parts: one run directory, one metadata file listing each repeat's window (``repeats``),
+a trace per repeat (per rank and profiler cycle). ``append`` makes even the first round a repeat
+added to runs that exist (``--append``: a baseline and a candidate profiled in turns by two
+checkouts).
+
 A failed or unsupported configuration is recorded and the sweep goes on, except when the logdir
 cannot be written (a full disk, a file-size limit): then the sweep stops, since every later run
 would profile only to fail the same way. Ctrl-C stops the
@@ -9,6 +17,7 @@ temporary file is left behind.
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -37,6 +46,16 @@ def _on_disk(logdir: Path, results: Sequence[RunResult]) -> int:
     return sum(1 for d in dirs if d.is_dir() for f in d.iterdir() if TRACE_FILE_RE.match(f.name))
 
 
+def _merged(before: RunResult | None, repeat: RunResult) -> RunResult:
+    """A run's result over its repeats so far: every trace, the seconds summed, and the first repeat
+    that did not end ok (else the last) for its status and error."""
+    if before is None:
+        return repeat
+    worst = before if before.status not in ("ok",) else repeat
+    return RunResult(name=repeat.name, status=worst.status, error=worst.error, traces=before.traces + repeat.traces,
+                     seconds=before.seconds + repeat.seconds, write_failed=before.write_failed or repeat.write_failed)
+
+
 def format_results(results: Sequence[RunResult]) -> str:
     width = max((len(r.name) for r in results), default=3)
     lines = [f"{'run':<{width}}  {'status':<11}  {'seconds':>7}  traces  note"]
@@ -52,49 +71,56 @@ def run_sweep(
     prof: ProfileConfig,
     *,
     overwrite: bool = False,
+    append: bool = False,
     progress: bool = True,
     seed: int = 0,
 ) -> int:
     """Run every spec; return the exit code (0 ok, 1 some run failed, 130 interrupted)."""
     dist = init_from_env(specs[0].cfg.device) if specs else None
     if dist is not None and specs[0].cfg.device.startswith("cuda"):
-        specs = [RunSpec(s.model, s.cfg.replace(device=f"cuda:{dist.local_rank}"), s.name, s.hf_overrides)
-                 for s in specs]
+        specs = [dataclasses.replace(s, cfg=s.cfg.replace(device=f"cuda:{dist.local_rank}")) for s in specs]
     lead = dist is None or dist.rank == 0
-    results: list[RunResult] = []
+    plan = [(spec, r) for r in range(max((s.repeats for s in specs), default=1)) for spec in specs if r < spec.repeats]
+    by_name: dict[str, RunResult] = {}
+    done = 0
     bar = None
     if progress and lead:
         from tqdm import tqdm
 
-        bar = tqdm(total=len(specs), unit="run", file=sys.stderr, dynamic_ncols=True)
+        bar = tqdm(total=len(plan), unit="run", file=sys.stderr, dynamic_ncols=True)
     try:
-        for spec in specs:
+        for spec, repeat in plan:
             if bar is not None:
-                bar.set_description(spec.name)
-            if overwrite and lead:
+                bar.set_description(spec.name if spec.repeats == 1 else f"{spec.name} ({repeat + 1}/{spec.repeats})")
+            if overwrite and lead and repeat == 0:
                 clear_run(logdir / spec.name)
             barrier(dist)
-            results.append(run_one(spec, logdir, prof, dist=dist, seed=seed))
+            result = run_one(spec, logdir, prof, dist=dist, seed=seed, append=append or repeat > 0)
+            by_name[spec.name] = _merged(by_name.get(spec.name), result)
+            done += 1
             barrier(dist)
             if bar is not None:
                 bar.update()
-            left = len(specs) - len(results)
-            if any_rank(dist, results[-1].write_failed) and left:
+            left = len(plan) - done
+            if any_rank(dist, result.write_failed) and left:
                 if lead:
+                    what = "run(s)" if len(plan) == len(specs) else "profile(s) of its runs"
                     print(f"tb-attn-run: stopping the sweep: {logdir} cannot be written; the other {left} "
-                          f"run(s) were not started", file=sys.stderr)
+                          f"{what} were not started", file=sys.stderr)
                 break
     except KeyboardInterrupt:
         if bar is not None:
             bar.close()
         if lead:
-            print(f"\ninterrupted: {len(results)} of {len(specs)} runs complete and kept in {logdir}; "
+            what = "runs" if len(plan) == len(specs) else "profiles"
+            print(f"\ninterrupted: {done} of {len(plan)} {what} complete and kept in {logdir}; "
                   "the run in progress is marked interrupted", file=sys.stderr)
         return 130
     finally:
         if bar is not None:
             bar.close()
         shutdown(dist)
+    results = list(by_name.values())
     if lead:
         print(format_results(results))
         # Under torchrun each rank writes its own trace: the lead counts every rank's on disk (the

@@ -169,6 +169,8 @@ table.compare-table td.findings-cell { white-space: normal; min-width: 200px; }
 .ratio { display: inline-block; min-width: 46px; color: #757575; font-size: 11px; }
 .ratio.worse { color: #c62828; font-weight: 600; }
 .ratio.better { color: #2e7d32; font-weight: 600; }
+.ratio.undecided { font-style: italic; }
+.badge.unpaired { background: #eceff1; color: #455a64; margin-left: 6px; }
 .scaling-charts { display: grid; grid-template-columns: minmax(0, 1fr) minmax(0, 1fr); gap: 16px; }
 .chart-title { font-weight: 600; color: #424242; margin: 4px 0 0; }
 .legend .fit { color: #424242; font-variant-numeric: tabular-nums; }

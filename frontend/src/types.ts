@@ -947,8 +947,9 @@ export interface CompareRun {
   attention_device_us: number;
   step_cpu_us: number;
   attention_share_cpu: number | null;
-  alloc_bytes: number;
-  peak_bytes: number;
+  /** null: the trace recorded no memory (profile_memory=False) */
+  alloc_bytes: number | null;
+  peak_bytes: number | null;
   sxs_bytes: number;
   flops: number;
   flops_per_s: number;
@@ -967,6 +968,9 @@ export interface CompareRun {
   baseline: string | null;
   /** the like-for-like group the ratios are taken in: "builtin, seq 512, float32, training" */
   group: string;
+  unpaired: string | null;
+  /** its attention time against its baseline's: what the runs can tell */
+  time_verdict: TimeVerdict | null;
   /** attention time over steps, on the headline's clock */
   attention_spread: Spread | null;
   /** same model and configuration as its baseline, another impl, slower: why */
@@ -1017,6 +1021,21 @@ export interface CompareRatio {
   decode_us_per_token: number | null;
 }
 
+/**
+ * What two runs can tell of their attention times (`analysis.repeats.Judgement`): this run's
+ * time over its baseline's lies in `low`..`high`, from `basis` ("repeats": `pairs` of repeats
+ * profiled in turns; "drift": one run each, within the drift between runs; "same": the run itself).
+ * `decided`: the range lies on one side of 1; `note`: why not, and how to decide it.
+ */
+export interface TimeVerdict {
+  basis: string;
+  low: number;
+  high: number;
+  pairs: number;
+  decided: boolean;
+  note: string;
+}
+
 /** A generation run's decode steps, per step (one token per sequence), on the run's clock. */
 export interface CompareDecode {
   /** attention time per decode step */
@@ -1062,6 +1081,8 @@ export interface HeadlineVersus {
   impl: string | null;
   /** the other's attention time over the best's (the clock of the headline) */
   time: number | null;
+  /** whether the runs can tell (`TimeVerdict.decided`): else the ratio is drift's */
+  time_decided: boolean;
   /** the other's memory allocated in attention over the best's */
   alloc: number | null;
   /** the other's largest per-layer peak rise over the best's */
@@ -1098,8 +1119,9 @@ export interface ScalingPoint {
   run: string;
   /** device time where there is some, else CPU time */
   time_us: number;
-  alloc_bytes: number;
-  peak_bytes: number;
+  /** null: the trace recorded no memory */
+  alloc_bytes: number | null;
+  peak_bytes: number | null;
 }
 
 export interface StrategyTable {
@@ -1222,4 +1244,4 @@ export interface Routes {
 }
 
 /** The phases a derived head gets no share of (scopes.py `UNSPLIT_PHASES`): summary.py `_heads` splits only the others. */
-export const UNSPLIT_PHASES = ["qkv_proj", "out_proj", "other"] as const;
+export const UNSPLIT_PHASES = ["qkv_proj", "out_proj", "comm", "other"] as const;

@@ -1,9 +1,14 @@
-"""Runs side by side, and how cost scales with sequence length.
+"""Runs side by side.
 
 Pure functions over ``RunSummary`` objects (their run metadata gives implementation, sequence
 length and dtype). ``compare`` puts each run's attention totals, per-phase sums and per-layer
-figures next to a baseline's, as ratios; ``scaling`` groups runs that differ only in sequence
-length and fits cost ≈ a·Sᵏ by least squares on log-log axes, for time and memory. They return
+figures next to a baseline's, as ratios, only within a group of like-for-like runs: the same
+configuration but the implementation where the runner's metadata says it, else the same model as
+its layers' shapes say (``model_signature``); a run alone in its group has no ratios, and says why.
+Its time against its baseline's says what the two runs can tell (``analysis.repeats``): from their
+repeats profiled in turns, or within the drift between runs, and the headlines claim a winner only
+where that decides it. A measure a trace lacks (memory without ``profile_memory``) is null, never
+0. How cost scales with the sequence length is ``analysis.scaling``'s. They return
 the routes' bodies (``responses.Comparison`` and ``ScalingFits``, documented in
 ``docs/http_api.md``).
 """
@@ -11,10 +16,7 @@ the routes' bodies (``responses.Comparison`` and ``ScalingFits``, documented in
 from __future__ import annotations
 
 import json
-import math
 from typing import Any
-
-import numpy as np
 
 from tb_attn_plugin.analysis.configs import (
     config,
@@ -23,6 +25,7 @@ from tb_attn_plugin.analysis.configs import (
     exact,
     text,
 )
+from tb_attn_plugin.analysis.repeats import Clock, judge
 from tb_attn_plugin.analysis.roofline import phase_roofs
 from tb_attn_plugin.analysis.spread import representative_worker
 from tb_attn_plugin.analysis.why_slower import same_but_impl, why_slower
@@ -37,21 +40,19 @@ from tb_attn_plugin.types.results import (
     FindingChip,
     Headline,
     HeadlineVersus,
-    ScalingFits,
-    ScalingPoint,
-    ScalingSeries,
+    TimeVerdict,
 )
-from tb_attn_plugin.types.schema import Fit, RunSummary, WorkerSummary
+from tb_attn_plugin.types.schema import RunSummary, WorkerSummary
+from tb_attn_plugin.vocab.scopes import PROJECTION_PHASES
 
-__all__ = ["BaselineError", "compare", "fit_power", "run_facts", "scaling"]
+__all__ = ["UNPAIRED", "BaselineError", "compare", "decode_facts", "like_key", "model_signature", "run_facts",
+           "time_verdict"]
 
 _RATIO_KEYS = ("attention_cpu_us", "attention_device_us", "alloc_bytes", "peak_bytes", "flops_per_s",
                "decode_us_per_token")
 #: What compare's groups may differ in: the implementation, and for generation the KV cache's kind
 #: and heads (MHA against GQA, static against dynamic: what generation runs are compared for).
 _COMPARED = ("impl", "kv_cache", "kv_heads")
-# The label of a scaling series; the series itself is every config field but seq, with the world size.
-_SERIES_KEYS = ("model", "impl", "mask", "compile", "dtype")
 
 
 class BaselineError(ValueError):
@@ -90,8 +91,8 @@ def run_facts(run: RunSummary) -> CompareRun:
         backend=w.backend, steps=w.step_count,
         attention_cpu_us=w.attention_cpu_us, attention_device_us=w.attention_device_us,
         step_cpu_us=w.step_cpu_us, attention_share_cpu=w.attention_share_cpu,
-        alloc_bytes=sum(layer.alloc_bytes for layer in w.layers),
-        peak_bytes=max((layer.peak_bytes for layer in w.layers), default=0),
+        alloc_bytes=sum(layer.alloc_bytes for layer in w.layers) if w.memory_recorded else None,
+        peak_bytes=max((layer.peak_bytes for layer in w.layers), default=0) if w.memory_recorded else None,
         sxs_bytes=sum(layer.sxs_bytes for layer in w.layers),
         flops=flops, flops_per_s=flops / (busy * 1e-6) if busy > 0 else 0.0,
         ops_per_forward=ops / calls if calls else 0.0,
@@ -127,12 +128,13 @@ def _chips(w: WorkerSummary) -> list[FindingChip]:
 def compare(runs: list[RunSummary], *, baseline: str | None = None) -> Comparison:
     """Runs side by side, each with ratios to its group's baseline.
 
-    Ratios are only ever taken within a group of like-for-like runs (``configs.config_key`` but
-    the implementation: same model, sizes, sequence length, dtype, mode and parallel layout). The
-    baseline is ``baseline`` if named, else the first readable run by name that computes attention
-    exactly (``configs.exact``), else the first by name (whatever order the runs were listed or
-    picked in: the CLI and the tab agree). In every group the ratios are against
-    the run there with the baseline's implementation, else against the group's first run by name.
+    Ratios are only ever taken within a group of like-for-like runs (``like_key``: the runner's
+    configuration but the implementation, or else the model's layers' shapes). The baseline is
+    ``baseline`` if named, else the first readable run by name that computes attention exactly
+    (``configs.exact``), else the first by name (whatever order the runs were listed or picked in:
+    the CLI and the tab agree). In every group the ratios are against the run there with the
+    baseline's implementation, else against the group's first run by name. A run alone in its group
+    gets none (``CompareRun.unpaired`` says why).
     """
     usable = [r for r in runs if r.workers and any(w.layers for w in r.workers)]
     errors = [CompareError(run=r.run, error="; ".join(e.error for e in r.errors) or "no attention found")
@@ -147,8 +149,8 @@ def compare(runs: list[RunSummary], *, baseline: str | None = None) -> Compariso
     cfgs = [config(r) for r in usable]
     impl = next((c.get("impl") for r, c in zip(usable, cfgs, strict=True) if r.run == base_name), None)
     groups: dict[str, list[int]] = {}
-    for i, cfg in enumerate(cfgs):
-        groups.setdefault(config_key(cfg, but=_COMPARED), []).append(i)
+    for i, run in enumerate(usable):
+        groups.setdefault(like_key(run), []).append(i)
     bases: list[int] = []
     for members in groups.values():
         by_name = sorted(members, key=lambda i: usable[i].run)
@@ -157,24 +159,71 @@ def compare(runs: list[RunSummary], *, baseline: str | None = None) -> Compariso
     labels = distinct_labels([cfgs[b] for b in bases], but=_COMPARED)
     for members, b, label in zip(groups.values(), bases, labels, strict=True):
         base, base_run = facts[b], usable[b]
+        if len(members) == 1:
+            base.group = label if cfgs[b] else "its own model"
+            base.unpaired = (UNPAIRED if len(usable) > 1 else None)
+            continue
         for i in members:
             f, run = facts[i], usable[i]
             f.baseline = base.run
-            f.group = label
+            f.group = label if cfgs[b] else f"the same model as {base.run} (its layers' shapes)"
             ratios: dict[str, float | None] = {}
             for k in _RATIO_KEYS:
                 denominator, value = _ratio_value(base, k), _ratio_value(f, k)
                 ratios[k] = value / denominator if denominator and value is not None else None
             f.ratio = CompareRatio(**ratios)
+            if run is not base_run:
+                f.time_verdict = time_verdict(base_run, run)
             if run is not base_run and same_but_impl(run, base_run):
                 f.why_slower = why_slower(run, base_run)
     return Comparison(baseline=base_name, runs=facts, errors=errors, headlines=headlines(usable, facts))
 
 
+#: Why a run has no ratios: it is alone in its like-for-like group.
+UNPAIRED = ("no ratios: no other run here has its model, sizes and configuration (implementation aside), "
+            "and a ratio between different models measures the models, not the implementations")
+
+
+def like_key(run: RunSummary) -> str:
+    """What a run is like for like with: the runner's configuration but the implementation (and a
+    generation's cache), where its metadata gives one; else its model as its layers say it
+    (``model_signature``)."""
+    cfg = config(run)
+    if cfg.get("model") is not None:
+        return "config:" + config_key(cfg, but=_COMPARED)
+    return "layers:" + model_signature(run)
+
+
+def model_signature(run: RunSummary) -> str:
+    """A model as a trace shows it, whatever its attention implementation: the number of layers and
+    each layer's score shape (B, H, Sq, Sk), heads and projection FLOPs (the q, k, v and output
+    projections do the same work under every implementation). Runs with no shapes recorded get a
+    signature of their own alone (never like anything), as nothing in them says which model ran."""
+    w = representative_worker(run)
+    layers = [(x.score_shape, x.heads_count, sum(p.flops for p in x.phases if p.phase in PROJECTION_PHASES))
+              for x in w.layers]
+    if not any(shape or flops for shape, _, flops in layers):
+        return "unknown:" + run.run
+    return json.dumps(layers)
+
+
+def time_verdict(baseline: RunSummary, run: RunSummary) -> TimeVerdict | None:
+    """``run``'s attention time against ``baseline``'s as far as the two can tell (``repeats.judge``),
+    on the clock both have."""
+    clock: Clock = "device" if all(any(w.attention_device_us > 0 for w in r.workers) for r in (baseline, run)) \
+        else "cpu"
+    j = judge(baseline, run, clock)
+    if j is None:
+        return None
+    return TimeVerdict(basis=j.basis, low=j.low, high=j.high, pairs=j.pairs, decided=j.decided(),
+                       note=j.why_undecided() if not j.decided() else j.basis_words())
+
+
 def _ratio_value(f: CompareRun, key: str) -> float | None:
     if key == "decode_us_per_token":
         return f.decode.us_per_token if f.decode is not None else None
-    return float(getattr(f, key))
+    value = getattr(f, key)
+    return None if value is None else float(value)
 
 
 def decode_facts(w: WorkerSummary) -> CompareDecode | None:
@@ -195,35 +244,49 @@ def decode_facts(w: WorkerSummary) -> CompareDecode | None:
 def headlines(runs: list[RunSummary], facts: list[CompareRun]) -> list[Headline]:
     """Per group of runs that differ only in their implementation (same model, sizes, sequence
     length, dtype, mode, parallel layout and world size): the run with the least attention time
-    against each of the others, in attention time, memory allocated, peak and FLOP/s."""
-    groups: dict[str, list[tuple[dict[str, Any], CompareRun]]] = {}
+    against each of the others, in attention time, memory allocated, peak and FLOP/s. A time ratio
+    that the runs cannot tell from drift (``time_verdict``) is said to be so, and where none of them
+    can, the sentence names no winner."""
+    groups: dict[str, list[tuple[dict[str, Any], CompareRun, RunSummary]]] = {}
     for run, f in zip(runs, facts, strict=True):
         cfg = config(run)
         if cfg.get("impl") is not None and cfg.get("model") is not None:
-            groups.setdefault(config_key(cfg, but="impl"), []).append((cfg, f))
+            groups.setdefault(config_key(cfg, but="impl"), []).append((cfg, f, run))
     out: list[tuple[str, int, str, Headline]] = []
     compared = [m for m in groups.values() if len(m) >= 2]
     # Groups apart in a field the label does not name (static against dynamic caches) read apart.
     labels = distinct_labels([m[0][0] for m in compared], but=("impl",))
     for members, label in zip(compared, labels, strict=True):
-        device = all(f.attention_device_us > 0 for _, f in members)
+        device = all(f.attention_device_us > 0 for _, f, _ in members)
         time = _device_time if device else _cpu_time
-        cfg, best = min(members, key=lambda m: (time(m[1]), m[1].run))
-        names = [f.impl or f.run for _, f in members]
+        cfg, best, best_run = min(members, key=lambda m: (time(m[1]), m[1].run))
+        names = [f.impl or f.run for _, f, _ in members]
         unique = len(set(names)) == len(names)
-        versus = [HeadlineVersus(run=f.run, impl=f.impl, time=_over(time(f), time(best)),
-                                 alloc=_over(f.alloc_bytes, best.alloc_bytes),
-                                 peak=_over(f.peak_bytes, best.peak_bytes),
-                                 flops_per_s=_over(best.flops_per_s, f.flops_per_s))
-                  for _, f in sorted(members, key=lambda m: (-time(m[1]), m[1].run)) if f is not best]
+        versus: list[HeadlineVersus] = []
+        notes: list[str] = []
+        for _, f, run in sorted(members, key=lambda m: (-time(m[1]), m[1].run)):
+            if f is best:
+                continue
+            verdict = time_verdict(best_run, run)
+            decided = verdict is None or verdict.decided
+            if not decided and verdict is not None and verdict.note not in notes:
+                notes.append(verdict.note)
+            versus.append(HeadlineVersus(run=f.run, impl=f.impl, time=_over(time(f), time(best)),
+                                         time_decided=decided, alloc=_over(f.alloc_bytes, best.alloc_bytes),
+                                         peak=_over(f.peak_bytes, best.peak_bytes),
+                                         flops_per_s=_over(best.flops_per_s, f.flops_per_s)))
         clock = "device" if device else "CPU"
         name = (best.impl if unique else None) or best.run
         against = "; ".join(_versus_text(v, v.impl if unique and v.impl else v.run) for v in versus)
+        if any(v.time_decided for v in versus):
+            sentence = f"At {label}: {name} spends the least attention {clock} time: {against}."
+        else:
+            sentence = (f"At {label}: no implementation is faster for sure ({'; '.join(notes)}); as measured, {name} "
+                        f"spent the least attention {clock} time: {against}.")
         raw_seq = cfg.get("seq")
         seq = raw_seq if isinstance(raw_seq, int) else 0
         out.append((str(cfg.get("model")), seq, label, Headline(
-            group=label, best=best.run, best_impl=best.impl, clock=clock, versus=versus,
-            sentence=f"At {label}: {name} spends the least attention {clock} time: {against}.")))
+            group=label, best=best.run, best_impl=best.impl, clock=clock, versus=versus, sentence=sentence)))
     return [h for *_, h in sorted(out, key=lambda x: x[:3])]  # by model, then sequence length
 
 
@@ -235,8 +298,8 @@ def _cpu_time(f: CompareRun) -> float:
     return f.attention_cpu_us
 
 
-def _over(a: float, b: float) -> float | None:
-    return a / b if a > 0 and b > 0 else None
+def _over(a: float | None, b: float | None) -> float | None:
+    return a / b if a is not None and b is not None and a > 0 and b > 0 else None
 
 
 def _times(r: float | None, less: str, more: str) -> str | None:
@@ -250,97 +313,10 @@ def _times(r: float | None, less: str, more: str) -> str | None:
 
 def _versus_text(v: HeadlineVersus, name: str) -> str:
     """"4.6× less time than naive, 13.8× less memory allocated, 7.4× lower peak, 3.1× the FLOP/s"."""
-    parts = [f"{v.time:.1f}× less time than {name}" if v.time is not None else f"less time than {name}",
+    time = (f"{v.time:.1f}× less time than {name}" if v.time is not None else f"less time than {name}") \
+        + ("" if v.time_decided else " (within drift)")
+    parts = [time,
              _times(v.alloc, "less memory allocated", "more memory allocated"),
              _times(v.peak, "lower peak", "higher peak"),
              f"{v.flops_per_s:.1f}× the FLOP/s" if v.flops_per_s is not None else None]
     return ", ".join(p for p in parts if p)
-
-
-#: Fewer distinct lengths than this fit a line exactly: no R² is reported for them.
-MIN_FIT_QUALITY_POINTS = 3
-
-
-def fit_power(xs: list[float], ys: list[float]) -> Fit | None:
-    """Least-squares fit of y ≈ a·xᵏ on log-log axes; None without 2 distinct x > 0. R² only
-    from ``MIN_FIT_QUALITY_POINTS`` distinct lengths: through two, any line fits perfectly."""
-    pts = [(x, y) for x, y in zip(xs, ys, strict=True) if x > 0 and y > 0]
-    distinct = len({x for x, _ in pts})
-    if distinct < 2:
-        return None
-    lx = np.log([x for x, _ in pts])
-    ly = np.log([y for _, y in pts])
-    k, log_a = np.polyfit(lx, ly, 1)
-    pred = log_a + k * lx
-    ss_res = float(((ly - pred) ** 2).sum())
-    ss_tot = float(((ly - ly.mean()) ** 2).sum())
-    r2 = 1.0 - ss_res / ss_tot if ss_tot > 0 else 1.0
-    return Fit(a=float(math.exp(log_a)), k=float(k), r2=r2 if distinct >= MIN_FIT_QUALITY_POINTS else None,
-               points=distinct)
-
-
-def expected_exponent(impl: str, mask: str | None) -> str | None:
-    """What a sliding-window series should show: time and memory linear in the length where the
-    kernel skips what the window drops (compiled flex), quadratic where it computes every score."""
-    if not mask or not mask.startswith("sliding:"):
-        return None
-    if impl == "flex":
-        return "k ≈ 1: a sliding window of fixed width costs linear time and memory when the kernel skips the rest"
-    return "k ≈ 2: this implementation computes every score, so the window does not cut the work"
-
-
-def scaling(runs: list[RunSummary]) -> ScalingFits:
-    """Series of runs that differ only in sequence length, with power-law fits."""
-    groups: dict[str, list[ScalingPoint]] = {}
-    for run in runs:
-        if not run.workers or not any(w.layers for w in run.workers):
-            continue
-        cfg = config(run)
-        seq = cfg.get("seq")
-        if not isinstance(seq, int):
-            continue
-        f = run_facts(run)
-        if f.decode is not None and f.decode.context > 0:
-            # A generation: decode time per token against the context it attends, and the KV cache
-            # (every layer) against it; runs that differ in their prompt make the series.
-            groups.setdefault(config_key(cfg, but=("seq", "prompt_len")), []).append(ScalingPoint(
-                seq=round(f.decode.context), run=run.run, time_us=f.decode.us_per_token,
-                alloc_bytes=f.decode.kv_bytes, peak_bytes=f.peak_bytes))
-            continue
-        key = config_key(cfg, but="seq")
-        groups.setdefault(key, []).append(ScalingPoint(
-            seq=seq, run=run.run, time_us=f.attention_device_us or f.attention_cpu_us,
-            alloc_bytes=f.alloc_bytes, peak_bytes=f.peak_bytes,
-        ))
-    series = []
-    configs = []
-    for key, points in sorted(groups.items()):
-        points.sort(key=lambda p: (p.seq, p.run))
-        full = json.loads(key)
-        cfg = {k: str(full.get(k)) for k in _SERIES_KEYS}
-        seqs = [float(p.seq) for p in points]
-        configs.append(full)
-        mask = full.get("mask") if isinstance(full.get("mask"), str) else None
-        impl = cfg["impl"] + (" compiled" if full.get("compile") is True else "")
-        decode = full.get("mode") == "generate"
-        if decode:
-            impl += f" {full.get('kv_cache')} cache" + (f" kv{full.get('kv_heads')}" if full.get("kv_heads") else "")
-        series.append(ScalingSeries(
-            x="context" if decode else "seq",
-            label=" ".join(v for v in (cfg["model"], impl, mask if mask != "causal" else None, cfg["dtype"])
-                           if v not in (None, "None")),
-            impl=cfg["impl"], dtype=cfg["dtype"], model=cfg["model"], mask=mask,
-            expect=expected_exponent(cfg["impl"], mask),
-            points=points,
-            time_fit=fit_power(seqs, [p.time_us for p in points]),
-            memory_fit=fit_power(seqs, [p.alloc_bytes for p in points]),
-        ))
-    # Series with one label differ in something else: the label says what.
-    for label in {s.label for s in series}:
-        same = [i for i, s in enumerate(series) if s.label == label]
-        if len(same) > 1:
-            keys = sorted({k for i in same for j in same for k in configs[i].keys() | configs[j].keys()
-                           if configs[i].get(k) != configs[j].get(k)})
-            for i in same:
-                series[i].label += " (" + ", ".join(f"{k} {configs[i].get(k)}" for k in keys) + ")"
-    return ScalingFits(series=series)

@@ -9,13 +9,15 @@ device kernels, else the CPU's. Memory is attention's allocations per step (summ
 and the largest rise of allocated memory in any layer, that worker's too. A check fails when the
 candidate exceeds the baseline by more than its tolerance.
 
-Time is judged against the steps' noise. With at least ``MIN_BOOTSTRAP_STEPS`` steps on each side,
-a bootstrap (``BOOTSTRAP_SAMPLES`` resamples of each run's steps, a fixed seed) gives a 95% interval
-of the relative change of the means: above the tolerance all of it is a regression, within it all
-of it passes, and an interval across the tolerance is too noisy to judge. With fewer steps there is
-no interval: the change is judged from the means unless either run's steps spread (max - min over
-the mean) more than the tolerance, which is too noisy to judge. ``docs/ci.md`` gives the exit codes
-and how to make the comparison robust.
+Time is judged against the noise between runs, not only the steps' (``analysis.repeats``): steps
+within one run share its machine's state, and two runs of one configuration drift apart by far
+more on a shared machine. Where the two runs' repeats were profiled in turns (``--repeats`` in one
+sweep, or ``--append`` in turns), each pair of neighbouring repeats gives a ratio (of their fastest
+steps: a busy machine only slows steps down), and the check
+holds where every pair agrees: all of them above the tolerance is a regression, all at or below it
+passes. With one run each (or repeats profiled apart), the change must exceed what drift between
+runs can make (``repeats.DRIFT_BOUND``) before it is a verdict either way. Anything else is
+undecided, and the report says how to decide it. ``docs/ci.md`` gives the exit codes.
 """
 
 from __future__ import annotations
@@ -24,20 +26,12 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-import numpy as np
-
 from tb_attn_plugin.analysis import wording
-from tb_attn_plugin.analysis.spread import percentiles, representative_worker
+from tb_attn_plugin.analysis.repeats import Clock, judge
+from tb_attn_plugin.analysis.spread import representative_worker
 from tb_attn_plugin.types.schema import RunSummary, WorkerSummary
 
-__all__ = ["BOOTSTRAP_SAMPLES", "MIN_BOOTSTRAP_STEPS", "Check", "GateReport", "gate", "parse_tolerance"]
-
-
-#: Steps on each side from which the time check's noise is bootstrapped.
-MIN_BOOTSTRAP_STEPS = 3
-BOOTSTRAP_SAMPLES = 2000
-#: The bootstrap interval of the relative change (95%).
-INTERVAL = (2.5, 97.5)
+__all__ = ["Check", "GateReport", "gate", "parse_tolerance"]
 
 
 @dataclass(frozen=True)
@@ -48,8 +42,8 @@ class Check:
     candidate: float
     tolerance: float  # e.g. 0.10 for 10%
     detail: str = ""
-    interval: tuple[float, float] | None = None  # the change's bootstrap interval (time, enough steps)
-    noisy: bool = False  # the steps' noise spans the tolerance: too noisy to judge
+    interval: tuple[float, float] | None = None  # where the change lies, as far as the runs can tell (time)
+    noisy: bool = False  # the interval spans the tolerance: undecided
 
     @property
     def change(self) -> float | None:
@@ -68,8 +62,8 @@ class Check:
 
     @property
     def verdict(self) -> str:
-        """ "ok", "regression" or "too noisy to judge"."""
-        return "too noisy to judge" if self.noisy else "ok" if self.passed else "regression"
+        """ "ok", "regression" or "undecided"."""
+        return "undecided" if self.noisy else "ok" if self.passed else "regression"
 
 
 @dataclass(frozen=True)
@@ -139,28 +133,19 @@ def _range(values: Sequence[float]) -> float:
     return (max(values) - min(values)) / mean if mean > 0 else 0.0
 
 
-def _time_check(base: list[float], cand: list[float], tolerance: float, clock: str) -> Check:
-    """The time check, judged against the steps' noise (module docstring)."""
+def _time_check(baseline: RunSummary, candidate: RunSummary, base: list[float], cand: list[float], tolerance: float,
+                clock: Clock) -> Check:
+    """The time check, judged against the noise between runs (module docstring)."""
     b, c = statistics.fmean(base), statistics.fmean(cand)
     detail = f"{clock} time per step; baseline {_spread(base)}; candidate {_spread(cand)}"
-    if b <= 0:
+    judged = judge(baseline, candidate, clock)
+    if b <= 0 or judged is None:
         return Check("time", "us", b, c, tolerance, detail)
-    if min(len(base), len(cand)) >= MIN_BOOTSTRAP_STEPS:
-        rng = np.random.default_rng(0)
-        bs = rng.choice(np.asarray(base), (BOOTSTRAP_SAMPLES, len(base))).mean(axis=1)
-        cs = rng.choice(np.asarray(cand), (BOOTSTRAP_SAMPLES, len(cand))).mean(axis=1)
-        ok = bs > 0
-        lo, hi = percentiles(cs[ok] / bs[ok] - 1.0, INTERVAL)
-        noisy = lo <= tolerance < hi
-        detail += (f"; 95% bootstrap interval of the change {lo:+.1%} to {hi:+.1%}"
-                   + (f", across the {tolerance:.0%} tolerance" if noisy else ""))
-        return Check("time", "us", b, c, tolerance, detail, interval=(lo, hi), noisy=noisy)
-    spread = max(_range(base), _range(cand))
-    noisy = spread > tolerance
-    detail += (f"; under {MIN_BOOTSTRAP_STEPS} steps a side, no interval: "
-               + (f"the steps spread {spread:.0%}, over the {tolerance:.0%} tolerance" if noisy
-                  else "judged from the means"))
-    return Check("time", "us", b, c, tolerance, detail, noisy=noisy)
+    interval = (judged.low - 1.0, judged.high - 1.0)
+    noisy = not judged.slower(tolerance) and not judged.not_slower(tolerance)
+    detail += f"; {judged.basis_words()}" + (f"; undecided: {judged.why_undecided()}" if noisy else "")
+    return Check("time", "us", b, c, tolerance, detail, interval=interval if judged.basis != "same" else None,
+                 noisy=noisy)
 
 
 #: Configuration that changes what attention costs: runs that differ in it are not like for like.
@@ -186,15 +171,21 @@ def gate(baseline: RunSummary, candidate: RunSummary, *, max_time: float, max_me
             raise ValueError(f"the {name} run {run.run!r} has no readable trace")
         if not any(w.layers for w in run.workers):
             raise ValueError(f"no attention found in the {name} run {run.run!r}")
+    on: Clock
     if clock == "auto":
         both_device = all(any(w.attention_device_us > 0 for w in r.workers) for r in (baseline, candidate))
-        clock = "device" if both_device else "cpu"
+        on = "device" if both_device else "cpu"
+    elif clock in ("cpu", "device"):
+        on = "device" if clock == "device" else "cpu"
+    else:
+        raise ValueError(f"clock must be cpu, device or auto, got {clock!r}")
+    clock = on
     base, cand = representative_worker(baseline), representative_worker(candidate)
     base_steps, cand_steps = _steps(base, clock), _steps(cand, clock)
     base_alloc, base_peak = _memory(base)
     cand_alloc, cand_peak = _memory(cand)
     checks = [
-        _time_check(base_steps, cand_steps, max_time, clock),
+        _time_check(baseline, candidate, base_steps, cand_steps, max_time, on),
         Check("alloc", "bytes", base_alloc, cand_alloc, max_memory, "bytes allocated inside attention per step"),
         Check("peak", "bytes", base_peak, cand_peak, max_memory, "largest rise of allocated memory in one layer"),
     ]

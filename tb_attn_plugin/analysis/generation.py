@@ -27,10 +27,9 @@ import msgspec
 import numpy as np
 
 from tb_attn_plugin.analysis.analyze import Analysis
-from tb_attn_plugin.analysis.compare import fit_power
 from tb_attn_plugin.analysis.flops import elem_bytes
 from tb_attn_plugin.analysis.query import TraceQuery, dtype_name
-from tb_attn_plugin.analysis.spread import median
+from tb_attn_plugin.analysis.spread import fit_power, median
 from tb_attn_plugin.trace.kineto import Kind
 from tb_attn_plugin.types.schema import Generation, GenerationPhase, LayerStats, TokenStats, WorkerSummary
 from tb_attn_plugin.vocab.ops import KV_EXPAND_OPS, MATMUL_ARGS, SDPA_OPS

@@ -23,10 +23,11 @@ from typing import TypeVar
 
 import numpy as np
 
-from tb_attn_plugin.types.schema import RunSummary, Spread, WorkerSummary
+from tb_attn_plugin.types.schema import Fit, RunSummary, Spread, WorkerSummary
 
-__all__ = ["IQR_MIN_STEPS", "NOISY", "lower_middle", "median", "median_low", "per_step_sums", "percentiles",
-           "quantile", "representative_worker", "spread"]
+__all__ = ["IQR_MIN_STEPS", "MIN_FIT_QUALITY_POINTS", "NOISY", "fit_power", "lower_middle", "median", "median_low",
+           "per_step_sums", "percentiles",
+           "quantile", "representative_of", "representative_worker", "spread"]
 
 #: From this many steps the spread is the interquartile range, below it the full range.
 IQR_MIN_STEPS = 8
@@ -73,8 +74,15 @@ def representative_worker(run: RunSummary) -> WorkerSummary:
     the lower median of every rank too, so (one trace per rank) its attention column is this
     trace's figure: the runs list, Compare, Strategies, why-slower, the gate and the Ranks view all
     name one rank. Raises ValueError for a run without traces."""
-    device = any(w.device == "cuda" for w in run.workers)
-    measured = [w for w in run.workers if w.layers] or run.workers
+    return representative_of(run.workers)
+
+
+def representative_of(workers: Sequence[WorkerSummary]) -> WorkerSummary:
+    """``representative_worker`` of these traces (one repeat's, say). Raises ValueError for none."""
+    if not workers:
+        raise ValueError("no traces")
+    device = any(w.device == "cuda" for w in workers)
+    measured = [w for w in workers if w.layers] or list(workers)
     return lower_middle(sorted(measured, key=lambda w: (
         w.attention_device_us if device else w.attention_cpu_us,
         w.rank is None, w.rank if w.rank is not None else 0, w.worker, w.span or "", w.file)))
@@ -130,3 +138,25 @@ def per_step_sums(step_code: np.ndarray, weights: np.ndarray, steps: int) -> np.
     if steps == 0:
         return np.zeros(0)
     return np.bincount(step_code, weights=weights.astype(np.float64), minlength=steps)[:steps]
+
+
+#: Fewer distinct lengths than this fit a line exactly: no R² is reported for them.
+MIN_FIT_QUALITY_POINTS = 3
+
+
+def fit_power(xs: list[float], ys: list[float]) -> Fit | None:
+    """Least-squares fit of y ≈ a·xᵏ on log-log axes; None without 2 distinct x > 0. R² only
+    from ``MIN_FIT_QUALITY_POINTS`` distinct lengths: through two, any line fits perfectly."""
+    pts = [(x, y) for x, y in zip(xs, ys, strict=True) if x > 0 and y > 0]
+    distinct = len({x for x, _ in pts})
+    if distinct < 2:
+        return None
+    lx = np.log([x for x, _ in pts])
+    ly = np.log([y for _, y in pts])
+    k, log_a = np.polyfit(lx, ly, 1)
+    pred = log_a + k * lx
+    ss_res = float(((ly - pred) ** 2).sum())
+    ss_tot = float(((ly - ly.mean()) ** 2).sum())
+    r2 = 1.0 - ss_res / ss_tot if ss_tot > 0 else 1.0
+    return Fit(a=float(math.exp(log_a)), k=float(k), r2=r2 if distinct >= MIN_FIT_QUALITY_POINTS else None,
+               points=distinct)

@@ -22,11 +22,10 @@ import json
 import math
 from typing import Any
 
-from tb_attn_plugin.analysis.compare import fit_power
 from tb_attn_plugin.analysis.configs import APPROXIMATE_BACKENDS, LINEAR_BACKENDS, config, text
 from tb_attn_plugin.analysis.quant_findings import quant_share
 from tb_attn_plugin.analysis.query import new_finding
-from tb_attn_plugin.analysis.spread import representative_worker
+from tb_attn_plugin.analysis.spread import fit_power, representative_worker
 from tb_attn_plugin.analysis.wording import duration, pct
 from tb_attn_plugin.types.results import Fit
 from tb_attn_plugin.types.schema import Finding, RunSummary

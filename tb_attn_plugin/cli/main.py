@@ -204,10 +204,8 @@ def _file_errors(summaries: Sequence[RunSummary]) -> int:
 
 
 def _compare(args: argparse.Namespace) -> int:
-    from tb_attn_plugin.analysis.compare import (  # lazy: only this command needs it
-        compare,
-        scaling,
-    )
+    from tb_attn_plugin.analysis.compare import compare  # lazy: only this command needs it
+    from tb_attn_plugin.analysis.scaling import scaling  # lazy: only this command needs it
     from tb_attn_plugin.trace.events import (
         TraceError,  # lazy: only this command needs it
     )

@@ -107,8 +107,10 @@ def compare_table(result: Comparison, scale: ScalingFits) -> str:
         r = f.ratio
         t = f.attention_device_us or f.attention_cpu_us
         t_ratio = r.attention_device_us if f.attention_device_us else r.attention_cpu_us
+        undecided = f.time_verdict is not None and not f.time_verdict.decided
         rows.append((f.run + (" *" if f.baseline == f.run else ""), str(f.impl or "-"), str(f.seq or "-"),
-                     str(f.dtype or "-"), f.backend, ms_text(t), spread_text(f.attention_spread), ratio_text(t_ratio),
+                     str(f.dtype or "-"), f.backend, ms_text(t), spread_text(f.attention_spread),
+                     ("≈" if undecided and t_ratio is not None else "") + ratio_text(t_ratio),
                      mib_text(f.alloc_bytes), ratio_text(r.alloc_bytes),
                      mib_text(f.peak_bytes), ratio_text(r.peak_bytes), si_text(f.flops_per_s),
                      ratio_text(r.flops_per_s),
@@ -123,9 +125,16 @@ def compare_table(result: Comparison, scale: ScalingFits) -> str:
               "seq, dtype, mode, parallel layout), against the run marked * in each (the baseline's implementation "
               "there, else the group's first by name)",
               "time is device time where there is some, else CPU; means per step; ~ marks a time whose steps "
-              "spread over 20% of their median; FLOP/B, % roof, bound: attention's forward under the roofline, on "
-              "device time or, on a CPU, CPU self time (tb-attn summarize shows the peaks and each phase)",
+              "spread over 20% of their median; ≈ a time ratio the two runs cannot tell from drift between runs "
+              "(one run each: profile with --repeats 3); FLOP/B, % roof, bound: attention's forward under the "
+              "roofline, on device time or, on a CPU, CPU self time (tb-attn summarize shows the peaks and each "
+              "phase); - a figure the trace did not record",
               fmt.format(*header), *(fmt.format(*row) for row in cells)]
+    alone = [f.run for f in result.runs if f.unpaired]
+    if alone:
+        lines.append(f"no ratios for {', '.join(printable(r) for r in alone)}: " + printable(
+            "no other run here has the same model, sizes and configuration (implementation aside), and a ratio "
+            "between different models measures the models, not the implementations"))
     lines += [f"error: {e.run}: {e.error}" for e in result.errors]
     lines += compare_decode_lines(result)
     for f in result.runs:

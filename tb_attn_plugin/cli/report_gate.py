@@ -15,7 +15,7 @@ def gate_text(report: GateReport) -> str:
     for c in report.checks:
         fmt = (lambda us: f"{wording.ms(us)} ms") if c.unit == "us" else (lambda b: f"{wording.mib(b)} MiB")
         change = "n/a" if c.change is None else f"{c.change:+.1%}"
-        verdict = {"ok": "ok", "regression": "REGRESSION"}.get(c.verdict, "TOO NOISY TO JUDGE")
+        verdict = {"ok": "ok", "regression": "REGRESSION"}.get(c.verdict, "UNDECIDED")
         lines.append(f"  {c.name:<6} baseline {fmt(c.baseline):>12}  candidate {fmt(c.candidate):>12}  "
                      f"change {change:>7}  tolerance {c.tolerance:.0%}  {verdict}")
         lines.append(f"         ({c.detail})")
@@ -25,8 +25,8 @@ def gate_text(report: GateReport) -> str:
             lines.append(f"    L{layer:<3} {ms_text(base):>10} ms -> {ms_text(cand):>10} ms")
     lines.append("PASS: attention did not regress beyond the tolerances" if report.passed
                  else "FAIL: attention regressed beyond the tolerances" if report.regressed
-                 else "UNDECIDED: too noisy to judge: the steps' noise spans the tolerance; profile more steps, on a "
-                      "quieter machine, or widen the tolerance")
+                 else "UNDECIDED: what the runs can tell spans the tolerance (the time check says why): profile both "
+                      "with --repeats 3 in one sweep, or in turns with --append (docs/ci.md)")
     return lines_text(lines)
 
 

@@ -94,7 +94,8 @@ def si_text(x: float, unit: str = "") -> str:
     return f"{x:.0f}{unit}"
 
 
-def mib_text(x: float) -> str:
+def mib_text(x: float | None) -> str:
+    """MiB, or "-" for no bytes and for a figure the trace does not have (None)."""
     return wording.mib(x) if x else "-"
 
 

@@ -24,9 +24,10 @@ from tensorboard import errors
 
 from tb_attn_plugin.analysis import views
 from tb_attn_plugin.analysis.analyze import Analysis
-from tb_attn_plugin.analysis.compare import compare, scaling
+from tb_attn_plugin.analysis.compare import compare
 from tb_attn_plugin.analysis.drilldown import drilldown as drilldown_view
 from tb_attn_plugin.analysis.ranks import DEFAULT_MARGIN, ranks
+from tb_attn_plugin.analysis.scaling import scaling
 from tb_attn_plugin.analysis.strategies import LOSS_TOL, REL_TOL, check_tolerance, strategies
 from tb_attn_plugin.engine.cache import LRUCache
 from tb_attn_plugin.engine.head_events import UNREADABLE, EventStats

@@ -38,6 +38,20 @@ class CompareRatio(msgspec.Struct, kw_only=True):
     decode_us_per_token: float | None = None
 
 
+class TimeVerdict(msgspec.Struct, kw_only=True):
+    """What two runs can tell of their attention times (``analysis.repeats.Judgement``): this run's
+    time over its baseline's lies in ``low``..``high``, from ``basis`` ("repeats": ``pairs`` of repeats
+    profiled in turns; "drift": one run each, within the drift between runs; "same": the run itself).
+    ``decided``: the range lies on one side of 1; ``note``: why not, and how to decide it."""
+
+    basis: str
+    low: float
+    high: float
+    pairs: int
+    decided: bool
+    note: str
+
+
 class CompareLayer(msgspec.Struct, kw_only=True):
     layer: int
     cpu_us: float  # forward + backward
@@ -70,8 +84,8 @@ class CompareRun(msgspec.Struct, kw_only=True):
     attention_device_us: float
     step_cpu_us: float
     attention_share_cpu: float | None
-    alloc_bytes: float
-    peak_bytes: int
+    alloc_bytes: float | None  # null: the trace recorded no memory (profile_memory=False)
+    peak_bytes: int | None
     sxs_bytes: float
     flops: float
     flops_per_s: float
@@ -84,6 +98,10 @@ class CompareRun(msgspec.Struct, kw_only=True):
     ratio: CompareRatio  # against ``baseline`` (``compare``); all null in ``run_facts`` alone
     baseline: str | None = None  # the run the ratios are against: its group's baseline (docs/http_api.md)
     group: str = ""  # the like-for-like group the ratios are taken in: "builtin, seq 512, float32, training"
+    #: Why the run has no ratios (null where it has them, or is its group's baseline): no run of the
+    #: same model, sizes and configuration to set it against.
+    unpaired: str | None = None
+    time_verdict: TimeVerdict | None = None  # its attention time against its baseline's: what the runs can tell
     attention_spread: Spread | None = None  # attention time over steps, on the headline's clock
     why_slower: list[str] = []  # same model and configuration as its baseline, another impl, slower: why
     decode: CompareDecode | None = None  # a generation's decode steps (summary "generation"), where it has them
@@ -116,6 +134,7 @@ class HeadlineVersus(msgspec.Struct, kw_only=True):
     run: str
     impl: str | None
     time: float | None  # the other's attention time over the best's (the clock of the headline)
+    time_decided: bool = True  # whether the runs can tell (``TimeVerdict.decided``): else the ratio is drift's
     alloc: float | None  # the other's memory allocated in attention over the best's
     peak: float | None  # the other's largest per-layer peak rise over the best's
     flops_per_s: float | None  # the best's FLOP/s over the other's
@@ -144,8 +163,8 @@ class ScalingPoint(msgspec.Struct, kw_only=True):
     seq: int  # the sequence length, or for a decode series the mean context of the decode steps
     run: str
     time_us: float  # device time where there is some, else CPU time
-    alloc_bytes: float
-    peak_bytes: int
+    alloc_bytes: float | None  # null: the trace recorded no memory
+    peak_bytes: int | None
 
 
 class ScalingSeries(msgspec.Struct, kw_only=True):

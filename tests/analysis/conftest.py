@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers import profile_run
 
 from tb_attn_plugin.analysis.attribute import Attribution, attribute
 from tb_attn_plugin.trace.events import Events
@@ -121,3 +122,18 @@ def pick(rows: list[dict[str, Any]], name: str, **where: Any) -> dict[str, Any]:
 @pytest.fixture
 def row() -> Callable[..., dict[str, Any]]:
     return pick
+
+
+#: The lengths of the ``sweep`` fixture's runs.
+SWEEP_SEQS = (32, 64, 128)
+
+
+@pytest.fixture(scope="session")
+def sweep(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Naive and SDPA attention of the tiny built-in model at ``SWEEP_SEQS``, one run each, named
+    ``<impl>/seq<S>``: Compare's and scaling's input."""
+    logdir = tmp_path_factory.mktemp("sweep")
+    for impl in ("naive", "sdpa"):
+        for seq in SWEEP_SEQS:
+            assert profile_run(logdir, f"{impl}/seq{seq}", impl=impl, seq=seq).status == "ok"
+    return logdir

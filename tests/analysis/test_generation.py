@@ -13,8 +13,9 @@ import pytest
 from helpers import GENERATION, profile_run
 
 from tb_attn_plugin.analysis.analyze import analyze
-from tb_attn_plugin.analysis.compare import compare, scaling
+from tb_attn_plugin.analysis.compare import compare
 from tb_attn_plugin.analysis.flops import causal_fraction, op_flops
+from tb_attn_plugin.analysis.scaling import scaling
 from tb_attn_plugin.analysis.summary import summarize_trace
 from tb_attn_plugin.cli.main import main
 from tb_attn_plugin.engine.loader import Loader, load_events, resolve_runs

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from tb_attn_plugin.analysis.analyze import analyze
-from tb_attn_plugin.analysis.compare import scaling
+from tb_attn_plugin.analysis.scaling import scaling
 from tb_attn_plugin.analysis.summary import summarize_trace
 from tb_attn_plugin.engine.loader import Loader, load_events, resolve_runs
 from tb_attn_plugin.types.schema import Generation, WorkerSummary

@@ -22,8 +22,9 @@ from hypothesis import strategies as st
 from tracetools import trace_files
 
 from tb_attn_plugin.analysis.analyze import Analysis, analyze
-from tb_attn_plugin.analysis.compare import compare, scaling
+from tb_attn_plugin.analysis.compare import compare
 from tb_attn_plugin.analysis.heads import window_keeps
+from tb_attn_plugin.analysis.scaling import scaling
 from tb_attn_plugin.analysis.strategies import strategies
 from tb_attn_plugin.analysis.summary import summarize_trace
 from tb_attn_plugin.cli import main as cli

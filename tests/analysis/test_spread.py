@@ -4,6 +4,7 @@ trace of three steps whose layer, phase and attention times are known."""
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 import numpy as np
@@ -173,3 +174,17 @@ def test_percentiles_are_numpys_linear_quantiles() -> None:
     v = np.array([5.0, 1.0, 4.0, 2.0, 3.0, 10.0, 0.5])
     assert percentiles(v, (2.5, 50.0, 97.5)) == [quantile(sorted(v.tolist()), q) for q in (0.025, 0.5, 0.975)]
     assert percentiles(v, [50]) == [median(v.tolist())] == [3.0]
+
+
+def test_power_fit() -> None:
+    from tb_attn_plugin.analysis.spread import fit_power
+
+    fit = fit_power([1, 2, 4, 8], [3.0, 12.0, 48.0, 192.0])
+    assert fit is not None and fit.k == pytest.approx(2.0) and fit.a == pytest.approx(3.0)
+    assert fit.r2 == pytest.approx(1.0) and fit.points == 4
+    noisy = fit_power([1, 2, 4], [3.0, 20.0, 30.0])
+    assert noisy is not None and noisy.r2 is not None and noisy.r2 < 0.95
+    # Two points: any line passes through them; the fit reports no quality rather than R² 1.00.
+    two = fit_power([256, 512], [1.0, 3.7])
+    assert two is not None and two.r2 is None and two.points == 2 and two.k == pytest.approx(math.log2(3.7))
+    assert fit_power([4, 4], [1.0, 2.0]) is None

@@ -16,7 +16,7 @@ from webtools import get_json, plugin_client
 
 from runner.variants import CHUNK
 from tb_attn_plugin.analysis import quant_findings
-from tb_attn_plugin.analysis.compare import fit_power
+from tb_attn_plugin.analysis.spread import fit_power
 from tb_attn_plugin.analysis.strategies import accuracy_of, crossover, pareto_front, strategies
 from tb_attn_plugin.cli.main import main
 from tb_attn_plugin.engine.loader import Loader, resolve_runs

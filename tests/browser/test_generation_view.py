@@ -342,7 +342,7 @@ def test_compare_fits_decode_against_context(generation_ui: TensorBoard, logdir:
                                              artifacts: Path) -> None:
     """Three prompt lengths: one series against the context, fitted, its points at the decode
     steps' mean contexts."""
-    from tb_attn_plugin.analysis.compare import scaling
+    from tb_attn_plugin.analysis.scaling import scaling
 
     runs = tuple(f"builtin/sdpa/gen-p{p}-n6-dynamic" for p in (64, 128, 256))
     found = {r.name: r for r in resolve_runs(str(logdir))}

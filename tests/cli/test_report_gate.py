@@ -50,10 +50,11 @@ def test_a_pass_says_pass_and_a_drop_is_a_negative_change() -> None:
     assert lines[-1] == "PASS: attention did not regress beyond the tolerances"
 
 
-def test_too_noisy_to_judge_is_neither_pass_nor_fail() -> None:
+def test_undecided_is_neither_pass_nor_fail() -> None:
     lines = gate_text(_report([NOISY, NONE_BOTH])).splitlines()
-    assert lines[1].endswith("change   +0.0%  tolerance 5%  TOO NOISY TO JUDGE")
-    assert lines[-1].startswith("UNDECIDED: too noisy to judge: the steps' noise spans the tolerance")
+    assert lines[1].endswith("change   +0.0%  tolerance 5%  UNDECIDED")
+    assert lines[-1].startswith("UNDECIDED: what the runs can tell spans the tolerance (the time check says why)")
+    assert lines[-1].endswith("profile both with --repeats 3 in one sweep, or in turns with --append (docs/ci.md)")
 
 
 def test_a_regression_outweighs_noise() -> None:
@@ -106,7 +107,7 @@ def test_json_carries_every_field_of_every_check() -> None:
 def test_json_of_a_noisy_report_says_so() -> None:
     body = json.loads(gate_json(_report([NOISY])))
     assert (body["passed"], body["noisy"]) == (False, True)
-    assert body["checks"][0]["verdict"] == "too noisy to judge" and body["checks"][0]["interval"] == [-0.2, 0.3]
+    assert body["checks"][0]["verdict"] == "undecided" and body["checks"][0]["interval"] == [-0.2, 0.3]
 
 
 def test_json_is_ascii_and_keeps_hostile_names_whole() -> None:

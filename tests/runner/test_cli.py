@@ -40,6 +40,8 @@ def _meta(run_dir: Path) -> dict[str, object]:
         (["--model", "hf:bert", "--hf-config", "no_such_key=1"], "unknown BertConfig key(s) in --hf-config: no_such"),
         (["--model", "hf:bert", "--per-head"], "--per-head needs the builtin model"),
         (["--active", "0"], "active must be a positive integer"),
+        (["--repeats", "0"], "--repeats must be in 1..20, got 0"),
+        (["--append", "--overwrite"], "--append adds to runs and --overwrite replaces them: give one"),
         (["--per-head", "--no-scopes"], "--per-head measures each head in its own scope: it needs scopes"),
     ],
 )
@@ -226,3 +228,24 @@ def test_the_demo_plans_one_per_head_run_beside_its_derived_twin(tmp_path: Path)
     twin = specs["builtin/naive/seq256"].cfg
     # ...and it records its heads' attention statistics (the Heads view's statistics, the scatter)
     assert per_head[0].cfg == type(twin)(**{**vars(twin), "per_head": True, "attn_stats": 2})
+
+
+def test_repeats_are_profiled_in_turns_as_one_runs_parts(tmp_path: Path) -> None:
+    """``--repeats 2`` over two implementations: naive, sdpa, naive, sdpa; each run one directory with
+    a trace per repeat, and its metadata listing each repeat's window, in order. ``--append`` adds one
+    more to a run that exists."""
+    assert main(["--logdir", str(tmp_path), "--impl", "naive,sdpa", "--repeats", "2", *FAST]) == 0
+    metas = {impl: _meta(tmp_path / "builtin" / impl / "seq8") for impl in ("naive", "sdpa")}
+    starts = sorted((r["started_ns"], impl) for impl, m in metas.items() for r in m["repeats"])  # type: ignore[union-attr]
+    assert [impl for _, impl in starts] == ["naive", "sdpa", "naive", "sdpa"]
+    for impl, m in metas.items():
+        assert m["status"] == "ok" and len(m["traces"]) == 2  # type: ignore[arg-type]
+        assert [r["status"] for r in m["repeats"]] == ["ok", "ok"]  # type: ignore[union-attr]
+        assert all(r["started_ns"] < r["finished_ns"] for r in m["repeats"])  # type: ignore[union-attr]
+        spans = sorted(int(p.name.split(".")[1]) for p in trace_files(tmp_path / "builtin" / impl / "seq8"))
+        windows = [(r["started_ns"], r["finished_ns"]) for r in m["repeats"]]  # type: ignore[union-attr]
+        assert all(lo <= span <= hi for span, (lo, hi) in zip(spans, windows, strict=True))
+    assert main(["--logdir", str(tmp_path), "--impl", "sdpa", "--append", *FAST]) == 0
+    again = _meta(tmp_path / "builtin" / "sdpa" / "seq8")
+    assert len(again["repeats"]) == 3 and len(again["traces"]) == 3  # type: ignore[arg-type]
+    assert again["started_at"] == metas["sdpa"]["started_at"]

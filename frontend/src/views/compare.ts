@@ -9,7 +9,7 @@ import { fmtBytes, fmtCount, fmtFlops, fmtIntensity, fmtRate, fmtRatio, fmtUs } 
 import { orderPhases, phaseLabel } from "../metrics";
 import { noisyMark, spreadTitle } from "../spread";
 import { GROUP_BY, PHASE_METRICS, type Actions, type GroupBy, type PhaseMetric, type State } from "../state";
-import type { Comparison, CompareRun } from "../types";
+import type { Comparison, CompareRun, TimeVerdict } from "../types";
 import { errorBox, loadingBox, note, pending } from "./common";
 import { RooflineOverlay } from "./compare_roofline";
 import { roofBoundCell, roofShareCell } from "./roofline";
@@ -26,13 +26,27 @@ const PHASE_METRIC_INFO: Record<PhaseMetric, { title: string; format: (v: number
 
 const GROUP_LABELS: Record<GroupBy, string> = { impl: "implementation", seq: "sequence length", dtype: "dtype", none: "none" };
 
-/** "1.82×", coloured: red when worse than its baseline by over 10 %, green when better. */
-function ratioEl(r: number | null, baseline: string | null, higherIsBetter = false): HTMLElement {
-  if (r === null || !Number.isFinite(r)) return h("span", { class: "ratio", title: `${baseline ?? "the baseline"}'s value is 0` }, "\u2014");
-  const worse = higherIsBetter ? r < 0.9 : r > 1.1;
-  const better = higherIsBetter ? r > 1.1 : r < 0.9;
-  const text = fmtRatio(r);
-  return h("span", { class: `ratio${worse ? " worse" : better ? " better" : ""}`, title: `this run / ${baseline ?? "its baseline"} (same configuration)` }, text);
+/** "1.82×", coloured: red when worse than its baseline by over 10 %, green when better; uncoloured
+ *  and marked "≈" where the two runs cannot tell it from drift between runs (``verdict``). */
+function ratioEl(r: number | null, baseline: string | null, higherIsBetter = false, verdict: TimeVerdict | null = null): HTMLElement {
+  if (r === null || !Number.isFinite(r)) {
+    return h("span", { class: "ratio", title: baseline === null ? "no baseline to set this run against" : `no ratio: ${baseline}'s or this run's value is 0 or not recorded` }, "\u2014");
+  }
+  const undecided = verdict !== null && !verdict.decided;
+  const worse = !undecided && (higherIsBetter ? r < 0.9 : r > 1.1);
+  const better = !undecided && (higherIsBetter ? r > 1.1 : r < 0.9);
+  const text = (undecided ? "\u2248" : "") + fmtRatio(r);
+  const why = verdict === null ? "" : `\n${verdict.note}`;
+  return h(
+    "span",
+    { class: `ratio${worse ? " worse" : better ? " better" : ""}${undecided ? " undecided" : ""}`, title: `this run / ${baseline ?? "its baseline"} (same model and configuration)${why}` },
+    text,
+  );
+}
+
+/** Bytes, or "—" for a figure the trace did not record. */
+function bytesCell(v: number | null): string {
+  return v === null ? "\u2014" : fmtBytes(v);
 }
 
 function groupKey(r: CompareRun, by: GroupBy): string {
@@ -256,10 +270,11 @@ export class CompareView {
         tbody.appendChild(h("tr", "group", h("th", { attrs: { colspan: heads.length } }, `${by}: ${g || "\u2014"}`)));
       }
       const isBase = r.baseline === r.run;
+      const alone = r.baseline === null;
       const cells: Child[] = [
         h(
           "td",
-          { class: "run-name", title: `${r.run}\n${r.group}${isBase ? "" : `\nratios against ${r.baseline ?? "\u2014"}`}` },
+          { class: "run-name", title: `${r.run}\n${r.group}${isBase ? "" : alone ? `\n${r.unpaired ?? "no ratios"}` : `\nratios against ${r.baseline}`}` },
           h("span", { class: "sw", style: { background: colors.run.get(r.run) ?? color(0) } }),
           " ",
           h("a", { attrs: { href: "#" }, on: { click: (ev) => (ev.preventDefault(), this.actions.openRun(r.run)) } }, r.run),
@@ -269,23 +284,25 @@ export class CompareView {
                 { class: "badge baseline", title: `the baseline of its group (${r.group}): the other runs there are against it` },
                 r.run === data.baseline ? "baseline" : "group baseline",
               )
-            : null,
+            : alone && r.unpaired
+              ? h("span", { class: "badge unpaired", title: r.unpaired }, "no ratios")
+              : null,
         ),
         h("td", null, r.impl ?? "\u2014"),
         h("td", "num", r.seq === null ? "\u2014" : String(r.seq)),
         h("td", null, r.dtype ?? "\u2014"),
         h("td", null, h("span", "backend-chip", r.backend)),
         // The spread is on the headline's clock: device time where the run has some, else CPU.
-        cell(fmtUs(r.attention_cpu_us), isBase ? null : ratioEl(r.ratio.attention_cpu_us, r.baseline),
+        cell(fmtUs(r.attention_cpu_us), isBase ? null : ratioEl(r.ratio.attention_cpu_us, r.baseline, false, r.attention_device_us ? null : r.time_verdict),
           `${fmtUs(r.step_cpu_us)} per step in all${r.attention_device_us ? "" : `; ${spreadTitle(r.attention_spread)}`}`,
           r.attention_device_us ? null : noisyMark(r.attention_spread, fmtUs, true)),
         hasDevice
-          ? cell(r.attention_device_us ? fmtUs(r.attention_device_us) : "\u2014", isBase ? null : ratioEl(r.ratio.attention_device_us, r.baseline),
+          ? cell(r.attention_device_us ? fmtUs(r.attention_device_us) : "\u2014", isBase ? null : ratioEl(r.ratio.attention_device_us, r.baseline, false, r.time_verdict),
               r.attention_device_us ? spreadTitle(r.attention_spread) : undefined,
               r.attention_device_us ? noisyMark(r.attention_spread, fmtUs, true) : null)
           : null,
-        cell(fmtBytes(r.alloc_bytes), isBase ? null : ratioEl(r.ratio.alloc_bytes, r.baseline), `S\u00d7S scores: ${fmtBytes(r.sxs_bytes)}`),
-        cell(fmtBytes(r.peak_bytes), isBase ? null : ratioEl(r.ratio.peak_bytes, r.baseline)),
+        cell(bytesCell(r.alloc_bytes), isBase ? null : ratioEl(r.ratio.alloc_bytes, r.baseline), r.alloc_bytes === null ? "memory not recorded (profile_memory=False)" : `S\u00d7S scores: ${fmtBytes(r.sxs_bytes)}`),
+        cell(bytesCell(r.peak_bytes), isBase ? null : ratioEl(r.ratio.peak_bytes, r.baseline)),
         cell(fmtRate(r.flops_per_s), isBase ? null : ratioEl(r.ratio.flops_per_s, r.baseline, true), `${fmtFlops(r.flops)} per step`),
         // Attention's forward under the run's roofline (its Roofline tab has the peaks and each phase).
         h("td", { class: "num intensity", title: "attention's FLOPs per byte moved (forward)" }, fmtIntensity(r.roofline?.attention?.intensity)),

@@ -47,12 +47,13 @@ export function scalingChart(
   const seqs = series.flatMap((x) => x.points.map((p) => p.seq)).filter((v) => v > 0);
   const minSeq = Math.min(...seqs);
   const maxSeq = Math.max(...seqs);
-  const ys = series.flatMap((x) => x.points.map((p) => p[field])).filter((v) => v > 0);
+  // A figure the trace did not record (memory without profile_memory) is no point: null, never 0.
+  const ys = series.flatMap((x) => x.points.map((p) => p[field])).filter((v): v is number => v !== null && v > 0);
   const minY = ys.length ? Math.min(...ys) : 1;
   const maxY = ys.length ? Math.max(...ys) : 10;
   const out: object[] = [];
   series.forEach((x, i) => {
-    const pts = x.points.filter((p) => p.seq > 0 && p[field] > 0).sort((a, b) => a.seq - b.seq);
+    const pts = x.points.filter((p) => p.seq > 0 && (p[field] ?? 0) > 0).sort((a, b) => a.seq - b.seq);
     out.push({
       type: "line" as const,
       name: `measured ${i}`,
