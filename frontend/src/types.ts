@@ -1182,6 +1182,7 @@ export interface StrategyRow {
   speedup: number | null;
   /** on the Pareto front of speed-up against error at this length */
   pareto: boolean;
+  speedup_verdict: TimeVerdict | null;
 }
 
 /** The run's error against exact fp32 attention (runner/accuracy.py), worst layer. */

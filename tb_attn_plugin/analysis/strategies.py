@@ -22,6 +22,7 @@ import json
 import math
 from typing import Any
 
+from tb_attn_plugin.analysis.compare import time_verdict
 from tb_attn_plugin.analysis.configs import APPROXIMATE_BACKENDS, LINEAR_BACKENDS, config, text
 from tb_attn_plugin.analysis.quant_findings import quant_share
 from tb_attn_plugin.analysis.query import new_finding
@@ -187,10 +188,13 @@ def _group(members: list[tuple[RunSummary, dict[str, Any]]], baseline: str | Non
     by_seq: dict[int, dict[str, StrategyRow]] = {}
     for x in rows:
         by_seq.setdefault(x.seq, {}).setdefault(x.strategy, x)  # two runs of one strategy and length: the first
+    summaries = {r.run: r for r, _ in members}
     for at in by_seq.values():
         ref = at.get(base) if base else None
         for x in at.values():
             x.speedup = ref.time_us / x.time_us if ref is not None and x.time_us > 0 else None
+            if ref is not None and x is not ref:
+                x.speedup_verdict = time_verdict(summaries[ref.run], summaries[x.run])
         scored = [(x, p) for x in at.values() if (p := _point(x)) is not None]
         for (x, _), front in zip(scored, pareto_front([p for _, p in scored]), strict=True):
             x.pareto = front
@@ -200,12 +204,13 @@ def _group(members: list[tuple[RunSummary, dict[str, Any]]], baseline: str | Non
     noisy = {x.strategy for x in rows if x.noisy}
     for s in series:
         if base_series is not None and s is not base_series and s.fit and base_series.fit:
-            s.crossover_note = _unfit(s, base_series, noisy)
+            s.crossover_note = _unfit(s, base_series, noisy) or _drifting(s, by_seq, base)
             if not s.crossover_note:
                 s.crossover = crossover(s.fit, base_series.fit, s.seqs + base_series.seqs, s.strategy,
                                         base_series.strategy)
     cfg = members[0][1]
-    findings = [*_below_crossover(series, by_seq, device, noisy), *_accuracy_cost(rows, by_seq, rel_tol, loss_tol)]
+    findings = [*_below_crossover(series, by_seq, summaries, noisy),
+                *_accuracy_cost(rows, by_seq, summaries, rel_tol, loss_tol)]
     return StrategyGroup(label=_group_label(cfg), clock="device" if device else "cpu", baseline=base,
                          strategies=names, rows=rows, series=series, findings=findings)
 
@@ -222,6 +227,29 @@ def _unfit(s: StrategySeries, base: StrategySeries, noisy: set[str]) -> str:
         return (f"no crossover: the steps of {' and '.join(shaky)} spread over 20% of their median (noisy), so "
                 "the fits cannot place one; profile more steps")
     return ""
+
+
+def _drifting(s: StrategySeries, by_seq: dict[int, dict[str, StrategyRow]], base: str | None) -> str:
+    """Why no crossover is claimed where the runs cannot tell the strategy from the baseline at some
+    length (``StrategyRow.speedup_verdict``: drift between runs may explain the difference), or ""."""
+    open_at = [seq for seq in s.seqs if (x := by_seq[seq].get(s.strategy)) is not None and base is not None
+               and x.speedup_verdict is not None and not x.speedup_verdict.decided]
+    if not open_at:
+        return ""
+    (first,) = {by_seq[open_at[0]][s.strategy].speedup_verdict.note}  # type: ignore[union-attr]
+    return (f"no crossover: at {', '.join(map(str, open_at))} the runs cannot tell {s.strategy} from {base} "
+            f"({first})")
+
+
+def _slower(x: StrategyRow, best: StrategyRow, summaries: dict[str, RunSummary]) -> float | None:
+    """``x``'s time over ``best``'s where the two runs can tell it from drift (``time_verdict``);
+    None where they cannot, or ``x`` is ``best``."""
+    if x is best:
+        return None
+    verdict = time_verdict(summaries[best.run], summaries[x.run])
+    if verdict is None or not verdict.decided:
+        return None
+    return x.time_us / best.time_us if best.time_us > 0 else None
 
 
 def _point(x: StrategyRow) -> tuple[float, float] | None:
@@ -244,16 +272,17 @@ def _fastest_exact(at: dict[str, StrategyRow]) -> StrategyRow | None:
 
 
 def _below_crossover(series: list[StrategySeries], by_seq: dict[int, dict[str, StrategyRow]],
-                     device: bool, noisy: set[str]) -> list[Finding]:
+                     summaries: dict[str, RunSummary], noisy: set[str]) -> list[Finding]:
     fits = {s.strategy: s for s in series}
     out = []
     for s in series:
         slow = []
         for seq in s.seqs:
             x, best = by_seq[seq][s.strategy], _fastest_exact(by_seq[seq])
-            # Noisy steps on either side: "slower" would be the noise's verdict, not the code's.
+            # Noisy steps on either side, or a difference drift between the runs may explain: "slower"
+            # would be the noise's verdict, not the code's.
             if x.backend in LINEAR_BACKENDS and best is not None and best.time_us < x.time_us \
-                    and not x.noisy and not best.noisy:
+                    and not x.noisy and not best.noisy and _slower(x, best, summaries) is not None:
                 slow.append((x, best))
         if not slow:
             continue
@@ -286,8 +315,8 @@ def _below_crossover(series: list[StrategySeries], by_seq: dict[int, dict[str, S
     return out
 
 
-def _accuracy_cost(rows: list[StrategyRow], by_seq: dict[int, dict[str, StrategyRow]], rel_tol: float,
-                   loss_tol: float) -> list[Finding]:
+def _accuracy_cost(rows: list[StrategyRow], by_seq: dict[int, dict[str, StrategyRow]],
+                   summaries: dict[str, RunSummary], rel_tol: float, loss_tol: float) -> list[Finding]:
     out = []
     for name in sorted({x.strategy for x in rows if not x.exact}):
         costly = [x for x in rows if x.strategy == name and x.accuracy is not None
@@ -303,8 +332,13 @@ def _accuracy_cost(rows: list[StrategyRow], by_seq: dict[int, dict[str, Strategy
             buys, speedup = "no exact run at this length to compare its time with", None
         else:
             speedup = best.time_us / x.time_us if x.time_us > 0 else None
+            verdict = time_verdict(summaries[best.run], summaries[x.run])
+            told = verdict is None or verdict.decided
             buys = (f"it is {speedup:.2f}× as fast as {best.strategy}, the fastest exact implementation here"
+                    + ("" if told else f", which the runs cannot tell from drift ({verdict.note if verdict else ''})")
                     if speedup is not None else "")
+            if not told:
+                speedup = None  # no claim that it buys or costs time
         loss = f" and moves the loss by {acc.loss_diff:+.4f}" if acc.loss_diff is not None else ""
         details: dict[str, float | int | str] = {"seq": x.seq, "rel_l1": acc.rel_l1, "cosine": acc.cosine}
         if acc.loss_diff is not None:

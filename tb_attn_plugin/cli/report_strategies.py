@@ -77,13 +77,15 @@ def strategies_table(result: StrategyTable) -> str:
               "FLOPs", "IOPs", "quant", "pareto")
     lines = [f"the error column: relative L1 of the attention output against exact fp32 attention (worst layer); "
              f"accuracy-cost over {result.rel_tol:.1%} or a loss moved by more than {result.loss_tol:g}; "
-             "~ = the steps spread over 20% of their median (noisy: no crossover or finding rests on it)"]
+             "~ = the steps spread over 20% of their median (noisy: no crossover or finding rests on it); "
+             "≈ = a speed-up the two runs cannot tell from drift between runs (profile with --repeats 3)"]
     if not result.groups:
         lines.append("no runs with attention and a sequence length in their metadata")
     for g in result.groups:
         rows = [(x.strategy + (" *" if x.strategy == g.baseline else ""), str(x.seq), x.backend,
                  ms_text(x.time_us) + (" ~" if x.noisy else ""),
-                 f"{x.speedup:.2f}x" if x.speedup is not None else "-", _error(x), _loss(x), mib_text(x.peak_bytes),
+                 ("≈" if x.speedup_verdict is not None and not x.speedup_verdict.decided else "")
+                 + (f"{x.speedup:.2f}x" if x.speedup is not None else "-"), _error(x), _loss(x), mib_text(x.peak_bytes),
                  mib_text(x.sxs_bytes), si_text(x.flops), si_text(x.iops),
                  f"{x.quant_share:.0%}" if x.quant_share is not None else "-", "yes" if x.pareto else "")
                 for x in g.rows]

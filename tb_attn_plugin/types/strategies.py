@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import msgspec
 
-from tb_attn_plugin.types.results import Fit
+from tb_attn_plugin.types.results import Fit, TimeVerdict
 from tb_attn_plugin.types.schema import Finding, Spread
 
 __all__ = [
@@ -51,6 +51,9 @@ class StrategyRow(msgspec.Struct, kw_only=True):
     accuracy: Accuracy | None  # null: not measured (older runs, foreign traces, models other than builtin)
     speedup: float | None  # the baseline's time at this length over this one's; null: no baseline run there
     pareto: bool  # on the Pareto front of speed-up against error at this length
+    #: This run's time against the baseline's at its length, as far as the two can tell
+    #: (``analysis.repeats``): a speed-up drift between runs may explain is not ``decided``.
+    speedup_verdict: TimeVerdict | None = None
 
 
 class Crossover(msgspec.Struct, kw_only=True):

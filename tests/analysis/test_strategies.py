@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import csv
 import io
+import itertools
 import json
 from pathlib import Path
 
@@ -145,10 +146,18 @@ def _synthetic(summaries: dict[str, RunSummary], impl: str, seq: int, time_us: f
         meta.pop("accuracy", None)
     else:
         meta["accuracy"] = {"rel_l1": rel, "max_abs": rel, "cosine": 1 - rel, "loss_diff": rel / 10}
-    # A made-up time has no steps: no spread, so no noise (the real run's steps are not these).
-    workers = [msgspec.structs.replace(w, attention_cpu_us=time_us, attention_device_us=0.0, spread={})
-               for w in base.workers]
+    # A made-up time has no steps: no spread, so no noise (the real run's steps are not these). Two
+    # repeats each, in turns with every other synthetic run (run i starts at i and 1000 + i), so that
+    # the times decide what they say rather than fall within the drift between runs.
+    i = next(_RUN_ORDER)
+    meta["repeats"] = [{"started_ns": i}, {"started_ns": 1000 + i}]
+    workers = [msgspec.structs.replace(w, attention_cpu_us=time_us, attention_device_us=0.0, spread={}, per_step=[],
+                                       span=str(start + 1))
+               for w in base.workers[:1] for start in (i, 1000 + i)]
     return msgspec.structs.replace(base, run=f"{impl}/seq{seq}", metadata=meta, workers=workers)
+
+
+_RUN_ORDER = itertools.count()
 
 
 def test_crossover_is_exact_on_known_curves(summaries: dict[str, RunSummary]) -> None:
@@ -326,3 +335,23 @@ def test_no_crossover_from_two_lengths_or_noisy_steps(summaries: dict[str, RunSu
     assert lin.crossover is None and "noisy" in lin.crossover_note
     assert all(x.noisy for x in group.rows if x.strategy == "linear-elu")
     assert not [f for f in group.findings if f.id == "below-crossover"]
+
+
+def test_one_run_each_claims_no_winner_drift_could_make(summaries: dict[str, RunSummary]) -> None:
+    """The same curves with one run a length (no repeats): 15x slower at 512 tokens is within what
+    drift between runs makes (30x), so no below-crossover finding, no crossover claimed, and each
+    speed-up says it is undecided."""
+    seqs = (512, 1024, 2048)
+    runs = [_synthetic(summaries, "sdpa", s, 1e-3 * s * s, 0.0) for s in seqs]
+    runs += [_synthetic(summaries, "performer", s, 8.0 * s, 0.05) for s in seqs]
+    alone = [msgspec.structs.replace(r, metadata={k: v for k, v in (r.metadata or {}).items() if k != "repeats"},
+                                     workers=r.workers[:1]) for r in runs]
+    (group,) = strategies(alone).groups
+    assert not [f for f in group.findings if f.id == "below-crossover"]
+    performer = next(s for s in group.series if s.strategy.startswith("performer"))
+    assert performer.crossover is None and performer.crossover_note.startswith(
+        "no crossover: at 512, 1024, 2048 the runs cannot tell")
+    assert "one run each, not profiled in turns" in performer.crossover_note
+    row = next(x for x in group.rows if x.strategy.startswith("performer") and x.seq == 512)
+    assert row.speedup_verdict is not None and not row.speedup_verdict.decided
+    assert row.speedup == pytest.approx(1e-3 * 512 * 512 / (8.0 * 512))

@@ -160,7 +160,8 @@ def test_without_groups_the_table_says_there_are_no_runs() -> None:
     assert strategies_table(_table()).splitlines() == [
         "the error column: relative L1 of the attention output against exact fp32 attention (worst layer); "
         "accuracy-cost over 1.0% or a loss moved by more than 0.005; ~ = the steps spread over 20% of their median "
-        "(noisy: no crossover or finding rests on it)",
+        "(noisy: no crossover or finding rests on it); ≈ = a speed-up the two runs cannot tell from drift between "
+        "runs (profile with --repeats 3)",
         "no runs with attention and a sequence length in their metadata"]
 
 

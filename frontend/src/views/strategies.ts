@@ -210,6 +210,7 @@ export class StrategiesView {
     const a = r.accuracy;
     const num = (cls: string, text: string, title = "") => h("td", { class: `num ${cls}`, title }, text);
     const ratio = r.speedup;
+    const undecided = !isBase && ratio !== null && r.speedup_verdict !== null && !r.speedup_verdict.decided;
     const cells: Child[] = [
       h(
         "td",
@@ -237,10 +238,14 @@ export class StrategiesView {
       h(
         "td",
         {
-          class: `num speedup${ratio === null || isBase ? "" : ratio > 1.1 ? " better" : ratio < 0.9 ? " worse" : ""}`,
-          title: ratio === null ? `no ${g.baseline ?? "baseline"} run at seq ${r.seq}` : `${g.baseline}'s time at seq ${r.seq} over this run's`,
+          // A speed-up the two runs cannot tell from drift between runs is uncoloured and marked "≈".
+          class: `num speedup${ratio === null || isBase || undecided ? "" : ratio > 1.1 ? " better" : ratio < 0.9 ? " worse" : ""}${undecided ? " undecided" : ""}`,
+          title:
+            ratio === null
+              ? `no ${g.baseline ?? "baseline"} run at seq ${r.seq}`
+              : `${g.baseline}'s time at seq ${r.seq} over this run's${r.speedup_verdict ? `\n${r.speedup_verdict.note}` : ""}`,
         },
-        isBase ? fmtRatio(1) : fmtRatio(ratio),
+        isBase ? fmtRatio(1) : (undecided ? "\u2248" : "") + fmtRatio(ratio),
       ),
       h("td", "pareto", r.pareto ? h("span", { class: "badge pareto", title: "no other strategy at this length is both faster and more accurate" }, "\u2605 front") : null),
     ];
