@@ -40,6 +40,10 @@ def clear_run(run_dir: Path) -> None:
             p.unlink()
 
 
+def _traces_on_disk(run_dir: Path) -> list[Path]:
+    return sorted(p for p in run_dir.iterdir() if TRACE_FILE_RE.match(p.name)) if run_dir.is_dir() else []
+
+
 def _on_disk(logdir: Path, results: Sequence[RunResult]) -> int:
     """The trace files in the runs' directories: every rank's."""
     dirs = {logdir / r.name for r in results}
@@ -121,6 +125,9 @@ def run_sweep(
             bar.close()
         shutdown(dist)
     results = list(by_name.values())
+    if lead and dist is not None:
+        # Every rank's traces, not the lead's alone: the table's "traces" and the total agree.
+        results = [dataclasses.replace(r, traces=_traces_on_disk(logdir / r.name)) for r in results]
     if lead:
         print(format_results(results))
         # Under torchrun each rank writes its own trace: the lead counts every rank's on disk (the

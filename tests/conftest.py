@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -96,6 +97,8 @@ def torchrun_logdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
         out = torchrun("-m", "runner", "--logdir", str(logdir), "--layers", "2", "--heads", "4", "--d-model", "32",
                        "--seq", "16", "--active", "2", "--no-progress", *args)
         assert f"wrote 2 trace file(s) into {logdir}" in out, out[-2000:]  # every rank's, not the lead's alone
+        # ...and the run's row counts them too
+        assert re.search(r"^builtin/\S+/seq16\s+ok\s+[\d.]+\s+2\s*$", out, re.M), out[-2000:]
     return logdir
 
 

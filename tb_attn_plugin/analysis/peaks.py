@@ -160,7 +160,8 @@ def find_row(props: Mapping[str, Any]) -> tuple[PeakRow | None, str]:
         return PEAK_TABLE["L40S"], ""
     if "l4" in words:
         return PEAK_TABLE["L4"], ""
-    return None, f"no peak known for '{name}': give --peak-flops and --peak-bw"
+    said = f"'{name}'" if name.strip() else "a device the trace does not name"
+    return None, f"no peak known for {said}: give --peak-flops and --peak-bw"
 
 
 def device_name(device_properties: Sequence[Mapping[str, Any]]) -> str:

@@ -36,10 +36,12 @@ __all__ = ["FAR_SHARE", "FAR_TIME_SHARE", "SCORE_TRAFFIC_PHASES", "VERDICTS", "f
            "phase_roofs", "with_peaks", "with_roofline"]
 
 VERDICTS = ("compute-bound", "memory-bound", "latency-bound", "no peak known", "no bytes modeled", "above its ceiling")
-#: A point this far above its ceiling ran faster than the peaks allow, and no verdict is drawn from
-#: it: the runner's probes measured a busy machine, or (with a datasheet's peaks) its data came from
-#: a cache, not from memory, or the peaks are not this device's.
-OVER_CEILING = 1.05
+#: A point above its ceiling ran faster than the peaks allow, and no verdict is drawn from it: the
+#: runner's probes measured a busy machine, or (with a datasheet's peaks) its data came from a cache,
+#: not from memory, or the peaks are not this device's. Any share over 1: a point at 101% of its roof
+#: is no more bound by it than one at 125%, and calling one "compute-bound" and the other "above its
+#: ceiling" said two things of one situation.
+OVER_CEILING = 1.0
 #: What the roofline's note says where some point is above its ceiling, by where the peaks come from.
 ABOVE_PROBED = ("some points run above their ceiling (up to {top}): the peaks are too low for this machine (the "
                 "runner probes them where it runs, and a busy machine measures less than it has), so no verdict "
@@ -350,8 +352,9 @@ def _finding(key: str, fars: list[_Far], rl: Roofline, whole: str, note: str) ->
     one = len(fars) == 1
 
     def ceiling(f: _Far) -> str:
-        return (f"{_flops(f.roof.ceiling)} at {f.roof.intensity:.3g} FLOPs per byte" if f.roof.ceiling
-                and f.roof.intensity else "") + (", bytes a lower bound" if f.roof.lower_bound else "")
+        parts = [f"{_flops(f.roof.ceiling)} at {f.roof.intensity:.3g} FLOPs per byte" if f.roof.ceiling
+                 and f.roof.intensity else "", "bytes a lower bound" if f.roof.lower_bound else ""]
+        return ", ".join(p for p in parts if p)
 
     if one:
         reach = share(shares[0])

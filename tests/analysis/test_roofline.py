@@ -103,6 +103,9 @@ def test_unknown_and_ambiguous_devices_say_so() -> None:
     peaks = peaks_for("cuda", [{"name": "NVIDIA GeForce RTX 4090"}], None)
     assert not peaks.known and "no peak known" in peaks.note
     assert not peaks_for("cuda", [], None).known
+    # A device the trace names "" is no device called '' (vLLM's MI300X trace names none).
+    row, why = find_row({"name": ""})
+    assert row is None and why == "no peak known for a device the trace does not name: give --peak-flops and --peak-bw"
 
 
 def test_a_cpu_trace_uses_the_runners_probes_or_says_it_has_none() -> None:
@@ -315,3 +318,17 @@ def test_a_point_above_its_ceiling_draws_no_verdict(builtin_logdir: Path) -> Non
     assert "a cache rather than from memory" in low.roofline.note  # made-up peaks are no runner probe
     assert "--peak-flops" in low.roofline.note
     assert not [f for f in low.findings if f.id == "far-from-roof"]
+
+
+def test_any_point_above_its_roof_is_above_its_ceiling() -> None:
+    """101% of the roof is as much above it as 125%: both say "above its ceiling", neither
+    "compute-bound" (one situation, one word). At 100% the roof holds it."""
+    from tb_attn_plugin.analysis.roofline import _roof, _Terms
+
+    peaks = Peaks("x", "test", {"fp32": 1e12}, 1e12, launch_us=0.0)
+    for share, verdict in ((1.0, "compute-bound"), (1.01, "above its ceiling"), (1.05, "above its ceiling"),
+                           (1.25, "above its ceiling")):
+        # 1e6 FLOPs at 1e12 FLOP/s take 1 µs at the roof; the point ran in 1/share µs.
+        roof = _roof(_Terms(flops=1e6, nbytes=1e3, time_us=1.0 / share, compute_s=1e-6, memory_s=1e-9,
+                            dtype_flops={"fp32": 1e6}), peaks)
+        assert roof is not None and roof.share == pytest.approx(share) and roof.verdict == verdict

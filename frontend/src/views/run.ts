@@ -37,6 +37,9 @@ export function currentWorker(s: State): WorkerSummary | null {
   return ws.find((w) => w.worker === s.worker && (s.span === null || w.span === s.span)) ?? ws[0] ?? null;
 }
 
+/** How the engine begins its note on inferred attention (analysis/analyze.py). */
+const INFERRED_NOTE = "no tb-attn scopes in this trace";
+
 export class RunView {
   readonly el: HTMLElement;
   private readonly top: HTMLElement;
@@ -278,7 +281,8 @@ export class RunView {
         ),
       ),
     );
-    if (ws.inferred || ws.layers.some((l) => l.inferred)) {
+    const inferredBox = ws.inferred || ws.layers.some((l) => l.inferred);
+    if (inferredBox) {
       out.push(
         h(
           "div",
@@ -300,7 +304,9 @@ export class RunView {
         ),
       );
     }
-    if (ws.notes.length) out.push(h("ul", "notes", ...ws.notes.map((n) => h("li", null, n))));
+    // The box above says what inference did; its note is not said twice.
+    const notes = ws.notes.filter((n) => !(inferredBox && n.startsWith(INFERRED_NOTE)));
+    if (notes.length) out.push(h("ul", "notes", ...notes.map((n) => h("li", null, n))));
     const serving = servingBox(ws.serving);
     if (serving) out.push(serving);
     const findings = findingsBox(ws.findings ?? []);
