@@ -37,7 +37,7 @@ from tb_attn_plugin.trace.events import Events, ReadError, TraceError
 from tb_attn_plugin.trace.io import FileInfo
 from tb_attn_plugin.trace.sniff import Verdicts
 from tb_attn_plugin.types.schema import FileError, RunSummary, WorkerSummary, to_json
-from tb_attn_plugin.vocab.names import display_name, parse_candidate_name, parse_trace_name
+from tb_attn_plugin.vocab.names import GZIP_SUFFIX, display_name, parse_candidate_name, parse_trace_name
 
 if TYPE_CHECKING:
     from tb_attn_plugin.analysis.analyze import Analysis
@@ -138,11 +138,18 @@ def resolve_runs(path: str) -> list[Run]:
     info = io.stat(target)  # raises TraceError: no such file
     name = path.rstrip("/").rsplit("/", 1)[-1]
     parsed = parse_trace_name(name) or parse_candidate_name(name)
-    worker, span = parsed if parsed is not None else (name.split(".", 1)[0] or name, None)
+    # Any other name: the worker is the name less its last suffix (and .gz), dots kept.
+    worker, span = parsed if parsed is not None else (_stem(name), None)
     directory = path.rstrip("/").rsplit("/", 1)[0] if "/" in path.rstrip("/") else "."
     trace = TraceFile(path=info.path, name=display_name(name), worker=display_name(worker), span=span,
                       size=info.size, mtime=info.mtime, etag=info.etag)
     return [Run(name=display_name(name), path=directory, files=(trace,), metadata_path=None)]
+
+
+def _stem(name: str) -> str:
+    """``name`` less ``.gz`` and then its last suffix: ``sd3.5_run.txt`` is ``sd3.5_run``."""
+    base = name.removesuffix(GZIP_SUFFIX) or name
+    return base.rsplit(".", 1)[0] if "." in base.lstrip(".") else base
 
 
 class Parsed(NamedTuple):

@@ -89,6 +89,12 @@ def test_traces_named_otherwise_are_found_by_their_content(tmp_path: Path, built
     (tmp_path / "accel" / "rank3.1700000000.json.gz").write_bytes(b"")
     (named,) = resolve_runs(str(tmp_path / "accel" / "rank3.1700000000.json.gz"))
     assert [(f.worker, f.span) for f in named.files] == [("rank3", "1700000000")]
+    # A single file keeps the dots in its worker's name (the sd3.5 production trace was "sd3").
+    for name, worker in (("xdit_sd3.5_mi300.json.gz", "xdit_sd3.5_mi300"), ("sd3.5_run.txt", "sd3.5_run"),
+                         ("v1.2.trace.log.gz", "v1.2.trace"), ("trace", "trace")):
+        (tmp_path / name).write_bytes(b"")
+        (single,) = resolve_runs(str(tmp_path / name))
+        assert [f.worker for f in single.files] == [worker], name
 
 
 def test_a_logdir_of_json_that_is_no_trace_lists_no_run_at_once(tmp_path: Path) -> None:
