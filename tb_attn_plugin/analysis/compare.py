@@ -101,7 +101,7 @@ def run_facts(run: RunSummary) -> CompareRun:
         layers=[CompareLayer(layer=layer.layer, cpu_us=layer.cpu_us + layer.backward.cpu_us,
                              device_us=layer.device_us + layer.backward.device_us, alloc_bytes=layer.alloc_bytes,
                              peak_bytes=layer.peak_bytes) for layer in w.layers],
-        findings=[f.id for f in w.findings],
+        findings=list(dict.fromkeys(f.id for f in w.findings)),  # each id once, as its chips
         finding_chips=_chips(w),
         ratio=CompareRatio(**dict.fromkeys(_RATIO_KEYS)),
         attention_spread=w.spread.get("attention_device_us" if w.attention_device_us > 0 else "attention_cpu_us"),

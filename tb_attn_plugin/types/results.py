@@ -93,7 +93,7 @@ class CompareRun(msgspec.Struct, kw_only=True):
     kernels_per_forward: float
     phases: dict[str, ComparePhase]  # summed over layers, per step
     layers: list[CompareLayer]
-    findings: list[str]  # finding ids
+    findings: list[str]  # the ids of its findings, each once (far-from-roof comes once per cause)
     finding_chips: list[FindingChip] = []  # the same findings, with severity, title and time
     ratio: CompareRatio  # against ``baseline`` (``compare``); all null in ``run_facts`` alone
     baseline: str | None = None  # the run the ratios are against: its group's baseline (docs/http_api.md)

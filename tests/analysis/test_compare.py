@@ -191,6 +191,12 @@ def test_a_finding_id_is_one_chip() -> None:
     chips = _chips(w)
     assert [(c.id, c.title, c.time_us) for c in chips] == [("hidden-copy", "copy", 5.0),
                                                            ("far-from-roof", "sdpa far (and 1 more)", 14.0)]
+    # The run's finding ids (the CLI's "findings" column) name each once too.
+    from tb_attn_plugin.analysis.compare import run_facts
+    from tb_attn_plugin.types.schema import RunSummary
+
+    run = RunSummary(run="r", metadata={}, workers=[w], errors=[])
+    assert run_facts(run).findings == ["hidden-copy", "far-from-roof"]
 
 
 def test_unrelated_models_are_listed_without_ratios(tmp_path: Path) -> None:
