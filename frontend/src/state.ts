@@ -14,6 +14,7 @@ import type {
   ScalingFits,
   StrategyTable,
   TimelineSlice,
+  WorkerSummary,
 } from "./types";
 
 /** "ranks": every worker (rank) of the run side by side; offered when a run has two or more.
@@ -152,9 +153,11 @@ function rankSelections(value: unknown): Record<string, string> {
   return out;
 }
 
-/** The time figure a chart shows until one is picked: device time on a trace with kernels. */
-export function defaultTime(hasDevice: boolean): "cpu_us" | "device_us" {
-  return hasDevice ? "device_us" : "cpu_us";
+/** The time figure a view opens on until one is picked: device time where attention has some
+ *  (a trace with kernels that ran in its layers), else CPU time, never a chart of zeros. */
+export function defaultTime(ws: WorkerSummary): "cpu_us" | "device_us" {
+  const ran = ws.device !== "cpu" && ws.layers.some((l) => l.device_us > 0 || l.backward.device_us > 0);
+  return ran ? "device_us" : "cpu_us";
 }
 
 export function initialState(): State {

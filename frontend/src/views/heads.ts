@@ -260,7 +260,7 @@ export class HeadsView {
 
   update(s: State, ws: WorkerSummary): void {
     const stats = s.summary.data?.attn_stats ?? null;
-    const key: HeadMetricKey = s.headMetric ?? defaultTime(ws.device !== "cpu");
+    const key: HeadMetricKey = s.headMetric ?? defaultTime(ws);
     // A statistic this run did not record (another run's choice) leaves the cost metric shown.
     const stat = stats && s.headStat !== null && stats.stats.includes(s.headStat) ? s.headStat : null;
     const shown = stat !== null ? STAT + stat : key;

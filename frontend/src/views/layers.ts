@@ -34,7 +34,7 @@ function cellValue(l: LayerStats, group: string, key: MetricKey): number | null 
 
 /** The chart's metric and the table's columns, the trace's clock until the user picks. */
 function chosen(s: State, ws: WorkerSummary): { chart: MetricKey; columns: MetricKey[] } {
-  const auto = defaultTime(ws.device !== "cpu");
+  const auto = defaultTime(ws);
   return { chart: s.chartMetric ?? auto, columns: s.columns ?? [auto] };
 }
 
