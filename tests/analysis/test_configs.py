@@ -174,5 +174,5 @@ def test_exactness_is_the_representative_workers() -> None:
 
 
 def test_a_run_without_traces_is_a_clear_error() -> None:
-    with pytest.raises(ValueError, match="no values"):
+    with pytest.raises(ValueError, match="no traces"):
         exact(_run(None))

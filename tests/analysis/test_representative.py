@@ -85,7 +85,8 @@ def test_the_gate_compares_the_representative_ranks_not_an_average() -> None:
     assert "mean of 2 step(s), min 9.000 ms, max 11.000 ms" in time.detail
     assert (alloc.baseline, peak.baseline) == (1_000.0, 500.0)  # not 1500 (the mean) nor 800 (the max)
     assert report.layers == [(0, 10_000.0, 10_000.0)]
-    assert report.passed
+    # One run a side: equal times are within what drift between runs can make, so no verdict.
+    assert (time.verdict, alloc.verdict, peak.verdict) == ("undecided", "ok", "ok")
 
 
 def test_why_slower_reads_the_representative_ranks() -> None:
