@@ -2,8 +2,11 @@
 
 Each entry is one run of the runner on CPU: PyTorch's own attention modules, Hugging Face BERT,
 GPT-2 and Llama (grouped-query) in eager and SDPA attention, in training (dropout on) and in
-inference, and the built-in model where a mask, dropout or the head dimension changes what
-SDPA runs. The traces are committed (gzipped, small sizes), so the expectations written by hand
+inference, the built-in model where a mask, dropout or the head dimension changes what SDPA
+runs, and, in SDPA, blocks whose projections are not q, k and v alone: DeepSeek-V3's multi-head
+latent attention and Gemma 3 with one KV head (QK-norms in pieces) in training, and BART's
+cross-attention in inference (its query from the decoder, its keys and values from the encoder).
+The traces are committed (gzipped, small sizes), so the expectations written by hand
 in ``tests/models/expected.py`` are about fixed traces; run this again after a change to the
 runner or to the pinned torch, then read the traces and the findings again before updating the
 expectations.
@@ -52,6 +55,9 @@ CORPUS: dict[str, list[str]] = {
                                        *(_TRAIN if mode == "train" else _INFER)]
        for family in ("bert", "gpt2", "llama") for attn, impl in (("eager", "naive"), ("sdpa", "sdpa"))
        for mode in ("train", "infer")},
+    "hf-deepseek-v3-sdpa-train": ["--model", "hf:deepseek-v3", "--impl", "sdpa", *_TRAIN],
+    "hf-gemma3-mqa-sdpa-train": ["--model", "hf:gemma3", "--kv-heads", "1", "--impl", "sdpa", *_TRAIN],
+    "hf-bart-sdpa-infer": ["--model", "hf:bart", "--impl", "sdpa", *_INFER],
 }
 
 #: Each entry's plain twin: the same run without scopes.

@@ -84,7 +84,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog=PROG, description="Profile transformer attention into TensorBoard traces.")
     p.add_argument("--logdir", default="runs", help="TensorBoard log directory (default: runs)")
     p.add_argument("--model", default="builtin",
-                   help="builtin, hf:bert, hf:gpt2, hf:llama, torch:encoder or torch:mha (default: builtin)")
+                   help="builtin, hf:bert, hf:gpt2, hf:llama, hf:gemma3, hf:deepseek-v3, hf:bart, torch:encoder or "
+                        "torch:mha (default: builtin)")
     p.add_argument("--impl", type=_csv(str), default=["naive"],
                    help=f"attention implementation(s), comma-separated: {', '.join(IMPLS)}")
     p.add_argument("--seq", type=_csv(int), default=None, help="sequence length(s), comma-separated")

@@ -72,6 +72,7 @@ class _PhaseNames:
     flex: str
     compiled: str
     out_proj: str
+    comm: str
 
 
 class Attention(nn.Module):
@@ -165,9 +166,14 @@ class Attention(nn.Module):
             if self.delay_factor:
                 with scope(SLOW_RANK_SCOPE, on):
                     time.sleep(self.delay_factor * (time.perf_counter() - started))
-        if tp is not None:
-            # Outside every scope, so that traces show attention and the collective apart.
-            y = TPOutputSum.apply(y, tp.group) + self.out_proj.bias
+            if tp is not None:
+                # Megatron's row-parallel output projection: the ranks' partial outputs are summed
+                # inside the block, in its comm phase (where every rank waits for the slowest, which the
+                # Ranks view's straggler metric leaves out), and the bias is added once, after the sum.
+                with scope(n.comm, on):
+                    y = TPOutputSum.apply(y, tp.group)
+                with scope(n.out_proj, on):
+                    y = y + self.out_proj.bias
         return y
 
     def _body(self, x: torch.Tensor, on: bool) -> torch.Tensor:

@@ -3,7 +3,8 @@
 Model specs:
 
 - ``builtin``: our transformer (``runner.model``), with explicit scopes for every phase;
-- ``hf:bert``, ``hf:gpt2``, ``hf:llama``: Hugging Face transformers models built from their
+- ``hf:bert``, ``hf:gpt2``, ``hf:llama``, ``hf:gemma3``, ``hf:deepseek-v3`` (multi-head latent
+  attention), ``hf:bart`` (encoder-decoder): Hugging Face transformers models built from their
   config classes with random weights (nothing is downloaded), scoped by ``instrument()``;
 - ``torch:encoder``: ``nn.TransformerEncoder`` of ``nn.TransformerEncoderLayer``;
 - ``torch:mha``: a stack of ``nn.MultiheadAttention`` blocks.
@@ -19,7 +20,6 @@ over the ranks, which then share their batches and their initial weights.
 
 from __future__ import annotations
 
-import ast
 import functools
 import importlib
 import warnings
@@ -38,6 +38,7 @@ from runner.checkpoint import checkpoint_config, checkpoint_sizes, load_checkpoi
 from runner.config import APPROXIMATE_IMPLS, ConfigError, ModelConfig, Unsupported, check_world
 from runner.distributed import DistContext
 from runner.generate import Generation, builtin_generation, hf_generation
+from runner.hf_models import GEMMA_DEFAULT_WINDOW, HF_FAMILIES, hf_config, parse_hf_overrides
 from runner.masks import MaskInfo, dense_mask, mask_info, mask_mod
 from runner.model import TORCH_DTYPES, Transformer
 from runner.quant import quantize_projections
@@ -64,19 +65,7 @@ SIZES: dict[str, tuple[int, int, int]] = {
     "base": (12, 12, 768),
 }
 
-_HF_FAMILIES: dict[str, tuple[str, str, bool]] = {
-    # family: (config class, model class, causal)
-    "bert": ("BertConfig", "BertForMaskedLM", False),
-    "gpt2": ("GPT2Config", "GPT2LMHeadModel", True),
-    "llama": ("LlamaConfig", "LlamaForCausalLM", True),
-    # Gemma 3's architecture (q/k norms, GQA), its local (sliding-window) and global layers
-    # alternating one to one as in Gemma 2 (Gemma 3 itself has five local per global: set
-    # --hf-config layer_types=[...] for that). Gemma 2's own classes have no SDPA path.
-    "gemma3": ("Gemma3TextConfig", "Gemma3ForCausalLM", True),
-}
-#: The window of hf:gemma3's local layers when --mask gives none (Gemma 2 uses 4096).
-GEMMA_DEFAULT_WINDOW = 4096
-MODEL_SPECS: tuple[str, ...] = ("builtin", *(f"hf:{f}" for f in _HF_FAMILIES), "torch:encoder", "torch:mha")
+MODEL_SPECS: tuple[str, ...] = ("builtin", *(f"hf:{f}" for f in HF_FAMILIES), "torch:encoder", "torch:mha")
 #: The models ``--mode generate`` runs: causal language models whose KV cache it drives.
 GENERATE_MODELS: tuple[str, ...] = ("builtin", "hf:gpt2", "hf:llama")
 
@@ -129,7 +118,7 @@ def check_model_spec(spec: str, cfg: ModelConfig, hf_overrides: dict[str, Any], 
     if cfg.checkpoint is not None:
         if not spec.startswith("hf:"):
             raise ConfigError(f"--checkpoint loads a Hugging Face model: use --model hf:..., not {spec}")
-        checkpoint_config(_HF_FAMILIES[spec.split(":", 1)[1]][0], spec, cfg.checkpoint)
+        checkpoint_config(HF_FAMILIES[spec.split(":", 1)[1]][0], spec, cfg.checkpoint)
     if spec.startswith("hf:"):
         if cfg.impl == "flex-eager":
             raise ConfigError("Hugging Face's flex_attention path always compiles: use --impl flex")
@@ -143,70 +132,11 @@ def check_model_spec(spec: str, cfg: ModelConfig, hf_overrides: dict[str, Any], 
         raise ConfigError(f"--mode generate runs {', '.join(GENERATE_MODELS)} (causal language models with a KV "
                           f"cache), not {spec}")
     if spec.startswith("hf:"):
-        config = _hf_config(spec, cfg, hf_overrides)  # unknown keys raise here
+        config = hf_config(spec, cfg, hf_overrides)  # unknown keys raise here
         positions = getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)
         if cfg.mode == "generate" and positions and cfg.prompt_len + cfg.new_tokens > positions:
             raise ConfigError(f"the prompt ({cfg.prompt_len}) and the new tokens ({cfg.new_tokens}) need "
                               f"{cfg.prompt_len + cfg.new_tokens} positions; {spec} has {positions}")
-
-
-def parse_hf_overrides(items: list[str]) -> dict[str, Any]:
-    """Parse ``key=value`` pairs; values are Python literals where they parse, else strings."""
-    out: dict[str, Any] = {}
-    for item in items:
-        key, sep, raw = item.partition("=")
-        if not sep or not key.strip():
-            raise ConfigError(f"--hf-config takes key=value, got {item!r}")
-        try:
-            value: Any = ast.literal_eval(raw)
-        except (ValueError, SyntaxError):
-            value = {"true": True, "false": False}.get(raw.lower(), raw)
-        out[key.strip()] = value
-    return out
-
-
-def _hf_config(spec: str, cfg: ModelConfig, overrides: dict[str, Any]) -> Any:
-    family = spec.split(":", 1)[1]
-    config_cls_name, _, _ = _HF_FAMILIES[family]
-    try:
-        transformers = importlib.import_module("transformers")
-    except ImportError as exc:  # pragma: no cover - transformers is a declared dependency
-        raise ConfigError(f"{spec} needs the transformers package: {exc}") from exc
-    config_cls = getattr(transformers, config_cls_name)
-    d, L, H, p = cfg.d_model, cfg.layers, cfg.heads, cfg.dropout
-    common: dict[str, Any] = {"vocab_size": cfg.vocab}
-    kw: dict[str, Any]
-    if family == "bert":
-        kw = dict(hidden_size=d, num_hidden_layers=L, num_attention_heads=H, intermediate_size=4 * d,
-                  max_position_embeddings=max(512, cfg.seq), attention_probs_dropout_prob=p,
-                  hidden_dropout_prob=p)
-    elif family == "gpt2":
-        kw = dict(n_embd=d, n_layer=L, n_head=H, n_positions=max(1024, cfg.seq), attn_pdrop=p,
-                  resid_pdrop=p, embd_pdrop=p, bos_token_id=cfg.vocab - 1, eos_token_id=cfg.vocab - 1)
-    elif family == "gemma3":
-        window = int(str(cfg.mask).split(":", 1)[1]) if str(cfg.mask).startswith("sliding:") else GEMMA_DEFAULT_WINDOW
-        # No logit soft-capping and the standard 1/sqrt(head_dim) scale, so that eager, SDPA and
-        # flex compute the same attention (SDPA has no soft-capping).
-        kw = dict(hidden_size=d, num_hidden_layers=L, num_attention_heads=H, num_key_value_heads=cfg.n_kv_heads,
-                  head_dim=d // H, intermediate_size=4 * d, max_position_embeddings=max(8192, cfg.seq),
-                  attention_dropout=p, sliding_window=window, attn_logit_softcapping=None,
-                  final_logit_softcapping=None, query_pre_attn_scalar=d // H,
-                  layer_types=["sliding_attention" if i % 2 == 0 else "full_attention" for i in range(L)])
-    else:
-        kw = dict(hidden_size=d, num_hidden_layers=L, num_attention_heads=H,
-                  num_key_value_heads=cfg.n_kv_heads, intermediate_size=4 * d,
-                  max_position_embeddings=max(2048, cfg.seq), attention_dropout=p)
-    known = config_cls().to_dict()
-    unknown = sorted(k for k in overrides if k not in known and not hasattr(config_cls(), k))
-    if unknown:
-        raise ConfigError(f"unknown {config_cls_name} key(s) in --hf-config: {', '.join(unknown)}")
-    attn_impl = ("eager" if cfg.impl.startswith("naive") else "flex_attention" if cfg.impl.startswith("flex")
-                 else "sdpa")
-    model_cls = getattr(transformers, _HF_FAMILIES[family][1])
-    if attn_impl == "flex_attention" and not getattr(model_cls, "_supports_flex_attn", False):
-        raise ConfigError(f"{spec} has no flex_attention path in transformers {transformers.__version__}; "
-                          "hf:llama, hf:bert and hf:gemma3 have one")
-    return config_cls(**{**common, **kw, **overrides}, attn_implementation=attn_impl)
 
 
 def build_workload(
@@ -233,7 +163,7 @@ def build_workload(
     dtype = TORCH_DTYPES[cfg.dtype]
     saved = None
     if cfg.checkpoint is not None:  # its sizes before anything is drawn (the batch's vocabulary)
-        saved = checkpoint_config(_HF_FAMILIES[spec.split(":", 1)[1]][0], spec, cfg.checkpoint)
+        saved = checkpoint_config(HF_FAMILIES[spec.split(":", 1)[1]][0], spec, cfg.checkpoint)
         cfg = checkpoint_sizes(saved, cfg)
     seed = torch.initial_seed()
     # Data-parallel ranks train on different batches; tensor-parallel ranks share theirs.
@@ -256,13 +186,13 @@ def build_workload(
         if cfg.impl == "naive-inplace":
             raise Unsupported("Hugging Face eager attention is fixed code; naive-inplace applies to builtin only")
         family = spec.split(":", 1)[1]
-        config = _hf_config(spec, cfg, hf_overrides)
+        config = hf_config(spec, cfg, hf_overrides)
         transformers = importlib.import_module("transformers")
         if saved is not None and cfg.checkpoint is not None:  # the saved weights, with the implementation asked for
-            model = load_checkpoint(_HF_FAMILIES[family][1], cfg.checkpoint, saved, config._attn_implementation)
+            model = load_checkpoint(HF_FAMILIES[family][1], cfg.checkpoint, saved, config._attn_implementation)
         else:
-            model = getattr(transformers, _HF_FAMILIES[family][1])(config)
-        causal = _HF_FAMILIES[family][2]
+            model = getattr(transformers, HF_FAMILIES[family][1])(config)
+        causal = HF_FAMILIES[family][2]
         # The family decides causality (BERT is not causal): a default causal mask goes with it.
         mask = cfg.mask if cfg.mask != "causal" else ("causal" if causal else None)
         cfg = cfg.replace(causal=causal, vocab=config.vocab_size, mask=mask)
@@ -303,9 +233,17 @@ def build_workload(
     if wrap is not None:
         runnable = wrap(runnable)
     hf = spec.startswith("hf:")
+    # An encoder-decoder model's decoder reads its own tokens: the batch's first half, a target
+    # shorter than its source, so that cross-attention's queries and keys differ in length.
+    decoder_ids = ids[:, : max(cfg.seq // 2, 1)] if hf and getattr(model.config, "is_encoder_decoder", False) else None
+    targets = ids if decoder_ids is None else decoder_ids
 
     def logits() -> torch.Tensor:
-        return runnable(input_ids=ids).logits if hf else runnable(ids)
+        if not hf:
+            return runnable(ids)
+        if decoder_ids is not None:
+            return runnable(input_ids=ids, decoder_input_ids=decoder_ids).logits
+        return runnable(input_ids=ids).logits
     optimizer = None
     generation = None
     if cfg.mode == "generate":
@@ -319,7 +257,7 @@ def build_workload(
 
         def step() -> None:
             out = logits()
-            loss = F.cross_entropy(out.float().view(-1, out.size(-1)), ids.view(-1))
+            loss = F.cross_entropy(out.float().view(-1, out.size(-1)), targets.reshape(-1))
             loss.backward()
             assert optimizer is not None
             optimizer.step()

@@ -2,8 +2,8 @@
 
 It follows Megatron-LM: each rank holds the q/k/v rows of its own heads (column-parallel) and
 the matching input columns of the output projection (row-parallel); the block's partial outputs
-are summed over ranks right after the block scope closes, and the output projection's bias is
-added once, after that sum.
+are summed over ranks at the end of the block, in its ``comm`` phase scope, and the output
+projection's bias is added once, after that sum.
 """
 
 from __future__ import annotations

@@ -958,7 +958,7 @@ export interface CompareRun {
   /** summed over layers, per step */
   phases: Record<string, ComparePhase>;
   layers: CompareLayer[];
-  /** finding ids */
+  /** the ids of its findings, each once (far-from-roof comes once per cause) */
   findings: string[];
   /** the same findings, with severity, title and time */
   finding_chips: FindingChip[];

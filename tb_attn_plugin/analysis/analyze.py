@@ -23,6 +23,7 @@ from tb_attn_plugin.analysis.infer import infer_scopes
 from tb_attn_plugin.analysis.module_calls import module_labels
 from tb_attn_plugin.analysis.replays import place_replay_kernels
 from tb_attn_plugin.analysis.roles import role_scopes
+from tb_attn_plugin.analysis.wording import layer_list
 from tb_attn_plugin.trace.events import Events
 from tb_attn_plugin.trace.kineto import Kind
 
@@ -63,7 +64,7 @@ def analyze(events: Events) -> Analysis:
             attr = attribute(events)
         return Analysis(events, attr, False, (), merge_diagnostics(events.diagnostics, attr.diagnostics))
     found: dict[str, int] = {}
-    synthetic, core_only = infer_scopes(events, attr.parent, attr.backward, attr.step, diagnostics=found)
+    synthetic, core_only, missing = infer_scopes(events, attr.parent, attr.backward, attr.step, diagnostics=found)
     if synthetic:
         events = with_annotations(events, [(s.track, s.ts, s.dur, s.name) for s in synthetic])
         attr = attribute(events)
@@ -74,8 +75,17 @@ def analyze(events: Events) -> Analysis:
         return Analysis(events, attr, False, ("no attention found in this trace",),
                         merge_diagnostics(events.diagnostics, attr.diagnostics, found))
     how = "module names and op patterns" if synthetic else "the kernels its graph replays ran"
-    return Analysis(events, attr, True, (f"no tb-attn scopes in this trace: attention was inferred from {how}",),
-                    merge_diagnostics(events.diagnostics, attr.diagnostics, found), core_only | replayed)
+    notes = (f"no tb-attn scopes in this trace: attention was inferred from {how}", *_core_only_notes(missing))
+    return Analysis(events, attr, True, notes, merge_diagnostics(events.diagnostics, attr.diagnostics, found),
+                    core_only | replayed)
+
+
+def _core_only_notes(missing: dict[int, str]) -> list[str]:
+    """Why the layers found by their core are marked core only: one line per reason."""
+    by_why: dict[str, list[int]] = {}
+    for layer, why in sorted(missing.items()):
+        by_why.setdefault(why, []).append(layer)
+    return [f"{layer_list(layers).capitalize()}: the attention core only ({why})" for why, layers in by_why.items()]
 
 
 def with_annotations(events: Events, rows: list[tuple[int, float, float, str]]) -> Events:
@@ -107,7 +117,7 @@ def with_annotations(events: Events, rows: list[tuple[int, float, float, str]]) 
         name=name[order], kind=kind[order], track=track[order], ts=ts[order], dur=dur[order],
         ext=cat(events.ext, minus, np.int64)[order], corr=cat(events.corr, minus, np.int64)[order],
         seq=cat(events.seq, minus, np.int64)[order],
-        shape=cat(events.shape, minus, np.int32)[order],
+        shape=cat(events.shape, minus, np.int32)[order], graph=cat(events.graph, minus, np.int64)[order],
         mem_ts=events.mem_ts, mem_track=events.mem_track, mem_bytes=events.mem_bytes, mem_total=events.mem_total,
         mem_device_type=events.mem_device_type, mem_device_id=events.mem_device_id,
         meta=events.meta, diagnostics=events.diagnostics,
@@ -120,7 +130,7 @@ def _without(events: Events, keep: np.ndarray) -> Events:
         names=events.names, tracks=events.tracks, shapes=events.shapes,
         name=events.name[keep], kind=events.kind[keep], track=events.track[keep], ts=events.ts[keep],
         dur=events.dur[keep], ext=events.ext[keep], corr=events.corr[keep], seq=events.seq[keep],
-        shape=events.shape[keep],
+        shape=events.shape[keep], graph=events.graph[keep],
         mem_ts=events.mem_ts, mem_track=events.mem_track, mem_bytes=events.mem_bytes, mem_total=events.mem_total,
         mem_device_type=events.mem_device_type, mem_device_id=events.mem_device_id,
         meta=events.meta, diagnostics=events.diagnostics,

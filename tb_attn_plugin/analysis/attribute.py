@@ -7,9 +7,10 @@ Rules (``docs/analysis.md`` has the long form):
   of its innermost enclosing scope, and the step of its enclosing ``ProfilerStep#N`` (or, where
   an annotation crosses a step's end so that none encloses it, of the step it starts in).
 - Backward work runs outside the forward scopes. An ``autograd::engine::evaluate_function``
-  event takes the layer and phase of the forward op with the same autograd sequence number,
-  and everything nested in it follows; also its step, where its thread has no ProfilerStep (the
-  autograd engine's device thread on CUDA).
+  event takes the layer and phase of the forward op that created its autograd node, the last op
+  to start with its sequence number (``analysis.autograd``), and everything nested in it
+  follows; also its step, where its thread has no ProfilerStep (the autograd engine's device
+  thread on CUDA).
 - Device events (kernels, memcpy, memset) take the attribution of the runtime call that
   launched them (``correlation``), or of the op with the same ``External id``.
 - A memory event belongs to the innermost event on its thread that contains its time.
@@ -31,6 +32,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from tb_attn_plugin.analysis.autograd import attribute_backward
 from tb_attn_plugin.analysis.batch import batch_flops
 from tb_attn_plugin.analysis.flops import IMPLAUSIBLE, UNCOUNTED, is_integer_op, op_flops, plausible
 from tb_attn_plugin.analysis.nesting import EPS_US, nearest_marked_ancestor, or_self, parents, subtree_sizes
@@ -142,7 +144,7 @@ def attribute(events: Events) -> Attribution:
     if steps.size:
         _steps_by_time(events, steps, np.flatnonzero((step < 0) & ~on_device), step_no, step)
     iops = _split_integer_ops(events, flops)
-    _attribute_backward(events, subtree_end, layer, head, phase, step, backward, is_bwd_name)
+    attribute_backward(events, subtree_end, layer, head, phase, step, backward, is_bwd_name)
     _attribute_device(events, on_device, layer, head, phase, step, backward)
     mem = _attribute_memory(events, parent, layer, head, phase, step, backward)
     return Attribution(parent=parent, layer=layer, head=head, phase=phase, step=step, backward=backward,
@@ -278,45 +280,6 @@ def _steps_by_time(events: Events, steps: npt.NDArray[Any], rest: npt.NDArray[An
         at = mine[np.maximum(k, 0)]
         inside = (k >= 0) & (events.ts[cand] < events.ts[at] + events.dur[at] - EPS_US)
         step[cand[inside]] = step_no[events.name[at[inside]]]
-
-
-def _attribute_backward(
-    events: Events, subtree_end: I32, layer: I32, head: I32, phase: I32, step: I32, backward: B, is_bwd_name: B
-) -> None:
-    """Backward work takes its forward op's layer, head and phase, and its step where its own
-    thread has none: on CUDA the autograd engine runs backward on a device thread of its own,
-    outside the ProfilerStep annotations of the thread that ran the step."""
-    seq = events.seq
-    forward_ops = np.flatnonzero((seq >= 0) & ~backward & (layer >= 0))
-    if forward_ops.size == 0:
-        return
-    # The outermost op carrying each number comes first: its first occurrence.
-    numbers, first = np.unique(seq[forward_ops], return_index=True)
-    engine = np.flatnonzero(is_bwd_name[events.name] & (seq >= 0) & (layer < 0))
-    at = np.minimum(np.searchsorted(numbers, seq[engine]), numbers.size - 1)
-    found = numbers[at] == seq[engine]
-    engine, fwd = engine[found], forward_ops[first[at[found]]]
-    if engine.size == 0:
-        return
-    end = subtree_end[engine]
-    if (engine[1:] >= end[:-1]).all():
-        # Disjoint subtrees (no engine function nested in another's): every one is still
-        # unattributed when its turn comes, so all are assigned at once.
-        size = end - engine
-        rows = np.repeat(engine - np.cumsum(size) + size, size) + np.arange(size.sum())
-        src = np.repeat(fwd, size)
-        layer[rows], head[rows], phase[rows] = layer[src], head[src], phase[src]
-        step[rows] = np.where(step[rows] >= 0, step[rows], step[src])
-        backward[rows] = True
-        return
-    for i, f, j in zip(engine.tolist(), fwd.tolist(), end.tolist(), strict=True):
-        if layer[i] >= 0:  # inside the subtree of one assigned before it
-            continue
-        layer[i:j] = layer[f]
-        head[i:j] = head[f]
-        phase[i:j] = phase[f]
-        step[i:j] = np.where(step[i:j] >= 0, step[i:j], step[f])
-        backward[i:j] = True
 
 
 def launchers(events: Events, device: npt.NDArray[Any]) -> I32:

@@ -28,8 +28,10 @@ before the rules below, and a serving engine's attention op or kernel (vLLM, SGL
   integers, as SageAttention does (the runner's ``int8-qk``, and anyone's with these ops).
 - ``performer``, ``linear``: a ``feature_map`` phase scope (linear attention: the runner's
   ``performer`` and ``linear-elu``), told apart by the feature map's ops: ``exp`` of a random
-  projection, or ``elu``. Without scopes linear attention has no op that is its own (matmuls,
-  elementwise ops, no softmax), so it is not recognized.
+  projection, or ``elu``. Without scopes such linear attention has no op that is its own (matmuls,
+  elementwise ops, no softmax), so it is not recognized. A hybrid model's Gated DeltaNet layers
+  are linear attention with ops and kernels of their own (vLLM's ``gdn_attention_core``, the gated
+  delta rule's kernels): ``gated-deltanet``, among the serving engines' rules.
 - ``sdpa-math``: op ``aten::_scaled_dot_product_attention_math`` (with ``aten::_safe_softmax``).
 - ``naive``: softmax and matmul/bmm ops without SDPA.
 - ``unknown``: none of the above.
@@ -50,6 +52,7 @@ from tb_attn_plugin.vocab.ops import (
     EXP_OPS,
     FLASH_FORWARD_OP,
     FLEX_EAGER_OP,
+    GDN_KERNELS,
     INT_MM_OP,
     MATMUL_OPS,
     SDPA_CPU_FLASH_OP,
@@ -63,6 +66,7 @@ from tb_attn_plugin.vocab.ops import (
     SGLANG_CORE_OPS,
     SGLANG_TRITON_OPS,
     SOFTMAX_OPS,
+    VLLM_GDN_OPS,
     VLLM_MLA_OPS,
     VLLM_PAGED_KERNELS,
     VLLM_PAGED_OPS,
@@ -154,8 +158,10 @@ _SERVING_KERNEL_RULES: tuple[tuple[Backend, tuple[str, ...]], ...] = (
     (Backend.VLLM_TRITON, VLLM_TRITON_KERNELS),
     (Backend.VLLM_PAGED, VLLM_PAGED_KERNELS),
     (Backend.VLLM_ROCM_PAGED, VLLM_ROCM_PAGED_KERNELS),
+    (Backend.GATED_DELTANET, GDN_KERNELS),
 )
 _SERVING_OP_RULES: tuple[tuple[Backend, frozenset[str]], ...] = (
+    (Backend.GATED_DELTANET, VLLM_GDN_OPS),
     (Backend.VLLM_PAGED, VLLM_PAGED_OPS),
     (Backend.VLLM_ROCM_PAGED, VLLM_ROCM_PAGED_OPS),
     (Backend.VLLM_UNIFIED_MLA, VLLM_MLA_OPS),
@@ -167,11 +173,18 @@ _SERVING_OP_RULES: tuple[tuple[Backend, frozenset[str]], ...] = (
 )
 
 
+#: The engines' ops that dispatch to a kernel they do not name: where the layer's kernel names an
+#: attention library, the library names the backend (vLLM on Blackwell runs TensorRT-LLM's
+#: ``fmhaSm100*`` through FlashInfer, or FlashInfer's own paged prefill, under ``unified_attention``).
+_KERNEL_UNSEEN = frozenset({Backend.VLLM_UNIFIED, Backend.VLLM_UNIFIED_MLA, Backend.SGLANG_UNIFIED})
+
+
 def _serving_backend(ops: set[str], kernels: list[str]) -> tuple[Backend, list[str]] | None:
     """A serving engine's backend, where the layer runs one of its attention ops: its kernel family
-    where a kernel names it; else an attention library's kernel (``_KERNEL_RULES``, but not
-    ``compiled``: Triton kernels beside a serving op are Inductor's fused element-wise work); else
-    the op. None without a serving op or kernel."""
+    where a kernel names it; else, under an op that names no implementation (``_KERNEL_UNSEEN``), an
+    attention library's kernel family (``_LIBRARY_KERNEL_RULES``); else one of PyTorch's kernels
+    (``_KERNEL_RULES``, but not ``compiled``: Triton kernels beside a serving op are Inductor's fused
+    element-wise work); else the op. None without a serving op or kernel."""
     for backend, needles in _SERVING_KERNEL_RULES:
         hits = [k for k in kernels if any(n in k for n in needles)]
         if hits:
@@ -179,14 +192,18 @@ def _serving_backend(ops: set[str], kernels: list[str]) -> tuple[Backend, list[s
     served = {canonical(o) for o in ops} & SERVING_CORE_OPS
     if not served:
         return None
+    by_op = next(((backend, sorted(o for o in ops if canonical(o) in names)[:3])
+                  for backend, names in _SERVING_OP_RULES if served & names), None)
+    if by_op is None or by_op[0] in _KERNEL_UNSEEN:
+        for backend, needles in _LIBRARY_KERNEL_RULES:
+            hits = [k for k in kernels if any(n in k for n in needles)]
+            if hits:
+                return backend, sorted(hits)[:3]
     for backend, needles in _KERNEL_RULES:
         hits = [k for k in kernels if any(n in k for n in needles) and not _is_gemm_noise(k, backend)]
         if hits and backend != Backend.COMPILED:
             return backend, sorted(hits)[:3]
-    for backend, names in _SERVING_OP_RULES:
-        if served & names:
-            return backend, sorted(o for o in ops if canonical(o) in names)[:3]
-    return None
+    return by_op
 
 
 # -- attention libraries ------------------------------------------------------------------------
@@ -214,6 +231,7 @@ _LIBRARY_KERNEL_RULES: tuple[tuple[Backend, tuple[str, ...]], ...] = (
     (Backend.AITER, vocab.AITER_ASM_KERNELS),
     (Backend.CK_FMHA, vocab.CK_FMHA_KERNELS),
     (Backend.SAGE, vocab.SAGE_KERNELS),
+    (Backend.AITER_SAGE, vocab.AITER_SAGE_KERNELS),
 )
 
 

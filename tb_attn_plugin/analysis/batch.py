@@ -46,6 +46,7 @@ from tb_attn_plugin.vocab.ops import (
     SERVING_CORE_OPS,
     SERVING_KV_CACHE_ARG,
     SERVING_KV_WRITE_OPS,
+    SERVING_LINEAR_CORE_OPS,
 )
 from tb_attn_plugin.vocab.scopes import Phase
 
@@ -116,7 +117,9 @@ def _annotations(events: Events) -> list[tuple[int, Batch]]:
 
 
 def _is_core(name: str) -> bool:
-    return canonical(name) in SERVING_CORE_OPS or name in ATTENTION_CORE_OPS
+    """A core whose work is its (query, key) pairs: not linear attention's (a state, no pairs)."""
+    op = canonical(name)
+    return (op in SERVING_CORE_OPS and op not in SERVING_LINEAR_CORE_OPS) or name in ATTENTION_CORE_OPS
 
 
 def batch_flops(events: Events, flops: np.ndarray) -> int:

@@ -1,11 +1,15 @@
-"""Collective communication in one trace (NCCL, RCCL, Gloo...): calls and time per step, by kind.
+"""Collective communication in one trace (NCCL, RCCL, Gloo, serving engines'...): calls and time per
+step, by kind, and which of attention's events are communication.
 
 What a collective looks like in a trace (PyTorch 2.x): on the CPU, ``c10d::allreduce_`` (an op)
 around ``record_param_comms`` (an op carrying the collective's arguments) around a
 ``nccl:all_reduce`` / ``gloo:all_reduce`` annotation that the process group records; on the
 device, one kernel per call, ``ncclKernel_AllReduce_RING_LL_Sum_float`` (``ncclDevKernel_...``
-in newer NCCL). Gloo runs the work on its own thread, under a ``gloo:all_reduce`` annotation,
-while the calling thread's ``c10d::allreduce_`` only enqueues it. A call counts once: the
+in newer NCCL, ``ncclSymkDevKernel_...`` for symmetric memory). A serving engine calls its own ops
+(vLLM's ``vllm::all_reduce``, ``ops.SERVING_COLLECTIVE_OPS``) and may run kernels of its own
+(vLLM's custom all-reduce, ``ops.COLLECTIVE_KERNELS``). Gloo runs the work on its own thread,
+under a ``gloo:all_reduce`` annotation, while the calling thread's ``c10d::allreduce_`` only
+enqueues it. A call counts once: the
 outermost of the nested events on the calling thread, named after the most specific one inside
 it (or the work annotation, when no calling side was recorded). CPU time is the work
 annotation's span where the work runs on its own thread (the transfer and any wait for slower
@@ -24,17 +28,22 @@ import numpy as np
 
 from tb_attn_plugin.analysis.bounds import MAX_COLLECTIVE_KINDS as MAX_KINDS
 from tb_attn_plugin.trace.events import Events
-from tb_attn_plugin.trace.kineto import Kind
+from tb_attn_plugin.trace.kineto import DEVICE_KINDS, Kind
 from tb_attn_plugin.types.schema import CollectiveStats
+from tb_attn_plugin.vocab.ops import COLLECTIVE_KERNELS, SERVING_COLLECTIVE_OPS
+from tb_attn_plugin.vocab.scopes import PHASES, Phase
 
 __all__ = ["KINDS_MERGED", "MAX_KINDS", "OTHER", "attention_comm", "collective_name", "collectives"]
 
 _ANNOTATION_RE = re.compile(r"^(?:nccl|gloo|rccl|mpi|ucc|xccl):(?P<op>[a-z_]+)$")
 _C10D_RE = re.compile(r"^c10d::_?(?P<op>[a-z_]+?)_*$")
-_KERNEL_RE = re.compile(r"^(?:nccl|rccl)(?:Dev)?Kernel_(?P<op>[A-Za-z]+)")
+#: NCCL's kernels, and RCCL's of the same names: ``ncclDevKernel_AllReduce_Sum_bf16_RING_LL``, older
+#: ``ncclKernel_AllReduce_RING_LL_Sum_float``, the symmetric-memory ``ncclSymkDevKernel_AllReduce_...``.
+_KERNEL_RE = re.compile(r"^(?:nccl|rccl)(?:Symk)?(?:Dev)?Kernel_(?P<op>[A-Za-z]+)")
 GENERIC = "collective"  # record_param_comms with nothing more specific inside
 OTHER = "other collectives"
 KINDS_MERGED = f"collective kinds past {MAX_KINDS - 1} (summed as {OTHER!r})"
+_COMM = PHASES.index(Phase.COMM)
 #: c10d op and kernel spellings -> the annotations' names.
 _ALIASES = {
     "allreduce": "all_reduce", "allreduce_coalesced": "all_reduce",
@@ -49,12 +58,16 @@ _ALIASES = {
 
 
 def collective_name(name: str) -> str | None:
-    """The collective an event name stands for ("all_reduce", "broadcast"...), None if none."""
+    """The collective an event name stands for ("all_reduce", "broadcast"...), None if none: c10d's
+    ops and annotations, NCCL's and RCCL's kernels, and a serving engine's own collective ops and
+    kernels (``ops.SERVING_COLLECTIVE_OPS``, ``ops.COLLECTIVE_KERNELS``: vLLM's custom all-reduce)."""
     if name == "record_param_comms":
         return GENERIC
+    if name in SERVING_COLLECTIVE_OPS:
+        return SERVING_COLLECTIVE_OPS[name]
     m = _ANNOTATION_RE.match(name) or _C10D_RE.match(name) or _KERNEL_RE.match(name)
     if m is None:
-        return None
+        return next((kind for needle, kind in COLLECTIVE_KERNELS.items() if needle in name), None)
     op = m.group("op")
     return _ALIASES.get(op, op if op.islower() else op.lower())
 
@@ -132,16 +145,20 @@ def collectives(events: Events, parent: np.ndarray, steps: list[tuple[float, flo
     return [*out[: MAX_KINDS - 1], merged]
 
 
-def attention_comm(events: Events, parent: np.ndarray, layer: np.ndarray, is_scope: np.ndarray
-                   ) -> tuple[np.ndarray, np.ndarray]:
-    """The events of attention whose time is communication: on the CPU, for each collective call
-    inside attention, the outermost attention event around it that is not a scope (the autograd
-    function that all-reduces tensor parallelism's input gradient, a row-parallel projection's
-    op); on the device, the collectives' kernels attributed to attention. Their time is waiting
-    for the other ranks as much as this rank's work, so the straggler metric leaves it out."""
+def attention_comm(events: Events, parent: np.ndarray, layer: np.ndarray, is_scope: np.ndarray,
+                   phase: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """The events of attention whose time is communication: on the CPU, each ``comm`` phase scope
+    (``phase``: each event's phase code, from the attribution) and, outside them, for each
+    collective call inside attention, the outermost attention event around it that is not a scope
+    (the autograd function that all-reduces tensor parallelism's input gradient, a row-parallel
+    projection's op); on the device, the collectives' kernels attributed to attention and whatever
+    else the ``comm`` phase ran (the device-to-device copies around a custom all-reduce). Their time
+    is waiting for the other ranks as much as this rank's work, so the straggler metric leaves it
+    out."""
     named = np.array([collective_name(n) is not None for n in events.names] or [False], np.bool_)[events.name]
     cpu = named & ((events.kind == Kind.CPU_OP) | (events.kind == Kind.ANNOTATION)) & (layer >= 0)
-    tops: set[int] = set()
+    comm = (phase == _COMM) & (layer >= 0) if phase is not None else np.zeros(len(events), np.bool_)
+    tops: set[int] = set(np.flatnonzero(comm & is_scope).tolist())
     for i in np.flatnonzero(cpu).tolist():
         top, p = i, int(parent[i])
         while p >= 0 and layer[p] >= 0 and not is_scope[p]:
@@ -149,7 +166,8 @@ def attention_comm(events: Events, parent: np.ndarray, layer: np.ndarray, is_sco
         tops.add(top)
     # Nested tops count once: the outer one.
     out = [t for t in tops if not _inside(parent, t, tops)]
-    device = np.flatnonzero(named & (events.kind == Kind.KERNEL) & (layer >= 0))
+    on_device = np.isin(events.kind, DEVICE_KINDS)
+    device = np.flatnonzero(on_device & (layer >= 0) & ((named & (events.kind == Kind.KERNEL)) | comm))
     return np.array(sorted(out), np.int64), device
 
 

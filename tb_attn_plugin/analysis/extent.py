@@ -10,10 +10,16 @@ share of the step is a fraction of the truth (a Qwen3 trace: 1% against 19%).
 same vocabulary ``roles`` places them by:
 
 - back from the core, over the ops that prepare q, k and v (layout, rotary arithmetic, the KV
-  cache, K/V expansion, dtype conversions, copies, a relative position bias) to the projections,
-  then over the projections and the layout ops between them, stopping at the first other op (a
-  norm, a residual add: the previous sublayer). Only when a projection is found within
-  ``_MAX_OPS``: without one there is no telling a block's preparation from the previous
+  cache, K/V expansion, dtype conversions, copies, norms, a relative position bias) to the
+  projections, then over the projections and what lies between them: every projection of the
+  block's input (q, k and v project one hidden state), and, up to the norm over the model's width
+  that opens the block (``_opens_block``: the width is the output projection's), every other
+  projection of the core's query rows too: those of latents made in the block (MLA's ``q_b_proj``
+  after ``q_a_proj`` and its norm, ``kv_b_proj`` after the cache) and of a second input
+  (cross-attention's query, from the decoder's states, beside the keys and values from the
+  encoder's). Past that norm a projection of another input is the previous sublayer's, and the
+  walk stops there, or at any other op (a dropout, an activation). Only when a projection is found
+  within ``_MAX_OPS``: without one there is no telling a block's preparation from the previous
   sublayer's tail, and the core stays alone;
 - forward from the core, over the head merge (layout ops, copies) to the first projection after
   it, included, and over what a compiled graph's call or the start of a graph capture runs before
@@ -22,7 +28,9 @@ same vocabulary ``roles`` places them by:
 
 A core that finds a projection on neither side stays alone and says so (``Extent.core_only``):
 its figures leave out the projections, the head split and the merge around it, and every
-sentence that quotes them calls it the attention core.
+sentence that quotes them calls it the attention core. A core that finds its projections on one
+side only is widened on that side and says so too, with the side it missed (``Extent.missing``):
+its figures leave out what could not be placed.
 
 A block never reaches into the previous block. What a model does after its output projection
 inside its attention module (BERT's dropout, residual add and norm) is not taken: nothing in the
@@ -54,12 +62,14 @@ from tb_attn_plugin.vocab.ops import (
     LAYOUT_OPS,
     LIBRARY_KV_WRITE_OPS,
     LIBRARY_ROPE_OPS,
+    LINEAR_OP,
     MATMUL_ARGS,
     NORM_OPS,
     NORM_PIECE_OPS,
     POSITION_BIAS_OPS,
     PROJECTION_OPS,
     ROPE_OPS,
+    SCALE_OPS,
     SDPA_OPS,
     SERVING_BOOKKEEPING_OPS,
     SERVING_KV_WRITE_OPS,
@@ -68,10 +78,11 @@ from tb_attn_plugin.vocab.ops import (
     TENSOR_NEW_OPS,
 )
 
-__all__ = ["Extent", "widen"]
+__all__ = ["MISSING_AFTER", "MISSING_BEFORE", "MISSING_BOTH", "Extent", "widen"]
 
-#: Sibling ops looked at on each side of a core (rotary embeddings take about 20).
-_MAX_OPS = 64
+#: Sibling ops looked at on each side of a core (rotary embeddings take about 20; DeepSeek's MLA
+#: runs about 75 ops between its first projection and its core).
+_MAX_OPS = 128
 #: A serving engine's or an attention library's own ops between its projections and its core: RoPE,
 #: the paged KV-cache write, vLLM's weak references to graph outputs (names read through
 #: ``serving.canonical``).
@@ -98,12 +109,20 @@ _MERGE = LAYOUT_OPS | COPY_OPS | {INDUCTOR_EPILOGUE_OP}
 _MAX_OUTPUT_GAP = 8
 
 
+#: What a block found by its core misses, in words (``Extent.missing``).
+MISSING_BEFORE = "no q, k or v projection (linear, addmm or mm) found before the core"
+MISSING_AFTER = "no output projection (linear, addmm or mm) found after the core"
+MISSING_BOTH = "no projection (linear, addmm or mm) found on either side of the core"
+
+
 class Extent(NamedTuple):
-    """A block's first and last event, and whether it is its core alone (no projection found)."""
+    """A block's first and last event, and whether it is its core alone: no projection found on
+    either side, or on one (``missing`` says which: its figures leave that side out)."""
 
     first: int
     last: int
     core_only: bool
+    missing: str = ""
 
 
 def widen(events: Events, parent: np.ndarray, spans: list[tuple[int, int]]) -> list[Extent]:
@@ -123,11 +142,43 @@ def widen(events: Events, parent: np.ndarray, spans: list[tuple[int, int]]) -> l
     for first, last in spans:
         floor = out[-1][1] if out and events.track[out[-1][1]] == events.track[first] else -1
         tokens = _tokens(events, first, last)
-        start, rows = _back(events, siblings.before(first, _MAX_OPS), floor, tokens)
-        stop = _forward(events, siblings.after(last, _MAX_OPS), tokens if len(rows) == 2 else None)
-        out.append(Extent(first if start is None else start, last if stop is None else stop,
-                          start is None and stop is None))
+        after = siblings.after(last, _MAX_OPS)
+        stop = _forward(events, after, None)
+        start, joint = _back(events, siblings.before(first, _MAX_OPS), floor, tokens,
+                             None if stop is None else _width(events, stop))
+        if joint:
+            stop = _forward(events, after, tokens)
+        missing = MISSING_BOTH if start is None and stop is None else MISSING_BEFORE if start is None \
+            else MISSING_AFTER if stop is None else ""
+        out.append(Extent(first if start is None else start, last if stop is None else stop, bool(missing), missing))
     return out
+
+
+def _width(events: Events, i: int) -> int | None:
+    """The output features of projection ``i`` (the model's width, for an output projection), if
+    its weight's shape is recorded: ``linear``'s weight is (N, K), ``addmm``'s and ``mm``'s (K, N)."""
+    name = events.names[events.name[i]]
+    if canonical(name) == LINEAR_OP:
+        weight = events.input_dims(i, 1)
+        return weight[0] if weight is not None and len(weight) == 2 else None
+    weight = events.input_dims(i, MATMUL_ARGS.get(name, (0, 1))[1])
+    return weight[-1] if weight is not None and len(weight) == 2 else None
+
+
+def _opens_block(events: Events, i: int, op: str, width: int | None) -> bool:
+    """Whether op ``i`` normalizes the model's width (``width`` features): the norm before the
+    block, whole (``layer_norm``, ``rms_norm``) or RMSNorm's pieces (the product of the rows with
+    their (..., 1) statistic). A norm inside the block normalizes a head (a QK-norm) or a latent
+    (MLA's), narrower than the model."""
+    if width is None or not (op in NORM_OPS or op in SCALE_OPS):
+        return False
+    x = events.input_dims(i, 0)
+    if not x or x[-1] != width:
+        return False
+    if op in NORM_OPS:
+        return True
+    stat = events.input_dims(i, 1)
+    return stat is not None and len(stat) == len(x) and stat[-1] == 1
 
 
 def _graph_calls(events: Events) -> np.ndarray:
@@ -155,23 +206,29 @@ def _rows(dims: list[int] | None) -> int | None:
     return None if not dims else int(np.prod(dims[:-1]))
 
 
-def _back(events: Events, before: list[int], floor: int, tokens: int | None) -> tuple[int | None, set[int]]:
+def _back(events: Events, before: list[int], floor: int, tokens: int | None,
+          width: int | None) -> tuple[int | None, bool]:
     """The first op of the block before its core (``before``: the core's siblings, nearest
-    first), or None without a projection; and the rows of the projections' inputs.
+    first), or None without a projection; and whether the block is joint attention (two streams).
 
     Past the nearest projection the walk goes on over what prepares q, k and v (a QK-norm sits
     between a projection and the next), taking each further projection of the same input (q, k and
-    v project one hidden state): a projection of another input is another sublayer's, and so is
-    whatever lies before the block's first projection but the layout ops that feed it (GPT-2's
-    Conv1D views its input first). Without recorded shapes only layout ops may separate the
-    projections. Joint attention (MMDiT, Flux) projects two streams, text and image, and attends
-    over them joined: a projection of a second input is the block's when the two inputs' rows add
-    up to the core's query tokens (``tokens``)."""
+    v project one hidden state), and, until it passes the norm over the model's ``width`` that
+    opens the block (``_opens_block``; ``width`` None: not known), each projection of another input
+    that reads the core's query rows (``tokens``, where known: a latent made in the block, MLA's;
+    cross-attention's query, whose keys and values project the encoder's rows). Past that norm a
+    projection of another input is another sublayer's, and so is whatever lies before the block's
+    first projection but the layout ops that feed it (GPT-2's Conv1D views its input first).
+    Without recorded shapes only layout ops may separate the projections. Joint attention (MMDiT,
+    Flux) projects two streams, text and image, and attends over them joined: a projection of a
+    second input is the block's when the two inputs' rows add up to the core's query tokens."""
     names, name = events.names, events.name
     start: int | None = None
     lead: int | None = None  # the earliest of the layout ops right before ``start``
     inputs: list[list[int]] = []  # the projections' inputs (two in joint attention)
     adjacent = False
+    joint = False
+    opened = False  # the walk passed the norm that opens the block
     for i in before:
         if i <= floor:
             break
@@ -182,7 +239,9 @@ def _back(events: Events, before: list[int], floor: int, tokens: int | None) -> 
             # projection passed only layout ops (anything else stops it while ``inputs`` is empty).
             shapeless = own is None and not inputs
             if start is not None and not shapeless and own not in inputs:
-                if own is None or len(inputs) != 1 or tokens is None or _joined(own, inputs[0]) != tokens:
+                if own is not None and len(inputs) == 1 and tokens is not None and _joined(own, inputs[0]) == tokens:
+                    joint = True
+                elif own is None or opened or width is None or (tokens is not None and _rows(own) != tokens):
                     break
                 inputs.append(own)
             elif own is not None and not inputs:
@@ -193,10 +252,11 @@ def _back(events: Events, before: list[int], floor: int, tokens: int | None) -> 
         elif op in _PREPARE or op in _QK_NORM:
             if start is not None and (not inputs or op in _BIAS_ONLY):
                 break
+            opened = opened or _opens_block(events, i, op, width)
             adjacent = False
         else:
             break
-    return (lead if lead is not None else start), {r for r in map(_rows, inputs) if r is not None}
+    return (lead if lead is not None else start), joint
 
 
 def _input(events: Events, i: int) -> list[int] | None:

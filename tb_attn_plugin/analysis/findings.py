@@ -97,8 +97,15 @@ def _sxs_materialized(t: RuleQuery) -> list[Finding]:
     text = (f"In {layer_list(layers)}, the attention scores are written to memory as full (B, H, Sq, Sk) tensors: "
             f"layer {big.layer} allocates {count(allocs, 'score tensor', 'score tensors')}{shape} per forward, "
             f"{size(one)} each ({size(per_fwd)})")
-    if masks:
-        text += f", and {count(masks, 'mask', 'masks')} ({size(mask_bytes)}, counted apart from the scores)"
+    # Tensors of the scores' size from the relative position bias the model looks up are that bias.
+    found, found_bytes = t.score_sized_masks(big.layer) if t.looks_up_bias([big.layer]) else (0, 0.0)
+    n_bias, bias_bytes = found / t.instances([big.layer]), found_bytes / t.instances([big.layer])
+    parts = [(count(n_bias, "position bias", "position biases"), bias_bytes)] if n_bias else []
+    if masks - n_bias > 1e-9:
+        parts.append((count(masks - n_bias, "mask", "masks"), mask_bytes - bias_bytes))
+    if parts:
+        text += ", and " + " and ".join(f"{what} ({size(nbytes)}" + (", counted apart from the scores)" if k == len(
+            parts) - 1 else ")") for k, (what, nbytes) in enumerate(parts))
     text += f"; {size(total)} of score tensors per step over {count(len(hit), 'layer', 'layers')}."
     if big.peak_bytes > 0:
         text += (f" One score tensor is {pct(layer_share)} of the layer's peak rise ({size(big.peak_bytes)})"
@@ -109,6 +116,8 @@ def _sxs_materialized(t: RuleQuery) -> list[Finding]:
         "sxs_mask_allocs_per_forward": masks, "sxs_mask_bytes_per_layer": mask_bytes,
         "layer_peak_bytes": big.peak_bytes, "share_of_layer_peak": layer_share, "step_peak_bytes": peak,
         "share_of_step_peak": step_share}
+    if n_bias:
+        details |= {"sxs_bias_allocs_per_forward": n_bias, "sxs_bias_bytes_per_layer": bias_bytes}
     if big.score_shape:
         details["score_shape"] = "x".join(map(str, big.score_shape))
     backends = {layer.backend for layer in hit}
@@ -231,19 +240,31 @@ def _backend_mismatch(t: RuleQuery) -> list[Finding]:
             "the head dimension.",
             layers=wrong, ops=t.backend_evidence(wrong), kernels=[], time_us=t.layers_time(wrong),
             details={"requested": impl if isinstance(impl, str) else "", "ran": ", ".join(sorted(by_backend))}))
-    if len(by_backend) > 1:
-        main = max(by_backend, key=lambda b: (len(by_backend[b]), -min(by_backend[b])))  # ties: layer 0's
-        odd = sorted(x for b, ls in by_backend.items() if b != main for x in ls)
-        desc = "; ".join(f"{layer_list(ls)}: {b}" for b, ls in sorted(by_backend.items(), key=lambda kv: kv[1]))
-        out.append(new_finding(
-            "backend-mismatch", "medium", "Layers ran different attention backends",
-            f"Not every layer ran the same attention backend ({desc}). Usually the odd layers get different inputs "
-            "(a mask, a dtype, a shape) that rule out the others' backend.",
-            "Compare what the odd layers pass to attention (attn_mask, dtype, head dimension, dropout) with the "
-            f"{main} layers, and make them match.",
-            layers=odd, ops=t.backend_evidence(odd), kernels=[], time_us=t.layers_time(odd),
-            details={"backends": desc, "majority": main}))
+    # Layers of one model are compared: a pipeline's models may rightly run different backends.
+    for group in t.by_model(x.layer for x in known):
+        out.extend(_mixed_backends(t, group))
     return out
+
+
+def _mixed_backends(t: RuleQuery, group: list[int]) -> list[Finding]:
+    """The layers of one model that ran another backend than most of its layers."""
+    by_backend: dict[str, list[int]] = {}
+    for x in group:
+        by_backend.setdefault(t.layers[x].backend, []).append(x)
+    if len(by_backend) < 2:
+        return []
+    main = max(by_backend, key=lambda b: (len(by_backend[b]), -min(by_backend[b])))  # ties: the first layer's
+    odd = sorted(x for b, ls in by_backend.items() if b != main for x in ls)
+    desc = "; ".join(f"{layer_list(ls)}: {b}" for b, ls in sorted(by_backend.items(), key=lambda kv: kv[1]))
+    model = t.model_name(group)
+    return [new_finding(
+        "backend-mismatch", "medium", "Layers ran different attention backends" + (f" in {model}" if model else ""),
+        f"Not every layer{f' of {model}' if model else ''} ran the same attention backend ({desc}). Usually the odd "
+        "layers get different inputs (a mask, a dtype, a shape) that rule out the others' backend.",
+        "Compare what the odd layers pass to attention (attn_mask, dtype, head dimension, dropout) with the "
+        f"{main} layers{f' of {model}' if model else ''}, and make them match.",
+        layers=odd, ops=t.backend_evidence(odd), kernels=[], time_us=t.layers_time(odd),
+        details={"backends": desc, "majority": main, **({"model": model} if model else {})})]
 
 
 def _unplaced(t: RuleQuery) -> list[Finding]:

@@ -27,11 +27,12 @@ Three sources, best first:
 Layers are numbered by ``analysis.numbering``: a module instance (or path) is a layer, and a block found by
 its ops is the k-th of the outermost module or compiled region call that holds it (of its step,
 when none does). Blocks found by 2 and 3 are widened from their core to their projections
-(``extent``), never into a module's block. A layer
-any of whose blocks found no projection is *core only* (``Inferred.core_only``): its figures cover
-the core alone. Blocks found by 1 are whole modules, and blocks found by 4 whole compiled frames:
-the frame is what the model compiled (each block, or ``flex_attention`` alone), its ops are
-fused, and it is core only where no projection op (Inductor's extern ``mm``/``addmm``) runs in it.
+(``extent``), never into a module's block. A layer any of whose blocks found no projection on a
+side is *core only* (``Inferred.core_only``): its figures cover the core alone, or leave out the
+side it missed (``Inferred.missing`` says which). Blocks found by 1 are whole modules, and blocks
+found by 4 whole compiled frames: the frame is what the model compiled (each block, or
+``flex_attention`` alone), its ops are fused, and it is core only where no projection op
+(Inductor's extern ``mm``/``addmm``) runs in it.
 Inside a block, phases come from each op's role in the block (``analysis.roles``): projections
 before the core, rotary embeddings, the KV cache, q·kᵀ, scale, mask, softmax, dropout, attn·v,
 projections after. The result is a list of synthetic
@@ -48,7 +49,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from tb_attn_plugin.analysis.extent import Extent, widen
+from tb_attn_plugin.analysis.extent import MISSING_AFTER, MISSING_BEFORE, MISSING_BOTH, Extent, widen
 from tb_attn_plugin.analysis.module_calls import attention_calls
 from tb_attn_plugin.analysis.nesting import nearest_marked_ancestor
 from tb_attn_plugin.analysis.numbering import Found, number_blocks
@@ -76,13 +77,16 @@ __all__ = ["TOO_MANY_BLOCKS", "Inferred", "SyntheticScope", "infer_scopes"]
 
 _PAD = 1e-4  # synthetic scopes are padded so that they sort before the ops they wrap
 TOO_MANY_BLOCKS = f"attention blocks found past {MAX_LAYERS} layers (not analyzed)"
+#: Why a compiled frame is its core alone.
+_NO_PROJECTION_COMPILED = "no projection op (mm, addmm) runs in the compiled frame"
 
 
 class Inferred(NamedTuple):
     """The synthetic scopes of the attention found, and the layers found by their core alone."""
 
     scopes: list[SyntheticScope]
-    core_only: frozenset[int]  # layers with a block that ``extent.widen`` found no projection around
+    core_only: frozenset[int]  # layers with a block that ``extent.widen`` found no projection around, on a side
+    missing: dict[int, str]  # each core-only layer: what its blocks miss, in words (``extent.MISSING_*``)
 
 
 def infer_scopes(events: Events, parent: np.ndarray, backward: np.ndarray, step: np.ndarray, *,
@@ -110,10 +114,11 @@ def infer_scopes(events: Events, parent: np.ndarray, backward: np.ndarray, step:
         if wide:
             found = _op_found(events, spans, wide, [])
         else:  # each call of the compiled frame is a block, its own extent
-            found = [Found(i, i, i, "", not _holds_projection(events, i))
+            found = [Found(i, i, i, "", not _holds_projection(events, i), _NO_PROJECTION_COMPILED)
                      for i, _ in _compiled_blocks(events, parent, forward, step)]
     layers = number_blocks(events, parent, step, found, backward=backward)
-    blocks = sorted((b.first, b.last, layer, b.module, b.core_only) for b, layer in zip(found, layers, strict=True))
+    blocks = sorted((b.first, b.last, layer, b.module, b.core_only, b.missing)
+                    for b, layer in zip(found, layers, strict=True))
     kept = [b for b in blocks if b[2] < MAX_LAYERS]
     if len(kept) < len(blocks) and diagnostics is not None:
         diagnostics[TOO_MANY_BLOCKS] = diagnostics.get(TOO_MANY_BLOCKS, 0) + len(blocks) - len(kept)
@@ -121,7 +126,7 @@ def infer_scopes(events: Events, parent: np.ndarray, backward: np.ndarray, step:
     cpu_op = kind == Kind.CPU_OP
     cpu_above = nearest_marked_ancestor(parent, cpu_op) if kept else parent
     compiled = _region_mask(events)
-    for first, last, layer, module, _ in kept:
+    for first, last, layer, module, _, _ in kept:
         block = _scope(events, first, format_scope(layer, module=module or None), pad=2 * _PAD, end=last)
         if first == last and compiled[events.name[first]] and not module:
             out += [block, _scope(events, first, format_scope(layer, phase="compiled"))]
@@ -134,7 +139,11 @@ def infer_scopes(events: Events, parent: np.ndarray, backward: np.ndarray, step:
             and not is_serving_core(names[name[first]]) and names[name[first]] not in ATTENTION_CORE_OPS else first
         phases = _phases(events, _top_ops(cpu_op, cpu_above, lo, _extent(events, last)), layer, parent)
         out += [_enclosing(block, phases), *phases]
-    return Inferred(out, frozenset(b[2] for b in kept if b[4]))
+    missing: dict[int, str] = {}
+    for b in kept:
+        if b[4]:
+            missing.setdefault(b[2], b[5])
+    return Inferred(out, frozenset(missing), missing)
 
 
 def _module_blocks(events: Events, parent: np.ndarray, modules: list[tuple[int, str]]) -> list[Found]:
@@ -154,8 +163,8 @@ def _module_blocks(events: Events, parent: np.ndarray, modules: list[tuple[int, 
             cores.append((len(out), ops[0], ops[-1]))
         out.append(Found(i, i, i, inst, False))
     wide = widen(events, parent, [(first, last) for _, first, last in cores])
-    for (k, _, _), (first, last, core_only) in zip(cores, wide, strict=True):
-        out[k] = out[k]._replace(first=first, last=last, core_only=core_only)
+    for (k, _, _), (first, last, core_only, missing) in zip(cores, wide, strict=True):
+        out[k] = out[k]._replace(first=first, last=last, core_only=core_only, missing=missing)
     return out
 
 
@@ -173,13 +182,14 @@ def _op_found(events: Events, cores: list[tuple[int, int]], wide: list[Extent], 
     taken = np.concatenate(([0], np.cumsum(np.cumsum(edge[:-1]) > 0)))
     names, name = events.names, events.name
     out = []
-    for (core_first, core_last), (first, last, core_only) in zip(cores, wide, strict=True):
-        if taken[core_first] > taken[first]:
-            first = core_first
-        if taken[last + 1] > taken[core_last + 1]:
-            last = core_last
-        core_only = core_only or (first, last) == (core_first, core_last)
-        out.append(Found(core_first, first, last, "", core_only and names[name[first]] not in FUSED_BLOCK_OPS))
+    for (core_first, core_last), (first, last, _, _) in zip(cores, wide, strict=True):
+        before = first == core_first or taken[core_first] > taken[first]
+        after = last == core_last or taken[last + 1] > taken[core_last + 1]
+        first, last = (core_first if before else first), (core_last if after else last)
+        missing = MISSING_BOTH if before and after else MISSING_BEFORE if before else MISSING_AFTER if after else ""
+        if names[name[first]] in FUSED_BLOCK_OPS:
+            missing = ""
+        out.append(Found(core_first, first, last, "", bool(missing), missing))
     return out
 
 

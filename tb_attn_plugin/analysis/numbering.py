@@ -23,6 +23,16 @@ A layer is what runs again each time the model runs. A block's identity says whi
 Layers are numbered in the order the identities first appear, in file order (thread, then time):
 module blocks and op-found blocks interleave as they ran, and a model's text encoders, its
 transformer and its decoder take their layer numbers one after the other.
+
+The same calls say which model each layer belongs to (``layer_models``), for the findings that
+compare layers with each other: a pipeline's text encoders, its transformer and its VAE are
+different models, whose layers may rightly differ. A layer's model is the outermost module or
+compiled-region call that holds its block (``CLIPTextModel_0``, ``SD3Transformer2DModel_0``), and
+the first part of its module path where the path goes on to a layer's index (``text_encoder`` of
+``text_encoder.text_model.encoder.layers.0.self_attn``: the part of whatever was instrumented or
+labelled that holds the layer). A model whose own top-level parts are stacks is read stack by
+stack (T5's ``encoder`` and ``decoder``, under scopes). Where neither shows (no module events, no
+path), the layers are one model.
 """
 
 from __future__ import annotations
@@ -31,13 +41,14 @@ from typing import NamedTuple
 
 import numpy as np
 
+from tb_attn_plugin.analysis.attribute import Attribution
 from tb_attn_plugin.analysis.module_calls import module_calls
-from tb_attn_plugin.analysis.nesting import nearest_marked_ancestor
+from tb_attn_plugin.analysis.nesting import EPS_US, nearest_marked_ancestor
 from tb_attn_plugin.trace.events import Events
-from tb_attn_plugin.trace.kineto import Kind
+from tb_attn_plugin.trace.kineto import MODULE_PREFIX, Kind
 from tb_attn_plugin.vocab.ops import COMPILED_REGION_PREFIX
 
-__all__ = ["Found", "number_blocks"]
+__all__ = ["Found", "layer_models", "number_blocks"]
 
 
 class Found(NamedTuple):
@@ -48,6 +59,7 @@ class Found(NamedTuple):
     last: int
     module: str  # the attention module's instance or path; "" for a block found by its ops
     core_only: bool  # no projection found around the core (``extent.Extent.core_only``)
+    missing: str = ""  # what it misses, in words, where ``core_only`` (``extent.Extent.missing``)
 
 
 def number_blocks(events: Events, parent: np.ndarray, step: np.ndarray, blocks: list[Found], *,
@@ -60,9 +72,8 @@ def number_blocks(events: Events, parent: np.ndarray, step: np.ndarray, blocks: 
     backward_ts = np.sort(events.ts[backward & (events.kind == Kind.CPU_OP)]) if backward is not None \
         else np.zeros(0, events.ts.dtype)
     names = events.names
-    region = np.array([n.startswith(COMPILED_REGION_PREFIX) for n in names], np.bool_)
-    calls = module_calls(events) | (region[events.name] & (events.kind == Kind.CPU_OP))
-    near = nearest_marked_ancestor(parent, calls)
+    region = _regions(events)
+    near = nearest_marked_ancestor(parent, _calls(events, region))
     ordinals: dict[tuple[int, ...], int] = {}
     layer_of: dict[tuple[str, str | int], int] = {}
     out = [0] * len(blocks)
@@ -84,3 +95,42 @@ def number_blocks(events: Events, parent: np.ndarray, step: np.ndarray, blocks: 
         out[j] = layer_of.setdefault(key, len(layer_of))
     return out
 
+
+
+def layer_models(events: Events, attr: Attribution) -> dict[int, str]:
+    """Each layer's model (module docstring), named by its outermost call (the ``nn.Module``
+    instance, the label, the compiled frame) and its path's first part, joined by " / "; "" where
+    neither shows. Read at the layer's first forward block call."""
+    blocks = np.flatnonzero(attr.is_scope & (attr.layer >= 0) & (attr.phase < 0) & (attr.head < 0) & ~attr.backward)
+    first: dict[int, int] = {}
+    for b in blocks.tolist():
+        first.setdefault(int(attr.layer[b]), b)
+    if not first:
+        return {}
+    names, region = events.names, _regions(events)
+    near = nearest_marked_ancestor(attr.parent, _calls(events, region))
+    out = {}
+    for layer, b in first.items():
+        outer = int(near[b])
+        while outer >= 0 and near[outer] >= 0:
+            outer = int(near[outer])
+        call = ""
+        # The block's own module call (an inferred block's scope spans it) holds no other layer.
+        if outer >= 0 and (events.ts[outer] < events.ts[b] - EPS_US
+                           or events.ts[outer] + events.dur[outer] > events.ts[b] + events.dur[b] + EPS_US):
+            name = names[events.name[outer]]
+            call = name.split("/", 1)[0] if region[events.name[outer]] else name.removeprefix(MODULE_PREFIX)
+        parts = attr.modules.get(layer, "").split(".")
+        top = parts[0] if len(parts) > 1 and any(p.isdigit() for p in parts[1:]) else ""
+        out[layer] = " / ".join(x for x in (call, top) if x)
+    return out
+
+
+def _regions(events: Events) -> np.ndarray:
+    """Per name: whether it is a compiled frame's call (``Torch-Compiled Region: F/N``)."""
+    return np.array([n.startswith(COMPILED_REGION_PREFIX) for n in events.names] or [False], np.bool_)
+
+
+def _calls(events: Events, region: np.ndarray) -> np.ndarray:
+    """Per event: whether it is a module's call or a compiled region's."""
+    return module_calls(events) | (region[events.name] & (events.kind == Kind.CPU_OP))

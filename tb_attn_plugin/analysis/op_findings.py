@@ -22,7 +22,6 @@ from tb_attn_plugin.vocab.ops import (
     COMPARE_OPS,
     COPY_OPS,
     DTYPE_CONVERT_OPS,
-    EMBEDDING_OP,
     FILL_OPS,
     GEMM_OPS,
     INPLACE_COPY_OP,
@@ -70,18 +69,11 @@ def _core_ops(t: RuleQuery) -> I64:
     return np.flatnonzero(t.fwd & (t.ev.kind == Kind.CPU_OP) & np.isin(t.a.phase, _CORE_PHASES))
 
 
-def _position_bias_lookups(t: RuleQuery) -> I64:
-    """Lookups of a learned relative position bias (T5's): an ``embedding`` inside the block indexed
-    by a 2-D (query, key) table of position buckets. A token embedding is never inside one."""
-    return np.array([i for i in t.ops({EMBEDDING_OP}).tolist() if (d := t.dims(i, 1)) is not None and len(d) == 2],
-                    np.int64)
-
-
 def _bucketing(t: RuleQuery, idx: I64) -> np.ndarray:
     """Whether each op of ``idx`` buckets relative positions for a position bias: it runs in its call
     before the bias lookup (after the layer's last core op on its thread, and before the lookup). T5's
     compute_bias compares positions (arange, lt, gt) to pick buckets; that builds no mask."""
-    lookups = _position_bias_lookups(t)
+    lookups = t.bias_lookups
     out = np.zeros(idx.size, np.bool_)
     if lookups.size == 0:
         return out
@@ -139,7 +131,7 @@ def _input_copy(t: RuleQuery, copies: I64) -> list[Finding]:
     if copies.size == 0:
         return []
     layers = t.layers_of(copies)
-    bias = _position_bias_lookups(t).size > 0
+    bias = t.looks_up_bias(layers)
     what = "relative position bias" if bias else "attention mask"
     device = t.launched(copies)
     callers = np.array(sorted({t.top_level(i) for i in copies.tolist()}), np.int64)
@@ -303,23 +295,33 @@ def _mha_unfused(t: RuleQuery) -> list[Finding]:
 
 
 def _fp32_upcast(t: RuleQuery) -> list[Finding]:
-    dtype, source = t.model_dtype()
+    """Per model (a pipeline's models may run in different dtypes): its FP32 matmuls under its dtype."""
+    return [f for group in t.by_model(t.layers) for f in _fp32_upcast_in(t, group)]
+
+
+def _fp32_upcast_in(t: RuleQuery, group: list[int]) -> list[Finding]:
+    dtype, source = t.model_dtype(group)
     if dtype not in HALF_DTYPES:
         return []
+    ours = np.array(group)
     gemms = np.array([i for i in t.ops(GEMM_OPS).tolist() if t.types(i)[:1] == ("float",)], np.int64)
+    gemms = gemms[np.isin(t.a.layer[gemms], ours)]
     sgemm = t.named_device("sgemm", Kind.KERNEL)
+    sgemm = sgemm[np.isin(t.a.layer[sgemm], ours)]
     if gemms.size == 0 and sgemm.size == 0:
         return []
     ups = np.array([i for i in t.ops({INPLACE_COPY_OP}).tolist()
                     if (ty := t.types(i))[:1] == ("float",) and len(ty) > 1 and dtype_name(ty[1]) in HALF_DTYPES],
                    np.int64)
+    ups = ups[np.isin(t.a.layer[ups], ours)]
     layers = t.layers_of(gemms, sgemm)
+    model = t.model_name(group)
     n = t.instances(layers)
     device = np.union1d(sgemm, t.launched(gemms)).astype(np.int64)
     up_bytes = sum(int(np.prod(d, dtype=np.int64)) * 4 for i in ups.tolist() if (d := t.dims(i))) / t.step_count
     in_math = any(t.inside(i, frozenset({SDPA_MATH_OP})) for i in gemms.tolist())
     top = t.names_by_time(gemms)[:1]
-    text = f"The model runs in {dtype} (from {source}), but in {layer_list(layers)}"
+    text = f"The model{f' {model}' if model else ''} runs in {dtype} (from {source}), but in {layer_list(layers)}"
     if gemms.size:
         text += f" float32 inputs go into {count(gemms.size / n, 'matmul', 'matmuls')} per forward ({top[0]}"
         text += ")" if sgemm.size else f", {duration(t.time_of(gemms, device))} per step)"
@@ -344,7 +346,7 @@ def _fp32_upcast(t: RuleQuery) -> list[Finding]:
                      time_us=t.time_of(gemms, device), nbytes=up_bytes,
                      details={"model_dtype": dtype, "dtype_source": source, "fp32_matmuls_per_forward": gemms.size / n,
                               "sgemm_kernels_per_forward": sgemm.size / n, "upcasts_per_forward": ups.size / n,
-                              "inside_math_backend": int(in_math)})]
+                              "inside_math_backend": int(in_math), **({"model": model} if model else {})})]
 
 
 def _safe_softmax(t: RuleQuery) -> list[Finding]:

@@ -23,11 +23,12 @@ from tb_attn_plugin.analysis.bounds import MAX_EVIDENCE_NAMES as MAX_NAMES
 from tb_attn_plugin.analysis.bounds import clip
 from tb_attn_plugin.analysis.flops import elem_bytes
 from tb_attn_plugin.analysis.nesting import EPS_US, nearest_marked_ancestor
-from tb_attn_plugin.analysis.scores import score_allocs, sxs_sizes
+from tb_attn_plugin.analysis.numbering import layer_models
+from tb_attn_plugin.analysis.scores import allocator_sizes, score_allocs, sxs_sizes
 from tb_attn_plugin.trace.events import Events
 from tb_attn_plugin.trace.kineto import DEVICE_KINDS, STEP_PREFIX, Kind
 from tb_attn_plugin.types.schema import Evidence, Finding, WorkerSummary
-from tb_attn_plugin.vocab.ops import FUSED_BLOCK_OPS, LINEAR_OP, SDPA_OPS
+from tb_attn_plugin.vocab.ops import EMBEDDING_OP, FUSED_BLOCK_OPS, LINEAR_OP, SDPA_OPS
 from tb_attn_plugin.vocab.scopes import PHASES
 
 __all__ = ["HALF_DTYPES", "MAX_NAMES", "RuleQuery", "TraceQuery", "ancestors", "dtype_name", "new_finding"]
@@ -216,6 +217,37 @@ class RuleQuery(TraceQuery):
         runtime = events.kind == Kind.RUNTIME
         self.runtime_corr = np.unique(events.corr[runtime & (events.corr >= 0)])
 
+    @cached_property
+    def models(self) -> dict[int, str]:
+        """Each layer's model (``numbering.layer_models``): the findings that compare layers with
+        each other compare a model's layers."""
+        return layer_models(self.ev, self.a)
+
+    def by_model(self, layers: Iterable[int]) -> list[list[int]]:
+        """These layers grouped by model, each group sorted, the groups in the order of their
+        first layers."""
+        groups: dict[str, list[int]] = {}
+        for x in sorted(layers):
+            groups.setdefault(self.models.get(x, ""), []).append(x)
+        return list(groups.values())
+
+    def model_name(self, layers: list[int]) -> str:
+        """The model of these layers (of one model), where the trace holds several; else ""."""
+        return self.models.get(layers[0], "") if layers and len(set(self.models.values())) > 1 else ""
+
+    @cached_property
+    def bias_lookups(self) -> I64:
+        """Lookups of a learned relative position bias (T5's): an ``embedding`` inside a block indexed
+        by a 2-D (query, key) table of position buckets. A token embedding is never inside one."""
+        return np.array([i for i in self.ops({EMBEDDING_OP}).tolist() if (d := self.dims(i, 1)) is not None
+                         and len(d) == 2], np.int64)
+
+    def looks_up_bias(self, layers: Iterable[int]) -> bool:
+        """Whether the model of these layers looks up a relative position bias (in any of its layers:
+        T5 looks it up in each stack's first block and hands it to the others)."""
+        models = {self.models.get(x, "") for x in layers}
+        return any(self.models.get(int(x), "") in models for x in self.a.layer[self.bias_lookups].tolist())
+
     def ops(self, names: Iterable[str], phase: str | None = None) -> I64:
         """Forward attention CPU ops with these names (in one phase), in trace order."""
         ids = self.ev.name_ids(frozenset(names))
@@ -300,6 +332,16 @@ class RuleQuery(TraceQuery):
                 by_op[self.name(self._allocator(i))] += int(self.ev.mem_bytes[m])
         return [n for n, _ in sorted(by_op.items(), key=lambda kv: -kv[1])[:MAX_NAMES]]  # stable: first run first
 
+    def score_sized_masks(self, layer: int) -> tuple[int, float]:
+        """The layer's forward allocations in the steps that are masks or biases of a score tensor's
+        size (not scores: ``scores.score_allocs``), their number and bytes in all the steps."""
+        fwd = np.flatnonzero(self.fwd & (self.a.layer == layer))
+        mem = np.flatnonzero((self.a.mem_layer == layer) & ~self.a.mem_backward & self.mem_in_steps)
+        sizes = sxs_sizes(self.ev, self.a, fwd)
+        masks = score_allocs(self.ev, self.a, mem, sizes)[1]
+        big = mem[masks & np.isin(self.ev.mem_bytes[mem], list(allocator_sizes(sizes.scores)))]
+        return big.size, float(self.ev.mem_bytes[big].sum())
+
     def _allocator(self, i: int) -> int:
         """The op that allocated at event ``i``, as its block shows it: the top-level op, or,
         inside an op that runs the whole core (an SDPA call, nn.MHA's fast path), the op there."""
@@ -317,10 +359,11 @@ class RuleQuery(TraceQuery):
             ok &= self.a.mem_step >= 0
         return int(ev.mem_total[ok].max()) if ok.any() else 0
 
-    def model_dtype(self) -> tuple[str | None, str]:
-        """The dtype the model runs in, and where that was seen: the SDPA inputs, the run
-        metadata, or the projections' inputs (None, '' where none says)."""
-        sdpa = self.outermost(self.ops(SDPA_OPS))
+    def model_dtype(self, layers: Iterable[int] | None = None) -> tuple[str | None, str]:
+        """The dtype the model of these layers (all: the trace's) runs in, and where that was seen:
+        its SDPA inputs, the run metadata, or its projections' inputs (None, '' where none says)."""
+        mine = (lambda idx: idx) if layers is None else (lambda idx: idx[np.isin(self.a.layer[idx], list(layers))])
+        sdpa = mine(self.outermost(self.ops(SDPA_OPS)))
         seen = Counter(dtype_name(ty[0]) for i in sdpa.tolist() if (ty := self.types(i)))
         if seen:
             return seen.most_common(1)[0][0], "its SDPA inputs"
@@ -328,7 +371,7 @@ class RuleQuery(TraceQuery):
         raw = self.meta.get("dtype") or (config.get("dtype") if isinstance(config, dict) else None)
         if isinstance(raw, str):
             return dtype_name(raw.removeprefix("torch.").lower()), "the run metadata"
-        linear = Counter(dtype_name(ty[0]) for i in self.ops({LINEAR_OP}).tolist() if (ty := self.types(i)))
+        linear = Counter(dtype_name(ty[0]) for i in mine(self.ops({LINEAR_OP})).tolist() if (ty := self.types(i)))
         return (linear.most_common(1)[0][0], "its projections") if linear else (None, "")
 
 

@@ -13,7 +13,7 @@ here (``metric_label`` and friends):
   a row-parallel output projection all-reduces inside the block, where every rank waits for
   the slowest, so they would charge the straggler's delay to the fast ranks); the summaries
   keep no per-step figure per layer, so a layer is judged on
-  its mean per step, and the table's other columns are means per step too;
+  its mean per step less its ``comm`` phase, and the table's other columns are means per step too;
 - the median is ``median_over_ranks``: over every rank, the rank itself included, and with an
   even number of ranks the lower of the two middle values (``spread.median_low``). With two ranks
   that is the faster one, not a mean that half includes the straggler; for any rank in the slower
@@ -44,6 +44,7 @@ from typing import Literal, TypeGuard
 from tb_attn_plugin.analysis.spread import median_low, spread
 from tb_attn_plugin.types.results import GlobalHead, RankLayer, RankRow, RanksColumn, RanksLayer, RankView, Straggler
 from tb_attn_plugin.types.schema import CollectiveStats, RunSummary, WorkerSummary
+from tb_attn_plugin.vocab.scopes import Phase
 
 __all__ = [
     "DEFAULT_MARGIN", "MAX_MAP_HEADS", "MAX_WORLD_SIZE", "MEDIAN_LABEL", "RANK_OUT_OF_RANGE", "heads_label",
@@ -155,7 +156,8 @@ def ranks(run: RunSummary, *, margin: float = DEFAULT_MARGIN) -> RankView:
     device = any(w.device == "cuda" for w in run.workers)
     rows = [_row(name, spans, device) for name, spans in by_worker.items()]
     rows.sort(key=lambda r: (r.rank is None, r.rank if r.rank is not None else 0, r.worker))
-    stragglers = _stragglers(rows, margin)
+    less_comm = {name: _layers_less_comm(spans, device) for name, spans in by_worker.items()}
+    stragglers = _stragglers(rows, margin, less_comm)
     flagged = {s.worker for s in stragglers}
     for row in rows:
         row.straggler = row.worker in flagged
@@ -209,14 +211,19 @@ def _row(worker: str, spans: list[WorkerSummary], device: bool) -> RankRow:
     # the slowest, so a fast rank's attention would grow by the straggler's delay.
     per_step = [_time(device, p.attention_cpu_us - p.attention_comm_cpu_us,
                       p.attention_device_us - p.attention_comm_device_us) for w in spans for p in w.per_step]
+    if not per_step:  # no ProfilerStep (a serving engine's trace): the whole trace, less its comm phases
+        per_step = [max(_time(device, w.attention_cpu_us, w.attention_device_us) - _comm(w, device), 0.0)
+                    for w in spans]
     collectives = _merge_collectives([w.collectives for w in spans])
     collective = sum(_time(device, c.cpu_us, c.device_us) for c in collectives)
+    # The collectives inside attention are attention's time too: "other" leaves them out once.
+    inside = _mean([_comm(w, device) for w in spans])
     first = spans[0]
     return RankRow(
         rank=first.rank, worker=worker, files=[w.file for w in spans], world_size=first.world_size,
         step_us=step, attention_us=attention, attention_best_us=min(per_step, default=attention),
         collective_us=collective,
-        other_us=max(step - attention - collective, 0.0),
+        other_us=max(step - attention - max(collective - inside, 0.0), 0.0),
         layers=[RankLayer(layer=k, forward_us=_mean([f for f, _ in v]), backward_us=_mean([b for _, b in v]),
                           time_us=_mean([f + b for f, b in v])) for k, v in sorted(layers.items())],
         heads=sorted({h.head for w in spans for layer in w.layers for h in layer.heads}),
@@ -253,14 +260,34 @@ def _column(key: str, values: list[tuple[float, int | None]]) -> RanksColumn:
                        max_rank=max(values, key=lambda tr: tr[0])[1] if values else None)
 
 
-def _stragglers(rows: list[RankRow], margin: float) -> list[Straggler]:
+def _comm(w: WorkerSummary, device: bool) -> float:
+    """A summary's time in its layers' ``comm`` phases, forward and backward."""
+    return sum(_time(device, p.cpu_us + p.backward.cpu_us, p.device_us + p.backward.device_us)
+               for layer in w.layers for p in layer.phases if p.phase == Phase.COMM)
+
+
+def _layers_less_comm(spans: list[WorkerSummary], device: bool) -> dict[int, float]:
+    """Each layer's time (forward + backward, mean per step) less its ``comm`` phase: the straggler
+    figure of a layer, for the reason the attention metric leaves collectives out."""
+    times: dict[int, list[float]] = defaultdict(list)
+    for w in spans:
+        for layer in w.layers:
+            less = sum(_time(device, p.cpu_us + p.backward.cpu_us, p.device_us + p.backward.device_us)
+                       for p in layer.phases if p.phase == Phase.COMM)
+            total = _time(device, layer.cpu_us + layer.backward.cpu_us, layer.device_us + layer.backward.device_us)
+            times[layer.layer].append(max(total - less, 0.0))
+    return {k: _mean(v) for k, v in times.items()}
+
+
+def _stragglers(rows: list[RankRow], margin: float, layers: dict[str, dict[int, float]]) -> list[Straggler]:
+    """``layers``: each worker's layer times less their collectives (``_layers_less_comm``)."""
     if len(rows) < 2:
         return []
     out: list[Straggler] = []
     best = {r.worker: r.attention_best_us for r in rows}
     out += _slower(rows, best, margin, "attention", "attention in the fastest step")
     for k in sorted({layer.layer for r in rows for layer in r.layers}):
-        times = {r.worker: _layer_time(r, k) for r in rows}
+        times = {r.worker: layers.get(r.worker, {}).get(k, 0.0) for r in rows}
         out += _slower(rows, times, margin, f"layer {k}", f"layer {k}, mean per step")
     return out
 

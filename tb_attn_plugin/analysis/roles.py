@@ -8,13 +8,19 @@ the block (before the core, on the scores, on the probabilities, after the core)
 every op whose phase is known, scoped or assigned:
 
 - projections (``linear``, ``addmm``, ``mm``): ``qkv_proj`` before the core, ``out_proj`` after;
-- a whole norm right after a projection, before the core (a QK-norm): ``qkv_proj``; a
-  projection's bias, scale or residual that Inductor fused into a kernel of its own
-  (``analysis.inductor``): ``qkv_proj`` before the core, ``out_proj`` after;
+- a norm right after a projection, before the core, whole or as RMSNorm's pieces (``to pow mean
+  add rsqrt mul``, the weight's ``mul``, a closing ``to``/``type_as``): ``qkv_proj`` (a QK-norm;
+  MLA's norms of its low-rank latents between their two projections); a projection's bias, scale
+  or residual that Inductor fused into a kernel of its own (``analysis.inductor``): ``qkv_proj``
+  before the core, ``out_proj`` after;
 - rotary embeddings: ``neg``/``cos``/``sin`` (and the complex form) before the core, and, in a
-  block that has them, the ``mul``/``add`` around them and the ``cat`` right after a ``neg``;
-- the KV cache: any other ``cat`` (or ``index_copy_``) before the core, and a serving engine's
-  write into its paged cache (``ops.SERVING_KV_WRITE_OPS``);
+  block that has them, the ``mul``/``add`` around them and the ``cat`` right after a ``neg``; on
+  interleaved pairs (``ops.ROTATION_OPS``: ``mul mul sub``, no ``neg``), the ``mul``/``sub``/``add``
+  and the ``cat`` that joins the halves (``ops.ROTATION_JOIN`` before it);
+- the KV cache: any other ``cat`` (or ``index_copy_``) before the core, a copy right after one (a
+  static cache's), and a serving engine's write into its paged cache (``ops.SERVING_KV_WRITE_OPS``);
+- layout copies of q, k and v before the core (``copy_``, ``clone``: MLA's key assembled from its
+  parts, and the views they write into): ``copy``;
 - a serving engine's attention op (``ops.SERVING_CORE_OPS``): ``sdpa``, the fused core, and its
   RoPE op: ``rope``; names read through ``serving.canonical`` (SGLang's profiler counters dropped,
   a serving GEMM wrapper read as the ``linear`` it wraps);
@@ -29,8 +35,11 @@ every op whose phase is known, scoped or assigned:
 - a dtype conversion of the probabilities: ``softmax``; dropout on them: ``dropout``;
 - after the core, dropout, a residual ``add`` and a norm: ``out_proj`` (BERT's attention module
   ends in its output sublayer);
-- ``.contiguous()`` copies right before a fused core, after RoPE, the KV cache or K/V expansion:
-  ``sdpa`` (they make q, k and v, and are not that phase's work; after a mask they copy the mask);
+- a collective (``collectives.collective_name``: a row-parallel projection's all-reduce, vLLM's
+  ``all_reduce``) and the copies right before and after it: ``comm``;
+- ``.contiguous()`` copies right before a fused core: ``copy`` (they make q, k and v, and are
+  neither the core's work, whose time and FLOP/s are its op's, nor the phase's before them; after a
+  mask they copy the mask, and stay the mask's);
 - view and layout ops (``view``, ``transpose``, ``split``...): after the core ``out_proj`` (the
   head merge); before it, they prepare the next op's input where that is a projection, a mask
   or the q·kᵀ matmul (the transpose of k), or the unsqueeze before an expand or a rotary
@@ -51,6 +60,7 @@ from functools import lru_cache
 import numpy as np
 
 from tb_attn_plugin.analysis.attribute import Attribution
+from tb_attn_plugin.analysis.collectives import collective_name
 from tb_attn_plugin.analysis.opnames import canonical
 from tb_attn_plugin.trace.events import Events
 from tb_attn_plugin.trace.kineto import Kind
@@ -59,6 +69,7 @@ from tb_attn_plugin.vocab.ops import (
     ATTENTION_CORE_OPS,
     CAT_OP,
     CONTIGUOUS_OP,
+    COPY_OPS,
     DROPOUT_OPS,
     DTYPE_CONVERT_OPS,
     FUSED_BLOCK_OPS,
@@ -75,9 +86,12 @@ from tb_attn_plugin.vocab.ops import (
     MM_OP,
     NEG_OP,
     NORM_OPS,
+    NORM_PIECE_OPS,
     PROJECTION_OPS,
     QKV_TRANSFORM_OP,
     ROPE_OPS,
+    ROTATION_JOIN,
+    ROTATION_OPS,
     SCALE_OPS,
     SDPA_OPS,
     SERVING_CORE_OPS,
@@ -101,6 +115,9 @@ _PRE, _SCORES, _PROBS, _DONE = range(4)
 #: norm), right after a projection and before the core: Qwen3's, OLMo's, SD3's QK-norm.
 _QK_NORM = NORM_OPS | SERVING_QK_NORM_OPS
 _ADDS = ARITHMETIC_OPS - SCALE_OPS
+#: What RMSNorm written in Python runs (``to pow mean add rsqrt mul``, the weight's ``mul``, Gemma's
+#: ``1 + weight``, a closing ``type_as``): a norm's pieces, after the first of ``NORM_PIECE_OPS``.
+_NORM_RUN = NORM_PIECE_OPS | ARITHMETIC_OPS | DTYPE_CONVERT_OPS
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,8 +138,13 @@ def _advance(stage: int, phase: str) -> int:
     return stage
 
 
-def _role(op: str, stage: int, previous: str | None, last_phase: str | None, rope: bool) -> str | None:
-    """The phase of one op outside layout ops, or None (other)."""
+def _role(op: str, stage: int, recent: tuple[str, ...], last_phase: str | None, rope: bool, *,
+          interleaved: bool = False, norm: bool = False) -> str | None:
+    """The phase of one op outside layout ops, or None (other). ``recent``: the ops before it,
+    nearest last; ``interleaved``: the block rotates interleaved pairs; ``norm``: the op is one of
+    a norm's pieces (``_norm_pieces``)."""
+    if collective_name(op) is not None:  # a row-parallel projection's all-reduce, wherever in the block
+        return Phase.COMM
     if op in SDPA_OPS or op in SERVING_CORE_OPS or op in ATTENTION_CORE_OPS:
         return Phase.SDPA
     if op in SOFTMAX_OPS:
@@ -137,7 +159,7 @@ def _role(op: str, stage: int, previous: str | None, last_phase: str | None, rop
         return Phase.QKV_PROJ if stage == _PRE else Phase.OUT_PROJ if stage == _DONE else None
     if op == INDUCTOR_EPILOGUE_OP:  # a projection's bias, scale or residual, fused by Inductor
         return Phase.QKV_PROJ if stage == _PRE else Phase.OUT_PROJ if stage == _DONE else None
-    if op in _QK_NORM and stage == _PRE and last_phase == Phase.QKV_PROJ:
+    if (op in _QK_NORM or norm) and stage == _PRE and last_phase == Phase.QKV_PROJ:
         return Phase.QKV_PROJ
     if stage == _DONE:
         return Phase.OUT_PROJ if op in DROPOUT_OPS | _ADDS | NORM_OPS | {CAT_OP} else None
@@ -159,7 +181,10 @@ def _role(op: str, stage: int, previous: str | None, last_phase: str | None, rop
     if op in SERVING_KV_WRITE_OPS or op in LIBRARY_KV_WRITE_OPS:
         return Phase.KV_CACHE
     if op in KV_CACHE_OPS:
-        return Phase.ROPE if op == CAT_OP and previous == NEG_OP else Phase.KV_CACHE
+        rotary = recent[-1:] == (NEG_OP,) or (interleaved and recent[-3:] == ROTATION_JOIN)
+        return Phase.ROPE if op == CAT_OP and rotary else Phase.KV_CACHE
+    if op in COPY_OPS:  # a static cache's copy right after its write, else q, k or v laid out anew
+        return Phase.KV_CACHE if last_phase == Phase.KV_CACHE else Phase.COPY
     if op in KV_EXPAND_OPS:  # right after building a mask: broadcasting it
         return Phase.MASK if last_phase == Phase.MASK else Phase.KV_EXPAND
     if op in MASK_MAKING_OPS or op in MASK_OPS - ARITHMETIC_OPS:
@@ -181,18 +206,25 @@ def _assign(ops: tuple[str, ...], phases: tuple[str | None, ...]) -> tuple[str |
     n = len(ops)
     out: list[str | None] = list(phases)
     stage_at = [_PRE] * n
-    rope = any(op in ROPE_OPS for op, ph in zip(ops, phases, strict=True) if ph is None)
+    interleaved = any(ops[i - 2:i + 1] == ROTATION_OPS and phases[i - 2:i + 1] == (None,) * 3 for i in range(2, n))
+    rope = interleaved or any(op in ROPE_OPS for op, ph in zip(ops, phases, strict=True) if ph is None)
+    norms = _norm_pieces(ops, phases)
     stage = _PRE
-    previous: str | None = None
     last_phase: str | None = None
     for i, (op, ph) in enumerate(zip(ops, phases, strict=True)):
         stage_at[i] = stage
         if ph is None and op not in LAYOUT_OPS:
-            out[i] = _role(op, stage, previous, last_phase, rope)
+            out[i] = _role(op, stage, ops[max(i - 3, 0):i], last_phase, rope, interleaved=interleaved,
+                           norm=i in norms)
         if out[i] is not None:
             stage = _advance(stage, out[i])  # type: ignore[arg-type]
             last_phase = out[i]
-        previous = op
+    for i in np.flatnonzero([p == Phase.COMM for p in out]).tolist():  # the copies a collective makes
+        for step in (-1, 1):
+            j = i + step
+            while 0 <= j < n and phases[j] is None and out[j] is None and ops[j] in COPY_OPS:
+                out[j] = Phase.COMM
+                j += step
     i = 0
     while i < n:  # runs of layout ops outside phase scopes
         if phases[i] is not None or ops[i] not in LAYOUT_OPS:
@@ -206,6 +238,31 @@ def _assign(ops: tuple[str, ...], phases: tuple[str | None, ...]) -> tuple[str |
     return tuple(None if p == CORE else p for p in out)
 
 
+def _norm_pieces(ops: tuple[str, ...], phases: tuple[str | None, ...]) -> frozenset[int]:
+    """The ops of each norm written in pieces outside phase scopes: from a dtype conversion right
+    before its first ``NORM_PIECE_OPS`` op (at least two of them in the run) through the product with
+    the weight (the second ``mul``), and a closing conversion."""
+    out: set[int] = set()
+    n = len(ops)
+    i = 0
+    while i < n:
+        if phases[i] is not None or ops[i] not in NORM_PIECE_OPS:
+            i += 1
+            continue
+        lo = i - 1 if i > 0 and phases[i - 1] is None and ops[i - 1] in DTYPE_CONVERT_OPS else i
+        j, muls, pieces = i, 0, 0
+        while j < n and phases[j] is None and ops[j] in _NORM_RUN and muls < 2:
+            muls += ops[j] in SCALE_OPS
+            pieces += ops[j] in NORM_PIECE_OPS
+            j += 1
+        if j < n and phases[j] is None and ops[j] in DTYPE_CONVERT_OPS:
+            j += 1
+        if pieces >= 2:
+            out.update(range(lo, j))
+        i = max(j, i + 1)
+    return frozenset(out)
+
+
 def _layout_run(ops: Sequence[str], out: list[str | None], lo: int, hi: int, stage: int) -> None:
     """Phases for the layout ops ``ops[lo:hi]`` (module docstring)."""
     after = out[hi] if hi < len(ops) else None
@@ -213,18 +270,21 @@ def _layout_run(ops: Sequence[str], out: list[str | None], lo: int, hi: int, sta
     if stage == _DONE:
         out[lo:hi] = [Phase.OUT_PROJ] * (hi - lo)
         return
-    if after in (Phase.QKV_PROJ, Phase.MASK):
+    if after in (Phase.QKV_PROJ, Phase.MASK, Phase.COPY):  # a copy's views: what it writes into
         out[lo:hi] = [after] * (hi - lo)
         return
     tail = hi
     if after == Phase.QK_MATMUL and ops[hi - 1] in TRANSPOSE_OPS:
         tail = hi - 1
-    elif after == Phase.SDPA and before in (Phase.ROPE, Phase.KV_CACHE, Phase.KV_EXPAND):
-        # The copies that make q, k and v contiguous for a fused core after RoPE, the cache or the
-        # K/V expansion are the core's inputs, not that phase's work (v has no RoPE). After a mask
-        # they copy the mask (T5's position bias), and stay the mask's.
-        while tail > lo and ops[tail - 1] == CONTIGUOUS_OP:
-            tail -= 1
+    elif after == Phase.SDPA and before != Phase.MASK:
+        # The copies that make q, k and v contiguous for a fused core are layout work, neither the
+        # core's (its time and FLOP/s are its op's) nor the phase's before them (v has no RoPE).
+        # After a mask they copy the mask (T5's position bias), and stay the mask's.
+        copies = hi
+        while copies > lo and ops[copies - 1] == CONTIGUOUS_OP:
+            copies -= 1
+        out[copies:hi] = [Phase.COPY] * (hi - copies)
+        hi = tail = copies
     elif after in (Phase.KV_EXPAND, Phase.ROPE):
         while tail > lo and ops[tail - 1] in UNSQUEEZE_OPS:
             tail -= 1

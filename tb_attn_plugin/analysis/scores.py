@@ -1,6 +1,15 @@
 """Find materialized attention scores: the memory events of one layer that allocate a
 (B, H, Sq, Sk) score or probability tensor, the S×S bytes per head that grow quadratically
 with sequence length. ``summary`` reports them as ``sxs_bytes`` and ``sxs_allocs``.
+
+A size is not enough: when the key length equals the head size, q, k, v, a projection's output
+or a norm's have the scores' size. Scores exist from the op that computes q·kᵀ (or, where no
+such op shows, the softmax over keys) until the op that multiplies the probabilities by V
+(``ScoreSizes.windows``): a score-sized tensor allocated in that stretch of a block call is the
+scores, the scaled or masked scores or the probabilities. One allocated outside it, where no
+scores exist, is a mask or a bias handed to the core (made by a mask-building op, in the mask
+phase, or looked up as a relative position bias: T5's ``embedding``), or a coincidence of sizes
+(a q scaled before the core, a norm's output), which is neither.
 """
 
 from __future__ import annotations
@@ -13,12 +22,15 @@ import numpy as np
 from tb_attn_plugin.analysis.attribute import Attribution
 from tb_attn_plugin.analysis.flops import MAX_TENSOR_BYTES, elem_bytes
 from tb_attn_plugin.trace.events import Events
+from tb_attn_plugin.trace.kineto import Kind
 from tb_attn_plugin.vocab.ops import (
     ADDMM_OP,
     ARITHMETIC_OPS,
     DROPOUT_OPS,
     DTYPE_CONVERT_OPS,
+    EMBEDDING_OP,
     GEMM_OPS,
+    INT_MM_OP,
     KERNEL_FORWARD_OPS,
     LINEAR_OP,
     MASK_MAKING_OPS,
@@ -32,15 +44,24 @@ from tb_attn_plugin.vocab.ops import (
     SDPA_OPS,
     SOFTMAX_OPS,
 )
-from tb_attn_plugin.vocab.scopes import OTHER, PHASES, SCORE_PHASES
+from tb_attn_plugin.vocab.scopes import OTHER, PHASES, SCORE_PHASES, Phase
 
-__all__ = ["SCORE_ALLOC_PHASES", "ScoreSizes", "allocator_sizes", "score_allocs", "sxs_sizes"]
+__all__ = ["SCORE_ALLOC_PHASES", "ScoreSizes", "ScoreWindows", "allocator_sizes", "score_allocs", "score_windows",
+           "sxs_sizes"]
 
 #: Where S×S allocations mean materialized scores (elsewhere an allocation of the same size is a
 #: coincidence): the phases that hold scores, and the block's work in no phase scope (``OTHER``),
 #: where a block without phase scopes holds them.
 SCORE_ALLOC_PHASES = SCORE_PHASES | {OTHER}
 _QK_CODE = PHASES.index("qk_matmul")  # in the sdpa phase the SDPA op gives the shape (and attn·V is there too)
+_MASK_CODE = PHASES.index(Phase.MASK)
+#: Where the matmuls and softmaxes that open and close the scores' stretch run: the phases that
+#: hold scores, attn·V's, and no phase (a block without phase scopes). Not the projections'.
+_WINDOW_CODES = np.array([PHASES.index(p) for p in sorted(SCORE_PHASES | {Phase.AV_MATMUL})] + [-1])
+#: q·kᵀ and attn·V: the matmuls of the core, and int8 attention's integer GEMM.
+_CORE_GEMMS = MATMUL_OPS | {INT_MM_OP}
+#: Ops a matmul of the core is never nested in: a projection's.
+_PROJECTIONS = frozenset({LINEAR_OP, ADDMM_OP})
 _MIN_SXS_ELEMS = 256  # smaller "score" tensors are too common to mean anything
 _SMALL_ROUND = 512  # CUDA's caching allocator: every size rounded up to this...
 _LARGE_FROM = 1 << 20  # ...and a block over 1 MiB to a multiple of 2 MiB
@@ -62,6 +83,32 @@ class ScoreSizes:
     bool_masks: frozenset[int] = frozenset()
     tensor_bytes: int = 0
     shape: tuple[int, ...] = ()
+    windows: ScoreWindows | None = None  # where scores exist (``score_windows``); None: nowhere
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class ScoreWindows:
+    """The stretches of a layer's block calls in which scores exist. Each mark (its start ``ts`` on
+    ``track``) opens one (``opens``: a q·kᵀ op or a softmax) or closes it (attn·V); a stretch lasts
+    until the next mark on its thread or its call's end (``end``), whichever is first."""
+
+    ts: np.ndarray
+    track: np.ndarray
+    opens: np.ndarray
+    end: np.ndarray
+
+    def holds(self, track: np.ndarray, ts: np.ndarray) -> np.ndarray:
+        """Whether each time (on its thread) falls in a stretch where scores exist."""
+        out = np.zeros(ts.size, np.bool_)
+        for tr in np.unique(track).tolist():
+            mine = np.flatnonzero(self.track == tr)
+            at = np.flatnonzero(track == tr)
+            if mine.size == 0:
+                continue
+            k = np.searchsorted(self.ts[mine], ts[at], side="right") - 1
+            j = mine[np.maximum(k, 0)]
+            out[at] = (k >= 0) & self.opens[j] & (ts[at] < self.end[j])
+        return out
 
 
 def sxs_sizes(ev: Events, a: Attribution, fwd: np.ndarray) -> ScoreSizes:
@@ -97,7 +144,52 @@ def sxs_sizes(ev: Events, a: Attribution, fwd: np.ndarray) -> ScoreSizes:
             sq_sk = shape[-2] * shape[-1]
             masks.update({n * e for n in (sq_sk, shape[0] * sq_sk, count) for e in (1, elem, 4)})
             best = max(best, (count * elem, len(shape), shape))  # ties: the 4-D shape of SDPA or softmax
-    return ScoreSizes(frozenset(scores), frozenset(masks), frozenset(bools - scores), best[0], best[2])
+    if not scores:
+        return ScoreSizes()
+    return ScoreSizes(frozenset(scores), frozenset(masks), frozenset(bools - scores), best[0], best[2],
+                      score_windows(ev, a, fwd))
+
+
+def score_windows(ev: Events, a: Attribution, fwd: np.ndarray) -> ScoreWindows:
+    """Where a layer's scores exist, from its forward events ``fwd``: the core's matmuls and
+    softmaxes (the outermost of a nest, none inside a projection), in order on each thread. A
+    softmax opens a stretch (the probabilities are score-sized); a matmul opens one (q·kᵀ) unless it
+    follows a softmax of its call, when it is attn·V and closes it. Each stretch ends at its call's
+    end at the latest: the innermost block or head scope around it."""
+    names = ev.names
+    ops = fwd[(ev.kind[fwd] == Kind.CPU_OP) & np.isin(a.phase[fwd], _WINDOW_CODES)]
+    # Per name id of the layer's ops (the ops a mark could be nested in are the layer's too): "g" a core
+    # matmul, "s" a softmax.
+    kinds = {n: ("g" if names[n] in _CORE_GEMMS else "s") for n in np.unique(ev.name[fwd]).tolist()
+             if names[n] in _CORE_GEMMS or names[n] in SOFTMAX_OPS}
+    marks: list[tuple[int, str, int]] = []  # (event, "g" or "s", its call)
+    for i in ops[np.isin(ev.name[ops], list(kinds))].tolist() if kinds else []:
+        call, nested = -1, False
+        p = int(a.parent[i])
+        while p >= 0:
+            if a.is_scope[p]:
+                if a.phase[p] < 0:
+                    call = p
+                    break
+            elif names[ev.name[p]] in _PROJECTIONS or int(ev.name[p]) in kinds:
+                nested = True
+                break
+            p = int(a.parent[p])
+        if not nested:
+            marks.append((i, kinds[int(ev.name[i])], call))
+    opens = np.zeros(len(marks), np.bool_)
+    end = np.full(len(marks), np.inf)
+    after_softmax: dict[int, bool] = {}  # per call: a softmax ran since its last q·kᵀ
+    for k, (_, kind, call) in enumerate(marks):
+        if kind == "s":
+            opens[k] = after_softmax[call] = True
+        else:
+            opens[k] = not after_softmax.get(call, False)
+            after_softmax[call] = False
+        if call >= 0:
+            end[k] = ev.ts[call] + ev.dur[call]
+    at = np.array([m[0] for m in marks], np.int64)
+    return ScoreWindows(ts=ev.ts[at], track=ev.track[at], opens=opens, end=end)
 
 
 def allocator_sizes(sizes: frozenset[int]) -> frozenset[int]:
@@ -112,10 +204,12 @@ def allocator_sizes(sizes: frozenset[int]) -> frozenset[int]:
 
 
 def score_allocs(ev: Events, a: Attribution, mem_idx: np.ndarray, sizes: ScoreSizes) -> tuple[np.ndarray, np.ndarray]:
-    """Which of these memory events allocate a score tensor, and which a mask of the scores'
-    shape (bool, or score-sized from a mask-building op or dropout's noise): sizes as recorded
-    (rounded by the caching allocator on CUDA). Not a copy that a matmul makes of its inputs
-    (q or kᵀ can have the score's size when the head dimension equals the key length)."""
+    """Which of these memory events allocate a score tensor, and which a mask or bias of the
+    scores' shape (bool, or score-sized from a mask-building op or dropout's noise, a relative
+    position bias's lookup, or where no scores exist yet in the mask phase): sizes as recorded
+    (rounded by the caching allocator on CUDA). A score tensor is allocated where scores exist
+    (``ScoreSizes.windows``), and not as a copy that a matmul makes of its inputs (q or kᵀ can
+    have the score's size when the head dimension equals the key length)."""
     score = np.zeros(mem_idx.size, np.bool_)
     mask = np.zeros(mem_idx.size, np.bool_)
     if not sizes.scores:
@@ -134,14 +228,19 @@ def score_allocs(ev: Events, a: Attribution, mem_idx: np.ndarray, sizes: ScoreSi
         exact = {n} | ({s for s in known if n in allocator_sizes(frozenset({s}))} if on_cuda else set())
         size_class[(n, on_cuda)] = 0 if exact & sizes.bool_masks else 1 if exact & sizes.scores else 2
     classes = [size_class[(n, c)] for n, c in zip(nbytes[near].tolist(), cuda[near].tolist(), strict=True)]
+    m = mem_idx[near]
+    # Where each allocation is: 1 where scores exist, 2 in the mask phase before them, 0 elsewhere.
+    held = sizes.windows.holds(ev.mem_track[m], ev.mem_ts[m]) if sizes.windows is not None \
+        else np.zeros(m.size, np.bool_)
+    where = np.where(held, 1, np.where(a.mem_phase[m] == _MASK_CODE, 2, 0))
     # The ops above each allocation up to its scope, as name ids, all at once; each distinct chain
-    # (and size class) is then read once.
-    chain = _chains(ev, a, a.mem_event[mem_idx[near]])
+    # (size class and place) is then read once.
+    chain = _chains(ev, a, a.mem_event[m])
     verdicts: dict[tuple[int, ...], tuple[bool, bool]] = {}
-    for k, row in zip(near.tolist(), np.column_stack([classes, chain]).tolist(), strict=True):
+    for k, row in zip(near.tolist(), np.column_stack([classes, where, chain]).tolist(), strict=True):
         key = tuple(row)
         if key not in verdicts:
-            verdicts[key] = _verdict([ev.names[x] for x in row[1:] if x >= 0], row[0])
+            verdicts[key] = _verdict([ev.names[x] for x in row[2:] if x >= 0], row[0], row[1])
         score[k], mask[k] = verdicts[key]
     return score, mask
 
@@ -164,13 +263,16 @@ def _chains(ev: Events, a: Attribution, start: np.ndarray) -> np.ndarray:
     return out
 
 
-def _verdict(chain: list[str], size_class: int) -> tuple[bool, bool]:
-    """(score, mask) for an allocation made under ``chain`` (innermost op first)."""
+def _verdict(chain: list[str], size_class: int, where: int) -> tuple[bool, bool]:
+    """(score, mask) for an allocation made under ``chain`` (innermost op first), ``where`` scores
+    exist (1), in the mask phase before them (2) or elsewhere (0)."""
     if size_class == 0:
         return False, _mask_maker(chain, MASK_MAKING_OPS | _MASK_APPLIERS, bool_size=True)
     if size_class == 1:
-        if _mask_maker(chain, MASK_MAKING_OPS):
+        if _mask_maker(chain, MASK_MAKING_OPS) or EMBEDDING_OP in chain:  # a mask, or a position bias looked up
             return False, True
+        if where != 1:  # no scores exist here: what the mask phase hands the core is a mask or a bias
+            return False, where == 2
         return not _input_copy(chain) and not _stores_no_scores(chain), False
     return False, _mask_maker(chain, MASK_MAKING_OPS | _MASK_APPLIERS)
 

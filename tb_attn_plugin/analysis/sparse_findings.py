@@ -39,14 +39,17 @@ def _sparsity_unused(t: RuleQuery) -> list[Finding]:
     sparse = [x for x in t.s.layers if x.mask is not None and x.mask.kept < SPARSE_KEPT]
     if not sparse:
         return []
-    # Dense layers of the same run (Gemma-style global layers) give the time per dense FLOP.
-    dense_rate = [x.mask.core_us / x.mask.work_flops for x in t.s.layers
-                  if x.mask is not None and x.mask.kept >= SPARSE_KEPT and x.mask.work_flops > 0]
-    rate = median(dense_rate) if dense_rate else 0.0  # time per FLOP of the dense layers
+    # Dense layers of the same model (Gemma-style global layers) give the time per dense FLOP.
+    dense_rate: dict[str, list[float]] = {}
+    for x in t.s.layers:
+        if x.mask is not None and x.mask.kept >= SPARSE_KEPT and x.mask.work_flops > 0:
+            dense_rate.setdefault(t.models.get(x.layer, ""), []).append(x.mask.core_us / x.mask.work_flops)
     rows = []
     for x in sparse:
         m = x.mask
         assert m is not None
+        mine = dense_rate.get(t.models.get(x.layer, ""))
+        rate = median(mine) if mine else 0.0  # time per FLOP of its model's dense layers
         if m.dense_work:
             rows.append((x.layer, 1.0, "its ops computed every score"))
         elif (x.backend == Backend.FLEX and m.blocks is not None

@@ -271,7 +271,7 @@ class _Summarizer:
         attention = (a.layer >= 0)
         block_scope = a.is_scope & (a.phase < 0) & (a.head < 0) & ~a.backward
         engine_top = self.engine & a.backward & (a.layer >= 0) & ~self.parent_backward
-        comm_cpu, comm_device = attention_comm(ev, a.parent, a.layer, a.is_scope)
+        comm_cpu, comm_device = attention_comm(ev, a.parent, a.layer, a.is_scope, a.phase)
         for s in self.steps:
             mine = a.step == s
             out.append(StepStats(

@@ -431,13 +431,13 @@ static int read_raw(Lex *l, const char **s, Py_ssize_t *n) {
 #define KEY(k, lit) (k##n == (Py_ssize_t)sizeof(lit) - 1 && memcmp(k, lit, sizeof(lit) - 1) == 0)
 
 typedef struct {
-    int64_t ext, ext_lc, corr, seq, nbytes, total, dev_type, dev_id;
+    int64_t ext, ext_lc, corr, seq, nbytes, total, dev_type, dev_id, graph;
     Key shape; /* p[0] NULL: no Input Dims */
 } Args;
 
 static void args_init(Args *a) {
     static const char empty[] = "";
-    *a = (Args){UNSET, UNSET, UNSET, UNSET, UNSET, UNSET, UNSET, UNSET, {{NULL, empty, empty}, {0, 0, 0}, 0}};
+    *a = (Args){UNSET, UNSET, UNSET, UNSET, UNSET, UNSET, UNSET, UNSET, UNSET, {{NULL, empty, empty}, {0, 0, 0}, 0}};
 }
 
 static int read_args(Lex *l, Args *a) {
@@ -468,6 +468,7 @@ static int read_args(Lex *l, Args *a) {
         else if (KEY(k, "Total Allocated")) { bit = 8; err = read_int(l, &a->total, 1); }
         else if (KEY(k, "Device Type")) { bit = 9; err = read_int(l, &a->dev_type, 1); }
         else if (KEY(k, "Device Id")) { bit = 10; err = read_int(l, &a->dev_id, 1); }
+        else if (KEY(k, "graph id")) { bit = 11; err = read_int(l, &a->graph, 1); }
         else { bit = -1; err = skip(l, 2); }
         if (err) return BAIL;
         if (bit >= 0) {
@@ -502,7 +503,7 @@ static Py_ssize_t clipped_name(const char *s, Py_ssize_t n, int *clipped) {
 
 /* -- the batch ---------------------------------------------------------------------------- */
 typedef struct {
-    Col x_ts, x_dur, x_name, x_cat, x_track, x_ext, x_ext_lc, x_corr, x_seq, x_shape;
+    Col x_ts, x_dur, x_name, x_cat, x_track, x_ext, x_ext_lc, x_corr, x_seq, x_shape, x_graph;
     Col m_ts, m_track, m_bytes, m_total, m_dtype, m_did;
     Set names, cats, tracks, shapes;
 } Out;
@@ -575,7 +576,8 @@ done:
         if (col_push(&o->x_ts, &ts, 8) || col_push(&o->x_dur, &dur, 8) || col_push(&o->x_name, &ni, 4) ||
             col_push(&o->x_cat, &ci, 4) || col_push(&o->x_track, &ti, 4) ||
             col_push(&o->x_ext, &a.ext, 8) || col_push(&o->x_ext_lc, &a.ext_lc, 8) ||
-            col_push(&o->x_corr, &a.corr, 8) || col_push(&o->x_seq, &a.seq, 8) || col_push(&o->x_shape, &si, 4))
+            col_push(&o->x_corr, &a.corr, 8) || col_push(&o->x_seq, &a.seq, 8) || col_push(&o->x_shape, &si, 4) ||
+            col_push(&o->x_graph, &a.graph, 8))
             return NOMEM;
     } else {
         if (col_push(&o->m_ts, &ts, 8) || col_push(&o->m_track, &ti, 4) ||
@@ -648,11 +650,11 @@ static PyObject *set_list(Set *s) {
 
 static PyObject *result(Out *o) {
     return Py_BuildValue(
-        "{s:N,s:N,s:N,s:N,s:N,s:N,s:N,s:N,s:N,s:N}{s:N,s:N,s:N,s:N,s:N,s:N}NNNN",
+        "{s:N,s:N,s:N,s:N,s:N,s:N,s:N,s:N,s:N,s:N,s:N}{s:N,s:N,s:N,s:N,s:N,s:N}NNNN",
         "ts", col_bytes(&o->x_ts), "dur", col_bytes(&o->x_dur), "name", col_bytes(&o->x_name),
         "cat", col_bytes(&o->x_cat), "track", col_bytes(&o->x_track),
         "ext", col_bytes(&o->x_ext), "ext_lc", col_bytes(&o->x_ext_lc), "corr", col_bytes(&o->x_corr),
-        "seq", col_bytes(&o->x_seq), "shape", col_bytes(&o->x_shape),
+        "seq", col_bytes(&o->x_seq), "shape", col_bytes(&o->x_shape), "graph", col_bytes(&o->x_graph),
         "ts", col_bytes(&o->m_ts), "track", col_bytes(&o->m_track),
         "bytes", col_bytes(&o->m_bytes), "total", col_bytes(&o->m_total), "dtype", col_bytes(&o->m_dtype),
         "did", col_bytes(&o->m_did),
@@ -661,7 +663,8 @@ static PyObject *result(Out *o) {
 
 static void out_free(Out *o) {
     Col *cols[] = {&o->x_ts, &o->x_dur, &o->x_name, &o->x_cat, &o->x_track, &o->x_ext, &o->x_ext_lc, &o->x_corr,
-                   &o->x_seq, &o->x_shape, &o->m_ts, &o->m_track, &o->m_bytes, &o->m_total, &o->m_dtype, &o->m_did};
+                   &o->x_seq, &o->x_shape, &o->x_graph, &o->m_ts, &o->m_track, &o->m_bytes, &o->m_total, &o->m_dtype,
+                   &o->m_did};
     for (size_t i = 0; i < sizeof cols / sizeof cols[0]; i++) PyMem_RawFree(cols[i]->data);
     set_free(&o->names);
     set_free(&o->cats);

@@ -67,8 +67,8 @@ CLIPPED_NAMES = f"names longer than {MAX_NAME_CHARS} characters (clipped)"
 _TS, _DUR, _NAME, _CAT, _ARGS, _PH = (attrgetter(f) for f in ("ts", "dur", "name", "cat", "args", "ph"))
 _TRACK = attrgetter("pid", "tid")
 _PH_NAME = attrgetter("ph", "name")
-_EXT, _EXT_LC, _CORR, _SEQ, _BYTES, _TOTAL, _DEV_TYPE, _DEV_ID = (
-    attrgetter(f) for f in ("ext", "ext_lc", "corr", "seq", "nbytes", "total", "dev_type", "dev_id"))
+_EXT, _EXT_LC, _CORR, _SEQ, _BYTES, _TOTAL, _DEV_TYPE, _DEV_ID, _GRAPH = (
+    attrgetter(f) for f in ("ext", "ext_lc", "corr", "seq", "nbytes", "total", "dev_type", "dev_id", "graph"))
 _DIMS, _TYPES, _CONCRETE = (attrgetter(f) for f in ("dims", "types", "concrete"))
 _COUNTER = re.compile(SGLANG_PROFILER_COUNTER)
 
@@ -100,7 +100,7 @@ class Builder:
         self.kinds: dict[str | None, int] = {}
         self.diag: dict[str, int] = {}
         x_cols = (("name", "i"), ("kind", "b"), ("track", "i"), ("ts", "d"), ("dur", "d"), ("ext", "q"),
-                  ("corr", "q"), ("seq", "q"), ("shape", "i"))
+                  ("corr", "q"), ("seq", "q"), ("shape", "i"), ("graph", "q"))
         m_cols = (("ts", "d"), ("track", "i"), ("bytes", "q"), ("total", "q"), ("dtype", "b"), ("did", "i"))
         self.x: dict[str, array[Any]] = {k: array(t) for k, t in x_cols}
         self.m: dict[str, array[Any]] = {k: array(t) for k, t in m_cols}
@@ -283,7 +283,8 @@ class Builder:
         x = self.x
         for col, values in (("name", nids), ("kind", kind), ("track", tracks), ("ts", ts), ("dur", dur),
                             ("ext", or_minus_one(ext)), ("corr", or_minus_one(_ints(args, _CORR))),
-                            ("seq", or_minus_one(_ints(args, _SEQ))), ("shape", shape)):
+                            ("seq", or_minus_one(_ints(args, _SEQ))), ("shape", shape),
+                            ("graph", or_minus_one(_ints(args, _GRAPH)))):
             x[col].frombytes(values.astype(x[col].typecode, copy=False).tobytes())
 
     def shape_flags(self) -> list[bool]:
@@ -365,6 +366,7 @@ class Builder:
             corr=x["corr"][order].astype(np.int64, copy=False),
             seq=x["seq"][order].astype(np.int64, copy=False),
             shape=x["shape"][order].astype(np.int32, copy=False),
+            graph=x["graph"][order].astype(np.int64, copy=False),
             mem_ts=m["ts"][morder] - t0,
             mem_track=m["track"][morder].astype(np.int32, copy=False),
             mem_bytes=m["bytes"][morder].astype(np.int64, copy=False),

@@ -77,6 +77,7 @@ class Events:
     corr: I64  # correlation (runtime <-> kernel), -1 when absent
     seq: I64  # autograd Sequence number, -1 when absent
     shape: I32  # index into shapes, -1 when not kept
+    graph: I64  # the CUDA graph a replayed kernel, memcpy or memset ran in (``graph id``, CUDA 12+), -1 when absent
     # memory events
     mem_ts: F64
     mem_track: I32
@@ -94,7 +95,7 @@ class Events:
     def nbytes(self) -> int:
         """Approximate memory held, for cache accounting."""
         arrays = (self.name, self.kind, self.track, self.ts, self.dur, self.ext, self.corr, self.seq,
-                  self.shape, self.mem_ts, self.mem_track, self.mem_bytes, self.mem_total,
+                  self.shape, self.graph, self.mem_ts, self.mem_track, self.mem_bytes, self.mem_total,
                   self.mem_device_type, self.mem_device_id)
         strings = sum(len(n) + 49 for n in self.names)
         return sum(a.nbytes for a in arrays) + strings + 200 * len(self.shapes)

@@ -245,6 +245,7 @@ class WireArgs(msgspec.Struct, gc=False, frozen=True):
     total: int | None = msgspec.field(name="Total Allocated", default=UNSET)
     dev_type: int | None = msgspec.field(name="Device Type", default=UNSET)
     dev_id: int | None = msgspec.field(name="Device Id", default=UNSET)
+    graph: int | None = msgspec.field(name="graph id", default=UNSET)  # CUDA 12+: the graph a replayed kernel ran in
 
 
 #: The arguments of an event without ``args``: every field absent.

@@ -35,7 +35,7 @@ except ImportError:  # not compiled: the pure path
 __all__ = ["add_scanned", "available"]
 
 _X = {"ts": np.float64, "dur": np.float64, "name": np.int32, "cat": np.int32, "track": np.int32, "ext": np.int64,
-      "ext_lc": np.int64, "corr": np.int64, "seq": np.int64, "shape": np.int32}
+      "ext_lc": np.int64, "corr": np.int64, "seq": np.int64, "shape": np.int32, "graph": np.int64}
 _M = {"ts": np.float64, "track": np.int32, "bytes": np.int64, "total": np.int64, "dtype": np.int64, "did": np.int64}
 
 
@@ -188,7 +188,7 @@ def _complete(builder: Builder, x: dict[str, np.ndarray], names: list[str], cats
             table[t] = sid
         shape[wanted] = table[local]
     _append(builder.x, name=nids, kind=kind, track=tracks, ts=ts, dur=dur, ext=or_minus_one(ext),
-            corr=or_minus_one(x["corr"]), seq=or_minus_one(x["seq"]), shape=shape)
+            corr=or_minus_one(x["corr"]), seq=or_minus_one(x["seq"]), shape=shape, graph=or_minus_one(x["graph"]))
 
 
 def _memory(builder: Builder, m: dict[str, np.ndarray], track_keys: list[tuple[int | str, int | str]]) -> None:

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-__all__ = ["APPROXIMATE_BACKENDS", "DENSE_WORK_BACKENDS", "LINEAR_BACKENDS", "UNFUSED_BACKENDS", "Backend", "Family",
-           "of_family"]
+__all__ = ["APPROXIMATE_BACKENDS", "DENSE_WORK_BACKENDS", "LINEAR_BACKENDS", "MODEL_LINEAR_BACKENDS",
+           "UNFUSED_BACKENDS", "Backend", "Family", "of_family"]
 
 
 class Family(StrEnum):
@@ -25,7 +25,7 @@ class Family(StrEnum):
     SPARSE = "sparse"  # compiled flex_attention: a generated kernel that skips the blocks a mask empties
     COMPILED = "compiled"  # torch.compile'd attention: Inductor's kernels, whatever they fuse
     QUANTIZED = "quantized"  # the scores computed in integers (approximate)
-    LINEAR = "linear"  # linear attention: feature maps and a key state, no (Sq, Sk) scores (approximate)
+    LINEAR = "linear"  # linear attention: a state of the keys and values, no (Sq, Sk) scores
     LIBRARY = "library"  # an attention library's op or kernel (docs/production.md)
     SERVING = "serving"  # a serving engine's attention (vLLM, SGLang): ``<engine>-<implementation>``
     UNKNOWN = "unknown"  # nothing in the layer names a backend
@@ -58,6 +58,7 @@ class Backend(StrEnum):
     INT8_QK = "int8-qk", "int8 q·kᵀ (integer scores)", Family.QUANTIZED
     PERFORMER = "performer", "Performer (linear attention, random features)", Family.LINEAR
     LINEAR = "linear", "linear attention (elu feature map)", Family.LINEAR
+    GATED_DELTANET = "gated-deltanet", "Gated DeltaNet (linear attention with a gated delta rule)", Family.LINEAR
     SDPA_MATH = "sdpa-math", "SDPA's math backend", Family.UNFUSED
     NAIVE = "naive", "hand-written attention (matmul and softmax ops)", Family.UNFUSED
     UNKNOWN = "unknown", "unknown", Family.UNKNOWN
@@ -83,6 +84,7 @@ class Backend(StrEnum):
     XFORMERS_CK = "xformers-ck", "xformers on ROCm (Composable Kernel)", Family.LIBRARY
     XFORMERS_FLASH = "xformers-flash", "xformers' FlashAttention wrappers", Family.LIBRARY
     SAGE = "sage", "SageAttention", Family.LIBRARY
+    AITER_SAGE = "aiter-sage", "aiter's SageAttention (Triton, ROCm)", Family.LIBRARY
     TE_FUSED = "te-fused", "Transformer Engine's fused attention", Family.LIBRARY
 
 
@@ -91,11 +93,15 @@ def of_family(*families: Family) -> frozenset[Backend]:
     return frozenset(b for b in Backend if b.family in families)
 
 
-#: Linear attention: no (Sq, Sk) scores, an approximation of softmax attention.
+#: Linear attention: no (Sq, Sk) scores, a state of the keys and values instead.
 LINEAR_BACKENDS = of_family(Family.LINEAR)
-#: Backends whose results only approximate exact attention: linear attention and integer scores
-#: (a library's quantized kernel, SageAttention's, is a library's: not counted).
-APPROXIMATE_BACKENDS = of_family(Family.LINEAR, Family.QUANTIZED)
+#: Linear attention that is what the model computes, not a stand-in for its softmax attention: a
+#: hybrid model's Gated DeltaNet layers (Qwen3-Next, Qwen3.5) were trained so.
+MODEL_LINEAR_BACKENDS = frozenset({Backend.GATED_DELTANET})
+#: Backends whose results only approximate exact attention: linear attention in place of softmax
+#: attention and integer scores (a library's quantized kernel, SageAttention's, is a library's: not
+#: counted).
+APPROXIMATE_BACKENDS = (LINEAR_BACKENDS - MODEL_LINEAR_BACKENDS) | of_family(Family.QUANTIZED)
 #: Backends that compute and store every (query, key) score, op by op.
 UNFUSED_BACKENDS = of_family(Family.UNFUSED)
 #: Backends that compute every score whatever the mask, which they apply to the scores: op by op,

@@ -71,6 +71,8 @@ __all__ = [
     "PROJECTION_OPS",
     "QKV_TRANSFORM_OP",
     "ROPE_OPS",
+    "ROTATION_JOIN",
+    "ROTATION_OPS",
     "SAFE_SOFTMAX_OP",
     "SCALE_OPS",
     "SDPA_BACKWARD",
@@ -219,6 +221,11 @@ NEG_OP = "aten::neg"
 #: the complex form multiplies in complex numbers. ``cos``/``sin``: tables computed in the block.
 ROPE_OPS = frozenset({NEG_OP, "aten::cos", "aten::sin", "aten::view_as_complex", "aten::view_as_real",
                       "aten::polar"})
+#: Rotary embeddings on interleaved pairs (DeepSeek's ``apply_rotary_pos_emb_interleave``), with no
+#: ``neg``: each pair rotated as ``x1 * cos - x2 * sin`` (these ops, in order) and ``x2 * cos + x1 * sin``
+#: (``ROTATION_JOIN``, then a ``cat`` joins the two halves).
+ROTATION_OPS = ("aten::mul", "aten::mul", "aten::sub")
+ROTATION_JOIN = ("aten::mul", "aten::mul", "aten::add")
 #: Element-wise arithmetic: rotary embeddings before the core, scale and mask on the scores.
 ARITHMETIC_OPS = SCALE_OPS | {"aten::add", "aten::add_", "aten::sub", "aten::sub_"}
 #: Appending k and v to a cache: ``cat`` (dynamic caches) or writing in place (static caches).
@@ -272,7 +279,7 @@ INPLACE_COPY_OP = "aten::copy_"
 #: Ops that always copy a tensor's data into another: a hidden copy where they run on scores.
 COPY_OPS = frozenset({"aten::clone", INPLACE_COPY_OP})  # (CLONE_OP, defined below with the bytes model's ops)
 #: Conversions: a copy made inside one is the conversion, not a hidden copy.
-DTYPE_CONVERT_OPS = frozenset({"aten::to", "aten::_to_copy"})
+DTYPE_CONVERT_OPS = frozenset({"aten::to", "aten::_to_copy", "aten::type_as"})  # type_as: Gemma's norms end in it
 #: What a matmul wrapper may do to an input before its GEMM: an allocation under one of these
 #: is a copy of q or kᵀ, not scores. Wider than ``COPY_OPS``: ``reshape``, ``expand`` and
 #: ``contiguous`` copy only sometimes, so elsewhere they are no evidence of a copy.
@@ -295,9 +302,9 @@ COMPOSITE_OPS = frozenset({SDPA_OP, SDPA_MATH_OP, *MATMUL_WRAPPER_OPS, "aten::ma
 #: Ops counted as moving no data: views, allocations and bookkeeping (a copy they make is an op
 #: nested in them, counted there), and building masks (an S×S bool at most: a quarter of one fp32
 #: score tensor of one head and sequence).
-#: A new tensor from Python data (``torch.tensor([])``, as a KV cache starts): allocation and
-#: bookkeeping, no work.
-TENSOR_NEW_OPS = frozenset({"aten::empty", "aten::lift_fresh", "aten::detach_", "aten::detach"})
+#: A new tensor from Python data (``torch.tensor([])``, as a KV cache starts) or one to copy into
+#: (``new_empty``: MLA assembles its keys in one): allocation and bookkeeping, no work.
+TENSOR_NEW_OPS = frozenset({"aten::empty", "aten::lift_fresh", "aten::detach_", "aten::detach", "aten::new_empty"})
 NO_TRAFFIC_OPS = LAYOUT_OPS | MASK_MAKING_OPS | COMPOSITE_OPS | TENSOR_NEW_OPS | frozenset({
     "aten::expand", "aten::resolve_conj", "aten::resolve_neg", "aten::empty_like",
     "aten::empty_strided", "aten::new_empty", "aten::new_empty_strided", "aten::new_zeros",
@@ -434,17 +441,56 @@ SAGE_KERNELS = ("qk_int_sv_f16_attn_kernel", "qk_int_sv_f8_attn_kernel")
 #: pybind and Triton calls with no op of their own.
 SAGE_QUANT_KERNELS = ("QuantInt8Kernel", "MeanScaleKernel", "SubMeanKernel", "TransposePadPermuteKernel",
                       "quant_per_block_int8_kernel")
+#: aiter's Triton SageAttention on ROCm (ROCm/aiter, aiter/ops/triton/_triton_kernels/attention/
+#: fav3_sage_attention.py: the kernel ``sage_fwd``; fav3_sage_attention_mxfp4.py: ``sage_fwd_mxfp4``), which
+#: ``fav3_sage_func`` (aiter/ops/triton/attention/fav3_sage.py) launches with no op of its own: int8 q·kᵀ.
+AITER_SAGE_KERNELS = ("sage_fwd",)
+#: Its quantization kernels (aiter/ops/triton/_triton_kernels/quant/sage_attention_quant.py:
+#: ``sage_quant_kernel``, ``sage_quant_v_kernel`` and the other ``sage_quant_*``, ``_rotate_quantize_q_kernel``...).
+AITER_SAGE_QUANT_KERNELS = ("sage_quant", "_rotate_quantize_")
 #: Attention libraries' quantization kernels, matched by substring: their device time is the
 #: ``quantize`` phase's wherever in a block they were launched (``analysis.attribute``).
-LIBRARY_QUANT_KERNELS = SAGE_QUANT_KERNELS
+LIBRARY_QUANT_KERNELS = SAGE_QUANT_KERNELS + AITER_SAGE_QUANT_KERNELS
 
-__all__ += ["AITER_ASM_KERNELS", "AITER_ATTENTION_OPS", "AITER_FORWARD_OP", "AITER_KV_WRITE_OPS", "AITER_ROPE_OPS",
-            "AITER_V3_FORWARD_OP", "AITER_VARLEN_OPS", "ATTENTION_CORE_OPS", "CK_FMHA_KERNELS", "FA2_BACKWARD_OP",
-            "FA2_FORWARD_OP", "FA2_OPS", "FA2_VARLEN_FORWARD_OP", "FA3_BACKWARD_OP", "FA3_FORWARD_OP", "FA3_KERNELS",
-            "FA3_OPS", "FA4_KERNELS", "FLASHINFER_KERNELS", "LIBRARY_ATTENTION", "LIBRARY_BACKWARD_OPS",
-            "LIBRARY_KV_WRITE_OPS", "LIBRARY_QUANT_KERNELS", "LIBRARY_ROPE_OPS", "LIBRARY_SHAPE_OPS", "SAGE_KERNELS",
-            "SAGE_OPS", "SAGE_QUANT_KERNELS", "TE_FUSED_ATTN_OP", "TE_KV_WRITE_OPS", "TRTLLM_FMHA_KERNELS",
-            "XFORMERS_CK_OPS", "XFORMERS_CUTLASS_OPS", "XFORMERS_FLASH_OPS", "XFORMERS_FORWARD"]
+__all__ += [
+    "AITER_ASM_KERNELS",
+    "AITER_ATTENTION_OPS",
+    "AITER_FORWARD_OP",
+    "AITER_KV_WRITE_OPS",
+    "AITER_ROPE_OPS",
+    "AITER_SAGE_KERNELS",
+    "AITER_SAGE_QUANT_KERNELS",
+    "AITER_V3_FORWARD_OP",
+    "AITER_VARLEN_OPS",
+    "ATTENTION_CORE_OPS",
+    "CK_FMHA_KERNELS",
+    "FA2_BACKWARD_OP",
+    "FA2_FORWARD_OP",
+    "FA2_OPS",
+    "FA2_VARLEN_FORWARD_OP",
+    "FA3_BACKWARD_OP",
+    "FA3_FORWARD_OP",
+    "FA3_KERNELS",
+    "FA3_OPS",
+    "FA4_KERNELS",
+    "FLASHINFER_KERNELS",
+    "LIBRARY_ATTENTION",
+    "LIBRARY_BACKWARD_OPS",
+    "LIBRARY_KV_WRITE_OPS",
+    "LIBRARY_QUANT_KERNELS",
+    "LIBRARY_ROPE_OPS",
+    "LIBRARY_SHAPE_OPS",
+    "SAGE_KERNELS",
+    "SAGE_OPS",
+    "SAGE_QUANT_KERNELS",
+    "TE_FUSED_ATTN_OP",
+    "TE_KV_WRITE_OPS",
+    "TRTLLM_FMHA_KERNELS",
+    "XFORMERS_CK_OPS",
+    "XFORMERS_CUTLASS_OPS",
+    "XFORMERS_FLASH_OPS",
+    "XFORMERS_FORWARD",
+]
 
 # -- serving engines: vLLM, SGLang ---------------------------------------------------------------
 # A serving engine runs attention as its own custom op over a paged KV cache, not as SDPA; its
@@ -460,7 +506,20 @@ VLLM_MLA_OPS = frozenset({"vllm::unified_mla_attention", "vllm::unified_mla_atte
 #: (csrc/rocm/torch_bindings.cpp).
 VLLM_PAGED_OPS = frozenset({"_C::paged_attention_v1", "_C::paged_attention_v2"})
 VLLM_ROCM_PAGED_OPS = frozenset({"_rocm_C::paged_attention"})
-VLLM_CORE_OPS = VLLM_UNIFIED_OPS | VLLM_MLA_OPS | VLLM_PAGED_OPS | VLLM_ROCM_PAGED_OPS
+#: vLLM's Gated DeltaNet core, the linear attention of Qwen3-Next's and Qwen3.5's hybrid layers: the
+#: causal conv1d and the gated delta rule's state update, one op per layer and forward
+#: (vllm/model_executor/layers/mamba/gdn_linear_attn.py ``direct_register_custom_op(op_name="gdn_attention_core")``;
+#: ``qwen_gdn_attention_core`` in .../mamba/gdn/qwen_gdn_linear_attn.py). A state, no (Sq, Sk) scores.
+VLLM_GDN_OPS = frozenset({"vllm::gdn_attention_core", "vllm::qwen_gdn_attention_core"})
+#: The gated delta rule's kernels, flash-linear-attention's as vLLM vendors them, matched by substring
+#: (vllm/model_executor/layers/fla/ops/chunk_delta_h.py ``chunk_gated_delta_rule_fwd_kernel_h_blockdim64``,
+#: fused_recurrent.py ``fused_recurrent_gated_delta_rule_fwd_kernel``, fused_sigmoid_gating.py
+#: ``fused_sigmoid_gating_delta_rule_update_kernel``).
+GDN_KERNELS = ("gated_delta_rule", "gating_delta_rule")
+VLLM_CORE_OPS = VLLM_UNIFIED_OPS | VLLM_MLA_OPS | VLLM_PAGED_OPS | VLLM_ROCM_PAGED_OPS | VLLM_GDN_OPS
+#: Serving cores of linear attention: no (query, key) pairs, so a batch annotation's pairs do not
+#: give their work (``analysis.batch``).
+SERVING_LINEAR_CORE_OPS = VLLM_GDN_OPS
 #: SGLang's attention op (``unified_attention_with_output`` in python/sglang/srt/layers/
 #: radix_attention.py, the piecewise-graph path of ``RadixAttention``).
 SGLANG_CORE_OPS = frozenset({"sglang::unified_attention_with_output"})
@@ -595,6 +654,28 @@ GRAPH_LAUNCH = frozenset({"cudaGraphLaunch", "hipGraphLaunch", "cuGraphLaunch"})
 REPLAY_KV_WRITE_KERNELS = ("reshape_and_cache_kernel", "reshape_and_cache_flash_kernel", "concat_and_cache_mla_kernel",
                            "store_kvcache", "AppendPagedKVCacheKernel")
 REPLAY_ROPE_KERNELS = ("rotary_embedding_kernel", "BatchQKApplyRotary")
+#: Runtime and driver calls that add a node to the graph a stream is capturing, matched by substring:
+#: kernel launches (``cudaLaunchKernel``, ``cudaLaunchKernelExC``, ``cuLaunchKernel(Ex)``,
+#: ``hipLaunchKernel``, ``hipModuleLaunchKernel``, ``hipExtModuleLaunchKernel``...) and asynchronous
+#: copies and sets, each one kernel, memcpy or memset of every replay, in the capture's order.
+GRAPH_NODE_CALLS = ("LaunchKernel", "LaunchCooperativeKernel", "MemcpyAsync", "Memcpy2DAsync", "Memcpy3DAsync",
+                    "MemcpyHtoDAsync", "MemcpyDtoDAsync", "MemcpyDtoHAsync", "MemcpyWithStream", "MemsetAsync",
+                    "Memset2DAsync", "MemsetD8Async", "MemsetD16Async", "MemsetD32Async")
+
+# -- collectives ------------------------------------------------------------------------------------
+#: Collectives that are a serving engine's own ops, and what each is (``analysis.collectives``): vLLM's
+#: (vllm/distributed/parallel_state.py ``direct_register_custom_op(op_name="all_reduce")`` and its
+#: siblings) and its custom all-reduce's op (csrc/torch_bindings.cpp ``_C_custom_ar``).
+SERVING_COLLECTIVE_OPS = {"vllm::all_reduce": "all_reduce", "vllm::all_gather": "all_gather",
+                          "vllm::reduce_scatter": "reduce_scatter", "_C_custom_ar::all_reduce": "all_reduce"}
+#: Collective kernels not named ``ncclDevKernel_<Coll>...``, matched by substring, and what each is:
+#: vLLM's custom all-reduce (csrc/custom_all_reduce.cuh ``cross_device_reduce_1stage``, ``_2stage``,
+#: ``_half_butterfly``) and TensorRT-LLM's all-reduce fused with the residual and norm as FlashInfer ships it
+#: (include/flashinfer/comm/trtllm_allreduce_fusion.cuh ``allreduce_fusion_kernel_oneshot_lamport``,
+#: ``allreduce_fusion_kernel_twoshot_sync``). NCCL's own kernels (src/device/generate.py
+#: ``ncclDevKernel_AllReduce_Sum_bf16_RING_LL``; src/device/symmetric/generate.py
+#: ``ncclSymkDevKernel_AllReduce_...``; RCCL keeps the names) are read by their pattern there.
+COLLECTIVE_KERNELS = {"cross_device_reduce_": "all_reduce", "allreduce_fusion_kernel": "all_reduce"}
 #: What ``torch.cuda.graph`` runs as it begins a capture, between the ops captured before and after:
 #: the RNG state's seed and offset filled for the graph (``capture_prologue`` in PyTorch's
 #: ``aten/src/ATen/cuda/CUDAGeneratorImpl.cpp``).
@@ -604,19 +685,24 @@ __all__ += ["INDUCTOR_ARITH_ORIGINS", "INDUCTOR_EPILOGUE_OP", "INDUCTOR_GEMM_ORI
             "INDUCTOR_LAYOUT_OP", "INDUCTOR_LAYOUT_ORIGINS", "INDUCTOR_NORM_OP", "INDUCTOR_NORM_ORIGINS",
             "INDUCTOR_NORM_PIECE_ORIGINS", "INDUCTOR_RMS_ORIGINS", "INDUCTOR_ROPE_ORIGINS", "INDUCTOR_TEMPLATE"]
 __all__ += [
+    "COLLECTIVE_KERNELS",
+    "GDN_KERNELS",
     "GRAPH_CAPTURE_BEGIN",
     "GRAPH_CAPTURE_BOOKKEEPING_OPS",
     "GRAPH_CAPTURE_END",
     "GRAPH_LAUNCH",
+    "GRAPH_NODE_CALLS",
     "REPLAY_KV_WRITE_KERNELS",
     "REPLAY_ROPE_KERNELS",
     "SERVING_BATCH_DETAILED_PATTERN",
     "SERVING_BATCH_PATTERN",
     "SERVING_BOOKKEEPING_OPS",
+    "SERVING_COLLECTIVE_OPS",
     "SERVING_CORE_OPS",
     "SERVING_GEMM_OPS",
     "SERVING_KV_CACHE_ARG",
     "SERVING_KV_WRITE_OPS",
+    "SERVING_LINEAR_CORE_OPS",
     "SERVING_QK_NORM_OPS",
     "SERVING_ROPE_OPS",
     "SERVING_SHAPE_OPS",
@@ -628,6 +714,7 @@ __all__ += [
     "SGLANG_PROFILER_PREFIX",
     "SGLANG_TRITON_OPS",
     "VLLM_CORE_OPS",
+    "VLLM_GDN_OPS",
     "VLLM_MLA_OPS",
     "VLLM_PAGED_KERNELS",
     "VLLM_PAGED_OPS",

@@ -156,8 +156,8 @@ SCORE_PHASES = _group(Phase.QK_MATMUL, Phase.DEQUANTIZE, Phase.SCALE, Phase.MASK
 QUANT_PHASES = _group(Phase.QUANTIZE, Phase.DEQUANTIZE)
 #: Phases that run the same ops whatever the attention implementation: projections, RoPE, the KV cache.
 IMPL_NEUTRAL_PHASES = PROJECTION_PHASES | _group(Phase.ROPE, Phase.KV_CACHE)
-#: What a derived head (no head scopes) gets no share of: the projections and ``OTHER``.
-UNSPLIT_PHASES = PROJECTION_PHASES | {OTHER}
+#: What a derived head (no head scopes) gets no share of: the projections, communication and ``OTHER``.
+UNSPLIT_PHASES = PROJECTION_PHASES | _group(Phase.COMM) | {OTHER}
 
 
 def in_order(phases: frozenset[str]) -> tuple[str, ...]:

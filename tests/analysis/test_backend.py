@@ -142,6 +142,9 @@ def test_any_iterables_are_read_once() -> None:
     "triton_tem_fused_flex_attention_0",
     "kernel_unified_attention_2d",
     "void vllm::paged_attention_v2_kernel<...>(...)",
+    "sage_fwd",  # aiter/ops/triton/_triton_kernels/attention/fav3_sage_attention.py
+    "chunk_gated_delta_rule_fwd_kernel_h_blockdim64",  # vllm/model_executor/layers/fla/ops/chunk_delta_h.py
+    "fused_sigmoid_gating_delta_rule_update_kernel",  # .../fla/ops/fused_sigmoid_gating.py
 ])
 def test_attention_cores_are_attention_kernels(name: str) -> None:
     assert is_attention_kernel(name)
@@ -154,7 +157,50 @@ def test_attention_cores_are_attention_kernels(name: str) -> None:
     "cudnn::gemm::computeOffsetsKernel",
     "volta_sgemm_128x64_nn",
     "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64",
+    "sage_quant_kernel",  # SageAttention's quantization: the quantize phase, not the core
+    "_causal_conv1d_fwd_kernel",  # Gated DeltaNet's convolution, before its core
+    "ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevKernelArgs4K)",
     "",
 ])
 def test_gemms_and_generic_kernels_are_not_attention_kernels(name: str) -> None:
     assert not is_attention_kernel(name)
+
+
+# -- serving engines' ops over an attention library's kernels ---------------------------------------
+
+#: TensorRT-LLM's trtllm-gen FMHA as FlashInfer ships it and vLLM runs it on Blackwell (flashinfer
+#: tests/test_artifacts.py lists the cubins; vllm/v1/attention/backends/flashinfer.py calls them).
+TRTLLM = "fmhaSm100aKernel_QE4m3KvE2m1OE4m3H128PagedKvCausalP64VarSeqQ128Kv128PersistentContext"
+#: FlashInfer's paged prefill (include/flashinfer/attention/prefill.cuh).
+FLASHINFER = "void flashinfer::BatchPrefillWithPagedKVCacheKernel<flashinfer::KernelTraits<...> >(...)"
+
+
+@pytest.mark.parametrize(("kernel", "backend"), [(TRTLLM, Backend.TRTLLM_FMHA), (FLASHINFER, Backend.FLASHINFER),
+                                                 ("_ZN5aiter24fmha_fwd_hd128_bf16_rtneE", Backend.AITER)])
+def test_vllms_op_names_no_kernel_so_a_librarys_kernel_names_the_backend(kernel: str, backend: Backend) -> None:
+    """``vllm::unified_attention_with_output`` dispatches to whatever backend vLLM chose: where the
+    layer's kernel names a library's kernel family, the family names the backend, not the op."""
+    assert detect_backend(["vllm::unified_attention_with_output", "vllm::unified_kv_cache_update"], [kernel]) == \
+        (backend, [kernel])
+    assert detect_backend(["vllm::unified_attention_with_output"], []) == (Backend.VLLM_UNIFIED,
+                                                                           ["vllm::unified_attention_with_output"])
+
+
+def test_an_engines_op_that_names_its_implementation_keeps_its_name() -> None:
+    """SGLang's profiler op says it ran aiter's paged prefill: the CK kernel under it does not rename it."""
+    kernels = ["void ck_tile::kentry<ck_tile::FmhaBatchPrefillWithPagedKVCacheKernel<...> >(...)"]
+    assert detect_backend(["sglang_profiler::mha__mha_batch_prefill_3"], kernels)[0] == Backend.SGLANG_AITER_PREFILL
+
+
+def test_gated_deltanet_is_named_by_its_op_or_its_kernels() -> None:
+    """vLLM's ``gdn_attention_core`` (vllm/model_executor/layers/mamba/gdn_linear_attn.py) and the gated delta
+    rule's kernels (vllm/model_executor/layers/fla/ops/)."""
+    assert detect_backend(["vllm::gdn_attention_core"], ["_causal_conv1d_fwd_kernel"]) == \
+        (Backend.GATED_DELTANET, ["vllm::gdn_attention_core"])
+    assert detect_backend([], ["fused_recurrent_gated_delta_rule_fwd_kernel"]) == \
+        (Backend.GATED_DELTANET, ["fused_recurrent_gated_delta_rule_fwd_kernel"])
+    assert Backend.GATED_DELTANET.family.value == "linear"
+
+
+def test_aiters_sageattention_is_named_by_its_kernel() -> None:
+    assert detect_backend([], ["sage_quant_kernel", "sage_fwd"]) == (Backend.AITER_SAGE, ["sage_fwd"])

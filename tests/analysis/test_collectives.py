@@ -176,6 +176,15 @@ def test_at_the_bound_nothing_is_merged() -> None:
     ("ncclDevKernel_ReduceScatter_Sum_bf16_RING_LL", "reduce_scatter"), ("ncclDevKernel_Recv", "recv"),
     ("ncclKernel_Gather", "gather"),  # no alias: the kernel's word, lower case
     ("nccl:All_Reduce", None), ("nccl:", None), ("c10d::", None), ("my_nccl:all_reduce", None), ("", None),
+    # NCCL's symmetric-memory kernels (src/device/symmetric/generate.py)
+    ("ncclSymkDevKernel_AllReduce_RSxLD_AGxST_sum_bf16", "all_reduce"),
+    # vLLM's collective ops (vllm/distributed/parallel_state.py) and its custom all-reduce (csrc/torch_bindings.cpp,
+    # csrc/custom_all_reduce.cuh); TensorRT-LLM's all-reduce fusion as FlashInfer ships it
+    ("vllm::all_reduce", "all_reduce"), ("vllm::all_gather", "all_gather"), ("_C_custom_ar::all_reduce", "all_reduce"),
+    ("void vllm::cross_device_reduce_2stage<__nv_bfloat16, 2>(vllm::RankData*, vllm::RankSignals, vllm::Signal*, "
+     "__nv_bfloat16*, int, int)", "all_reduce"),
+    ("void flashinfer::trtllm_allreduce_fusion::allreduce_fusion_kernel_oneshot_lamport<...>(...)", "all_reduce"),
+    ("vllm::unified_attention", None),
 ])
 def test_collective_names_beyond_the_common_ones(name: str, expected: str | None) -> None:
     assert collective_name(name) == expected
@@ -217,3 +226,21 @@ def test_attention_comm_of_a_trace_without_collectives_is_empty() -> None:
     a = attribute(ev)
     cpu, device = attention_comm(ev, a.parent, a.layer, a.is_scope)
     assert cpu.size == 0 and device.size == 0
+
+
+def test_attention_comm_holds_the_comm_phase_and_its_copies() -> None:
+    """A ``comm`` phase scope (``roles`` gives one to a collective inside a block) holds vLLM's all-reduce
+    op, which copies the input into its buffer (a device-to-device memcpy) and runs NCCL's kernel: the scope
+    is the CPU side, the memcpy and the kernel the device side."""
+    events = [_x("user_annotation", "tbattn.v1/L0", 0, 1000), _x("user_annotation", "tbattn.v1/L0/comm", 100, 300),
+              _x("cpu_op", "vllm::all_reduce", 110, 280),
+              _x("cuda_runtime", "cudaMemcpyAsync", 120, 5, correlation=8),
+              _x("gpu_memcpy", "Memcpy DtoD (Device -> Device)", 150, 3, GPU, correlation=8),
+              _x("cuda_runtime", "cudaLaunchKernel", 130, 5, correlation=9),
+              _x("kernel", NCCL_KERNEL, 200, 80, GPU, correlation=9)]
+    ev = _events(events)
+    a = attribute(ev)
+    cpu, device = attention_comm(ev, a.parent, a.layer, a.is_scope, a.phase)
+    assert [ev.names[ev.name[i]] for i in cpu.tolist()] == ["tbattn.v1/L0/comm"]
+    assert sorted(ev.names[ev.name[i]] for i in device.tolist()) == ["Memcpy DtoD (Device -> Device)", NCCL_KERNEL]
+    assert collectives(ev, a.parent, []) == [CollectiveStats(name="all_reduce", calls=1, cpu_us=280, device_us=80)]

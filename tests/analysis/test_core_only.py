@@ -2,8 +2,10 @@
 ``F.scaled_dot_product_attention`` on random tensors, and a module whose q, k and v come from
 ``torch.einsum`` with its parameters (no ``linear``, ``addmm`` or ``mm``: nothing ``extent.widen``
 takes for a projection). Every figure then covers the core only, and says so: the layers are
-``core_only`` and the headline and ``share-of-step`` speak of the attention core. A plain trace of
-the built-in transformer, whose blocks are widened to their projections, is not core only.
+``core_only``, the notes say why, and the headline and ``share-of-step`` speak of the attention
+core. A core with its output projection but no q, k or v projection (made elsewhere) is core only
+too, and the notes say which side it missed. A plain trace of the built-in transformer, whose
+blocks are widened to their projections, is not core only.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from torch import nn
 
 from devtools.corpus import TRACES as CORPUS
 from tb_attn_plugin.analysis.analyze import analyze
+from tb_attn_plugin.analysis.extent import MISSING_BEFORE, MISSING_BOTH
 from tb_attn_plugin.analysis.summary import summarize, summarize_trace
 from tb_attn_plugin.cli.report import summary_csv, summary_table
 from tb_attn_plugin.engine.loader import load_events
@@ -67,9 +70,15 @@ def traces(tmp_path_factory: pytest.TempPathFactory) -> dict[str, WorkerSummary]
         y = F.linear(F.scaled_dot_product_attention(q, k, v).transpose(1, 2).reshape(B, S, H * D), w_out)
         F.scaled_dot_product_attention(*bare) + y.sum()
 
+    @torch.no_grad()
+    def one_side_step() -> None:
+        """Cores on q, k and v made elsewhere, each followed by its head merge and output projection."""
+        for _ in range(CALLS):
+            F.linear(F.scaled_dot_product_attention(*bare).transpose(1, 2).reshape(B, S, H * D), w_out)
+
     out = {name: _summary(profile_script(tmp_path_factory.mktemp(name), step))
            for name, step in (("sdpa", lambda: bare_sdpa(CALLS, (B, H, S, D))), ("einsum", einsum_step),
-                              ("mixed", mixed_step))}
+                              ("mixed", mixed_step), ("one-side", one_side_step))}
     result = profile_run(tmp_path_factory.mktemp("plain"), "plain", impl="naive", mode="inference", scopes=False)
     assert result.status == "ok", result.error
     (path,) = result.traces
@@ -98,6 +107,20 @@ def test_a_block_found_by_its_core_alone_says_so(traces: dict[str, WorkerSummary
     assert share.evidence.details["core_only_layers"] == CALLS
     assert s.headline.startswith("The attention core is ")
     assert " attention" not in s.headline.replace("attention core", "")
+    assert f"Layers 0-2: the attention core only ({MISSING_BOTH})" in s.notes
+
+
+def test_a_core_widened_on_one_side_is_core_only_and_says_which_side_it_missed(
+        traces: dict[str, WorkerSummary]) -> None:
+    """The output projection is the block's, but no q, k or v projection was found: the figures leave
+    them out, so the layer is not a whole block."""
+    s = traces["one-side"]
+    assert [(layer.layer, layer.core_only) for layer in s.layers] == [(k, True) for k in range(CALLS)]
+    for layer in s.layers:
+        flops = {p.phase: p.flops for p in layer.phases}
+        assert flops["out_proj"] == 2 * B * S * (H * D) * (H * D) and "qkv_proj" not in flops
+    assert s.notes == ["no tb-attn scopes in this trace: attention was inferred from module names and op patterns",
+                       f"Layers 0-2: the attention core only ({MISSING_BEFORE})"]
 
 
 def test_a_block_widened_to_its_projections_is_not_core_only(traces: dict[str, WorkerSummary]) -> None:
@@ -119,6 +142,7 @@ def test_where_some_layers_are_their_core_alone_the_finding_says_how_many(traces
     assert "In layer 1 only the core was found" in share.explanation
     assert share.evidence.details["core_only_layers"] == 1
     assert "per step, 1 of 2 layers: the core only)" in s.headline
+    assert s.notes[1:] == [f"Layer 1: the attention core only ({MISSING_BOTH})"]
 
 
 PLAIN = sorted(CORPUS.glob("*-plain/**/*.pt.trace.json*"))

@@ -7,7 +7,7 @@ import json
 from typing import Any
 
 from tb_attn_plugin.analysis.attribute import attribute
-from tb_attn_plugin.analysis.extent import Extent, widen
+from tb_attn_plugin.analysis.extent import MISSING_AFTER, MISSING_BEFORE, MISSING_BOTH, Extent, widen
 from tb_attn_plugin.trace.decode import decode_bytes
 from tb_attn_plugin.trace.events import Events
 
@@ -77,18 +77,19 @@ def test_a_core_with_no_projection_around_it_stays_alone() -> None:
     ops: list[Op] = [("aten::einsum", None), ("aten::view", None), (SDPA, Q), ("aten::reshape", None),
                      ("aten::einsum", None)]
     ev, at = _trace(ops)
-    assert _widen(ev, [(at[2], at[2])]) == [Extent(at[2], at[2], True)]
+    assert _widen(ev, [(at[2], at[2])]) == [Extent(at[2], at[2], True, MISSING_BOTH)]
 
 
-def test_one_side_found_is_not_core_only() -> None:
-    # No projection before (q, k, v made elsewhere), the output projection after.
+def test_one_side_found_is_core_only_and_says_which_side_it_missed() -> None:
+    # No projection before (q, k, v made elsewhere), the output projection after: widened to it, but
+    # its figures leave out q, k and v.
     ev, at = _trace([("aten::layer_norm", None), ("aten::view", None), (SDPA, Q), ("aten::reshape", None),
                      ("aten::linear", LINEAR)])
-    assert _widen(ev, [(at[2], at[2])]) == [Extent(at[2], at[4], False)]
+    assert _widen(ev, [(at[2], at[2])]) == [Extent(at[2], at[4], True, MISSING_BEFORE)]
     # Projections before, and the next op after the core is no merge: the block ends at its core.
     ev, at = _trace([("aten::linear", LINEAR), ("aten::view", None), (SDPA, Q), ("aten::gelu", None),
                      ("aten::linear", LINEAR)])
-    assert _widen(ev, [(at[2], at[2])]) == [Extent(at[0], at[2], False)]
+    assert _widen(ev, [(at[2], at[2])]) == [Extent(at[0], at[2], True, MISSING_AFTER)]
 
 
 def test_a_span_of_several_ops_widens_from_its_first_and_its_last() -> None:
@@ -129,6 +130,68 @@ def test_a_qk_norm_between_projections_is_crossed_but_not_one_before_them() -> N
     assert _widen(ev, [(at[8], at[8])])[0].first == at[3]
 
 
+def _rms(width: int) -> list[Op]:
+    """RMSNorm in pieces over ``width`` features of 2 x 16 rows: the statistic's product carries its shapes."""
+    return [("aten::to", None), ("aten::pow", None), ("aten::mean", None), ("aten::add", None), ("aten::rsqrt", None),
+            ("aten::mul", [[2, 16, width], [2, 16, 1]]), ("aten::to", None), ("aten::mul", [[width], [2, 16, width]])]
+
+
+def _mla() -> list[Op]:
+    """DeepSeek's multi-head latent attention over a 64-wide model, 2 x 16 tokens: q through a rank-32
+    pair with a norm between; k and v from one latent (kv_a: 16 + 8 features), normed, through the cache,
+    then expanded by kv_b after it; the output projection back to 64."""
+    q_a, q_b = [HIDDEN, [32, 64]], [[2, 16, 32], [64, 32]]
+    kv_a, kv_b = [HIDDEN, [24, 64]], [[2, 1, 16, 16], [128, 16]]
+    return [("aten::linear", MLP), ("aten::add", None), *_rms(64),               # 0-9: the previous MLP, the input norm
+            ("aten::linear", q_a), *_rms(32), ("aten::linear", q_b),            # 10-19: q
+            ("aten::view", None), ("aten::transpose", None), ("aten::split_with_sizes", None),
+            ("aten::linear", kv_a), ("aten::split_with_sizes", None), *_rms(16),  # 23-32: the latent
+            ("aten::mul", None), ("aten::mul", None), ("aten::sub", None), ("aten::cat", None),  # 33-36: RoPE
+            ("aten::cat", None), ("aten::cat", None),                            # 37-38: the cache
+            ("aten::linear", kv_b), ("aten::view", None), ("aten::transpose", None),  # 39-41
+            ("aten::new_empty", None), ("aten::copy_", None), ("aten::copy_", None),  # 42-44: k assembled
+            (SDPA, Q), ("aten::transpose", None), ("aten::reshape", None),       # 45-47
+            ("aten::linear", LINEAR)]                                            # 48: output
+
+
+def test_the_latent_projections_of_mla_are_the_blocks() -> None:
+    """Each projection after the first reads another input (a latent, or the hidden state again), but
+    none lies past the norm over the model's 64 features that opens the block: the block opens on
+    q_a_proj, and the MLP's down projection before that norm is the previous sublayer's."""
+    ev, at = _trace(_mla())
+    assert _widen(ev, [(at[45], at[45])]) == [Extent(at[10], at[48], False)]
+
+
+def test_without_an_output_projection_another_input_is_another_sublayers() -> None:
+    # No model width to tell the block's norm by: the walk stops at kv_b's first other input, as before.
+    ev, at = _trace(_mla()[:46])
+    assert _widen(ev, [(at[45], at[45])]) == [Extent(at[39], at[45], True, MISSING_AFTER)]
+
+
+def test_cross_attention_takes_the_query_projection_of_the_decoders_rows() -> None:
+    """BART's cross-attention: q projects the decoder's 2 x 8 rows, k and v the encoder's 2 x 16. Before
+    q lie the decoder's norm over the model's width and the self-attention's dropout, residual add and
+    output projection: the previous sublayer's."""
+    dec, enc = [[2, 8, 64], [64, 64], [64]], [HIDDEN, [64, 64], [64]]
+    ops: list[Op] = [("aten::linear", dec), ("aten::dropout", None), ("aten::add", None),
+                     ("aten::layer_norm", [[2, 8, 64], [64], [64]]),
+                     ("aten::linear", dec), ("aten::view", None), ("aten::transpose", None),
+                     ("aten::linear", enc), ("aten::linear", enc), ("aten::view", None), ("aten::transpose", None),
+                     (SDPA, [[2, 4, 8, 16], [2, 4, 16, 16], [2, 4, 16, 16]]), ("aten::transpose", None),
+                     ("aten::reshape", None), ("aten::linear", dec)]
+    ev, at = _trace(ops)
+    assert _widen(ev, [(at[11], at[11])]) == [Extent(at[4], at[14], False)]
+
+
+def test_another_input_of_other_rows_than_the_query_is_another_sublayers() -> None:
+    # 2 x 12 rows: neither the query's 2 x 16 tokens nor a stream joined to them.
+    other = [[2, 12, 64], [64, 64], [64]]
+    ops: list[Op] = [("aten::linear", other), ("aten::linear", LINEAR), ("aten::linear", LINEAR), (SDPA, Q),
+                     ("aten::view", None), ("aten::linear", LINEAR)]
+    ev, at = _trace(ops)
+    assert _widen(ev, [(at[3], at[3])]) == [Extent(at[1], at[5], False)]
+
+
 def test_a_position_bias_is_crossed_only_between_the_projections_and_the_core() -> None:
     # T5: the relative position bias (arange, abs, embedding) is computed after q, k, v; an embedding
     # before the projections is the model's token lookup, not the block's.
@@ -154,14 +217,14 @@ def test_without_shapes_projections_separated_by_layout_ops_are_all_the_blocks()
 
 
 def test_a_projection_past_the_sibling_window_is_not_found() -> None:
-    # 64 siblings are looked at on each side: 70 layout ops between the projection and the core hide it.
-    ops: list[Op] = [("aten::linear", LINEAR), *[("aten::view", None)] * 70, (SDPA, Q)]
+    # 128 siblings are looked at on each side: 130 layout ops between the projection and the core hide it.
+    ops: list[Op] = [("aten::linear", LINEAR), *[("aten::view", None)] * 130, (SDPA, Q), ("aten::linear", LINEAR)]
     ev, at = _trace(ops)
-    core = at[-1]
-    assert _widen(ev, [(core, core)]) == [Extent(core, core, True)]
-    near: list[Op] = [("aten::linear", LINEAR), *[("aten::view", None)] * 60, (SDPA, Q)]
+    core = at[-2]
+    assert _widen(ev, [(core, core)]) == [Extent(core, at[-1], True, MISSING_BEFORE)]
+    near: list[Op] = [("aten::linear", LINEAR), *[("aten::view", None)] * 120, (SDPA, Q), ("aten::linear", LINEAR)]
     ev, at = _trace(near)
-    assert _widen(ev, [(at[-1], at[-1])]) == [Extent(at[0], at[-1], False)]
+    assert _widen(ev, [(at[-2], at[-2])]) == [Extent(at[0], at[-1], False)]
 
 
 def test_a_block_never_reaches_into_the_previous_block() -> None:
@@ -206,7 +269,7 @@ def test_an_op_inside_another_is_no_sibling() -> None:
               _op("aten::linear", 10, LINEAR), _op("aten::linear", 20, LINEAR), _op(SDPA, 50, Q)]
     ev = decode_bytes(json.dumps({"traceEvents": events}).encode())
     core = _at(ev, 50)
-    assert _widen(ev, [(core, core)]) == [Extent(core, core, True)]
+    assert _widen(ev, [(core, core)]) == [Extent(core, core, True, MISSING_BOTH)]
 
 
 # -- forward from the core ----------------------------------------------------------------------------

@@ -155,8 +155,13 @@ def _sxs_materialized(f: Finding, w: WorkerSummary) -> list[Check]:
         f"layer {big.layer} allocates {count(allocs, 'score tensor', 'score tensors')}",
         f"{size(one)} each ({size(per_fwd)})",
         f"{size(total)} of score tensors per step over {count(len(hit), 'layer', 'layers')}"]
-    if masks:
-        out.append(f"{count(masks, 'mask', 'masks')} ({size(big.sxs_mask_bytes / calls)}, counted apart")
+    if masks:  # the position bias among them, where the model looks one up: figures the summary has not
+        bias = _d(f, "sxs_bias_allocs_per_forward") if "sxs_bias_allocs_per_forward" in f.evidence.details else 0.0
+        bias_bytes = _d(f, "sxs_bias_bytes_per_layer") if bias else 0.0
+        parts = [f"{count(bias, 'position bias', 'position biases')} ({size(bias_bytes)}"] if bias else []
+        if masks - bias > 1e-9:
+            parts.append(f"{count(masks - bias, 'mask', 'masks')} ({size(big.sxs_mask_bytes / calls - bias_bytes)}")
+        out.append(", and " + ") and ".join(parts) + ", counted apart from the scores)")
     if big.peak_bytes > 0:
         out.append(f"One score tensor is {pct(min(1.0, one / big.peak_bytes))} of the layer's peak rise "
                    f"({size(big.peak_bytes)})")
@@ -187,6 +192,15 @@ def _backend_mismatch(f: Finding, w: WorkerSummary) -> list[Check]:
     for x in w.layers:
         if x.backend != "unknown":
             by.setdefault(x.backend, []).append(x.layer)
+    if f.severity != "high" and "model" in f.evidence.details:
+        # One model's layers of several (``numbering.layer_models``, not in the summary): its odd layers ran
+        # the backends the finding names beside them, none the majority's.
+        backends = f.evidence.details["backends"]
+        assert isinstance(backends, str)
+        majority = f.evidence.details["majority"]
+        return [f"({backends})", ("time_us", f.evidence.time_us, sum(_time(x, w) for x in _layers(f, w))),
+                *[(f"layer {x.layer}'s backend {x.backend} named and not the majority's", 1.0,
+                   float(f": {x.backend}" in backends and x.backend != majority)) for x in _layers(f, w)]]
     if f.severity != "high":
         desc = "; ".join(f"{layer_list(ls)}: {b}" for b, ls in sorted(by.items(), key=lambda kv: kv[1]))
         return [f"({desc})", ("time_us", f.evidence.time_us, sum(_time(x, w) for x in _layers(f, w)))]

@@ -250,6 +250,43 @@ def test_backend_mismatch_with_metadata(load: Callable[..., Loaded]) -> None:
     assert "sdpa-math in layer 1" in mismatches[0].explanation
 
 
+def _pipeline(backends: list[str]) -> list[Finding]:
+    """Two models' layers, scoped with their paths (``text_encoder``'s L0 and L1, ``text_encoder_3``'s L2
+    and L3), each layer running hand-written attention (``naive``) or the CPU flash kernel."""
+    def x(name: str, ts: float, dur: float, cat: str = "cpu_op") -> dict[str, object]:
+        return {"ph": "X", "cat": cat, "name": name, "ts": ts, "dur": dur, "pid": 1, "tid": 1}
+    events = [x("ProfilerStep#1", 0, 5000, "user_annotation")]
+    paths = ["text_encoder.encoder.layers.0.self_attn", "text_encoder.encoder.layers.1.self_attn",
+             "text_encoder_3.encoder.block.0.layer.0", "text_encoder_3.encoder.block.1.layer.0"]
+    for layer, (path, backend) in enumerate(zip(paths, backends, strict=True)):
+        t0 = 10 + 1000 * layer
+        events.append(x(f"tbattn.v1/L{layer} {path}", t0, 900, "user_annotation"))
+        if backend == "naive":
+            for k, (phase, op) in enumerate((("qk_matmul", "aten::bmm"), ("softmax", "aten::_softmax"),
+                                             ("av_matmul", "aten::bmm"))):
+                events += [x(f"tbattn.v1/L{layer}/{phase}", t0 + 10 + 100 * k, 50, "user_annotation"),
+                           x(op, t0 + 11 + 100 * k, 40)]
+        else:
+            events += [x(f"tbattn.v1/L{layer}/sdpa", t0 + 10, 300, "user_annotation"),
+                       x("aten::scaled_dot_product_attention", t0 + 11, 290),
+                       x("aten::_scaled_dot_product_flash_attention_for_cpu", t0 + 12, 280)]
+    analysis = analyze(decode_bytes(json.dumps({"traceEvents": events}).encode()))
+    return find(analysis, summarize_analysis(analysis))
+
+
+def test_backend_mismatch_compares_the_layers_of_one_model() -> None:
+    """A pipeline's text encoder in eager attention and its T5 encoder in SDPA: each model is uniform, so
+    no layer is odd; within the T5 encoder a layer on another backend is."""
+    assert "backend-mismatch" not in _ids(_pipeline(["naive", "naive", "cpu-flash", "cpu-flash"]))
+    f = _one(_pipeline(["naive", "naive", "cpu-flash", "naive"]), "backend-mismatch")
+    assert (f.severity, f.evidence.layers, f.title) == ("medium", [3], "Layers ran different attention backends in "
+                                                                         "text_encoder_3")
+    assert f.evidence.details == {"backends": "layer 2: cpu-flash; layer 3: naive", "majority": "cpu-flash",
+                                  "model": "text_encoder_3"}
+    assert "Not every layer of text_encoder_3 ran the same attention backend (layer 2: cpu-flash; layer 3: naive)" \
+        in f.explanation
+
+
 def test_gpu_dispatch_bound_figures(load: Callable[..., Loaded]) -> None:
     found = _find(load("hand:findings_gpu_unfused"))
     dispatch = _one(found, "dispatch-bound")

@@ -1,5 +1,6 @@
 """``analysis.graphs`` finds CUDA/HIP graph captures and replays in a trace and says which attention layers and phases
-they hide; the tests decode tiny hand-built traces of scoped layers whose launches lie inside or outside a capture."""
+they hide, and whether attention's device share can be given (only where no kernel it needs is missing); the tests
+decode tiny hand-built traces of scoped layers whose launches lie inside or outside a capture, and replays."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from typing import Any
 
 from tb_attn_plugin.analysis.attribute import Attribution, attribute
 from tb_attn_plugin.analysis.graphs import GRAPHS_OFF, GraphUse, graph_use
+from tb_attn_plugin.analysis.replays import place_replay_kernels
 from tb_attn_plugin.trace.decode import decode_bytes
 from tb_attn_plugin.trace.events import Events
 
@@ -151,12 +153,32 @@ def test_replayed_kernels_of_a_scoped_layer_add_to_it_and_the_share_stands() -> 
     assert "those kernels add to their device figures" in note and note.endswith(GRAPHS_OFF)
 
 
-def test_replays_that_run_no_attention_leave_the_share_unknown() -> None:
-    use = _use([*_layer(0, 10, 1, kernel=True), *_replay(400, 7, in_layer=None), *_replay(600, 8, in_layer=None)])
-    assert use.captured == () and not use.device_share_known
+def _plain_replay(ts: float, corr: int) -> list[dict[str, Any]]:
+    """One graph launch outside attention whose replay runs a GEMM and a norm (a vLLM piecewise graph)."""
+    return [_rt("cudaGraphLaunch", ts + 2, correlation=corr),
+            _x("kernel", "nvjet_tst_64x8_64x16_4x1_v_bz_TNN", ts + 100, 20, GPU, correlation=corr),
+            _x("kernel", "triton_red_fused__to_copy_add_mean_mul_pow_rsqrt_0", ts + 130, 5, GPU, correlation=corr)]
+
+
+def test_replays_that_run_no_attention_leave_the_share_standing() -> None:
+    """Every attention kernel ran outside the replays (vLLM's piecewise pieces): none is missing, so the
+    device share is given."""
+    use = _use([*_layer(0, 10, 1, kernel=True), *_plain_replay(400, 7), *_plain_replay(600, 8)])
+    assert use.captured == () and use.device_share_known and use.captured_phases == frozenset()
     (note,) = use.notes
-    assert note.startswith("2 CUDA/HIP graph replays (cudaGraphLaunch): the kernels a replay runs belong to its launch")
-    assert "its share of the device step time is not given" in note
+    assert note.startswith("2 CUDA/HIP graph replays (cudaGraphLaunch): they ran no attention kernel (a piecewise "
+                           "graph leaves attention out of its pieces): the kernels a replay runs belong to its launch")
+    assert "so attention's device figures and its share of the device step stand" in note
+
+
+def test_attention_kernels_a_replay_ran_outside_every_layer_leave_the_share_unknown() -> None:
+    """Flash kernels in replays with no layer given them (graph_use reads the attribution as it finds it):
+    attention kernels are missing from attention's figures, so no share."""
+    use = _use([*_layer(0, 10, 1, kernel=True), *_replay(400, 7, in_layer=None)])
+    assert not use.device_share_known
+    (note,) = use.notes
+    assert "2 attention kernels the replays ran are no layer's, so attention's share of the device step time is " \
+           "not given" in note
 
 
 def _with_layers(ev: Events, attr: Attribution, layer_of: dict[str, int]) -> Attribution:
@@ -190,3 +212,39 @@ def test_captures_and_replays_together_leave_the_share_unknown() -> None:
     assert len(use.notes) == 3 and use.notes[2].startswith("1 CUDA/HIP graph replay (cudaGraphLaunch): layer 1 also")
     assert "; layer 1 ran outside the captures" in use.notes[1]
 
+
+
+def test_a_capture_the_trace_replays_hides_nothing() -> None:
+    """Layer 0's two launches are captured, and a replay in the trace runs the graph's two kernels:
+    ``replays.place_replay_kernels`` gives them layer 0's qk_matmul and softmax (the capture's order), so
+    no phase is missing its kernels and the device share is given."""
+    events = [_rt("cudaStreamBeginCapture", 5), *_layer(0, 10, 1), _rt("cudaStreamEndCapture", 250),
+              _rt("cudaGraphLaunch", 300, correlation=9),
+              _x("kernel", "volta_sgemm_128x64_nn", 400, 20, GPU, correlation=9),
+              _x("kernel", "softmax_warp_forward", 430, 5, GPU, correlation=9)]
+    ev = _events(events)
+    attr = attribute(ev)
+    place_replay_kernels(ev, attr)
+    use = graph_use(ev, attr)
+    assert use.captured == (0,) and use.captured_phases == frozenset() and use.device_share_known
+    trace, replay = use.notes
+    assert trace == ("This trace was recorded while 1 CUDA/HIP graph was captured (cudaStreamBeginCapture): kernels "
+                     "launched inside a capture did not run; the replays in this trace ran them all")
+    assert replay.startswith("1 CUDA/HIP graph replay (cudaGraphLaunch): layer 0 ran in the replays as the trace "
+                             "captured them: each replayed kernel is the layer's and phase's that launched it")
+
+
+def test_a_capture_no_replay_ran_leaves_the_share_unknown_even_beside_replays() -> None:
+    """Two captures, and a replay of one of them: the other's kernels never ran in the trace."""
+    events = [_rt("cudaStreamBeginCapture", 5), *_layer(0, 10, 1), _rt("cudaStreamEndCapture", 250),
+              _rt("cudaStreamBeginCapture", 260), _rt("cudaLaunchKernel", 270, correlation=7),
+              _rt("cudaStreamEndCapture", 280),
+              _rt("cudaGraphLaunch", 300, correlation=9),
+              _x("kernel", "volta_sgemm_128x64_nn", 400, 20, GPU, correlation=9),
+              _x("kernel", "softmax_warp_forward", 430, 5, GPU, correlation=9)]
+    ev = _events(events)
+    attr = attribute(ev)
+    place_replay_kernels(ev, attr)
+    use = graph_use(ev, attr)
+    assert use.captured_phases == frozenset() and not use.device_share_known
+    assert "attention's share of it is not given" in use.notes[0]

@@ -90,7 +90,7 @@ def test_a_trace_without_attention_infers_nothing() -> None:
     diagnostics: dict[str, int] = {}
     _, found = _infer([_step(1, 0), _op("aten::linear", 10, dims=[[2, 16, 32], [32, 32]]), _op("aten::relu", 40),
                        _op("aten::matmul", 70, dims=[[2, 32], [32, 2]])], diagnostics)
-    assert found == Inferred([], frozenset()) and diagnostics == {}
+    assert found == Inferred([], frozenset(), {}) and diagnostics == {}
 
 
 def test_sdpa_calls_are_blocks_widened_to_their_projections() -> None:
@@ -167,7 +167,7 @@ def test_matmul_softmax_matmul_with_matching_shapes_is_a_block() -> None:
 ])
 def test_shapes_that_do_not_chain_are_not_attention(scores: list[int], kt: list[int]) -> None:
     _, found = _infer([_step(1, 0), *_eager_block(0, scores, kt)])
-    assert found == Inferred([], frozenset())
+    assert found == Inferred([], frozenset(), {})
 
 
 def test_without_shapes_proximity_is_all_there_is() -> None:
@@ -182,14 +182,14 @@ def test_a_pattern_spread_over_more_than_64_events_is_not_attention() -> None:
     between = [_op("aten::add", 100 + k, 0.5) for k in range(70)]
     events = [_step(1, 0), _op("aten::matmul", 40, dims=[Q, KT]), *between,
               _op("aten::softmax", 200, dims=[SCORES, [], []]), _op("aten::matmul", 230, dims=[SCORES, V])]
-    assert _infer(events)[1] == Inferred([], frozenset())
+    assert _infer(events)[1] == Inferred([], frozenset(), {})
 
 
 def test_the_pattern_must_stay_on_one_thread() -> None:
     """The softmax's next matmul runs on another thread: not this thread's attention."""
     events = [_step(1, 0), _op("aten::matmul", 40, dims=[Q, KT]), _op("aten::softmax", 70, dims=[SCORES, [], []]),
               _op("aten::matmul", 100, dims=[SCORES, V], tid=2)]
-    assert _infer(events)[1] == Inferred([], frozenset())
+    assert _infer(events)[1] == Inferred([], frozenset(), {})
 
 
 def test_backward_ops_are_never_a_block() -> None:
@@ -259,7 +259,7 @@ def test_a_frame_called_once_per_layer_is_a_block_with_one_compiled_phase() -> N
 
 
 def test_a_frame_called_once_per_step_is_the_whole_model() -> None:
-    assert _infer(_compiled(1, steps=2))[1] == Inferred([], frozenset())
+    assert _infer(_compiled(1, steps=2))[1] == Inferred([], frozenset(), {})
 
 
 def test_the_frame_called_most_often_is_the_attention() -> None:

@@ -1,6 +1,7 @@
 """``analysis.numbering.number_blocks``: the layer of each block inference finds, from what encloses
 it (its module instance, the k-th core of its outermost module or compiled call, or the k-th of its
-step). Checked on tiny hand-built traces whose layers are read off the module docstring's rules."""
+step); and ``layer_models``: the model each layer belongs to. Checked on tiny hand-built traces whose
+layers and models are read off the module docstring's rules."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from tb_attn_plugin.analysis.attribute import attribute
-from tb_attn_plugin.analysis.numbering import Found, number_blocks
+from tb_attn_plugin.analysis.numbering import Found, layer_models, number_blocks
 from tb_attn_plugin.trace.decode import decode_bytes
 from tb_attn_plugin.trace.events import Events
 
@@ -161,3 +162,49 @@ def test_the_ordinal_restarts_in_each_call_of_the_outer_module() -> None:
               _module("Model_0", 200, 100), _op(SDPA, 210), _op(SDPA, 230)]
     ev, parent, step = _decode(events)
     assert number_blocks(ev, parent, step, _by_ops(ev, [40, 210, 230])) == [0, 0, 1]
+
+
+# -- layer_models ---------------------------------------------------------------------------------
+
+def _models(events: list[dict[str, Any]]) -> dict[int, str]:
+    ev = decode_bytes(json.dumps({"traceEvents": events}).encode())
+    return layer_models(ev, attribute(ev))
+
+
+def test_a_layers_model_is_the_outermost_module_call_around_it() -> None:
+    """A pipeline's text encoder and transformer, each called with two blocks; the transformer's blocks
+    sit in block modules of their own, which name no model."""
+    events = [_step(1, 0, 5000), _module("CLIPTextModel_0", 10, 400),
+              _x("user_annotation", "tbattn.v1/L0", 20, 100), _x("user_annotation", "tbattn.v1/L1", 200, 100),
+              _module("SD3Transformer2DModel_0", 1000, 900), _module("JointBlock_0", 1010, 300),
+              _x("user_annotation", "tbattn.v1/L2", 1020, 100), _module("JointBlock_1", 1400, 300),
+              _x("user_annotation", "tbattn.v1/L3", 1410, 100)]
+    assert _models(events) == {0: "CLIPTextModel_0", 1: "CLIPTextModel_0", 2: "SD3Transformer2DModel_0",
+                               3: "SD3Transformer2DModel_0"}
+
+
+def test_a_layers_model_is_its_paths_first_part() -> None:
+    """Two models instrumented in one container: the first part of each path, where a layer's index
+    follows it; a path without an index (a one-block model) and no path at all say nothing."""
+    events = [_step(1, 0, 5000),
+              _x("user_annotation", "tbattn.v1/L0 text_encoder.encoder.layers.0.self_attn", 10, 100),
+              _x("user_annotation", "tbattn.v1/L1 text_encoder_3.encoder.block.0.layer.0", 200, 100),
+              _x("user_annotation", "tbattn.v1/L2 text_encoder_3.encoder.block.1.layer.0", 400, 100),
+              _x("user_annotation", "tbattn.v1/L3 head.attn", 600, 100),
+              _x("user_annotation", "tbattn.v1/L4", 800, 100)]
+    assert _models(events) == {0: "text_encoder", 1: "text_encoder_3", 2: "text_encoder_3", 3: "", 4: ""}
+
+
+def test_a_blocks_own_module_call_names_no_model() -> None:
+    """An inferred block's scope spans its attention module's call exactly: with no call around that
+    one, the layers are one model, not one model each."""
+    events = [_step(1, 0, 5000), _module("Attention_0", 10, 100), _x("user_annotation", "tbattn.v1/L0", 10, 100),
+              _module("Attention_1", 200, 100), _x("user_annotation", "tbattn.v1/L1", 200, 100)]
+    assert _models(events) == {0: "", 1: ""}
+
+
+def test_a_compiled_frame_is_one_model_whatever_its_recompile() -> None:
+    events = [_step(1, 0, 5000), _op("Torch-Compiled Region: 0/0", 10, 200),
+              _x("user_annotation", "tbattn.v1/L0", 20, 100), _op("Torch-Compiled Region: 0/1", 300, 200),
+              _x("user_annotation", "tbattn.v1/L1", 310, 100)]
+    assert _models(events) == {0: "Torch-Compiled Region: 0", 1: "Torch-Compiled Region: 0"}

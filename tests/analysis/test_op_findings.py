@@ -320,6 +320,34 @@ def test_the_model_dtype_from_the_projections_when_nothing_else_says() -> None:
     assert f.evidence.details["dtype_source"] == "its projections"
 
 
+def _two_models(b_linear: list[str] | None) -> list[Event]:
+    """Model ``a``'s layer runs SDPA on bf16 inputs; model ``b``'s layer computes attention by hand in
+    float32 (two 40 µs bmm), after a projection of ``b_linear`` inputs where given."""
+    def scope(layer: int, name: str, ts: float, dur: float) -> Event:
+        return _x("user_annotation", f"tbattn.v1/L{layer}{name}", ts, dur)
+    bf16 = ["c10::BFloat16"] * 3
+    events = [_x("user_annotation", "ProfilerStep#1", 0, 1000), scope(0, " a.layers.0.attn", 10, 200),
+              scope(0, "/sdpa", 20, 100), _op(SDPA, 21, 90, [SCORES] * 3, bf16),
+              scope(1, " b.layers.0.attn", 300, 500),
+              scope(1, "/qk_matmul", 320, 50), _op("aten::bmm", 321, 40, QK),
+              scope(1, "/softmax", 380, 50), _op("aten::_softmax", 381, 40, [SCORES, [], []]),
+              scope(1, "/av_matmul", 440, 50), _op("aten::bmm", 441, 40, QK)]
+    if b_linear:
+        events[4:4] = [scope(1, "/qkv_proj", 305, 10), _op("aten::linear", 306, 8, [[2, 16, 32], [96, 32]], b_linear)]
+    return events
+
+
+def test_a_models_matmuls_are_judged_by_its_own_dtype() -> None:
+    """A pipeline's bf16 model beside an fp32 one: the fp32 model's matmuls are its own precision, not
+    an upcast from the other model's bf16."""
+    assert _rule("_fp32_upcast", _two_models(None)) == []
+    (f,) = _rule("_fp32_upcast", _two_models(["c10::BFloat16", "c10::BFloat16"]))
+    assert f.evidence.layers == [1] and f.evidence.details["model"] == "b"
+    assert f.evidence.details["dtype_source"] == "its projections"
+    assert f.explanation.startswith("The model b runs in bfloat16 (from its projections), but in layer 1 float32 "
+                                    "inputs go into 2 matmuls per forward (aten::bmm, 80.0 µs per step).")
+
+
 # -- safe-softmax ----------------------------------------------------------------------------------
 
 def test_safe_softmax_outside_flex_is_low() -> None:

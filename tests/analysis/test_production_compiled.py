@@ -38,6 +38,7 @@ import pytest
 from helpers import SHARED_TRACES
 
 from tb_attn_plugin.analysis.analyze import analyze
+from tb_attn_plugin.analysis.numbering import layer_models
 from tb_attn_plugin.analysis.summary import summarize_trace
 from tb_attn_plugin.engine.loader import load_events
 from tb_attn_plugin.trace.decode import decode_bytes
@@ -200,6 +201,22 @@ def test_compiled_joint_blocks_are_whole_on_rocm_flash(summary: WorkerSummary) -
     assert not any(x.core_only for x in others)
     assert {x.backend for x in others} == {"rocm-flash", "naive"}  # T5 is eager: matmul, softmax, matmul
     assert "core only" not in summary.headline
+
+
+def test_the_pipelines_models_are_compared_apart() -> None:
+    """Five models: CLIP-L, CLIP-G (``CLIPTextModelWithProjection`` twice), T5, the MMDiT and the VAE's
+    decoder. T5's 24 layers run eager attention and the others SDPA: each model is uniform, so no
+    layer of one is odd against another's (a backend-mismatch that told T5 to match CLIP and the
+    MMDiT, before)."""
+    if not TRACE.exists():
+        pytest.skip(f"{TRACE} is not here")
+    analysis = analyze(load_events(str(TRACE)))
+    models = list(layer_models(analysis.events, analysis.attr).values())
+    assert models == (["CLIPTextModelWithProjection_0"] * 12 + ["CLIPTextModelWithProjection_1"] * 32
+                      + ["T5EncoderModel_0"] * T5 + ["SD3Transformer2DModel_0"] * MMDIT + ["Decoder_0"] * VAE)
+    summary = summarize_trace(analysis, file=TRACE.name, worker="w", span=None)
+    assert {x.backend for x in summary.layers[CLIP:CLIP + T5]} == {"naive"}
+    assert "backend-mismatch" not in {f.id for f in summary.findings}
 
 
 # -- a hand-written trace: a compiled region beside an attention module ---------------------------

@@ -11,7 +11,7 @@ import pytest
 from tb_attn_plugin.analysis import views
 from tb_attn_plugin.analysis.analyze import Analysis, analyze
 from tb_attn_plugin.analysis.drilldown import drilldown
-from tb_attn_plugin.analysis.query import TraceQuery, ancestors
+from tb_attn_plugin.analysis.query import RuleQuery, TraceQuery, ancestors
 from tb_attn_plugin.analysis.summary import summarize_analysis
 from tb_attn_plugin.trace.decode import decode_bytes
 
@@ -100,3 +100,21 @@ def test_summary_and_drilldown_agree_on_steps_and_self_time(analysis: Analysis) 
         assert sum(op.self_us for op in drill.ops) == pytest.approx(phase.cpu_self_us)
         assert sum(k.device_us for k in drill.kernels) == pytest.approx(phase.device_us)
     assert views.memory_curve(analysis, step=1).device == "cuda"
+
+
+def test_layers_grouped_by_model_and_a_position_bias_per_model() -> None:
+    """Three layers of two models (their paths' first parts); model ``t5`` looks up a relative position
+    bias in its first layer (an ``embedding`` indexed by a (16, 16) bucket table), model ``clip`` none."""
+    events = [_x("user_annotation", "ProfilerStep#1", 0, 1000),
+              _x("user_annotation", "tbattn.v1/L0 clip.encoder.layers.0.self_attn", 10, 100),
+              _x("user_annotation", "tbattn.v1/L1 t5.encoder.block.0.layer.0", 200, 100),
+              _x("cpu_op", "aten::embedding", 210, 10, **{"Input Dims": [[32, 4], [16, 16]],
+                                                          "Input type": ["float", "long int"]}),
+              _x("user_annotation", "tbattn.v1/L2 t5.encoder.block.1.layer.0", 400, 100)]
+    a = analyze(decode_bytes(json.dumps({"traceEvents": events}).encode()))
+    t = RuleQuery(a.events, a.attr, summarize_analysis(a), {})
+    assert t.models == {0: "clip", 1: "t5", 2: "t5"}
+    assert t.by_model([2, 0, 1]) == [[0], [1, 2]]
+    assert t.model_name([1, 2]) == "t5"
+    assert t.looks_up_bias([2]) and not t.looks_up_bias([0])  # layer 2 is handed the bias layer 1 looked up
+    assert t.bias_lookups.tolist() == [_named(a, "aten::embedding")]

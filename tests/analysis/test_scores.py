@@ -161,9 +161,9 @@ def test_cuda_allocations_are_matched_through_the_allocators_rounding() -> None:
 
 def test_a_matmuls_copy_of_its_input_is_not_scores() -> None:
     # q·kᵀ's input made contiguous inside matmul (a clone): the size of the scores, but q or kᵀ.
-    got = _verdicts([_x("aten::softmax", 5, 2, **SOFTMAX),
-                     _x("aten::matmul", 10, 30), _x("aten::contiguous", 11, 5), _x("aten::clone", 12, 3),
-                     _mem(13, SCORE), _x("aten::bmm", 20, 5), _mem(21, SCORE)])
+    got = _verdicts([_x("aten::matmul", 10, 30), _x("aten::contiguous", 11, 5), _x("aten::clone", 12, 3),
+                     _mem(13, SCORE), _x("aten::bmm", 20, 5), _mem(21, SCORE),
+                     _x("aten::softmax", 50, 2, **SOFTMAX)])
     # The clone's allocation is a copy; the GEMM's own output is the scores.
     assert got == [(SCORE, False, False), (SCORE, True, False)]
 
@@ -204,3 +204,82 @@ def test_only_the_memory_events_asked_about_are_judged() -> None:
     assert score.tolist() == [True] and mask.tolist() == [False]
     empty = score_allocs(ev, a, np.array([], np.int64), sizes)
     assert empty[0].size == 0 and empty[1].size == 0
+
+
+# -- where scores exist ------------------------------------------------------------------------------
+
+def _block_verdicts(phases: list[tuple[str, list[dict[str, Any]]]], calls: int = 1) -> list[tuple[bool, bool]]:
+    """(score, mask) of each memory event of layer 0, whose block runs these phase scopes in order,
+    each 100 µs long with its events 1 µs in, ``calls`` times."""
+    events = [_x("ProfilerStep#1", 0, 100_000, "user_annotation")]
+    for c in range(calls):
+        t0 = c * 10_000
+        events.append(_x("tbattn.v1/L0", t0 + 1, 9_000, "user_annotation"))
+        for k, (phase, inner) in enumerate(phases):
+            at = t0 + 10 + 100 * k
+            if phase != "other":
+                events.append(_x(f"tbattn.v1/L0/{phase}", at, 90, "user_annotation"))
+            events += [{**e, "ts": at + 1 + e["ts"]} for e in inner]
+    ev = decode_bytes(json.dumps({"traceEvents": events}).encode())
+    a = attribute(ev)
+    sizes = sxs_sizes(ev, a, np.flatnonzero((a.layer == 0) & ~a.backward))
+    score, mask = score_allocs(ev, a, np.arange(len(ev.mem_ts)), sizes)
+    return list(zip(score.tolist(), mask.tolist(), strict=True))
+
+
+QK = {"Input Dims": [[2, 4, 16, 16], [2, 4, 16, 16]], "Input type": ["float", "float"]}  # D = Sk = 16
+NEITHER, SCORES, MASK = (False, False), (True, False), (False, True)
+
+
+def test_scores_exist_from_q_kt_to_attn_v() -> None:
+    """With the head size equal to the key length, q scaled before the core and attn·V's output
+    (B, H, Sq, Dv) have the scores' size: only q·kᵀ's output and what follows it up to attn·V are
+    scores."""
+    got = _block_verdicts([
+        ("scale", [_x("aten::mul", 0, 5, **{"Input Dims": [[2, 4, 16, 16], []]}), _mem(1, SCORE)]),
+        ("qk_matmul", [_x("aten::matmul", 0, 5, **QK), _mem(1, SCORE)]),
+        ("mask", [_x("aten::add", 0, 5), _mem(1, SCORE)]),
+        ("softmax", [_x("aten::softmax", 0, 5, **SOFTMAX), _mem(1, SCORE)]),
+        ("av_matmul", [_x("aten::matmul", 0, 5, **QK), _mem(1, SCORE)]),
+    ])
+    assert got == [NEITHER, SCORES, SCORES, SCORES, NEITHER]
+
+
+def test_a_fused_sdpa_block_has_no_scores_but_its_bias_and_mask() -> None:
+    """A fused SDPA call stores no scores. At B = 1 a relative position bias (1, H, Sq, Sk) has the
+    scores' size: its lookup (``embedding``) and its copy in the mask phase are a bias, counted as a
+    mask; q scaled first (Whisper) and a norm's output are neither."""
+    one = 1 * 4 * 16 * 16 * 4
+    sdpa = {"Input Dims": [[1, 4, 16, 16]] * 3, "Input type": ["float"] * 3}
+    got = _block_verdicts([
+        ("other", [_x("aten::pow", 0, 5), _mem(1, one)]),
+        ("scale", [_x("aten::mul", 0, 5), _mem(1, one)]),
+        ("other", [_x("aten::embedding", 0, 5), _x("aten::index_select", 1, 2), _mem(2, one)]),
+        ("mask", [_x("aten::contiguous", 0, 5), _x("aten::clone", 1, 3), _mem(2, one)]),
+        ("sdpa", [_x("aten::scaled_dot_product_attention", 0, 50, **sdpa),
+                  _x("aten::_scaled_dot_product_flash_attention_for_cpu", 1, 48, **sdpa), _mem(2, one)]),
+    ])
+    assert got == [NEITHER, NEITHER, MASK, MASK, NEITHER]
+
+
+def test_the_math_backends_scores_are_its_q_kt_to_its_attn_v() -> None:
+    """Inside the math backend q and k are scaled first (the scores' size where D = Sk), then q·kᵀ,
+    the safe softmax and attn·V."""
+    sdpa = {"Input Dims": [[2, 4, 16, 16]] * 3, "Input type": ["float"] * 3}
+    got = _block_verdicts([("sdpa", [
+        _x("aten::scaled_dot_product_attention", 0, 80, **sdpa), _x("aten::_scaled_dot_product_attention_math", 1, 78),
+        _x("aten::mul", 2, 2), _mem(3, SCORE), _x("aten::mul", 5, 2), _mem(6, SCORE),
+        _x("aten::matmul", 10, 5, **QK), _mem(11, SCORE), _x("aten::_safe_softmax", 20, 5), _mem(21, SCORE),
+        _x("aten::matmul", 30, 5, **QK), _mem(31, SCORE)])])
+    assert got == [NEITHER, NEITHER, SCORES, SCORES, NEITHER]
+
+
+def test_scores_end_with_their_block_call() -> None:
+    """An attn·V that no matmul shows (a kernel tb-attn does not know) leaves the stretch open to the
+    call's end: the next call's q, scaled before its q·kᵀ, is no score."""
+    got = _block_verdicts([
+        ("scale", [_x("aten::mul", 0, 5), _mem(1, SCORE)]),
+        ("qk_matmul", [_x("aten::matmul", 0, 5, **QK), _mem(1, SCORE)]),
+        ("softmax", [_x("aten::softmax", 0, 5, **SOFTMAX), _mem(1, SCORE)]),
+    ], calls=2)
+    assert got == [NEITHER, SCORES, SCORES] * 2

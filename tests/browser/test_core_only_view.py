@@ -55,9 +55,9 @@ def test_core_only_layers_are_marked(core_tensorboard: Any, core_logdir: Path, p
     box = frame.get_by_test_id("core-only-note")
     expect(box).to_contain_text("Every layer was found by the attention core alone")
     expect(box.locator(".badge.core-only")).to_have_attribute(
-        "title", "Found by its core alone (SDPA, or q\u00b7k\u1d40 \u2192 softmax \u2192 attn\u00b7v): the projections "
-        "around the core (q, k, v before it, the output after it) could not be found, so this layer's figures cover "
-        "the attention core only.")
+        "title", "Found by its core (SDPA, or q\u00b7k\u1d40 \u2192 softmax \u2192 attn\u00b7v) without its "
+        "projections on at least one side (q, k, v before it, or the output after it; the run's notes say which), "
+        "so this layer's figures leave that side out.")
     expect(frame.locator("table.layers-table th.group-head").first).to_have_text("attention core")
     rows = frame.locator("table.layers-table tbody tr")
     expect(rows).to_have_count(len(ws.layers))

@@ -39,6 +39,10 @@ def _meta(run_dir: Path) -> dict[str, object]:
         (["--dtype", "float8"], "unknown dtype 'float8'"),
         (["--model", "hf:bert", "--hf-config", "no_such_key=1"], "unknown BertConfig key(s) in --hf-config: no_such"),
         (["--model", "hf:bert", "--per-head"], "--per-head needs the builtin model"),
+        # MLA has one latent for every head, BART no grouped-query heads; neither generates here.
+        (["--model", "hf:deepseek-v3", "--kv-heads", "1"], "kv_heads (grouped-query attention) is supported by"),
+        (["--model", "hf:bart", "--mode", "generate", "--prompt-len", "4"], "--mode generate runs builtin, hf:gpt2"),
+        (["--model", "hf:bart", "--hf-config", "no_such_key=1"], "unknown BartConfig key(s) in --hf-config"),
         (["--active", "0"], "active must be a positive integer"),
         (["--repeats", "0"], "--repeats must be in 1..20, got 0"),
         (["--append", "--overwrite"], "--append adds to runs and --overwrite replaces them: give one"),

@@ -109,8 +109,9 @@ def test_ddp_two_ranks_with_a_straggler(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_tensor_parallel_heads_and_all_reduce(tmp_path: Path) -> None:
     """--parallel tp: rank r computes global heads 2r and 2r+1 (grouped-query, one kv head
-    each), and the block outputs are all-reduced outside the attention scopes, once per layer
-    in forward and once in backward."""
+    each), and the block outputs are all-reduced once per layer in forward, at the end of the
+    block in its comm phase (a row-parallel output projection's all-reduce, as Megatron runs it),
+    and once in backward, outside the attention scopes."""
     impls = ("naive", "naive-inplace", "sdpa", "sdpa-math", "sdpa-flash")
     torchrun("-m", "runner", "--logdir", str(tmp_path), "--parallel", "tp", "--impl", ",".join(impls),
               "--kv-heads", "2", *TINY)
@@ -128,13 +129,13 @@ def test_tensor_parallel_heads_and_all_reduce(tmp_path: Path) -> None:
             covered.append({h for p in phases for h in p.heads or ()})
             fwd, bwd = _allreduces(ops, backward=False), _allreduces(ops, backward=True)
             assert len(fwd) == len(bwd) == LAYERS * ACTIVE_STEPS, impl
-            assert all(not o.scopes for o in fwd + bwd)
-            # Each block's output is reduced right after the block, before the next one starts.
+            assert all(o.phase_scope is not None and o.phase_scope.phase == "comm" for o in fwd), impl
+            assert all(not o.scopes for o in bwd)
+            # Each block's output is reduced once, inside the block.
             blocks = _block_scopes(scopes)
-            for i, b in enumerate(blocks):
-                end = float(b["ts"]) + float(b["dur"])
-                nxt = float(blocks[i + 1]["ts"]) if i + 1 < len(blocks) else float("inf")
-                assert sum(end <= o.ts < nxt for o in fwd) == 1
+            for b in blocks:
+                start, end = float(b["ts"]), float(b["ts"]) + float(b["dur"])
+                assert sum(start <= o.ts < end for o in fwd) == 1
         assert covered[0] | covered[1] == set(range(HEADS)) and not covered[0] & covered[1]
 
 

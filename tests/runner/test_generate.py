@@ -15,8 +15,8 @@ from tracetools import load_trace
 from runner.cli import main as runner_main
 from runner.config import GENERATE_IMPLS, ModelConfig
 from runner.generate import builtin_generation, hf_generation
+from runner.hf_models import hf_config
 from runner.model import Attention, Transformer
-from runner.models import _hf_config
 from runner.session import SDPA_BACKENDS
 from tb_attn_plugin.vocab.scopes import format_step_scope, parse_step_scope
 
@@ -87,7 +87,7 @@ def test_hugging_face_cached_decode_equals_uncached(family: str, kv_cache: str) 
     cfg = ModelConfig(layers=2, heads=4, kv_heads=2 if family == "llama" else None, d_model=32, seq=P + N, batch=2,
                       vocab=64, impl="sdpa", mode="generate", prompt_len=P, new_tokens=N, kv_cache=kv_cache)
     torch.manual_seed(0)
-    config = _hf_config(f"hf:{family}", cfg, {})
+    config = hf_config(f"hf:{family}", cfg, {})
     model = getattr(transformers, {"gpt2": "GPT2LMHeadModel", "llama": "LlamaForCausalLM"}[family])(config).eval()
     prompt = torch.randint(cfg.vocab, (cfg.batch, P), generator=torch.Generator().manual_seed(1))
     gen = hf_generation(model, cfg, prompt)

@@ -154,9 +154,10 @@ def test_ids_read_either_spelling_of_the_external_id_and_absent_is_minus_one() -
     b = Builder()
     _add(b, _x("a", 0, **{"External id": 3, "correlation": 10, "Sequence number": 20}),
          _x("b", 1, **{"external id": 4}), _x("c", 2),
-         _x("d", 3, **{"External id": 5, "external id": 6}))  # both: the current spelling wins
+         _x("d", 3, **{"External id": 5, "external id": 6, "graph id": 7}))  # both: the current spelling wins
     assert _col(b, "ext") == [3, 4, -1, 5]
     assert _col(b, "corr") == [10, -1, -1, -1] and _col(b, "seq") == [20, -1, -1, -1]
+    assert _col(b, "graph") == [-1, -1, -1, 7]  # a replayed kernel's graph (CUDA 12+)
 
 
 def test_args_null_reads_as_no_arguments() -> None:

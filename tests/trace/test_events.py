@@ -24,7 +24,7 @@ def _events(n: int = 2, memory: int = 1, names: tuple[str, ...] = ("aten::mm", "
         name=np.arange(n, dtype=np.int32) % len(names), kind=np.ones(n, np.int8), track=np.zeros(n, np.int32),
         ts=np.arange(n, dtype=np.float64), dur=np.ones(n, np.float64), ext=np.full(n, -1, np.int64),
         corr=np.full(n, -1, np.int64), seq=np.full(n, -1, np.int64),
-        shape=np.array(shape if shape is not None else [-1] * n, np.int32),
+        shape=np.array(shape if shape is not None else [-1] * n, np.int32), graph=np.full(n, -1, np.int64),
         mem_ts=np.zeros(memory, np.float64), mem_track=np.zeros(memory, np.int32),
         mem_bytes=np.full(memory, 1024, np.int64), mem_total=np.full(memory, -1, np.int64),
         mem_device_type=np.zeros(memory, np.int8), mem_device_id=np.zeros(memory, np.int32), meta=META)
@@ -46,10 +46,11 @@ def test_length_counts_complete_events_not_memory_events() -> None:
 def test_nbytes_is_the_columns_plus_the_strings_and_shapes() -> None:
     shapes = (OpShapes(dims=([2, 2],), types=("float",), concrete=("",)),)
     e = _events(n=2, memory=1, names=("aten::mm", "a"), shapes=shapes, shape=[0, -1])
-    # Per complete event: name 4 + kind 1 + track 4 + ts 8 + dur 8 + ext 8 + corr 8 + seq 8 + shape 4 = 53 bytes.
+    # Per complete event: name 4 + kind 1 + track 4 + ts 8 + dur 8 + ext 8 + corr 8 + seq 8 + shape 4 + graph 8
+    # = 61 bytes.
     # Per memory event: ts 8 + track 4 + bytes 8 + total 8 + device type 1 + device id 4 = 33 bytes.
     # Names: each its length plus 49 (a str's overhead): (8 + 49) + (1 + 49) = 107. One shape: 200.
-    assert e.nbytes == 2 * 53 + 1 * 33 + 107 + 200
+    assert e.nbytes == 2 * 61 + 1 * 33 + 107 + 200
 
 
 def test_input_dims_reads_the_shape_of_one_input() -> None:

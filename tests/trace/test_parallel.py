@@ -65,7 +65,7 @@ def in_process(monkeypatch: pytest.MonkeyPatch) -> Iterator[type[_InProcess]]:
 
 def _same(a: Events, b: Events) -> None:
     assert (a.names, a.tracks, a.shapes, a.meta, a.diagnostics) == (b.names, b.tracks, b.shapes, b.meta, b.diagnostics)
-    for col in ("name", "kind", "track", "ts", "dur", "ext", "corr", "seq", "shape", "mem_ts", "mem_bytes"):
+    for col in ("name", "kind", "track", "ts", "dur", "ext", "corr", "seq", "shape", "graph", "mem_ts", "mem_bytes"):
         assert np.array_equal(getattr(a, col), getattr(b, col)), col
 
 

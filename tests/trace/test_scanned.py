@@ -56,7 +56,7 @@ def _both(text: bytes, builder_setup: list[bytes] = ()) -> tuple[Any, Any]:
 
 
 def _events_equal(a: Events, b: Events) -> None:
-    for name in ("name", "kind", "track", "ts", "dur", "ext", "corr", "seq", "shape", "mem_ts", "mem_track",
+    for name in ("name", "kind", "track", "ts", "dur", "ext", "corr", "seq", "shape", "graph", "mem_ts", "mem_track",
                  "mem_bytes", "mem_total", "mem_device_type", "mem_device_id"):
         x, y = getattr(a, name), getattr(b, name)
         assert x.dtype == y.dtype and np.array_equal(x, y, equal_nan=True), name
@@ -115,6 +115,8 @@ def test_off_switch_and_missing_module_take_the_pure_path(monkeypatch: pytest.Mo
     (b'[{"ph": "X", "name": "a", "pid": 1.0, "ts": 1}]', False),  # a float where an int belongs
     (b'[{"ph": "X", "name": "a", "pid": true, "ts": 1}]', False),
     (b'[{"ph": "X", "name": "a", "ts": 1, "args": {"Bytes": null, "correlation": 5}}]', True),
+    (b'[{"ph": "X", "cat": "kernel", "name": "k", "ts": 1, "args": {"correlation": 5, "graph id": 3}}]', True),
+    (b'[{"ph": "X", "name": "a", "ts": 1, "args": {"graph id": 3, "graph id": 4}}]', False),  # a field twice
     (b'[' + b'[' * 70 + b']' * 70 + b']', False),  # nested deeper than the scanner goes
     (b'[{"ph": "X", "name": "a", "ts": 01}]', False),
     (b'[{"ph": "X", "name": "a", "ts": 1,}]', False),

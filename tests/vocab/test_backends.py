@@ -25,7 +25,7 @@ def test_every_family_has_a_backend_and_each_backend_one_family() -> None:
 
 def test_of_family_is_the_union_of_the_families_given() -> None:
     assert of_family() == frozenset()
-    assert of_family(Family.LINEAR) == {Backend.LINEAR, Backend.PERFORMER}
+    assert of_family(Family.LINEAR) == {Backend.LINEAR, Backend.PERFORMER, Backend.GATED_DELTANET}
     assert of_family(Family.QUANTIZED) == {Backend.INT8_QK}
     assert of_family(Family.SPARSE, Family.COMPILED) == {Backend.FLEX, Backend.COMPILED}
     assert of_family(Family.UNKNOWN) == {Backend.UNKNOWN}
@@ -34,7 +34,8 @@ def test_of_family_is_the_union_of_the_families_given() -> None:
 
 
 def test_the_named_groups_are_immutable_sets_of_members() -> None:
-    for name in ("APPROXIMATE_BACKENDS", "DENSE_WORK_BACKENDS", "LINEAR_BACKENDS", "UNFUSED_BACKENDS"):
+    for name in ("APPROXIMATE_BACKENDS", "DENSE_WORK_BACKENDS", "LINEAR_BACKENDS", "MODEL_LINEAR_BACKENDS",
+                 "UNFUSED_BACKENDS"):
         group = getattr(backends, name)
         assert isinstance(group, frozenset) and group and all(type(b) is Backend for b in group), name
 

@@ -96,8 +96,8 @@ export const DASH = "\u2014";
 export const MEMORY_NOT_RECORDED = "memory not recorded (profile_memory=False)";
 
 export const CORE_ONLY_TITLE =
-  "Found by its core alone (SDPA, or q\u00b7k\u1d40 \u2192 softmax \u2192 attn\u00b7v): the projections around the core " +
-  "(q, k, v before it, the output after it) could not be found, so this layer's figures cover the attention core only.";
+  "Found by its core (SDPA, or q\u00b7k\u1d40 \u2192 softmax \u2192 attn\u00b7v) without its projections on at least one side " +
+  "(q, k, v before it, or the output after it; the run's notes say which), so this layer's figures leave that side out.";
 
 /** A layer's marks: "inferred" (found without tb-attn scopes), and "core only" where only its core was found. */
 export function layerMarks(l: LayerStats): (HTMLElement | null)[] {
