@@ -1,4 +1,4 @@
-"""Generation with a KV cache on this machine: decode cost per token against the context, and what
+"""Generation with a KV cache on this machine: decode cost per decode step against the context, and what
 the runner's scopes cost per decode step.
 
 Part A runs ``tb-attn-run --mode generate`` (the built-in model, SDPA) at several prompt lengths
@@ -80,8 +80,8 @@ def part_a(args: argparse.Namespace) -> dict[str, Any]:
         d = f.decode
         assert d is not None, f.run
         rows.append({"run": f.run, "kv_cache": d.kv_cache, "kv_heads": d.kv_heads, "context": d.context,
-                     "decode_us": d.us_per_token, "step_us": d.step_us, "prefill_us": d.prefill_us,
-                     "read_bytes": d.read_bytes_per_token, "launches": d.launches_per_token})
+                     "decode_us": d.us_per_step, "step_us": d.step_us, "prefill_us": d.prefill_us,
+                     "read_bytes": d.read_bytes_per_token, "launches": d.launches_per_step})
     fits = []
     for s in scaling(runs).series:
         if s.x == "context":

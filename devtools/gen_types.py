@@ -27,6 +27,7 @@ from typing import Any
 
 import msgspec
 
+from tb_attn_plugin.analysis.clock import PARTIAL_DEVICE
 from tb_attn_plugin.vocab.scopes import UNSPLIT_PHASES, in_order
 
 __all__ = ["CONSTANTS", "TYPES_TS", "render"]
@@ -40,10 +41,12 @@ _HEADER = """\
 // docs/http_api.md describes the routes. Times are microseconds, memory bytes.
 """
 
-#: The constants ``types.ts`` exports: name -> (doc comment, values in order).
-CONSTANTS: dict[str, tuple[str, tuple[str, ...]]] = {
+#: The constants ``types.ts`` exports: name -> (doc comment, values in order, or one text).
+CONSTANTS: dict[str, tuple[str, tuple[str, ...] | str]] = {
     "UNSPLIT_PHASES": ("The phases a derived head gets no share of (scopes.py `UNSPLIT_PHASES`): summary.py "
                        "`_heads` splits only the others.", in_order(UNSPLIT_PHASES)),
+    "PARTIAL_DEVICE": ("Why a run's device figures are partial (analysis/clock.py `PARTIAL_DEVICE`), in the words "
+                       "the CLI and the headline use.", PARTIAL_DEVICE),
 }
 
 
@@ -71,8 +74,9 @@ def render(routes: Mapping[str, type[msgspec.Struct]] | None = None) -> str:
     return "\n".join(out)
 
 
-def _constant(name: str, doc: str, values: tuple[str, ...]) -> str:
-    return "\n".join([*_doc(doc, ""), f"export const {name} = {json.dumps(list(values))} as const;"]) + "\n"
+def _constant(name: str, doc: str, values: tuple[str, ...] | str) -> str:
+    value = json.dumps(values if isinstance(values, str) else list(values), ensure_ascii=False)
+    return "\n".join([*_doc(doc, ""), f"export const {name} = {value} as const;"]) + "\n"
 
 
 def _order(roots: list[str], components: Mapping[str, Any]) -> list[str]:

@@ -62,6 +62,9 @@ table.runs td.fig.absent { color: #9e9e9e; }
 .badge.inferred { background: #fff3e0; color: #e65100; border: 1px dashed #fb8c00; }
 .badge.core-only { background: #fce4ec; color: #ad1457; border: 1px dashed #ec407a; }
 td.fig .badge.core-only { margin: 0 0 0 4px; }
+.badge.partial { background: #ede7f6; color: #4527a0; border: 1px dashed #7e57c2; cursor: help; }
+td .badge.partial { margin: 0 0 0 4px; }
+.partial-mark { margin-left: 2px; color: #4527a0; font-weight: 600; cursor: help; }
 .badge.layer-local { background: #e0f2f1; color: #00695c; margin-left: 4px; }
 .badge.layer-global { background: #ede7f6; color: #4527a0; margin-left: 4px; }
 td.dense-work { color: #9e9e9e; font-style: italic; }

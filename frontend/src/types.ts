@@ -106,8 +106,10 @@ export interface RunFigures {
   peak_bytes: number;
   /** the SDPA backend that ran, "mixed" across layers, or the implementation found */
   backend: string;
-  /** profiled steps */
+  /** profiled steps (a generation's prefill and decode steps: WorkerSummary.step_count) */
   steps: number;
+  /** per "decode": the decode steps the figures are over */
+  decode_steps: number | null;
   /** the worker the figures come from */
   worker: string;
   /** trace files read: the representative worker is taken from them */
@@ -123,6 +125,8 @@ export interface RunFigures {
   core_only: number;
   /** the worker's trace has memory events (WorkerSummary.memory_recorded); false: no peak */
   memory_recorded: boolean;
+  /** WorkerSummary.device_partial: the figures are CPU time, device time partial */
+  device_partial: boolean;
 }
 
 /** How far one per-step figure's steps were apart (analysis/spread.py, docs/summary.md). */
@@ -200,6 +204,8 @@ export interface WorkerSummary {
   memory_recorded: boolean;
   /** a serving engine's batches (analysis/batch.py), where annotated */
   serving: ServingBatch | null;
+  /** attention kernels missing (graph capture): device time partial (analysis/clock.py) */
+  device_partial: boolean;
 }
 
 export interface LayerStats {
@@ -540,6 +546,8 @@ export interface Roofline {
   note: string;
   /** every layer's forward attention as one point */
   attention: Roof | null;
+  /** the point leaves out phases captured into a CUDA/HIP graph (ran no kernel here) */
+  partial: boolean;
 }
 
 /**
@@ -951,8 +959,9 @@ export interface CompareRun {
   alloc_bytes: number | null;
   peak_bytes: number | null;
   sxs_bytes: number;
+  /** the forward pass's, per step */
   flops: number;
-  flops_per_s: number;
+  flops_per_s: number | null;
   ops_per_forward: number;
   kernels_per_forward: number;
   /** summed over layers, per step */
@@ -979,6 +988,10 @@ export interface CompareRun {
   decode: CompareDecode | null;
   /** the run's peaks and its attention's point (summary "roofline") */
   roofline: Roofline | null;
+  /** "device" or "cpu": the clock the run is judged by (analysis/clock.py) */
+  clock: string;
+  /** WorkerSummary.device_partial: judged by CPU time, its device time partial */
+  device_partial: boolean;
 }
 
 export interface ComparePhase {
@@ -1018,7 +1031,7 @@ export interface CompareRatio {
   alloc_bytes: number | null;
   peak_bytes: number | null;
   flops_per_s: number | null;
-  decode_us_per_token: number | null;
+  decode_us_per_step: number | null;
 }
 
 /**
@@ -1039,7 +1052,7 @@ export interface TimeVerdict {
 /** A generation run's decode steps, per step (one token per sequence), on the run's clock. */
 export interface CompareDecode {
   /** attention time per decode step */
-  us_per_token: number;
+  us_per_step: number;
   /** the whole step's wall time */
   step_us: number;
   /** attention time of the prefill step */
@@ -1054,7 +1067,7 @@ export interface CompareDecode {
   kv_bytes: number;
   /** the cache at the last decode step, one layer */
   kv_bytes_per_layer: number;
-  launches_per_token: number;
+  launches_per_step: number;
 }
 
 export interface CompareError {
@@ -1246,3 +1259,6 @@ export interface Routes {
 
 /** The phases a derived head gets no share of (scopes.py `UNSPLIT_PHASES`): summary.py `_heads` splits only the others. */
 export const UNSPLIT_PHASES = ["qkv_proj", "out_proj", "comm", "other"] as const;
+
+/** Why a run's device figures are partial (analysis/clock.py `PARTIAL_DEVICE`), in the words the CLI and the headline use. */
+export const PARTIAL_DEVICE = "partial device time: some of attention's kernels were captured into a CUDA/HIP graph and did not run in this trace" as const;

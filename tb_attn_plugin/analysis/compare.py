@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from tb_attn_plugin.analysis.clock import attention_rate, clock_of, on_device
 from tb_attn_plugin.analysis.configs import (
     config,
     config_key,
@@ -49,7 +50,7 @@ __all__ = ["UNPAIRED", "BaselineError", "compare", "decode_facts", "like_key", "
            "time_verdict"]
 
 _RATIO_KEYS = ("attention_cpu_us", "attention_device_us", "alloc_bytes", "peak_bytes", "flops_per_s",
-               "decode_us_per_token")
+               "decode_us_per_step")
 #: What compare's groups may differ in: the implementation, and for generation the KV cache's kind
 #: and heads (MHA against GQA, static against dynamic: what generation runs are compared for).
 _COMPARED = ("impl", "kv_cache", "kv_heads")
@@ -82,7 +83,6 @@ def run_facts(run: RunSummary) -> CompareRun:
     for name, roof in phase_roofs(w).items():
         phases[name].roof = roof
     flops = sum(layer.flops for layer in w.layers)
-    busy = w.attention_device_us or w.attention_cpu_us
     seq = cfg.get("seq")
     return CompareRun(
         run=run.run,
@@ -94,7 +94,8 @@ def run_facts(run: RunSummary) -> CompareRun:
         alloc_bytes=sum(layer.alloc_bytes for layer in w.layers) if w.memory_recorded else None,
         peak_bytes=max((layer.peak_bytes for layer in w.layers), default=0) if w.memory_recorded else None,
         sxs_bytes=sum(layer.sxs_bytes for layer in w.layers),
-        flops=flops, flops_per_s=flops / (busy * 1e-6) if busy > 0 else 0.0,
+        flops=flops, flops_per_s=attention_rate(w),  # work and time of the same kernels (analysis/clock.py)
+        clock=clock_of(w), device_partial=w.device_partial,
         ops_per_forward=ops / calls if calls else 0.0,
         kernels_per_forward=kernels / calls if calls else 0.0,
         phases=phases,
@@ -104,7 +105,7 @@ def run_facts(run: RunSummary) -> CompareRun:
         findings=list(dict.fromkeys(f.id for f in w.findings)),  # each id once, as its chips
         finding_chips=_chips(w),
         ratio=CompareRatio(**dict.fromkeys(_RATIO_KEYS)),
-        attention_spread=w.spread.get("attention_device_us" if w.attention_device_us > 0 else "attention_cpu_us"),
+        attention_spread=w.spread.get("attention_device_us" if on_device(w) else "attention_cpu_us"),
         decode=decode_facts(w),
         roofline=w.roofline,
     )
@@ -210,8 +211,7 @@ def model_signature(run: RunSummary) -> str:
 def time_verdict(baseline: RunSummary, run: RunSummary) -> TimeVerdict | None:
     """``run``'s attention time against ``baseline``'s as far as the two can tell (``repeats.judge``),
     on the clock both have."""
-    clock: Clock = "device" if all(any(w.attention_device_us > 0 for w in r.workers) for r in (baseline, run)) \
-        else "cpu"
+    clock: Clock = "device" if all(any(on_device(w) for w in r.workers) for r in (baseline, run)) else "cpu"
     j = judge(baseline, run, clock)
     if j is None:
         return None
@@ -220,8 +220,8 @@ def time_verdict(baseline: RunSummary, run: RunSummary) -> TimeVerdict | None:
 
 
 def _ratio_value(f: CompareRun, key: str) -> float | None:
-    if key == "decode_us_per_token":
-        return f.decode.us_per_token if f.decode is not None else None
+    if key == "decode_us_per_step":
+        return f.decode.us_per_step if f.decode is not None else None
     value = getattr(f, key)
     return None if value is None else float(value)
 
@@ -233,12 +233,12 @@ def decode_facts(w: WorkerSummary) -> CompareDecode | None:
         return None
     decode = [t for t in g.tokens if t.role == "decode"]
     return CompareDecode(
-        us_per_token=g.decode.attention_us, step_us=g.decode.step_us,
+        us_per_step=g.decode.attention_us, step_us=g.decode.step_us,
         prefill_us=g.prefill.attention_us if g.prefill is not None else None,
         context=sum(t.context for t in decode) / len(decode) if decode else 0.0, kv_cache=g.kv_cache,
         kv_heads=g.kv_heads, read_bytes_per_token=g.read_bytes_per_token, kv_bytes=g.decode.kv_bytes,
         kv_bytes_per_layer=g.kv_bytes_per_layer,
-        launches_per_token=g.decode.launches)
+        launches_per_step=g.decode.launches)
 
 
 def headlines(runs: list[RunSummary], facts: list[CompareRun]) -> list[Headline]:
@@ -257,7 +257,7 @@ def headlines(runs: list[RunSummary], facts: list[CompareRun]) -> list[Headline]
     # Groups apart in a field the label does not name (static against dynamic caches) read apart.
     labels = distinct_labels([m[0][0] for m in compared], but=("impl",))
     for members, label in zip(compared, labels, strict=True):
-        device = all(f.attention_device_us > 0 for _, f, _ in members)
+        device = all(f.clock == "device" for _, f, _ in members)
         time = _device_time if device else _cpu_time
         cfg, best, best_run = min(members, key=lambda m: (time(m[1]), m[1].run))
         names = [f.impl or f.run for _, f, _ in members]

@@ -12,6 +12,7 @@ of a one-worker run show the same numbers.
 
 from __future__ import annotations
 
+from tb_attn_plugin.analysis.clock import on_device
 from tb_attn_plugin.analysis.spread import representative_worker, spread
 from tb_attn_plugin.types.schema import RunSummary
 from tb_attn_plugin.types.views import RunFigures
@@ -27,7 +28,7 @@ def run_figures(run: RunSummary) -> RunFigures | None:
     if not any(w.layers for w in run.workers):
         return None
     w = representative_worker(run)
-    device = w.attention_device_us > 0
+    device = on_device(w)
     core_only = sum(layer.core_only for layer in w.layers)
     per_step = [s.attention_device_us if device else s.attention_cpu_us for s in w.per_step]
     g = w.generation
@@ -39,10 +40,11 @@ def run_figures(run: RunSummary) -> RunFigures | None:
             attention_min_us=min(decode), attention_max_us=max(decode),
             attention_share=w.attention_share_device if g.clock == "device" else w.attention_share_cpu,
             peak_bytes=max((layer.peak_bytes for layer in w.layers), default=0), backend=w.backend,
-            steps=len(decode), worker=w.worker, workers=len(run.workers), unreadable=len(run.errors),
+            steps=w.step_count, decode_steps=len(decode), worker=w.worker, workers=len(run.workers),
+            unreadable=len(run.errors),
             attention_spread=spread(decode) if len(decode) > 1 else None, per="decode",
             prefill_us=g.prefill.attention_us if g.prefill is not None else None, core_only=core_only,
-            memory_recorded=w.memory_recorded)
+            memory_recorded=w.memory_recorded, device_partial=w.device_partial)
     return RunFigures(
         clock="device" if device else "cpu",
         attention_us=w.attention_device_us if device else w.attention_cpu_us,
@@ -58,4 +60,5 @@ def run_figures(run: RunSummary) -> RunFigures | None:
         attention_spread=w.spread.get("attention_device_us" if device else "attention_cpu_us"),
         core_only=core_only,
         memory_recorded=w.memory_recorded,
+        device_partial=w.device_partial,
     )

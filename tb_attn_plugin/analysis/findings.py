@@ -20,6 +20,7 @@ from collections.abc import Iterable
 import numpy as np
 
 from tb_attn_plugin.analysis.analyze import Analysis
+from tb_attn_plugin.analysis.clock import attention_us
 from tb_attn_plugin.analysis.generation_findings import GENERATION_RULES
 from tb_attn_plugin.analysis.op_findings import OP_RULES
 from tb_attn_plugin.analysis.quant_findings import QUANT_RULES
@@ -29,14 +30,13 @@ from tb_attn_plugin.analysis.sparse_findings import SPARSE_RULES
 from tb_attn_plugin.analysis.spread import median
 from tb_attn_plugin.analysis.wording import attention, core_only_note, count, duration, layer_list, number, pct, size
 from tb_attn_plugin.trace.kineto import Kind
-from tb_attn_plugin.types.schema import Evidence, Finding, WorkerSummary
+from tb_attn_plugin.types.schema import SEVERITIES, Evidence, Finding, WorkerSummary, finding_order
 from tb_attn_plugin.vocab.backends import UNFUSED_BACKENDS, Backend
 from tb_attn_plugin.vocab.ops import FUSED_BLOCK_OPS
 from tb_attn_plugin.vocab.scopes import OTHER, PREFIX
 
 __all__ = ["IMPL_BACKENDS", "SEVERITIES", "Evidence", "Finding", "find"]
 
-SEVERITIES = ("high", "medium", "low", "info")
 #: Backends each runner implementation may legitimately end up on (``docs/runner.md``); "sdpa"
 #: lets PyTorch choose, so it expects nothing. The keys are the runner's ``--impl`` names, not backends.
 IMPL_BACKENDS: dict[str, tuple[Backend, ...]] = {
@@ -61,7 +61,7 @@ SHARE_NOTABLE = 0.5  # share-of-step is "low" rather than "info" from here
 OTHER_SHARE = 0.2  # a layer with more of its block's time than this in no phase gets a note
 
 def find(analysis: Analysis, summary: WorkerSummary, *, metadata: dict[str, object] | None = None) -> list[Finding]:
-    """Every rule's findings on one trace, ordered by severity, id and layers."""
+    """Every rule's findings on one trace, in ``finding_order``."""
     if not summary.layers:
         return []
     t = RuleQuery(analysis.events, analysis.attr, summary, metadata or {})
@@ -71,7 +71,7 @@ def find(analysis: Analysis, summary: WorkerSummary, *, metadata: dict[str, obje
         out.extend(rule(t))
     if any(f.id == "decode-dispatch-bound" for f in out):  # the same cause, said of decode steps with their figures
         out = [f for f in out if f.id != "dispatch-bound"]
-    return sorted(out, key=lambda f: (SEVERITIES.index(f.severity), f.id, f.evidence.layers))
+    return sorted(out, key=finding_order)
 
 
 def _sxs_materialized(t: RuleQuery) -> list[Finding]:
@@ -321,7 +321,8 @@ def _share_of_step(t: RuleQuery) -> list[Finding]:
              for what, share, att, step in shares]
     core = [layer.layer for layer in s.layers if layer.core_only]
     what, note = attention(len(core), len(s.layers)), core_only_note(len(core), len(s.layers))
-    text = (f"{what.capitalize()}, forward and backward over {count(len(s.layers), 'layer', 'layers')}, takes "
+    passes = "forward and backward" if any(x.backward.calls or x.backward.cpu_us for x in s.layers) else "forward"
+    text = (f"{what.capitalize()}, {passes} over {count(len(s.layers), 'layer', 'layers')}, takes "
             + " and ".join(parts) + ".")
     if note:
         text += (f" In {layer_list(core)} only the core was found (an attention op or kernel, or q·kᵀ → softmax → "
@@ -343,7 +344,7 @@ def _share_of_step(t: RuleQuery) -> list[Finding]:
              + (f" ({note})" if note else ""))
     return [new_finding("share-of-step", "low" if top >= SHARE_NOTABLE else "info", title,
                      text, fix, layers=sorted(t.layers), ops=[],
-                     kernels=[], time_us=s.attention_device_us if t.cuda else s.attention_cpu_us, details=details)]
+                     kernels=[], time_us=attention_us(s), details=details)]
 
 # -- formatting -------------------------------------------------------------------------------
 

@@ -27,6 +27,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from tb_attn_plugin.analysis import wording
+from tb_attn_plugin.analysis.clock import on_device
 from tb_attn_plugin.analysis.repeats import Clock, judge
 from tb_attn_plugin.analysis.spread import representative_worker
 from tb_attn_plugin.types.schema import RunSummary, WorkerSummary
@@ -173,7 +174,7 @@ def gate(baseline: RunSummary, candidate: RunSummary, *, max_time: float, max_me
             raise ValueError(f"no attention found in the {name} run {run.run!r}")
     on: Clock
     if clock == "auto":
-        both_device = all(any(w.attention_device_us > 0 for w in r.workers) for r in (baseline, candidate))
+        both_device = all(any(on_device(w) for w in r.workers) for r in (baseline, candidate))
         on = "device" if both_device else "cpu"
     elif clock in ("cpu", "device"):
         on = "device" if clock == "device" else "cpu"

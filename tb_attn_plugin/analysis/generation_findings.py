@@ -131,7 +131,7 @@ def _gqa_opportunity(t: RuleQuery) -> list[Finding]:
         text,
         "Measure it: run tb-attn-run --mode generate with "
         + " and with ".join(f"--kv-heads {n}" for n in sorted(options, reverse=True))
-        + " beside this run, then tb-attn compare the decode time per token.",
+        + " beside this run, then tb-attn compare the decode time per decode step.",
         layers=sorted(t.layers), ops=[], kernels=[], time_us=_per_step(t, g.decode, g.decode.core_us), nbytes=cache,
         details={"kv_heads": g.kv_heads, "query_heads": heads, "cache_bytes_per_token": cache,
                  "bytes_per_kv_head": per_head})]
@@ -214,8 +214,8 @@ def _decode_dispatch_bound(t: RuleQuery) -> list[Finding]:
     text = (f"A decode step runs {count(d.launches, what, what + 's')} of attention ({duration(d.attention_us)} per "
             f"step, {count(d.launches / max(len(t.layers), 1), what, what + 's')} per layer); {why}. At batch "
             f"{g.batch or '?'} and one query per sequence, each launch has little work.")
-    details: dict[str, float | int | str] = {"launches_per_token": d.launches, "us_per_launch": per_launch,
-                                             "attention_us_per_token": d.attention_us}
+    details: dict[str, float | int | str] = {"launches_per_step": d.launches, "us_per_launch": per_launch,
+                                             "attention_us_per_step": d.attention_us}
     if busy is not None:
         details["device_busy_share"] = busy
     fix = ("Cut the per-token launches: capture the decode step once and replay it (CUDA graphs, or "

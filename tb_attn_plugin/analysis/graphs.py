@@ -43,6 +43,9 @@ class GraphUse(NamedTuple):
     captured: tuple[int, ...]
     device_share_known: bool
     captured_phases: frozenset[tuple[int, str]] = frozenset()  # (layer, phase) captured, and never replayed here
+    #: Attention kernels the trace lacks (captured, never replayed here) or holds on no layer (a replay's
+    #: kernels placed nowhere): attention's device time is partial (``WorkerSummary.device_partial``).
+    attention_partial: bool = False
 
 
 def graph_use(events: Events, attr: Attribution) -> GraphUse:
@@ -99,7 +102,7 @@ def graph_use(events: Events, attr: Attribution) -> GraphUse:
         replayed = sorted({int(x) for x in attr.layer[rows].tolist() if x >= 0})
         notes.append(_replay_note(attr, n_replays, what, replayed, set(captured), unplaced))
     phases = frozenset((int(layer), PHASES[int(code)]) for layer, code in hidden if code >= 0)
-    return GraphUse(tuple(notes), tuple(captured), known, phases)
+    return GraphUse(tuple(notes), tuple(captured), known, phases, attention_partial=bool(phases) or unplaced > 0)
 
 
 def _captured_note(events: Events, attr: Attribution, launched: np.ndarray, inside: np.ndarray,

@@ -19,11 +19,10 @@ from collections.abc import Mapping
 
 import msgspec
 
-from tb_attn_plugin.analysis.findings import SEVERITIES
 from tb_attn_plugin.analysis.flops import causal_fraction
 from tb_attn_plugin.analysis.query import new_finding
 from tb_attn_plugin.analysis.wording import duration, pct
-from tb_attn_plugin.types.schema import AttnStats, Finding, HeadAttention, RunSummary, WorkerSummary
+from tb_attn_plugin.types.schema import AttnStats, Finding, HeadAttention, RunSummary, WorkerSummary, finding_order
 from tb_attn_plugin.vocab.backends import UNFUSED_BACKENDS
 from tb_attn_plugin.vocab.masks import MaskSpec, kept_pairs
 from tb_attn_plugin.vocab.scopes import CORE_PHASES
@@ -197,7 +196,7 @@ def with_attn_stats(summary: RunSummary, stats: AttnStats) -> RunSummary:
         kept = [f for f in w.findings if f.id != "local-heads"]
         if found is not None or len(kept) != len(w.findings):
             findings = sorted(kept + ([found] if found is not None else []),
-                              key=lambda f: (SEVERITIES.index(f.severity), f.id, f.evidence.layers))
+                              key=finding_order)
             w = msgspec.structs.replace(w, findings=findings)
         workers.append(w)
     return msgspec.structs.replace(summary, attn_stats=stats, workers=workers)

@@ -9,10 +9,10 @@ it), it speaks of the attention core, and where some are, it says how many.
 
 from __future__ import annotations
 
-from tb_attn_plugin.analysis.findings import SEVERITIES
+from tb_attn_plugin.analysis.clock import on_device
 from tb_attn_plugin.analysis.wording import attention as attention_noun
-from tb_attn_plugin.analysis.wording import core_only_note, duration
-from tb_attn_plugin.types.schema import Finding, WorkerSummary
+from tb_attn_plugin.analysis.wording import core_only_note, duration, spread_words
+from tb_attn_plugin.types.schema import Finding, WorkerSummary, finding_order
 
 __all__ = ["headline"]
 
@@ -29,7 +29,7 @@ def headline(w: WorkerSummary) -> str:
     if not w.layers:
         return ""
     # No device share where graphs hid the kernels (``analysis.graphs``): judged by CPU time.
-    device = w.device != "cpu" and w.attention_device_us > 0 and w.attention_share_device is not None
+    device = on_device(w) and w.attention_share_device is not None
     clock = "device" if device else "CPU"
     attention = w.attention_device_us if device else w.attention_cpu_us
     step = w.step_device_us if device else w.step_cpu_us
@@ -60,13 +60,20 @@ def headline(w: WorkerSummary) -> str:
             + ", ".join(f"{name} {t / attention:.0%}" for name, t in top)
     spread = w.spread.get("attention_device_us" if device else "attention_cpu_us")
     if spread is not None and spread.noisy:
-        parts.append(f"Its steps ranged {duration(spread.lo)} to {duration(spread.hi)} ({spread.steps} steps): "
+        parts.append(f"Its steps {spread_words(spread.lo, spread.hi, spread.kind, spread.steps)}: "
                      "noisy, so profile more steps before comparing")
+    if w.device_partial:
+        parts.append(f"Its device time is partial: {duration(w.attention_device_us)} of attention's kernels ran in "
+                     "this trace, the rest were captured into a CUDA/HIP graph and did not run, so it is judged by CPU "
+                     "time")
     finding = top_finding(w.findings)
     if finding is not None and finding.evidence.time_us > 0:
         t = finding.evidence.time_us
         of = f"{what}'s forward and backward time" if both else what
-        parts.append(f"Top finding ({finding.severity}): {finding.title.rstrip('.')}, in {duration(t)} per step "
+        # A generation's findings quote decode steps; the headline's figures are means over every profiled step.
+        per = "per step" if w.generation is None or w.generation.decode is None else \
+            f"per profiled step (the mean of {w.step_count}, prefill included)"
+        parts.append(f"Top finding ({finding.severity}): {finding.title.rstrip('.')}, in {duration(t)} {per} "
                      f"({min(t / attention, 1.0):.0%} of {of}): the most a fix can save")
     elif finding is not None:
         parts.append(f"Top finding ({finding.severity}): {finding.title}")
@@ -74,8 +81,6 @@ def headline(w: WorkerSummary) -> str:
 
 
 def top_finding(findings: list[Finding]) -> Finding | None:
-    """The most severe finding that asks for a change (not ``info``), the most time first."""
-    actionable = [f for f in findings if f.severity != "info"]
-    if not actionable:
-        return None
-    return min(actionable, key=lambda f: (SEVERITIES.index(f.severity), -f.evidence.time_us, f.id))
+    """The first finding that asks for a change (not ``info``) in ``finding_order``: the most
+    severe, the most time first; the first such in the list the views show."""
+    return min((f for f in findings if f.severity != "info"), key=finding_order, default=None)

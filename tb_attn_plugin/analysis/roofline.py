@@ -24,12 +24,20 @@ from dataclasses import dataclass
 import msgspec
 
 from tb_attn_plugin.analysis.batch import decode_roof
-from tb_attn_plugin.analysis.findings import SEVERITIES
 from tb_attn_plugin.analysis.overview import headline
 from tb_attn_plugin.analysis.peaks import Peaks, with_overrides
 from tb_attn_plugin.analysis.query import new_finding
 from tb_attn_plugin.analysis.wording import attention, core_only_note, duration, layer_list, number, pct, share, size
-from tb_attn_plugin.types.schema import Finding, GenerationPhase, LayerStats, PhaseStats, Roof, Roofline, WorkerSummary
+from tb_attn_plugin.types.schema import (
+    Finding,
+    GenerationPhase,
+    LayerStats,
+    PhaseStats,
+    Roof,
+    Roofline,
+    WorkerSummary,
+    finding_order,
+)
 from tb_attn_plugin.vocab.scopes import FUSED_PHASES, OTHER, UNFUSED_CORE_PHASES, Phase
 
 __all__ = ["FAR_SHARE", "FAR_TIME_SHARE", "SCORE_TRAFFIC_PHASES", "VERDICTS", "far_from_roof", "peaks_of",
@@ -150,12 +158,12 @@ def with_roofline(summary: WorkerSummary, peaks: Peaks) -> WorkerSummary:
     roofline = Roofline(
         device=peaks.device, source=peaks.source, clock="device" if device else "cpu",
         peak_flops={k: float(v) for k, v in peaks.flops.items()}, peak_bytes_per_s=peaks.bytes_per_s,
-        launch_us=peaks.launch_us, note=note, attention=whole) if layers else None
+        launch_us=peaks.launch_us, note=note, attention=whole,
+        partial=device and any(p.captured for x in layers for p in x.phases)) if layers else None
     serving = decode_roof(summary.serving, layers, peaks.bytes_per_s) if summary.serving is not None else None
     out = replace(summary, layers=layers, generation=g, roofline=roofline, serving=serving)
     kept = [f for f in summary.findings if f.id != "far-from-roof"]
-    out = replace(out, findings=sorted(kept + far_from_roof(out),
-                                       key=lambda f: (SEVERITIES.index(f.severity), f.id, f.evidence.layers)))
+    out = replace(out, findings=sorted(kept + far_from_roof(out), key=finding_order))
     return replace(out, headline=headline(out))
 
 

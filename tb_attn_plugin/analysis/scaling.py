@@ -1,6 +1,6 @@
 """How cost scales with the sequence length: runs that differ only in it, as series, with a
 power-law fit a·Sᵏ of attention time and memory (``spread.fit_power``), and for generation runs
-decode time per token against the context. Pure, over ``RunSummary`` objects; returns the route's
+decode time per decode step against the context. Pure, over ``RunSummary`` objects; returns the route's
 body (``ScalingFits``, ``docs/http_api.md``)."""
 
 from __future__ import annotations
@@ -41,15 +41,15 @@ def scaling(runs: list[RunSummary]) -> ScalingFits:
             continue
         f = run_facts(run)
         if f.decode is not None and f.decode.context > 0:
-            # A generation: decode time per token against the context it attends, and the KV cache
+            # A generation: decode time per decode step against the context it attends, and the KV cache
             # (every layer) against it; runs that differ in their prompt make the series.
             groups.setdefault(config_key(cfg, but=("seq", "prompt_len")), []).append(ScalingPoint(
-                seq=round(f.decode.context), run=run.run, time_us=f.decode.us_per_token,
+                seq=round(f.decode.context), run=run.run, time_us=f.decode.us_per_step,
                 alloc_bytes=f.decode.kv_bytes, peak_bytes=f.peak_bytes))
             continue
         key = config_key(cfg, but="seq")
         groups.setdefault(key, []).append(ScalingPoint(
-            seq=seq, run=run.run, time_us=f.attention_device_us or f.attention_cpu_us,
+            seq=seq, run=run.run, time_us=f.attention_device_us if f.clock == "device" else f.attention_cpu_us,
             alloc_bytes=f.alloc_bytes, peak_bytes=f.peak_bytes,
         ))
     series = []

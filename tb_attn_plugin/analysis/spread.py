@@ -23,6 +23,7 @@ from typing import TypeVar
 
 import numpy as np
 
+from tb_attn_plugin.analysis.clock import on_device
 from tb_attn_plugin.types.schema import Fit, RunSummary, Spread, WorkerSummary
 
 __all__ = ["IQR_MIN_STEPS", "MIN_FIT_QUALITY_POINTS", "NOISY", "fit_power", "lower_middle", "median", "median_low",
@@ -81,7 +82,7 @@ def representative_of(workers: Sequence[WorkerSummary]) -> WorkerSummary:
     """``representative_worker`` of these traces (one repeat's, say). Raises ValueError for none."""
     if not workers:
         raise ValueError("no traces")
-    device = any(w.device == "cuda" for w in workers)
+    device = any(on_device(w) for w in workers)
     measured = [w for w in workers if w.layers] or list(workers)
     return lower_middle(sorted(measured, key=lambda w: (
         w.attention_device_us if device else w.attention_cpu_us,

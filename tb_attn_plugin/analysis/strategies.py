@@ -22,6 +22,7 @@ import json
 import math
 from typing import Any
 
+from tb_attn_plugin.analysis.clock import on_device
 from tb_attn_plugin.analysis.compare import time_verdict
 from tb_attn_plugin.analysis.configs import APPROXIMATE_BACKENDS, LINEAR_BACKENDS, config, text
 from tb_attn_plugin.analysis.quant_findings import quant_share
@@ -179,7 +180,7 @@ def _row(run: RunSummary, cfg: dict[str, Any], device: bool) -> StrategyRow:
 
 def _group(members: list[tuple[RunSummary, dict[str, Any]]], baseline: str | None, rel_tol: float,
            loss_tol: float) -> StrategyGroup:
-    device = all(representative_worker(r).attention_device_us > 0 for r, _ in members)
+    device = all(on_device(representative_worker(r)) for r, _ in members)
     rows = sorted((_row(r, cfg, device) for r, cfg in members), key=lambda x: (x.strategy, x.seq, x.run))
     names = sorted({x.strategy for x in rows})
     exact = sorted({x.strategy for x in rows if x.exact})

@@ -257,6 +257,7 @@ class _Summarizer:
             diagnostics=fold_diagnostics(self.diag), notes=notes,
             rank=rank, world_size=world_size, collectives=found,
             serving=serving_batch(ev, a.step, self.steps, len(layer_stats)),
+            device_partial=has_device and bool(layer_stats) and graphs.attention_partial,
         )
 
     def _trace_span(self) -> float:

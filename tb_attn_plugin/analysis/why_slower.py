@@ -5,6 +5,7 @@ that grew, the dispatch count (``CompareRun.why_slower``).
 
 from __future__ import annotations
 
+from tb_attn_plugin.analysis.clock import on_device
 from tb_attn_plugin.analysis.configs import config, config_key
 from tb_attn_plugin.analysis.spread import representative_worker
 from tb_attn_plugin.analysis.wording import duration
@@ -48,7 +49,7 @@ def why_slower(run: RunSummary, base: RunSummary) -> list[str]:
     attention implementation, read from both traces: the backend that ran, forward against
     backward, the parts that grew, the dispatch count. Empty when it is not slower."""
     w, b = representative_worker(run), representative_worker(base)
-    device = w.attention_device_us > 0 and b.attention_device_us > 0
+    device = on_device(w) and on_device(b)
     what = "device" if device else "CPU"
 
     def fwd_bwd(x: WorkerSummary) -> tuple[float, float]:

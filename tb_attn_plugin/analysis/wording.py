@@ -57,6 +57,14 @@ def number(x: float) -> str:
     return f"{x:.1f}".removesuffix(".0")
 
 
+def spread_words(lo: float, hi: float, kind: str, steps: int) -> str:
+    """A per-step figure's spread (``Spread``) as a sentence's verb phrase, saying which spread it is:
+    "ranged 28.4 ms to 35.1 ms over 6 steps" (every step), "had an interquartile range of 28.4 ms to
+    35.1 ms over 12 steps" (from 8 steps: the middle half)."""
+    what = "had an interquartile range of" if kind == "iqr" else "ranged"
+    return f"{what} {duration(lo)} to {duration(hi)} over {steps} steps"
+
+
 def count(x: float, one: str, many: str) -> str:
     """``'1 copy'``, ``'2.5 copies'``."""
     return f"{number(x)} {one if x == 1 else many}"

@@ -105,11 +105,13 @@ def compare_table(result: Comparison, scale: ScalingFits) -> str:
     rows = []
     for f in result.runs:
         r = f.ratio
-        t = f.attention_device_us or f.attention_cpu_us
-        t_ratio = r.attention_device_us if f.attention_device_us else r.attention_cpu_us
+        device = f.clock == "device"
+        t = f.attention_device_us if device else f.attention_cpu_us
+        t_ratio = r.attention_device_us if device else r.attention_cpu_us
         undecided = f.time_verdict is not None and not f.time_verdict.decided
         rows.append((f.run + (" *" if f.baseline == f.run else ""), str(f.impl or "-"), str(f.seq or "-"),
-                     str(f.dtype or "-"), f.backend, ms_text(t), spread_text(f.attention_spread),
+                     str(f.dtype or "-"), f.backend, ms_text(t) + (" partial" if f.device_partial else ""),
+                     spread_text(f.attention_spread),
                      ("≈" if undecided and t_ratio is not None else "") + ratio_text(t_ratio),
                      mib_text(f.alloc_bytes), ratio_text(r.alloc_bytes),
                      mib_text(f.peak_bytes), ratio_text(r.peak_bytes), si_text(f.flops_per_s),
@@ -124,7 +126,9 @@ def compare_table(result: Comparison, scale: ScalingFits) -> str:
     lines += [f"baseline: {result.baseline}; ratios only within groups of like-for-like runs (same model, sizes, "
               "seq, dtype, mode, parallel layout), against the run marked * in each (the baseline's implementation "
               "there, else the group's first by name)",
-              "time is device time where there is some, else CPU; means per step; ~ marks a time whose steps "
+              "time is device time where all of attention's kernels ran in the trace, else CPU (a trace whose "
+              "kernels were partly captured into a CUDA/HIP graph is on CPU time, marked 'partial'); means per "
+              "step; ~ marks a time whose steps "
               "spread over 20% of their median; ≈ a time ratio the two runs cannot tell from drift between runs "
               "(one run each: profile with --repeats 3); FLOP/B, % roof, bound: attention's forward under the "
               "roofline, on device time or, on a CPU, CPU self time (tb-attn summarize shows the peaks and each "
@@ -221,6 +225,7 @@ def _noisy_ms(us: float, spreads: dict[str, Spread], key: str) -> str:
 
 
 def summary_table(summaries: Sequence[RunSummary]) -> str:
+    from tb_attn_plugin.analysis.clock import PARTIAL_DEVICE, clock_of  # lazy: `--help` loads no analysis
     from tb_attn_plugin.cli.report_generation import (
         generation_lines,  # lazy: `--help` loads no analysis
     )
@@ -249,11 +254,12 @@ def summary_table(summaries: Sequence[RunSummary]) -> str:
                          f"{worker.step_count} step(s)"
                          + (", inferred (no tb-attn scopes)" if worker.inferred else "")
                          + ("" if worker.memory_recorded else f", {wording.MEMORY_NOT_RECORDED}")
-                         + (f", {what} {share:.1%} of {where} step time" if share is not None else ""))
+                         + (f", {what} {share:.1%} of {where} step time" if share is not None else "")
+                         + (f"; {PARTIAL_DEVICE}" if worker.device_partial else ""))
             if worker.headline:
                 lines.extend(textwrap.wrap(printable(worker.headline), width=100, initial_indent="  ",
                                            subsequent_indent="  "))
-            clock = "device" if "attention_device_us" in worker.spread else "cpu"
+            clock = clock_of(worker)
             spread = worker.spread.get(f"attention_{clock}_us")
             if spread is not None:
                 lines.append(f"  {what} {clock} time per step: mean "
@@ -281,15 +287,17 @@ def summary_table(summaries: Sequence[RunSummary]) -> str:
                                  _noisy_ms(ph.backward.device_us, sp, "bwd_device_us")))
                     label = ""
                 sp = layer.spread
+                part = "*" if any(p.captured for p in layer.phases) else ""  # some phase ran no kernel here
                 rows.append(("", f"= {layer.backend}", f"{layer.calls:g}", _noisy_ms(layer.cpu_us, sp, "cpu_us"),
-                             _noisy_ms(layer.device_us, sp, "device_us"),
+                             _noisy_ms(layer.device_us, sp, "device_us") + part,
                              si_text(layer.flops), si_text(layer.flops_per_s), mib_text(layer.alloc_bytes),
                              mib_text(layer.peak_bytes), mib_text(layer.sxs_bytes), _noisy_ms(layer.backward.cpu_us, sp,
                                                                                       "bwd_cpu_us"),
                              _noisy_ms(layer.backward.device_us, sp, "bwd_device_us")))
             total_flops = sum(layer.flops for layer in worker.layers)
             rows.append(("total", "", "", ms_text(sum(layer.cpu_us for layer in worker.layers)),
-                         ms_text(sum(layer.device_us for layer in worker.layers)), si_text(total_flops), "",
+                         ms_text(sum(layer.device_us for layer in worker.layers))
+                         + ("*" if worker.device_partial else ""), si_text(total_flops), "",
                          mib_text(sum(layer.alloc_bytes for layer in worker.layers)), "",
                          mib_text(sum(layer.sxs_bytes for layer in worker.layers)),
                          ms_text(sum(layer.backward.cpu_us for layer in worker.layers)),
@@ -300,7 +308,9 @@ def summary_table(summaries: Sequence[RunSummary]) -> str:
             lines.append(fmt.format(*header))
             lines.extend(fmt.format(*r) for r in cells)
             lines.append(f"  (means per step over {worker.step_count} step(s); ~ = the steps spread over 20% of "
-                         "their median; bwd = backward work attributed through autograd sequence numbers)")
+                         "their median; bwd = backward work attributed through autograd sequence numbers"
+                         + ("; * = partial: phases captured into a CUDA/HIP graph ran no kernel here, - = none" if
+                            worker.device_partial else "") + ")")
             lines.extend(roofline_lines(worker))
             lines.extend(findings_lines(worker.findings))
             lines.append("")

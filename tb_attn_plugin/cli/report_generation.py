@@ -110,7 +110,7 @@ def tokens_csv(summaries: Sequence[RunSummary]) -> str:
 
 
 def compare_decode_lines(result: Comparison) -> list[str]:
-    """Compare's table of decode cost per token, for the runs that are generations."""
+    """Compare's table of decode cost per decode step, for the runs that are generations."""
     runs = [f for f in result.runs if f.decode is not None]
     if not runs:
         return []
@@ -121,9 +121,9 @@ def compare_decode_lines(result: Comparison) -> list[str]:
         d = f.decode
         assert d is not None
         rows.append((f.run + (" *" if f.baseline == f.run else ""), d.kv_cache or "-", str(d.kv_heads or "-"),
-                     f"{d.context:.0f}", duration(d.us_per_token), ratio_text(f.ratio.decode_us_per_token),
+                     f"{d.context:.0f}", duration(d.us_per_step), ratio_text(f.ratio.decode_us_per_step),
                      duration(d.step_us), duration(d.prefill_us) if d.prefill_us is not None else "-",
-                     size(d.read_bytes_per_token), f"{d.launches_per_token:.0f}"))
+                     size(d.read_bytes_per_token), f"{d.launches_per_step:.0f}"))
     cells = table_cells(rows)
     widths = [max(len(r[i]) for r in [header, *cells]) for i in range(len(header))]
     fmt = "  ".join(f"{{:<{wd}}}" if i < 2 else f"{{:>{wd}}}" for i, wd in enumerate(widths))

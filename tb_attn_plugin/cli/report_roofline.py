@@ -47,7 +47,9 @@ def roofline_lines(worker: WorkerSummary) -> list[str]:
     if rl.note and rl.peak_flops and rl.peak_bytes_per_s is not None:
         lines.append(f"  note: {printable(rl.note)}")
     if rl.attention is not None:
-        lines.append(f"  attention: {_roof_text(rl.attention)}")
+        lines.append(f"  attention: {_roof_text(rl.attention)}"
+                     + ("; partial: phases captured into a CUDA/HIP graph ran no kernel here and are left out"
+                        if rl.partial else ""))
     header = ("layer", "phase", "bytes", "FLOP/B", "FLOP/s", "B/s", "ceiling", "% roof", "bound")
     rows = []
     for layer in worker.layers:

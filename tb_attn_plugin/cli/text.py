@@ -85,7 +85,7 @@ def ms_text(us: float) -> str:
     return wording.ms(us) if us else "-"
 
 
-def si_text(x: float, unit: str = "") -> str:
+def si_text(x: float | None, unit: str = "") -> str:
     if not x:
         return "-"
     for factor, prefix in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):

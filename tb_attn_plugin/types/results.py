@@ -35,7 +35,7 @@ class CompareRatio(msgspec.Struct, kw_only=True):
     alloc_bytes: float | None
     peak_bytes: float | None
     flops_per_s: float | None
-    decode_us_per_token: float | None = None
+    decode_us_per_step: float | None = None
 
 
 class TimeVerdict(msgspec.Struct, kw_only=True):
@@ -87,8 +87,10 @@ class CompareRun(msgspec.Struct, kw_only=True):
     alloc_bytes: float | None  # null: the trace recorded no memory (profile_memory=False)
     peak_bytes: int | None
     sxs_bytes: float
-    flops: float
-    flops_per_s: float
+    flops: float  # the forward pass's, per step
+    #: attention's FLOPs (forward and backward) over its time, of the same kernels (analysis/clock.py): on the
+    #: device clock, a phase captured into a graph (no kernel ran) is left out; null without time or work
+    flops_per_s: float | None
     ops_per_forward: float
     kernels_per_forward: float
     phases: dict[str, ComparePhase]  # summed over layers, per step
@@ -106,12 +108,14 @@ class CompareRun(msgspec.Struct, kw_only=True):
     why_slower: list[str] = []  # same model and configuration as its baseline, another impl, slower: why
     decode: CompareDecode | None = None  # a generation's decode steps (summary "generation"), where it has them
     roofline: Roofline | None = None  # the run's peaks and its attention's point (summary "roofline")
+    clock: str = "cpu"  # "device" or "cpu": the clock the run is judged by (analysis/clock.py)
+    device_partial: bool = False  # WorkerSummary.device_partial: judged by CPU time, its device time partial
 
 
 class CompareDecode(msgspec.Struct, kw_only=True):
     """A generation run's decode steps, per step (one token per sequence), on the run's clock."""
 
-    us_per_token: float  # attention time per decode step
+    us_per_step: float  # attention time per decode step
     step_us: float  # the whole step's wall time
     prefill_us: float | None  # attention time of the prefill step
     context: float  # the decode steps' mean context (keys attended)
@@ -120,7 +124,7 @@ class CompareDecode(msgspec.Struct, kw_only=True):
     read_bytes_per_token: float  # K and V attention reads per decode step, all layers
     kv_bytes: float = 0.0  # the KV cache, all layers: mean over the decode steps
     kv_bytes_per_layer: float  # the cache at the last decode step, one layer
-    launches_per_token: float
+    launches_per_step: float
 
 
 class CompareError(msgspec.Struct, kw_only=True):
@@ -178,7 +182,7 @@ class ScalingSeries(msgspec.Struct, kw_only=True):
     time_fit: Fit | None  # null with fewer than two sequence lengths
     memory_fit: Fit | None
     #: "seq": attention time per step and memory allocated against the sequence length; "context": a
-    #: generation's decode attention time per token and its KV cache (all layers) against the context
+    #: generation's decode attention time per decode step and its KV cache (all layers) against the context
     x: str = "seq"
 
 

@@ -133,6 +133,7 @@ class Roofline(msgspec.Struct, kw_only=True, frozen=True):
     launch_us: float  # the per-call floor the latency-bound verdict uses
     note: str = ""  # why there is no peak, or what the peaks are not
     attention: Roof | None = None  # every layer's forward attention as one point
+    partial: bool = False  # the point leaves out phases captured into a CUDA/HIP graph (ran no kernel here)
 
 
 class PhaseStats(msgspec.Struct, kw_only=True, frozen=True):
@@ -331,6 +332,16 @@ class Finding(msgspec.Struct, kw_only=True, frozen=True):
     evidence: Evidence
 
 
+#: A finding's severities, the most severe first; "info" asks for no change.
+SEVERITIES = ("high", "medium", "low", "info")
+
+
+def finding_order(f: Finding) -> tuple[int, float, str, list[int]]:
+    """The order findings are listed in, everywhere: the most severe first, then the most time, so
+    that the first finding that asks for a change is the headline's top finding (``overview``)."""
+    return SEVERITIES.index(f.severity), -f.evidence.time_us, f.id, f.evidence.layers
+
+
 class ServingBatch(msgspec.Struct, kw_only=True, frozen=True):
     """What a serving engine batched, per profiled step, from its iteration annotations
     (analysis/batch.py, docs/production.md): requests and tokens of each kind, and the KV cache."""
@@ -383,6 +394,7 @@ class WorkerSummary(msgspec.Struct, kw_only=True, frozen=True):
     gpu: str | None = None  # device "cuda": the platform and the trace's device name, "ROCm · AMD Instinct MI300X"
     memory_recorded: bool = True  # the trace has memory events (profile_memory=True); false: memory figures read 0
     serving: ServingBatch | None = None  # a serving engine's batches (analysis/batch.py), where annotated
+    device_partial: bool = False  # attention kernels missing (graph capture): device time partial (analysis/clock.py)
 
 
 class FileError(msgspec.Struct, kw_only=True, frozen=True):

@@ -24,7 +24,8 @@ class RunFigures(msgspec.Struct, kw_only=True):
     attention_share: float | None  # attention's share of the step time on ``clock``; null without step time
     peak_bytes: int  # the largest per-layer peak: the rise of allocated memory over a layer's start (Compare's "peak")
     backend: str  # the SDPA backend that ran, "mixed" across layers, or the implementation found
-    steps: int  # profiled steps
+    steps: int  # profiled steps (a generation's prefill and decode steps: WorkerSummary.step_count)
+    decode_steps: int | None = None  # per "decode": the decode steps the figures are over
     worker: str  # the worker the figures come from
     workers: int  # trace files read: the representative worker is taken from them
     unreadable: int  # trace files of the run that could not be read, left out of the figures
@@ -36,6 +37,7 @@ class RunFigures(msgspec.Struct, kw_only=True):
     prefill_us: float | None = None  # a generation's prefill step: its attention time on ``clock``
     core_only: int = 0  # layers of the worker found by their core alone (LayerStats.core_only): figures of the core
     memory_recorded: bool = True  # the worker's trace has memory events (WorkerSummary.memory_recorded); false: no peak
+    device_partial: bool = False  # WorkerSummary.device_partial: the figures are CPU time, device time partial
 
 
 # -- /drilldown -----------------------------------------------------------------------------

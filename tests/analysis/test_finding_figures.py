@@ -22,6 +22,7 @@ import pytest
 from helpers import HAND_TRACES, SHARED_TRACES
 
 from devtools.corpus import TRACES as MODEL_TRACES
+from tb_attn_plugin.analysis.clock import attention_us, on_device
 from tb_attn_plugin.analysis.generation_findings import GQA_GROUP
 from tb_attn_plugin.analysis.heads import local_heads
 from tb_attn_plugin.analysis.overview import top_finding
@@ -508,8 +509,7 @@ CPU_WORK = ("block-mask-rebuilt", "recompiles", "graph-break")
 def _within_attention(f: Finding, w: WorkerSummary) -> Check:
     """``time_us`` is per profiled step on the headline's clock, within attention's time there: the
     headline quotes it as "in X per step (Y% of attention)"."""
-    device = w.device != "cpu" and w.attention_device_us > 0
-    attention = w.attention_device_us if device else w.attention_cpu_us
+    attention = attention_us(w)  # the clock the trace is judged by (analysis/clock.py)
     return ("time_us, at most attention's on the headline's clock", f.evidence.time_us,
             min(f.evidence.time_us, attention))
 
@@ -563,7 +563,7 @@ def headline_problems(w: WorkerSummary) -> list[str]:
     clock the trace is judged by: the device's where it has a device share), forward against
     backward, the largest phases (each named with its denominator), and the top finding's time as
     a share of attention."""
-    device = w.device != "cpu" and w.attention_device_us > 0 and w.attention_share_device is not None
+    device = on_device(w) and w.attention_share_device is not None
     share, att, step = ((w.attention_share_device, w.attention_device_us, w.step_device_us) if device else
                         (w.attention_share_cpu, w.attention_cpu_us, w.step_cpu_us))
     if not w.headline or att <= 0:
@@ -589,14 +589,20 @@ def headline_problems(w: WorkerSummary) -> list[str]:
                     + ", ".join(f"{n} {pct(t / att)}" for n, t in top))
     spread = w.spread.get("attention_device_us" if device else "attention_cpu_us")
     if spread is not None and spread.noisy:
-        want.append(f"Its steps ranged {duration(spread.lo)} to {duration(spread.hi)} ({spread.steps} steps)")
+        # "ranged" for every step's range, "had an interquartile range of" from 8 steps.
+        what = "had an interquartile range of" if spread.kind == "iqr" else "ranged"
+        want.append(f"Its steps {what} {duration(spread.lo)} to {duration(spread.hi)} over {spread.steps} steps")
     finding = top_finding(w.findings)
     if finding is not None and finding.evidence.time_us > 0:
         noun = attention(sum(x.core_only for x in w.layers), len(w.layers))
         of = f"{noun}'s forward and backward time" if both else noun
         t = finding.evidence.time_us
-        want.append(f"Top finding ({finding.severity}): {finding.title.rstrip('.')}, in {duration(t)} per step "
+        # A generation's findings quote decode steps: the headline says its time is the mean of every step.
+        per = "per step" if w.generation is None or w.generation.decode is None else \
+            f"per profiled step (the mean of {w.step_count}, prefill included)"
+        want.append(f"Top finding ({finding.severity}): {finding.title.rstrip('.')}, in {duration(t)} {per} "
                     f"({pct(min(t / att, 1.0))} of {of})")
+        assert finding is next(f for f in w.findings if f.severity != "info"), "the top finding is listed first"
     return [f"headline: expected {x!r}" for x in want if x not in w.headline]
 
 

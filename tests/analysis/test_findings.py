@@ -307,8 +307,8 @@ def test_cpu_dispatch_bound_figures(load: Callable[..., Loaded]) -> None:
 def test_order_types_and_json(load: Callable[..., Loaded]) -> None:
     for source in ("runner:sdpa-math", "hand:findings_gpu_unfused", "hand:findings_cpu_mixed", f"public:{SWITCH}"):
         found = _find(load(source))
-        keys = [(SEVERITIES.index(f.severity), f.id, f.evidence.layers) for f in found]
-        assert keys == sorted(keys)
+        keys = [(SEVERITIES.index(f.severity), -f.evidence.time_us, f.id, f.evidence.layers) for f in found]
+        assert keys == sorted(keys)  # the most severe first, then the most time
         for f in found:
             assert f.id in RULES and f.title and f.explanation and f.suggestion
             assert "\n" not in f.title and len(f.evidence.ops) <= 8 and len(f.evidence.kernels) <= 8

@@ -296,7 +296,7 @@ def test_small_cpu_ops_near_the_dispatch_floor_are_dispatch_bound(base: Base) ->
     """40 ops in 200 µs: 5 µs each, under 50 times the 3 µs default floor (150 µs); no bandwidth known."""
     (f,) = _run(base, "_decode_dispatch_bound", _generation())
     assert (f.id, f.severity) == ("decode-dispatch-bound", "medium")
-    assert f.evidence.details == {"launches_per_token": 40, "us_per_launch": 5.0, "attention_us_per_token": 200}
+    assert f.evidence.details == {"launches_per_step": 40, "us_per_launch": 5.0, "attention_us_per_step": 200}
     assert f.evidence.time_us == 150.0  # 200 µs per decode step * 3 / 4
     assert ("A decode step runs 40 ops of attention (200.0 µs per step, 40 ops per layer); each takes 5.0 µs on "
             "average, within 50 times the 3.0 µs it costs to dispatch one: the time goes to dispatching small ops"
@@ -357,7 +357,7 @@ def test_a_gpu_waiting_on_the_cpu_in_decode_steps_is_dispatch_bound(base: Base) 
     per_step += [StepStats(step=s, cpu_us=1000.0, device_us=300.0, attention_cpu_us=0.0, attention_device_us=0.0)
                  for s in (2, 3, 4)]
     (f,) = _run(base, "_decode_dispatch_bound", _generation(), device="cuda", per_step=per_step)
-    assert f.evidence.details == {"launches_per_token": 40, "us_per_launch": 5.0, "attention_us_per_token": 200,
+    assert f.evidence.details == {"launches_per_step": 40, "us_per_launch": 5.0, "attention_us_per_step": 200,
                                   "device_busy_share": 0.3}
     assert "40 kernels of attention" in f.explanation
     assert "the device is busy 30% of a decode step's 1.00 ms: the GPU waits for the CPU" in f.explanation

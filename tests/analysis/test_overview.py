@@ -71,7 +71,10 @@ def test_headline_says_noisy_and_skips_info_findings() -> None:
     noisy = Spread(median=1000, lo=700, hi=1500, kind="range", steps=5, noisy=True)
     w = _worker(spread={"attention_cpu_us": noisy}, findings=[_finding("share-of-step", "info", 1000)])
     text = headline(w)
-    assert "Its steps ranged 700.0 µs to 1.50 ms (5 steps): noisy" in text and "Top finding" not in text
+    assert "Its steps ranged 700.0 µs to 1.50 ms over 5 steps: noisy" in text and "Top finding" not in text
+    iqr = Spread(median=1000, lo=700, hi=1500, kind="iqr", steps=12, noisy=True)  # from 8 steps: the middle half
+    assert "Its steps had an interquartile range of 700.0 µs to 1.50 ms over 12 steps: noisy" in headline(
+        _worker(spread={"attention_cpu_us": iqr}))
     quiet = Spread(median=1000, lo=950, hi=1050, kind="range", steps=5, noisy=False)
     assert "steps ranged" not in headline(_worker(spread={"attention_cpu_us": quiet}))
     assert headline(_worker(layers=[])) == ""

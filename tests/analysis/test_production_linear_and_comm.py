@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from conftest import attribution_rows
+from analysis_rows import attribution_rows
 from msgspec.structs import replace
 
 from tb_attn_plugin.analysis.analyze import analyze

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from conftest import attribution_rows
+from analysis_rows import attribution_rows
 
 from tb_attn_plugin.analysis import replays
 from tb_attn_plugin.analysis.analyze import analyze

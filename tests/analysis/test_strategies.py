@@ -339,7 +339,7 @@ def test_no_crossover_from_two_lengths_or_noisy_steps(summaries: dict[str, RunSu
 
 def test_one_run_each_claims_no_winner_drift_could_make(summaries: dict[str, RunSummary]) -> None:
     """The same curves with one run a length (no repeats): 15x slower at 512 tokens is within what
-    drift between runs makes (30x), so no below-crossover finding, no crossover claimed, and each
+    drift between runs makes (100x), so no below-crossover finding, no crossover claimed, and each
     speed-up says it is undecided."""
     seqs = (512, 1024, 2048)
     runs = [_synthetic(summaries, "sdpa", s, 1e-3 * s * s, 0.0) for s in seqs]

@@ -168,8 +168,8 @@ def test_generation_view_matches_the_engine(generation_ui: TensorBoard, logdir: 
     for testid, text in (
         ("gen-kv-per-layer", fmt_bytes(g.kv_bytes_per_layer)),
         ("gen-kv-per-head", fmt_bytes(g.kv_bytes_per_head)),
-        ("gen-kv-growth", f"{fmt_bytes(g.kv_bytes_per_token)} / token"),
-        ("gen-read", f"{fmt_bytes(g.read_bytes_per_token)} / token"),
+        ("gen-kv-growth", f"{fmt_bytes(g.kv_bytes_per_token)} / decode step"),
+        ("gen-read", f"{fmt_bytes(g.read_bytes_per_token)} / decode step"),
         ("gen-bandwidth", f"{fmt_bytes(g.achieved_bytes_per_s)}/s"),
     ):
         expect(frame.get_by_test_id(testid).locator("b")).to_have_text(text)
@@ -310,17 +310,17 @@ def test_compare_shows_decode_per_token(generation_ui: TensorBoard, logdir: Path
     frame = open_tab(page, generation_ui.url)
     _compare(frame, runs)
     table = frame.get_by_test_id("compare-table")
-    expect(table.locator("thead")).to_contain_text("decode / token")
+    expect(table.locator("thead")).to_contain_text("decode / step")
     expect(table.locator("thead")).to_contain_text("KV cache")
     for r in want.runs:
         assert r.decode is not None
         row = table.locator("tr", has=frame.get_by_role("link", name=r.run, exact=True)).first
         decode = row.locator("td.decode")
         if r.run == want.baseline:
-            expect(decode).to_have_text(fmt_us(r.decode.us_per_token))
+            expect(decode).to_have_text(fmt_us(r.decode.us_per_step))
         else:
-            assert r.ratio.decode_us_per_token is not None
-            expect(decode).to_have_text(f"{fmt_us(r.decode.us_per_token)} {fmt_ratio(r.ratio.decode_us_per_token)}")
+            assert r.ratio.decode_us_per_step is not None
+            expect(decode).to_have_text(f"{fmt_us(r.decode.us_per_step)} {fmt_ratio(r.ratio.decode_us_per_step)}")
         kv = row.locator("td.kv-cache")
         expect(kv.locator(".kv-kind")).to_have_text(str(r.decode.kv_cache))
         expect(kv.locator(".kv-heads")).to_have_text(f"{r.decode.kv_heads} KV heads")
@@ -329,7 +329,8 @@ def test_compare_shows_decode_per_token(generation_ui: TensorBoard, logdir: Path
     panel = frame.get_by_test_id("decode-scaling-chart")
     expect(panel).to_be_visible()
     expect(frame.get_by_test_id("scaling-chart")).to_be_hidden()
-    expect(panel.locator(".chart-title").first).to_have_text("Decode attention CPU time per token vs. context (keys)")
+    expect(panel.locator(".chart-title").first).to_have_text(
+        "Decode attention CPU time per decode step vs. context (keys)")
     expect_ink(frame, "[data-testid=decode-scaling-chart] canvas", [1000, 1000], "the decode scaling charts")
     assert chart_option(frame, "[data-testid=decode-scaling-chart] .chart")["xAxis"][0]["name"] == "context (keys)"
     expect(frame.locator(".compare-scaling .note")).to_contain_text("differ only in their prompt length")

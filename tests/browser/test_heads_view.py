@@ -10,6 +10,8 @@ from typing import Any
 from pages import back_to_runs, engine_summary, expect_ink, open_run, open_tab, shot, show_tab
 from playwright.sync_api import Page, expect
 
+from tb_attn_plugin.vocab.scopes import UNSPLIT_PHASES, in_order
+
 
 def test_heads_heatmap_marks_derived_heads(tensorboard: Any, page: Page, artifacts: Path,
                                            browser_logdir: Path) -> None:
@@ -45,8 +47,9 @@ def test_heads_heatmap_marks_derived_heads(tensorboard: Any, page: Page, artifac
             expect(legend).to_contain_text(derived)
             expect(legend).not_to_contain_text("measured")
             # Derived heads say in words what was split: the core phases, not the projections.
+            unsplit = ", ".join(in_order(UNSPLIT_PHASES))  # qkv_proj, out_proj, comm, other
             expect(note).to_contain_text("an even share of the layer's core phases only, everything but "
-                                         "qkv_proj, out_proj, other, which are not split by head")
+                                         f"{unsplit}, which are not split by head")
         else:
             expect(legend).to_contain_text("measured (head scopes)")
             expect(legend).not_to_contain_text("derived")

@@ -91,7 +91,10 @@ def expect_cells(frame: Frame, group: StrategyGroup) -> None:
         expect(row.locator("td.err")).to_have_text(NOT_MEASURED if acc is None else fmt_error(acc.rel_l1))
         loss = NOT_MEASURED if acc is None or acc.loss_diff is None else fmt_loss(acc.loss_diff)
         expect(row.locator("td.loss")).to_have_text(loss)
-        speedup = "1.00\u00d7" if r.strategy == group.baseline else fmt_ratio(r.speedup)
+        # A speed-up the runs cannot tell from drift between runs (one run each) is marked "≈".
+        undecided = r.speedup is not None and r.speedup_verdict is not None and not r.speedup_verdict.decided
+        mark = "\u2248" if undecided else ""
+        speedup = "1.00\u00d7" if r.strategy == group.baseline else mark + fmt_ratio(r.speedup)
         expect(row.locator("td.speedup")).to_have_text(speedup)
         expect(row.locator("td.pareto .badge")).to_have_count(1 if r.pareto else 0)
 
@@ -153,8 +156,9 @@ def test_table_charts_and_findings_match_the_engine(strategies_ui: TensorBoard, 
     section.get_by_label(f"Sequence length of the speed-up chart of {group.label}").select_option("256")
 
     # The group's findings, as the run overview shows findings.
+    # below-crossover rests only on speed-ups the runs can tell from drift (one run each here: none may be
+    # decided), so the tab shows exactly the engine's; tests/analysis/test_strategies.py makes one from repeats.
     below = [f for f in group.findings if f.id == "below-crossover"]
-    assert below, [f.id for f in group.findings]
     expect(section.locator("[data-finding=below-crossover]")).to_have_count(len(below))
     for f in below:
         expect(section.locator("[data-finding=below-crossover]", has_text=f.title)).to_have_count(1)

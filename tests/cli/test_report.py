@@ -400,12 +400,13 @@ def _compare(*runs: CompareRun, **changes: Any) -> Comparison:
 def test_compare_rows_in_column_order() -> None:
     spread = Spread(median=2000.0, lo=1000.0, hi=3000.0, kind="range", steps=3, noisy=True)
     sdpa = _compare_run("sdpa", impl="sdpa", backend="cpu-flash", attention_device_us=500.0, attention_cpu_us=9e9,
+                        clock="device",
                         ratio=CompareRatio(attention_cpu_us=99.0, attention_device_us=0.25, alloc_bytes=0.5,
                                            peak_bytes=None, flops_per_s=4.0),
                         alloc_bytes=2.0 * MIB, findings=["hidden-copy", "math-fallback"], attention_spread=spread)
     lines = compare_table(_compare(_compare_run("naive"), sdpa), ScalingFits(series=[])).splitlines()
     assert lines[0].startswith("baseline: naive; ratios only within groups of like-for-like runs")
-    assert lines[1].startswith("time is device time where there is some, else CPU;")
+    assert lines[1].startswith("time is device time where all of attention's kernels ran in the trace, else CPU")
     assert _columns(lines[2]) == [
         "run", "impl", "seq", "dtype", "backend", "attn ms", "steps' spread", "ratio", "alloc MiB", "ratio", "peak MiB",
         "ratio", "FLOP/s", "ratio", "FLOP/B", "% roof", "bound", "ops/fwd", "kernels/fwd", "findings"]

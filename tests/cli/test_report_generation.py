@@ -212,12 +212,12 @@ def _compare_run(run: str, decode: CompareDecode | None, ratio: float | None, ba
         sxs_bytes=0.0, flops=0.0, flops_per_s=0.0, ops_per_forward=0.0, kernels_per_forward=0.0, phases={},
         layers=[], findings=[], baseline=baseline, decode=decode,
         ratio=CompareRatio(attention_cpu_us=None, attention_device_us=None, alloc_bytes=None, peak_bytes=None,
-                           flops_per_s=None, decode_us_per_token=ratio))
+                           flops_per_s=None, decode_us_per_step=ratio))
     return CompareRun(**fields)
 
 
-DECODE_A = CompareDecode(us_per_token=400.0, step_us=800.0, prefill_us=2500.0, context=66.4, kv_cache="dynamic",
-                         kv_heads=1, read_bytes_per_token=2.0 * MIB, kv_bytes_per_layer=MIB, launches_per_token=6.4)
+DECODE_A = CompareDecode(us_per_step=400.0, step_us=800.0, prefill_us=2500.0, context=66.4, kv_cache="dynamic",
+                         kv_heads=1, read_bytes_per_token=2.0 * MIB, kv_bytes_per_layer=MIB, launches_per_step=6.4)
 
 
 def test_no_generation_runs_give_no_decode_table() -> None:
@@ -225,7 +225,7 @@ def test_no_generation_runs_give_no_decode_table() -> None:
 
 
 def test_the_decode_table_in_column_order() -> None:
-    b = msgspec.structs.replace(DECODE_A, us_per_token=600.0, prefill_us=None, kv_cache=None, kv_heads=None,
+    b = msgspec.structs.replace(DECODE_A, us_per_step=600.0, prefill_us=None, kv_cache=None, kv_heads=None,
                                 step_us=1200.0)
     result = Comparison(baseline="a", errors=[], runs=[_compare_run("a", DECODE_A, 1.0), _compare_run("b", b, 1.5),
                                                       _compare_run("c", None, None)])

@@ -3,6 +3,7 @@
 import { h } from "../dom";
 import { shortKernelName } from "../format";
 import type { Loadable } from "../state";
+import { PARTIAL_DEVICE } from "../types";
 import type { Finding, LayerStats, RunInfo } from "../types";
 
 export function errorBox(title: string, message: string): HTMLElement {
@@ -108,6 +109,18 @@ export function layerMarks(l: LayerStats): (HTMLElement | null)[] {
 }
 
 export const CAPTURED_TITLE = "Captured into a CUDA/HIP graph, not run: the trace holds no device time for it";
+
+/** The visible mark of a partial device figure (WorkerSummary.device_partial, Roofline.partial, a block
+ *  with a captured phase): "partial", its reason in the tooltip. */
+export function partialMark(title: string = partialTitle()): HTMLElement {
+  return h("span", { class: "badge partial", title, dataset: { testid: "partial" } }, "partial");
+}
+
+/** The tooltip of a run's partial mark: why, and which clock its figures are on. */
+export function partialTitle(): string {
+  const why = PARTIAL_DEVICE.charAt(0).toUpperCase() + PARTIAL_DEVICE.slice(1);
+  return `${why}: its device figures cover the kernels that ran, so its time is judged on the CPU clock.`;
+}
 
 /** The phases whose kernels were captured into a CUDA/HIP graph (PhaseStats.captured): ``phase``'s
  *  own, or any of the layer's with null. */

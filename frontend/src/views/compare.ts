@@ -1,6 +1,6 @@
 // The compare view: several runs side by side against a baseline (./compare), their phases as
 // grouped bars, and how time and memory scale with the sequence length (./scaling). Generation
-// runs add their decode figures (time per token, the KV cache) and scale against their context.
+// runs add their decode figures (time per decode step, the KV cache) and scale against their context.
 
 import { valueAxis } from "../axes";
 import { createChart, esc, swatch, TOOLTIP_BASE, type EChart } from "../charts";
@@ -10,7 +10,7 @@ import { orderPhases, phaseLabel } from "../metrics";
 import { noisyMark, spreadTitle } from "../spread";
 import { GROUP_BY, PHASE_METRICS, type Actions, type GroupBy, type PhaseMetric, type State } from "../state";
 import type { Comparison, CompareRun, TimeVerdict } from "../types";
-import { errorBox, loadingBox, note, pending } from "./common";
+import { errorBox, loadingBox, note, partialMark, partialTitle, pending } from "./common";
 import { RooflineOverlay } from "./compare_roofline";
 import { roofBoundCell, roofShareCell } from "./roofline";
 import { color, runColors, seriesKey } from "./run_colors";
@@ -255,7 +255,7 @@ export class CompareView {
       ["bound", ""],
       ["ops / fwd", "num"],
       ...(hasKernels ? ([["kernels / fwd", "num"]] as [string, string][]) : []),
-      ...(hasDecode ? ([["decode / token", "num"], ["KV cache", ""]] as [string, string][]) : []),
+      ...(hasDecode ? ([["decode / step", "num"], ["KV cache", ""]] as [string, string][]) : []),
       ["findings", ""],
     ];
     const cell = (value: string, ratio: HTMLElement | null, title?: string, mark: HTMLElement | null = null) =>
@@ -270,6 +270,7 @@ export class CompareView {
         tbody.appendChild(h("tr", "group", h("th", { attrs: { colspan: heads.length } }, `${by}: ${g || "\u2014"}`)));
       }
       const isBase = r.baseline === r.run;
+      const onDevice = r.clock === "device";
       const alone = r.baseline === null;
       const cells: Child[] = [
         h(
@@ -292,14 +293,14 @@ export class CompareView {
         h("td", "num", r.seq === null ? "\u2014" : String(r.seq)),
         h("td", null, r.dtype ?? "\u2014"),
         h("td", null, h("span", "backend-chip", r.backend)),
-        // The spread is on the headline's clock: device time where the run has some, else CPU.
-        cell(fmtUs(r.attention_cpu_us), isBase ? null : ratioEl(r.ratio.attention_cpu_us, r.baseline, false, r.attention_device_us ? null : r.time_verdict),
-          `${fmtUs(r.step_cpu_us)} per step in all${r.attention_device_us ? "" : `; ${spreadTitle(r.attention_spread)}`}`,
-          r.attention_device_us ? null : noisyMark(r.attention_spread, fmtUs, true)),
+        // The spread is on the run's clock (CompareRun.clock): device time where all its kernels ran, else CPU.
+        cell(fmtUs(r.attention_cpu_us), isBase ? null : ratioEl(r.ratio.attention_cpu_us, r.baseline, false, onDevice ? null : r.time_verdict),
+          `${fmtUs(r.step_cpu_us)} per step in all${onDevice ? "" : `; ${spreadTitle(r.attention_spread)}`}`,
+          onDevice ? null : noisyMark(r.attention_spread, fmtUs, true)),
         hasDevice
-          ? cell(r.attention_device_us ? fmtUs(r.attention_device_us) : "\u2014", isBase ? null : ratioEl(r.ratio.attention_device_us, r.baseline, false, r.time_verdict),
-              r.attention_device_us ? spreadTitle(r.attention_spread) : undefined,
-              r.attention_device_us ? noisyMark(r.attention_spread, fmtUs, true) : null)
+          ? cell(r.attention_device_us ? fmtUs(r.attention_device_us) : "\u2014", isBase ? null : ratioEl(r.ratio.attention_device_us, r.baseline, false, onDevice ? r.time_verdict : null),
+              r.device_partial ? partialTitle() : onDevice ? spreadTitle(r.attention_spread) : undefined,
+              r.device_partial ? partialMark() : onDevice ? noisyMark(r.attention_spread, fmtUs, true) : null)
           : null,
         cell(bytesCell(r.alloc_bytes), isBase ? null : ratioEl(r.ratio.alloc_bytes, r.baseline), r.alloc_bytes === null ? "memory not recorded (profile_memory=False)" : `S\u00d7S scores: ${fmtBytes(r.sxs_bytes)}`),
         cell(bytesCell(r.peak_bytes), isBase ? null : ratioEl(r.ratio.peak_bytes, r.baseline)),
@@ -327,7 +328,7 @@ export class CompareView {
           ),
         ),
       ];
-      tbody.appendChild(h("tr", isBase ? "base-row" : null, ...cells));
+      tbody.appendChild(h("tr", { class: isBase ? "base-row" : "", dataset: { run: r.run } }, ...cells));
     }
     return h(
       "table",
@@ -337,17 +338,17 @@ export class CompareView {
     );
   }
 
-  /** A generation run's decode step (one token per sequence): attention time per token on the
+  /** A generation run's decode step (one token per sequence): attention time per decode step on the
    * run's clock with its ratio; the KV cache's kind and heads over the bytes attention reads. */
   private decodeCells(r: CompareRun, isBase: boolean): HTMLElement[] {
     const d = r.decode;
     if (!d) return [h("td", "num decode muted", "\u2014"), h("td", "kv-cache muted", "\u2014")];
-    const clock = r.attention_device_us > 0 ? "device" : "CPU";
+    const clock = r.clock === "device" ? "device" : "CPU";
     const title =
       `${clock} time of attention per decode step (one token per sequence), at a mean context of ${fmtCount(d.context)} keys; ` +
-      `the whole step ${fmtUs(d.step_us)}, ${fmtCount(d.launches_per_token)} launches; prefill attention ${fmtUs(d.prefill_us)}`;
+      `the whole step ${fmtUs(d.step_us)}, ${fmtCount(d.launches_per_step)} launches; prefill attention ${fmtUs(d.prefill_us)}`;
     return [
-      h("td", { class: "num decode", title }, fmtUs(d.us_per_token), isBase ? null : " ", isBase ? null : ratioEl(r.ratio.decode_us_per_token, r.baseline)),
+      h("td", { class: "num decode", title }, fmtUs(d.us_per_step), isBase ? null : " ", isBase ? null : ratioEl(r.ratio.decode_us_per_step, r.baseline)),
       h(
         "td",
         {
@@ -356,7 +357,7 @@ export class CompareView {
         },
         h("div", "kv-kind", d.kv_cache ?? "unknown kind"),
         h("div", "kv-heads", `${d.kv_heads ?? "?"} KV ${d.kv_heads === 1 ? "head" : "heads"}`),
-        h("div", { class: "muted small kv-read", title: "K and V attention reads per decode step (per token), all layers" }, `reads ${fmtBytes(d.read_bytes_per_token)}`),
+        h("div", { class: "muted small kv-read", title: "K and V attention reads per decode step, all layers" }, `reads ${fmtBytes(d.read_bytes_per_token)}`),
       ),
     ];
   }
@@ -367,7 +368,7 @@ export class CompareView {
     const hasDevice = data.runs.some((r) => r.attention_device_us > 0);
     const metrics = PHASE_METRICS.filter((m) => hasDevice || m !== "device_us");
     // Device time by default when every run has some (a CPU-only run would show zeros).
-    const auto = data.runs.every((r) => r.attention_device_us > 0) ? "device_us" : "cpu_us";
+    const auto = data.runs.every((r) => r.clock === "device") ? "device_us" : "cpu_us";
     const key = s.phaseMetric !== null && metrics.includes(s.phaseMetric) ? s.phaseMetric : auto;
     const info = PHASE_METRIC_INFO[key];
     replace(

@@ -256,22 +256,22 @@ export class GenerationView {
         "stats",
         stat("gen-kv-per-layer", "per layer", fmtBytes(g.kv_bytes_per_layer), "K and V at the last decode step, one layer"),
         stat("gen-kv-per-head", "per KV head", fmtBytes(g.kv_bytes_per_head), "K and V at the last decode step, one layer, one KV head"),
-        stat("gen-kv-growth", "growth", `${fmtBytes(g.kv_bytes_per_token)} / token`, "The cache's growth per decode step, all layers"),
-        stat("gen-read", "read", `${fmtBytes(g.read_bytes_per_token)} / token`,
+        stat("gen-kv-growth", "growth", `${fmtBytes(g.kv_bytes_per_token)} / decode step`, "The cache's growth per decode step, all layers"),
+        stat("gen-read", "read", `${fmtBytes(g.read_bytes_per_token)} / decode step`,
           "K and V the core reads per decode step, all layers: the cache, or its expansion to every query head, or a static cache's whole buffer"),
         g.realloc_bytes_per_token > 0
-          ? stat("gen-realloc", "copied", `${fmtBytes(g.realloc_bytes_per_token)} / token`,
+          ? stat("gen-realloc", "copied", `${fmtBytes(g.realloc_bytes_per_token)} / decode step`,
               "Bytes the kv_cache phase allocates per decode step: a dynamic cache copies itself to grow")
           : null,
-        stat("gen-bandwidth", "achieved", `${fmtBytes(g.achieved_bytes_per_s)}/s`,
-          "The bytes read per token over the K\u00b7V core's time (median over the decode steps)", share),
+        stat("gen-bandwidth", "achieved, median step", `${fmtBytes(g.achieved_bytes_per_s)}/s`,
+          "The bytes read per decode step over the K\u00b7V core's time, in the median decode step", share),
         ...(["prefill", "decode"] as const).map((role) => {
           const r = g[role]?.roof;
           if (!r) return null;
           const reach = r.share !== null ? `, ${fmtShare(r.share)} of its ceiling` : "";
           const intensity = r.intensity !== null ? `${fmtIntensity(r.intensity)} FLOP/B` : "no bytes";
-          return stat(`gen-roof-${role}`, `${role} roofline`, r.verdict,
-            "Attention over these steps under the roofline (the Roofline tab has the peaks): FLOPs per byte moved, " +
+          return stat(`gen-roof-${role}`, role === "decode" ? "decode roofline, mean step" : "prefill roofline", r.verdict,
+            "Attention over these steps under the roofline (the Roofline tab has the peaks), on their mean per step: FLOPs per byte moved, " +
               "the share of its attainable ceiling, and what bounds it", `${intensity}${reach}`);
         }),
       ),

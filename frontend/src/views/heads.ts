@@ -92,6 +92,12 @@ export function derivedNote(share: "core" | "rank" = "core"): HTMLElement {
   );
 }
 
+/** Whose heads a rank's map shows: that rank's alone (the Ranks view's map sets every rank's together,
+ *  a mean over replicas); nothing to say of a trace without a rank. */
+function whose(ws: WorkerSummary): string {
+  return ws.rank !== null ? `rank ${ws.rank}'s alone, ` : "";
+}
+
 /** The clock or source of a head metric, for the caption. */
 const HEAD_SOURCE: Record<HeadMetricKey, string> = {
   cpu_us: "CPU clock",
@@ -342,7 +348,7 @@ export class HeadsView {
       this.caption,
       h("span", "stat-label", "shown: "),
       h("b", null, `${m.title} per step`),
-      ` by layer and head (${HEAD_SOURCE[key] ?? m.title}), forward only, ${where}; mean over ${steps}.`,
+      ` by layer and head (${HEAD_SOURCE[key] ?? m.title}), forward only, ${where}; ${whose(ws)}mean over ${steps}.`,
     );
     const noisyEl = noisy
       ? h("p", "hint", h("span", { class: "noisy", dataset: { testid: "noisy-heads" }, title: "Their steps spread over 20 % of their median: hover a head for its range." }, `\u00b1 ${noisy} noisy head${noisy === 1 ? "" : "s"}`))

@@ -388,6 +388,7 @@ export class LayersView {
                 },
                 h("span", "v", m.format(v)),
                 noisyMark(cellSpread(l, g, m.key), m.format, true),
+                hidden.length && m.key === "device_us" ? h("span", { class: "partial-mark", dataset: { testid: "partial" } }, "*") : null,
               );
             }),
           ),

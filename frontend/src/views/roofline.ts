@@ -11,7 +11,7 @@ import { phaseColor, phaseLabel, phasesOf } from "../metrics";
 import type { Actions, State } from "../state";
 import { INK } from "../theme";
 import type { LayerStats, Roof, Roofline, WorkerSummary } from "../types";
-import { note } from "./common";
+import { note, partialMark } from "./common";
 import { CAVEAT, clockWords, peaksKnown, plotted, rooflineChart, type PointSeries } from "./roofline_charts";
 import { layerCategory } from "./sparsity";
 
@@ -148,7 +148,7 @@ export class RooflineView {
           "muted small",
           [known && rl.source ? `from ${rl.source}` : "", known ? rl.note : "", `times: ${clockWords(rl)}, forward work per step`].filter(Boolean).join("; "),
         ),
-        att ? this.attentionLine(att, known) : null,
+        att ? this.attentionLine(att, known, rl.partial) : null,
       ),
       series.length ? chartEl : note("No phase here has both FLOPs and modeled bytes: nothing to place on the chart."),
       series.length ? this.legend(series, known) : null,
@@ -180,7 +180,7 @@ export class RooflineView {
     });
   }
 
-  private attentionLine(att: Roof, known: boolean): HTMLElement {
+  private attentionLine(att: Roof, known: boolean, partial: boolean): HTMLElement {
     const parts = [
       `${fmtIntensity(att.intensity)} FLOP/B`,
       fmtRate(att.flops_per_s),
@@ -195,6 +195,7 @@ export class RooflineView {
       ": ",
       h("b", null, att.verdict),
       att.lower_bound ? h("span", "muted small", " (bytes a lower bound)") : null,
+      partial ? partialMark("Partial: phases captured into a CUDA/HIP graph ran no kernel here, so this point leaves their work out") : null,
     );
   }
 

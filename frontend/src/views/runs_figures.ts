@@ -6,8 +6,9 @@
 import { h } from "../dom";
 import { fmtBytes, fmtCount, fmtMs, fmtShare, fmtUs } from "../format";
 import { noisyMark } from "../spread";
+import { PARTIAL_DEVICE } from "../types";
 import type { RunEntry, RunFigures } from "../types";
-import { MEMORY_NOT_RECORDED } from "./common";
+import { MEMORY_NOT_RECORDED, partialMark } from "./common";
 
 export const PARSING = "\u2026";
 export const NONE = "\u2014";
@@ -66,13 +67,15 @@ function attentionTitle(f: RunFigures): string {
   const clock = f.clock === "device" ? "device" : "CPU";
   const decode = f.per === "decode";
   const what = decode ? "decode step" : "step";
+  const n = decode ? (f.decode_steps ?? 0) : f.steps;
   const parts = [
-    `${fmtUs(f.attention_us)} of ${clock} time per ${what}${decode ? " (one token per sequence)" : ""}, mean of ${f.steps} ${what}${f.steps === 1 ? "" : "s"}`,
+    `${fmtUs(f.attention_us)} of ${clock} time per ${what}${decode ? " (one token per sequence)" : ""}, mean of ${n} ${what}${n === 1 ? "" : "s"}${decode ? ` of the ${f.steps} profiled` : ""}`,
   ];
-  if (f.attention_min_us !== null && f.attention_max_us !== null && f.steps > 1) {
+  if (f.attention_min_us !== null && f.attention_max_us !== null && n > 1) {
     parts.push(`fastest ${decode ? "decode step" : "step"} ${fmtUs(f.attention_min_us)}, slowest ${fmtUs(f.attention_max_us)}`);
   }
   if (decode && f.prefill_us !== null) parts.push(`the prefill: ${fmtUs(f.prefill_us)}`);
+  if (f.device_partial) parts.push(`CPU time: ${PARTIAL_DEVICE}`);
   if (f.workers > 1) parts.push(`from ${f.worker}, the median of ${f.workers} traces`);
   if (f.unreadable) parts.push(`${f.unreadable} trace${f.unreadable === 1 ? "" : "s"} could not be read`);
   return parts.join("; ");
@@ -93,7 +96,7 @@ export function figureCells(r: RunEntry): HTMLElement[] {
     return FIGURE_COLUMNS.map((c) => h("td", { class: c.num ? "num fig absent" : "fig absent", title, dataset: { col: c.key } }, text));
   }
   const spread =
-    f.attention_min_us !== null && f.attention_max_us !== null && f.steps > 1
+    f.attention_min_us !== null && f.attention_max_us !== null && (f.per === "decode" ? (f.decode_steps ?? 0) : f.steps) > 1
       ? `${fmtMs(f.attention_min_us)}\u2013${fmtMs(f.attention_max_us)}`
       : null;
   return [
@@ -107,6 +110,7 @@ export function figureCells(r: RunEntry): HTMLElement[] {
         : null,
       noisyMark(f.attention_spread, fmtUs, true),
       coreMark(f),
+      f.device_partial ? partialMark() : null,
     ),
     h("td", { class: "num fig", dataset: { col: "share" } }, fmtShare(f.attention_share), coreMark(f)),
     f.memory_recorded

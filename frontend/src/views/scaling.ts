@@ -1,7 +1,7 @@
 // The compare view's scaling charts: attention time and memory against the sequence length on
 // log-log axes, the measured runs as dots in their table colours and the fits (value ≈ a·seq^k)
 // as dashed lines in their series' hue. Generation runs make series against the context their
-// decode steps attend instead (x "context"): decode attention per token and the KV cache, in a
+// decode steps attend instead (x "context"): decode attention per decode step and the KV cache, in a
 // panel of their own.
 
 import { logAxis, seqAxis } from "../axes";
@@ -162,12 +162,12 @@ export class ScalingPanel {
     if (!this.mem) this.mem = chartIn(this.memEl);
     const decode = this.against === "context";
     this.timeTitle.textContent = decode
-      ? `Decode attention ${clock} time per token vs. context (keys)`
+      ? `Decode attention ${clock} time per decode step vs. context (keys)`
       : `Attention ${clock} time per step vs. sequence length`;
     this.memTitle.textContent = decode
       ? "KV cache (all layers) vs. context (keys)"
       : "Memory allocated in attention per step vs. sequence length";
-    const timeName = decode ? `decode attention per token (${clock})` : `attention ${clock} time`;
+    const timeName = decode ? `decode attention per decode step (${clock})` : `attention ${clock} time`;
     scalingChart(this.time, series, "time_us", "time_fit", fmtUs, timeName, paint, this.against);
     scalingChart(this.mem, series, "alloc_bytes", "memory_fit", fmtBytes, decode ? "KV cache" : "memory allocated", paint, this.against);
     scalingLegend(this.timeLegend, series, "time_fit", paint);
