@@ -138,9 +138,9 @@ class Summaries:
 
     def to_json(self) -> str:
         """The summaries as ``tb-attn summarize --format json`` writes them."""
-        from tb_attn_plugin.cli.report import summary_json
+        from tb_attn_plugin.types.encoding import summaries_json  # lazy: the engine loads on the first use
 
-        return summary_json(self.runs)
+        return summaries_json(self.runs).decode("ascii")
 
     def __repr__(self) -> str:
         return html.overview_text(self.runs, self.source)

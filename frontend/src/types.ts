@@ -150,6 +150,8 @@ export interface MetadataResponse {
   run: string;
   /** the runner's tb_attn_run.json (docs/runner.md); null: none, or unreadable */
   metadata: Record<string, unknown> | null;
+  /** what was done to it: cut at its depth bound, or not read (several hard links) */
+  note: string | null;
 }
 
 export interface RunSummary {

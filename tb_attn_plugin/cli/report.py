@@ -171,11 +171,11 @@ def _quality(fit: Fit) -> str:
 
 
 def summary_json(summaries: Sequence[RunSummary]) -> str:
-    from tb_attn_plugin.types.schema import (
-        SUMMARY_SCHEMA,  # lazy: `--help` loads no analysis
+    from tb_attn_plugin.types.encoding import (
+        summaries_json,  # lazy: `--help` loads no analysis
     )
 
-    return json_text({"schema": SUMMARY_SCHEMA, "runs": summaries})
+    return summaries_json(summaries).decode("ascii")
 
 
 CSV_FIELDS = ("run", "worker", "span", "step_count", "layer", "module", "backend", "inferred", "core_only", "phase",

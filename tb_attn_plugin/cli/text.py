@@ -3,14 +3,13 @@ JSON, aligned cells, and the figures' short forms (ms, MiB, SI units, ratios).""
 
 from __future__ import annotations
 
-import json
-import math
 import re
 import textwrap
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from tb_attn_plugin.analysis import wording
+from tb_attn_plugin.types.encoding import to_json
 
 if TYPE_CHECKING:
     from tb_attn_plugin.types.schema import Finding
@@ -40,29 +39,9 @@ def printable(text: str) -> str:
 
 
 def json_text(value: object) -> str:
-    """``value`` (msgspec Structs included) as indented JSON, ASCII only, so that it is safe to
-    print and encodes whatever the names hold (msgspec refuses lone surrogates). Non-finite
-    floats become null, as msgspec writes them."""
-    import msgspec
-
-    body = _finite(msgspec.to_builtins(value))
-    compact = json.dumps(body, ensure_ascii=True, separators=(",", ":"))
-    try:
-        # json indents in pure Python: 28 ms for ten runs' summaries (230 KB) on a busy 2-core
-        # machine, against 6 ms for its C encoder plus msgspec's re-indent, which keeps escapes.
-        return msgspec.json.format(compact, indent=2) + "\n"
-    except msgspec.DecodeError:  # the escape of a lone surrogate, which msgspec refuses
-        return json.dumps(body, indent=2, ensure_ascii=True) + "\n"
-
-
-def _finite(value: object) -> object:
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_finite(v) for v in value]
-    return value
+    """``value`` (msgspec Structs included) as the CLI prints JSON: the one encoder's pretty form
+    (``types.encoding.to_json``: indented, ASCII only, non-finite floats as null)."""
+    return to_json(value, pretty=True).decode("ascii")
 
 
 def table_cells(rows: Sequence[Sequence[object]]) -> list[tuple[str, ...]]:

@@ -1,4 +1,4 @@
-"""A bounded cache of per-file results in memory, keyed by (path, size, mtime).
+"""A bounded cache of per-file results in memory, keyed by file version (``trace.version``).
 
 A file that changes (new size or mtime) gets a new key, so a stale entry is never served. The
 cache is an LRU bounded by entry count and by approximate bytes. Summaries kept across processes
@@ -12,9 +12,8 @@ from collections import OrderedDict
 from collections.abc import Callable, Hashable
 from typing import Generic, TypeVar
 
-__all__ = ["Key", "LRUCache"]
+__all__ = ["LRUCache"]
 
-Key = tuple[str, int, float]  # a file version: (path, size, mtime)
 V = TypeVar("V")
 
 

@@ -246,7 +246,12 @@ def summarize_runs(runs: Sequence[Run], loader: Loader, *, worker: str | None = 
     bar on stderr (None: when stderr is a terminal). ``warn``: where the warnings go (default:
     the log)."""
     say = warn or _log.warning
-    metadata = [loader.metadata(run) for run in runs]
+    metadata = []
+    for run in runs:
+        value, note = loader.metadata(run)
+        if note is not None:
+            say(note)
+        metadata.append(value)
     wanted = [(trace, meta) for run, meta in zip(runs, metadata, strict=True) for trace in run.files
               if worker is None or trace.worker == worker]
     bar = Progress(len(wanted), sum(t.size for t, _ in wanted), enabled=False if progress is False else None)

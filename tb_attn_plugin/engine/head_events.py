@@ -45,6 +45,7 @@ from tb_attn_plugin.engine.cache import LRUCache
 from tb_attn_plugin.trace import io, tfrecord
 from tb_attn_plugin.trace.events import TraceError
 from tb_attn_plugin.trace.io import FileInfo
+from tb_attn_plugin.trace.version import file_version
 from tb_attn_plugin.types.schema import RunSummary
 from tb_attn_plugin.vocab.scopes import MAX_CONTEXT, MAX_HEADS, MAX_LAYERS
 
@@ -276,8 +277,8 @@ def dropped_note(dropped: Mapping[str, int]) -> str:
 
 
 class HeadStatsReader:
-    """Reads event files for per-head statistics, caching each file's parse by its version (path,
-    size, mtime) in an LRU bounded by entries and by the values held."""
+    """Reads event files for per-head statistics, caching each file's parse by its version
+    (``trace.version``) in an LRU bounded by entries and by the values held."""
 
     def __init__(self, max_files: int = 1024, max_bytes: int = 128 << 20) -> None:
 
@@ -287,12 +288,12 @@ class HeadStatsReader:
 
     def cached(self, info: FileInfo) -> EventStats | None:
         """The file's statistics if it was read (no I/O)."""
-        return self._parsed.get((info.path, info.size, info.mtime))
+        return self._parsed.get(file_version(info))
 
     def read(self, info: FileInfo, *, timeout_s: float | None = None) -> EventStats:
         """The file's statistics, read and parsed unless cached. Never raises: a file that cannot
         be read holds none (and says so); a bug is logged and remembered like a failure."""
-        key = (info.path, info.size, info.mtime)
+        key = file_version(info)
         got = self._parsed.get(key)
         if got is not None:
             return got

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import gc
-import json
 import logging
 import os
 import time
@@ -27,8 +26,9 @@ from tb_attn_plugin.analysis.analyze import analyze
 from tb_attn_plugin.analysis.bounds import out_of_bounds
 from tb_attn_plugin.analysis.roofline import with_peaks
 from tb_attn_plugin.analysis.summary import summarize_trace
-from tb_attn_plugin.engine.cache import Key, LRUCache
+from tb_attn_plugin.engine.cache import LRUCache
 from tb_attn_plugin.engine.head_events import EventStats, HeadStatsReader, with_head_stats
+from tb_attn_plugin.engine.metadata import RunMetadata, read_metadata
 from tb_attn_plugin.trace import io, scanned
 from tb_attn_plugin.trace import parallel as parallel_decode
 from tb_attn_plugin.trace.decode import decode
@@ -36,14 +36,15 @@ from tb_attn_plugin.trace.discover import Run, TraceFile, find_runs
 from tb_attn_plugin.trace.events import Events, ReadError, TraceError
 from tb_attn_plugin.trace.io import FileInfo
 from tb_attn_plugin.trace.sniff import Verdicts
-from tb_attn_plugin.types.schema import FileError, RunSummary, WorkerSummary, to_json
+from tb_attn_plugin.trace.version import Version, file_version
+from tb_attn_plugin.types.schema import FileError, RunSummary, WorkerSummary
 from tb_attn_plugin.vocab.names import GZIP_SUFFIX, display_name, parse_candidate_name, parse_trace_name
 
 if TYPE_CHECKING:
     from tb_attn_plugin.analysis.analyze import Analysis
     from tb_attn_plugin.engine.summary_cache import SummaryCache
 
-__all__ = ["DEFAULT_MAX_TRACE_BYTES", "Loader", "Parsed", "load_events", "parse_metadata", "prefetch_analysis",
+__all__ = ["DEFAULT_MAX_TRACE_BYTES", "Loader", "Parsed", "load_events", "prefetch_analysis",
            "resolve_runs"]
 
 DEFAULT_MAX_TRACE_BYTES = 4 << 30  # uncompressed; larger traces are refused, not parsed
@@ -143,7 +144,7 @@ def resolve_runs(path: str) -> list[Run]:
     directory = path.rstrip("/").rsplit("/", 1)[0] if "/" in path.rstrip("/") else "."
     trace = TraceFile(path=info.path, name=display_name(name), worker=display_name(worker), span=span,
                       size=info.size, mtime=info.mtime, etag=info.etag)
-    return [Run(name=display_name(name), path=directory, files=(trace,), metadata_path=None)]
+    return [Run(name=display_name(name), path=directory, files=(trace,))]
 
 
 def _stem(name: str) -> str:
@@ -209,7 +210,7 @@ class Loader:
         self.cache_error: str | None = None
         #: File versions the summary cache was just found not to hold: the parse that follows does
         #: not ask it again (one read per miss, not two).
-        self.cache_misses: set[Key] = set()
+        self.cache_misses: set[Version] = set()
         summary_bytes = min(64 << 20, self.cache_bytes // 8)
         self.memory: LRUCache[WorkerSummary] = LRUCache(max_entries=1 << 16, max_bytes=summary_bytes,
                                                         sizeof=_summary_nbytes)
@@ -218,7 +219,7 @@ class Loader:
                                                      sizeof=lambda a: a.nbytes)
         self.failures: LRUCache[str] = LRUCache(max_entries=4096)
         self.head_stats = HeadStatsReader()
-        self._read_errors: dict[Key, tuple[str, float]] = {}
+        self._read_errors: dict[Version, tuple[str, float]] = {}
 
     def summaries_room(self, *, guess_bytes: int) -> int:
         """How many summaries the memory cache holds: its byte bound over the mean size of the
@@ -233,13 +234,13 @@ class Loader:
         return self.memory.nbytes + self.analyses.nbytes
 
     def cached_summary(self, trace: TraceFile) -> WorkerSummary | None:
-        return self.memory.get(_key(trace))
+        return self.memory.get(file_version(trace))
 
     def cached_analysis(self, trace: TraceFile) -> Analysis | None:
-        return self.analyses.get(_key(trace)) if self.keep_analyses else None
+        return self.analyses.get(file_version(trace)) if self.keep_analyses else None
 
     def cached_failure(self, trace: TraceFile) -> str | None:
-        key = _key(trace)
+        key = file_version(trace)
         failure = self.failures.get(key)
         if failure is not None:
             return failure
@@ -261,7 +262,7 @@ class Loader:
         if failure is not None:
             raise TraceError(failure)
 
-    def _fail(self, key: Key, exc: TraceError) -> None:
+    def _fail(self, key: Version, exc: TraceError) -> None:
         if isinstance(exc, ReadError):
             if len(self._read_errors) > 4096:
                 self._read_errors.clear()
@@ -272,7 +273,7 @@ class Loader:
     def analyze_file(self, trace: TraceFile, *, keep: bool = True) -> Analysis:
         """Events and attribution of one trace file; raises TraceError. ``keep``: cache it
         (else the caller does, with ``keep_analysis``)."""
-        key = _key(trace)
+        key = file_version(trace)
         cached = self.cached_analysis(trace)
         if cached is not None:
             return cached
@@ -299,9 +300,9 @@ class Loader:
         if not self.keep_analyses:
             return
         if spare:
-            self.analyses.put_if_room(_key(trace), analysis)
+            self.analyses.put_if_room(file_version(trace), analysis)
         else:
-            self.analyses.put(_key(trace), analysis)
+            self.analyses.put(file_version(trace), analysis)
 
     def _check_size(self, trace: TraceFile) -> None:
         """Refuses a file that is over the limit as stored, from the listing's size: without even
@@ -312,7 +313,7 @@ class Loader:
                              f"{limit / 2**20:.0f} MiB; it is not read (raise the limit to read it)")
 
     def summarize_file(self, trace: TraceFile, *, metadata: dict[str, object] | None = None) -> WorkerSummary:
-        key = _key(trace)
+        key = file_version(trace)
         cached = self.memory.get(key)
         if cached is not None:
             return cached
@@ -324,24 +325,24 @@ class Loader:
     def from_summary_cache(self, traces: list[TraceFile]) -> dict[TraceFile, WorkerSummary]:
         """The summaries of ``traces`` that the summary cache holds (in one batch of reads on
         object stores), kept in memory too; damaged entries are misses."""
-        asked = [t for t in traces if _key(t) not in self.cache_misses]
-        self.cache_misses.difference_update(_key(t) for t in traces)
+        asked = [t for t in traces if file_version(t) not in self.cache_misses]
+        self.cache_misses.difference_update(file_version(t) for t in traces)
         if self.disk is None or not asked:
             return {}
         found: dict[TraceFile, WorkerSummary] = {}
         for trace, payload in self.disk.get_many(asked).items():
             summary = self.disk.decode(payload)
             if summary is not None:
-                self.memory.put(_key(trace), summary)
+                self.memory.put(file_version(trace), summary)
                 found[trace] = summary
         if len(self.cache_misses) > 1 << 16:
             self.cache_misses.clear()
-        self.cache_misses.update(_key(t) for t in asked if t not in found)
+        self.cache_misses.update(file_version(t) for t in asked if t not in found)
         return found
 
     def known_miss(self, trace: TraceFile) -> None:
         """The summary cache holds nothing for ``trace`` (another process just asked it)."""
-        self.cache_misses.add(_key(trace))
+        self.cache_misses.add(file_version(trace))
 
     def parse(self, trace: TraceFile, *, metadata: dict[str, object] | None = None, keep: bool = True,
               summary_only: bool = False) -> Parsed:
@@ -350,15 +351,15 @@ class Loader:
         ``keep``: cache the analysis (else the caller does). ``summary_only``: a summary from the
         summary cache will do (no analysis then). Raises TraceError."""
         if summary_only:
-            summary = self.memory.get(_key(trace)) or self.from_summary_cache([trace]).get(trace)
+            summary = self.memory.get(file_version(trace)) or self.from_summary_cache([trace]).get(trace)
             if summary is not None:
                 return Parsed(summary, None)
         analysis = self.analyze_file(trace, keep=keep)
-        summary = self.memory.get(_key(trace))
+        summary = self.memory.get(file_version(trace))
         return Parsed(summary if summary is not None else self._summarize(trace, analysis, metadata), analysis)
 
     def _summarize(self, trace: TraceFile, analysis: Analysis, metadata: dict[str, object] | None) -> WorkerSummary:
-        key = _key(trace)
+        key = file_version(trace)
         try:
             with _as_trace_error(trace):
 
@@ -398,7 +399,7 @@ class Loader:
 
     def adopt(self, trace: TraceFile, summary: WorkerSummary) -> None:
         """Keeps a summary made elsewhere (a worker process, another machine) as this loader's own."""
-        self.memory.put(_key(trace), summary)
+        self.memory.put(file_version(trace), summary)
 
     def _with_peaks(self, summary: WorkerSummary) -> WorkerSummary:
         """The summary as this loader hands it out: under the user's peaks where given (a copy:
@@ -417,7 +418,7 @@ class Loader:
         workers: list[WorkerSummary] = []
         errors: list[FileError] = []
         if isinstance(metadata, EllipsisType):
-            metadata = self.metadata(run)
+            metadata = self.metadata(run).value
         for trace in run.files:
             if worker is not None and trace.worker != worker:
                 continue
@@ -438,31 +439,9 @@ class Loader:
         return summary
 
     @staticmethod
-    def metadata(run: Run) -> dict[str, object] | None:
-        if run.metadata_path is None:
-            return None
-        try:
-            return parse_metadata(io.read_small(run.metadata_path))
-        except TraceError:
-            return None
-
-
-def parse_metadata(raw: bytes) -> dict[str, object] | None:
-    """The runner's ``tb_attn_run.json``, or None if it is not a JSON object."""
-    try:
-        value = json.loads(raw)
-    except (ValueError, RecursionError):  # RecursionError: nested too deeply
-        return None
-    if not isinstance(value, dict):
-        return None
-    try:
-        msgspec.json.encode(value)
-    except UnicodeEncodeError:  # a lone surrogate escape ("\ud800") somewhere in it
-
-        value = json.loads(to_json(value))
-    except RecursionError:
-        return None
-    return value
+    def metadata(run: Run) -> RunMetadata:
+        """The run's metadata file, as every door reads it (``engine.metadata``)."""
+        return read_metadata(run.metadata_path)
 
 
 @contextlib.contextmanager
@@ -478,9 +457,6 @@ def _as_trace_error(trace: TraceFile) -> Iterator[None]:
         raise TraceError(f"internal error while analyzing this trace ({type(exc).__name__}: {exc}); "
                          "please report it with the trace") from None
 
-
-def _key(trace: TraceFile) -> Key:
-    return (trace.path, trace.size, trace.mtime)
 
 
 def _summary_nbytes(summary: WorkerSummary) -> int:

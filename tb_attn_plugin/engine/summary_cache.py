@@ -50,6 +50,7 @@ from tb_attn_plugin.analysis.bounds import MAX_SUMMARY_BYTES, out_of_bounds
 from tb_attn_plugin.trace import io
 from tb_attn_plugin.trace.discover import TraceFile
 from tb_attn_plugin.trace.events import ReadError
+from tb_attn_plugin.trace.version import file_version
 from tb_attn_plugin.types.schema import SUMMARY_SCHEMA, WorkerSummary
 
 __all__ = ["CacheWriteError", "SummaryCache", "check_outside", "engine_version", "warn_once"]
@@ -132,7 +133,7 @@ class SummaryCache:
 
     # -- keys and paths ---------------------------------------------------------------------
     def key(self, trace: TraceFile) -> str:
-        text = repr((self.namespace, trace.path, trace.size, trace.mtime, trace.etag))
+        text = repr((self.namespace, *file_version(trace)))
         return hashlib.sha256(text.encode("utf-8", "surrogateescape")).hexdigest()
 
     def _path(self, key: str) -> str:

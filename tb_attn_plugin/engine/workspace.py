@@ -28,6 +28,7 @@ from tb_attn_plugin.analysis.analyze import Analysis
 from tb_attn_plugin.engine.fanout import open_executor, summarize_runs
 from tb_attn_plugin.engine.head_events import EventStats
 from tb_attn_plugin.engine.loader import DEFAULT_MAX_TRACE_BYTES, Loader, Parsed, resolve_runs
+from tb_attn_plugin.engine.metadata import RunMetadata
 from tb_attn_plugin.engine.ranksel import RankSet
 from tb_attn_plugin.engine.ranksel import select_ranks as _select_ranks
 from tb_attn_plugin.trace import io
@@ -191,8 +192,9 @@ class Workspace:
         others are summarized here), under the user's peaks (``Loader.summarize_run``)."""
         return self._files.summarize_run(run, worker=worker, metadata=metadata, known=known, head_stats=head_stats)
 
-    def metadata(self, run: Run) -> dict[str, object] | None:
-        """The run's metadata file (``tb_attn_run.json``), as the analysis reads it."""
+    def metadata(self, run: Run) -> RunMetadata:
+        """The run's metadata file (``tb_attn_run.json``), as the analysis reads it, and what was
+        done to it (``engine.metadata``: cut, or refused)."""
         return self._files.metadata(run)
 
     def cached_event_stats(self, info: FileInfo) -> EventStats | None:

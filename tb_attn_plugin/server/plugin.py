@@ -43,7 +43,7 @@ WSGIApp = Callable[..., Any]
 
 
 def _to_json(value: Any) -> bytes:
-    from tb_attn_plugin.types.schema import (
+    from tb_attn_plugin.types.encoding import (
         to_json,  # lazy: TensorBoard imports the plugin at launch; the engine loads on first use
     )
 
@@ -218,7 +218,7 @@ class AttentionPlugin(base_plugin.TBPlugin):
         return http_util.Respond(request, _to_json(self.service.runs_response(refresh=refresh)), _JSON)
 
     def _serve_metadata(self, request: wrappers.Request) -> wrappers.Response:
-        return http_util.Respond(request, _to_json(self.service.metadata_response(_required(request, "run"))), _JSON)
+        return http_util.Respond(request, self.service.metadata_body(_required(request, "run")), _JSON)
 
     def _serve_summary(self, request: wrappers.Request) -> wrappers.Response:
         run, worker, span = _required(request, "run"), request.args.get("worker"), request.args.get("span")

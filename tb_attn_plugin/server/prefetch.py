@@ -15,10 +15,10 @@ import threading
 from collections.abc import Callable
 
 from tb_attn_plugin.analysis.figures import NO_ATTENTION, run_figures
-from tb_attn_plugin.engine.cache import Key
 from tb_attn_plugin.engine.workspace import Workspace
 from tb_attn_plugin.trace.discover import Run, TraceFile
 from tb_attn_plugin.trace.events import TraceError
+from tb_attn_plugin.trace.version import Version, file_version
 from tb_attn_plugin.types.schema import WorkerSummary
 from tb_attn_plugin.types.views import RunFigures
 
@@ -43,7 +43,7 @@ class Prefetch:
     """Which traces to parse ahead, remembering those queued once."""
 
     def __init__(self) -> None:
-        self._queued: dict[Key, None] = {}
+        self._queued: dict[Version, None] = {}
         self._lock = threading.Lock()
 
     def plan(self, runs: list[Run], files: int, *, done: Callable[[TraceFile], bool]) -> list[tuple[Run, TraceFile]]:
@@ -63,7 +63,7 @@ class Prefetch:
                     continue
                 left -= len(run.files)
                 for trace in run.files:
-                    key = (trace.path, trace.size, trace.mtime)
+                    key = file_version(trace)
                     if key in self._queued or done(trace):
                         continue
                     self._queued[key] = None

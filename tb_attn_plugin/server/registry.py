@@ -22,16 +22,18 @@ listing still shows the runs written since.
 from __future__ import annotations
 
 import json
+import logging
 import threading
 import time
 
-from tb_attn_plugin.engine.loader import parse_metadata
+from tb_attn_plugin.engine.metadata import read_metadata_many
 from tb_attn_plugin.server.responses import RunInfo
 from tb_attn_plugin.server.run_info import run_info
 from tb_attn_plugin.trace import io
 from tb_attn_plugin.trace.discover import Run, find_runs
 from tb_attn_plugin.trace.events import ReadError, TraceError
 from tb_attn_plugin.trace.sniff import Verdicts
+from tb_attn_plugin.trace.version import Version, file_version
 
 __all__ = ["KEPT_BYTES", "KEPT_VALUE_BYTES", "Registry", "kept_metadata"]
 
@@ -41,6 +43,7 @@ KEPT_VALUE_BYTES = 16 << 10
 KEPT_BYTES = 64 << 10
 
 Metadata = dict[str, object]
+_log = logging.getLogger(__name__)
 
 
 def kept_metadata(metadata: Metadata | None) -> Metadata | None:
@@ -73,7 +76,7 @@ class Registry:
         self._listing = threading.Lock()  # one listing at a time
         self._active = False
         self._active_checked_at = -1e18
-        self._metadata: dict[tuple[str, float | None], tuple[Metadata, RunInfo | None] | None] = {}
+        self._metadata: dict[Version, tuple[Metadata, RunInfo | None] | None] = {}
         self._verdicts = Verdicts()  # which *.json files are traces, by their heads
         self.listing_error: str | None = None
 
@@ -136,19 +139,21 @@ class Registry:
     def _read_metadata(self, runs: list[Run]) -> None:
         """Reads the metadata files that are new or changed since the last listing, in one batch,
         without the registry lock."""
-        wanted = {(r.metadata_path, r.metadata_mtime) for r in runs if r.metadata_path is not None}
+        wanted = {file_version(r.metadata_file) for r in runs if r.metadata_file is not None}
         with self._lock:
             missing = [key for key in wanted if key not in self._metadata]
         if not missing:
             return
-        got = io.read_many([path for path, _ in missing if path is not None])
+        got = read_metadata_many([path for path, *_ in missing])
         parsed = {}
-        for path, mtime in missing:
-            raw = got.get(path or "")
-            if isinstance(raw, ReadError):
+        for key in missing:
+            read = got[key[0]]
+            if isinstance(read, ReadError):
                 continue  # read again on the next listing
-            whole = parse_metadata(raw) if isinstance(raw, bytes) else None
-            parsed[(path, mtime)] = (kept_metadata(whole) or {}, run_info(whole)) if whole is not None else None
+            if read.note is not None:
+                _log.warning("run metadata %s", read.note)  # once per file version
+            whole = read.value
+            parsed[key] = (kept_metadata(whole) or {}, run_info(whole)) if whole is not None else None
         with self._lock:
             if len(self._metadata) + len(parsed) > 16384:
                 self._metadata = {k: v for k, v in self._metadata.items() if k in wanted}
@@ -194,9 +199,9 @@ class Registry:
         return got[1] if got is not None else None
 
     def _kept(self, run: Run) -> tuple[Metadata, RunInfo | None] | None:
-        if run.metadata_path is None:
+        if run.metadata_file is None:
             return None
-        key = (run.metadata_path, run.metadata_mtime)
+        key = file_version(run.metadata_file)
         with self._lock:
             if key in self._metadata:
                 return self._metadata[key]

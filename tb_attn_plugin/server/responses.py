@@ -117,6 +117,7 @@ class MetadataResponse(msgspec.Struct, kw_only=True):
     schema: str = METADATA_SCHEMA
     run: str
     metadata: dict[str, object] | None  # the runner's tb_attn_run.json (docs/runner.md); null: none, or unreadable
+    note: str | None = None  # what was done to it: cut at its depth bound, or not read (several hard links)
 
 
 #: Each JSON route's body (``/trace`` sends the file itself); any of them may answer 202 with a

@@ -43,8 +43,10 @@ from tb_attn_plugin.trace import io
 from tb_attn_plugin.trace.discover import Run, TraceFile
 from tb_attn_plugin.trace.events import ReadError, TraceError
 from tb_attn_plugin.trace.io import FileInfo
+from tb_attn_plugin.trace.version import file_version
+from tb_attn_plugin.types.encoding import to_json
 from tb_attn_plugin.types.results import Comparison, RankView, ScalingFits
-from tb_attn_plugin.types.schema import RunSummary, WorkerSummary, to_json
+from tb_attn_plugin.types.schema import RunSummary, WorkerSummary
 from tb_attn_plugin.types.strategies import StrategyTable
 from tb_attn_plugin.vocab.names import display_name
 
@@ -123,7 +125,7 @@ class Service:
     def _status(self, run: Run, metadata: dict[str, object] | None) -> tuple[RunStatus, str | None]:
         if metadata is not None and metadata.get("status") == "running":
             return "running", None
-        if any(self.jobs.running(_file_key(f)) for f in run.files):
+        if any(self.jobs.running(file_version(f)) for f in run.files):
             return "loading", None
         cached = [self.engine.cached(f) for f in run.files]
         failures = [c.failure for c in cached]
@@ -146,7 +148,7 @@ class Service:
         unless a user asked for the file meanwhile. ``summary_only``: a summary from the summary
         cache will do (``--tb_attn_cache_dir``): then the job parses nothing, and its result has
         no analysis."""
-        key = _file_key(trace)
+        key = file_version(trace)
 
         def job() -> Parsed:
             self._confine(trace)
@@ -163,7 +165,7 @@ class Service:
         """Queues the parse of the newest runs' traces ahead of clicks, in the jobs' background
         lane (``prefetch.Prefetch``, which says which). Returns the files queued."""
         todo = self._prefetch.plan(runs, budget(self.engine, self.prefetch_files),
-                                   done=lambda trace: self.jobs.running(_file_key(trace))
+                                   done=lambda trace: self.jobs.running(file_version(trace))
                                    or self.engine.cached(trace) != (None, None))
         for run, trace in todo:
             self._parse(trace, self.metadata(run), background=True, summary_only=True)
@@ -230,7 +232,7 @@ class Service:
             if got is not None:
                 done[info] = got
             else:
-                reads[info] = self.jobs.submit(("head-stats", info.path, info.size, info.mtime),
+                reads[info] = self.jobs.submit(("head-stats", *file_version(info)),
                                                functools.partial(self._read_events, info))
         return done, reads
 
@@ -244,10 +246,10 @@ class Service:
         """The summaries of ``misses`` in the summary cache, read in one batch (a job: a thousand
         ranks' entries on S3 are one batch of requests, not a thousand parses). Files whose own job
         already runs are left to it."""
-        fresh = [t for t in misses if not self.jobs.running(_file_key(t))]
+        fresh = [t for t in misses if not self.jobs.running(file_version(t))]
         if not self.engine.has_summary_cache or not fresh:
             return {}
-        key = ("summary-cache", *(_file_key(t) for t in fresh))
+        key = ("summary-cache", *(file_version(t) for t in fresh))
         batch: Future[dict[TraceFile, WorkerSummary]] = self.jobs.submit(
             key, lambda: self.engine.from_summary_cache(fresh))
         self._await([batch], runs, files)
@@ -274,16 +276,26 @@ class Service:
                                 info=self.registry.info(run), status=status, error=error,
                                 workers=[WorkerEntry(worker=w, spans=spans) for w, spans in workers.items()],
                                 figures=figures, figures_error=figures_error,
-                                parsing=any(self.jobs.running(_file_key(f)) for f in run.files)))
+                                parsing=any(self.jobs.running(file_version(f)) for f in run.files)))
         return RunsResponse(logdir=self.logdir, runs=out, listing_error=self.registry.listing_error,
                             retry_after_s=retry_after_s,
                             poll_after_ms=POLL_RUNS_MS if any(r.parsing for r in out) else None)
 
-    def metadata_response(self, run_name: str) -> MetadataResponse:
-        """The run's whole metadata file (``/runs`` carries a few fields of it, and the listing
-        keeps only what the analysis reads): read again here, at most 1 MiB; no trace is parsed."""
+    def metadata_body(self, run_name: str) -> bytes:
+        """The run's whole metadata file as ``/metadata`` sends it (a ``MetadataResponse``,
+        encoded): ``/runs`` carries a few fields of it, and the listing keeps only what the analysis
+        reads, so the file is read again here (at most 1 MiB; no trace is parsed), once per file
+        version: the body is cached with the views."""
         run = self.run(run_name)
-        return MetadataResponse(run=run.name, metadata=self.engine.metadata(run))
+        if run.metadata_file is None:
+            return to_json(MetadataResponse(run=run.name, metadata=None))
+        key = ("metadata", *file_version(run.metadata_file))
+        body = self._views.get(key)
+        if body is None:
+            value, note = self.engine.metadata(run)
+            body = to_json(MetadataResponse(run=run.name, metadata=value, note=note))
+            self._views.put(key, body)
+        return body
 
     def summary(self, run_name: str, worker: str | None, span: str | None) -> RunSummary:
         run = self.run(run_name)
@@ -334,7 +346,7 @@ class Service:
         only waits ``wait_s`` for it (then 202), many clients share one job, and the result is
         cached per file version and arguments, so a view costs its compute once."""
         run, trace, analysis = self._analysis(run_name, worker, span)
-        key = ("view", *_file_key(trace), params)
+        key = ("view", *file_version(trace), params)
         cached = self._views.get(key)
         if cached is not None:
             return cached
@@ -419,9 +431,6 @@ def _incomplete(message: str) -> bool:
     """Whether a failure may only mean that the file is still being written."""
     return "truncated" in message or message.startswith("empty file")
 
-
-def _file_key(trace: TraceFile) -> tuple[str, int, float]:
-    return (trace.path, trace.size, trace.mtime)
 
 
 def _query(**params: str) -> str:

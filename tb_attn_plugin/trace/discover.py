@@ -50,11 +50,15 @@ class Run:
     name: str  # relative to the logdir, "/"-separated; "." for the logdir itself
     path: str
     files: tuple[TraceFile, ...]  # sorted by worker, then span
-    metadata_path: str | None
-    metadata_mtime: float | None = None  # from the listing, so that it needs no stat
+    #: The run's metadata file (``tb_attn_run.json``) as listed: its version needs no stat.
+    metadata_file: FileInfo | None = None
     #: TensorBoard event files in the run's directory (``*tfevents*``): where per-head attention
     #: statistics are (``head_events``), next to whatever else other tools wrote there.
     event_files: tuple[FileInfo, ...] = ()
+
+    @property
+    def metadata_path(self) -> str | None:
+        return None if self.metadata_file is None else self.metadata_file.path
 
     @property
     def workers(self) -> list[str]:
@@ -102,8 +106,7 @@ def find_runs(root: str, files: Iterable[FileInfo], *, traces: Collection[str] =
         rel = directory[len(root_norm):].strip("/") if directory.startswith(root_norm) else directory
         name = display_name(posixpath.normpath(rel)) if rel else "."
         found.sort(key=lambda t: (t.worker, int(t.span) if t.span else -1, t.name))
-        meta = metadata.get(directory)
         runs.append(Run(name=name, path=directory, files=tuple(found),
-                        metadata_path=meta.path if meta else None, metadata_mtime=meta.mtime if meta else None,
+                        metadata_file=metadata.get(directory),
                         event_files=tuple(sorted(events.get(directory, ()), key=lambda f: f.path))[:MAX_EVENT_FILES]))
     return sorted(runs, key=lambda r: r.name)

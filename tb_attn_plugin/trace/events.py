@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["Events", "OpShapes", "ReadError", "TraceError", "TraceMeta", "Track"]
+__all__ = ["Events", "LinkedFileError", "OpShapes", "ReadError", "TraceError", "TraceMeta", "Track"]
 
 I32 = npt.NDArray[np.int32]
 I64 = npt.NDArray[np.int64]
@@ -29,6 +29,11 @@ class TraceError(ValueError):
 class ReadError(TraceError):
     """The storage failed (a missing file, a network or permission error), not the trace's
     content: trying again later may succeed, so it is never remembered as the file's fault."""
+
+
+class LinkedFileError(TraceError):
+    """A file whose content would be served as it is (run metadata, a trace's download) has more
+    than one hard link: its other name may lie outside the log directory, so it is not read."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from tb_attn_plugin.trace.events import ReadError, TraceError
+from tb_attn_plugin.trace.events import LinkedFileError, ReadError, TraceError
 from tb_attn_plugin.vocab.names import parse_candidate_name, parse_trace_name
 
 _inflate: Any = zlib
@@ -259,9 +259,10 @@ def list_tree(root: str, *, follow_symlinks: bool = False) -> list[FileInfo]:
 _OPEN_FLAGS = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0)
 
 
-def _open_local(path: str) -> Any:
+def _open_local(path: str, *, single_link: bool = False) -> Any:
     """A local regular file for reading. Raises OSError, or TraceError for anything that is not
-    a regular file.
+    a regular file (``single_link``: LinkedFileError for one with several hard links, whose other
+    names may lie anywhere: a file whose content is served as it is).
 
     Never through a symbolic link: the listing skips links, and one swapped in since must not lead
     outside the tree (a link that a user names on the command line is resolved before it gets
@@ -272,9 +273,12 @@ def _open_local(path: str) -> Any:
     """
     fd = os.open(_strip_file_scheme(path), _OPEN_FLAGS | getattr(os, "O_NOFOLLOW", 0))
     try:
-        mode = os.fstat(fd).st_mode
-        if not stat_module.S_ISREG(mode):
-            raise TraceError(f"cannot read {path}: not a regular file ({_file_kind(mode)})")
+        st = os.fstat(fd)
+        if not stat_module.S_ISREG(st.st_mode):
+            raise TraceError(f"cannot read {path}: not a regular file ({_file_kind(st.st_mode)})")
+        if single_link and st.st_nlink > 1:
+            raise LinkedFileError(f"cannot read {path}: it has {st.st_nlink} hard links, and another name may lie "
+                                  "outside the log directory")
         return os.fdopen(fd, "rb")
     except BaseException:
         os.close(fd)
@@ -300,7 +304,7 @@ def inside(root: str, path: str) -> bool:
     return os.path.commonpath([real_root, real]) == real_root
 
 
-def _open(path: str) -> Any:
+def _open(path: str, *, single_link: bool = False) -> Any:
     if is_url(path):
         fs, p = _fs(path)
         try:
@@ -308,7 +312,7 @@ def _open(path: str) -> Any:
         except _storage_errors() as exc:
             raise ReadError(f"cannot read {path}: {_describe(exc)}") from None
     try:
-        return _open_local(path)
+        return _open_local(path, single_link=single_link)
     except OSError as exc:
         raise ReadError(f"cannot read {path}: {exc.strerror or exc}") from None
 
@@ -352,8 +356,8 @@ class FileChunks:
             pass  # nothing was written: there is nothing to lose
 
 
-def _raw_chunks(path: str, chunk_bytes: int) -> FileChunks:
-    return FileChunks(_open(path), path, chunk_bytes)
+def _raw_chunks(path: str, chunk_bytes: int, *, single_link: bool = False) -> FileChunks:
+    return FileChunks(_open(path, single_link=single_link), path, chunk_bytes)
 
 
 def is_plain_local_file(path: str) -> bool:
@@ -393,15 +397,18 @@ def find_after(path: str, offset: int, needle: bytes, *, window: int = 8 << 20) 
 
 
 def raw_chunks(path: str, *, chunk_bytes: int = CHUNK_BYTES) -> FileChunks:
-    """The file's bytes as stored (no decompression), in chunks; for downloads. The file is
-    opened before this returns, so a missing file or an unreachable store raises ReadError
-    here, before a response has started; the iterator has ``close()``."""
-    return _raw_chunks(path, chunk_bytes)
+    """The file's bytes as stored (no decompression), in chunks; for downloads, so a local file
+    with several hard links is refused (LinkedFileError). The file is opened before this returns,
+    so a missing file or an unreachable store raises ReadError here, before a response has
+    started; the iterator has ``close()``."""
+    return _raw_chunks(path, chunk_bytes, single_link=True)
 
 
-def read_chunks(path: str, *, chunk_bytes: int = CHUNK_BYTES, max_bytes: int | None = None) -> Iterator[bytes]:
-    """The file's bytes, decompressed if gzip, in chunks. ``max_bytes`` caps the decompressed size."""
-    raw = _raw_chunks(path, chunk_bytes)
+def read_chunks(path: str, *, chunk_bytes: int = CHUNK_BYTES, max_bytes: int | None = None,
+                single_link: bool = False) -> Iterator[bytes]:
+    """The file's bytes, decompressed if gzip, in chunks. ``max_bytes`` caps the decompressed size;
+    ``single_link``: a local file with several hard links is refused (``_open_local``)."""
+    raw = _raw_chunks(path, chunk_bytes, single_link=single_link)
     try:
         yield from _decompressed(raw, path, chunk_bytes, max_bytes)
     finally:
@@ -456,10 +463,11 @@ def _decompressed(raw: FileChunks, path: str, chunk_bytes: int, max_bytes: int |
         raise TraceError(f"truncated gzip: {path} ends before its compressed stream does (still being written?)")
 
 
-def read_small(path: str, *, limit: int = 1 << 20) -> bytes:
-    """A small file (run metadata) in one piece; raises TraceError past ``limit`` bytes."""
+def read_small(path: str, *, limit: int = 1 << 20, single_link: bool = False) -> bytes:
+    """A small file (run metadata, an event file) in one piece; raises TraceError past ``limit``
+    bytes (``single_link``: LinkedFileError for a local file with several hard links)."""
     data = b""
-    for chunk in read_chunks(path, chunk_bytes=limit, max_bytes=limit):
+    for chunk in read_chunks(path, chunk_bytes=limit, max_bytes=limit, single_link=single_link):
         data += chunk
     return data
 
@@ -520,8 +528,9 @@ def _head(raw: bytes, path: str, limit: int) -> bytes:
     return bytes(out)
 
 
-def read_many(paths: list[str], *, limit: int = 1 << 20) -> dict[str, bytes | TraceError]:
-    """Small files (run metadata) by path, each its bytes or the error that stopped it.
+def read_many(paths: list[str], *, limit: int = 1 << 20, single_link: bool = False) -> dict[str, bytes | TraceError]:
+    """Small files (run metadata) by path, each its bytes or the error that stopped it
+    (``single_link`` as ``read_small``'s).
 
     On object stores the requests go out together (fsspec's batched ``cat_ranges``), so listing
     a thousand runs costs about one round trip, not a thousand. Each is one ranged GET of at most
@@ -533,7 +542,7 @@ def read_many(paths: list[str], *, limit: int = 1 << 20) -> dict[str, bytes | Tr
     for path in paths:
         if not is_url(path):
             try:
-                out[path] = read_small(path, limit=limit)
+                out[path] = read_small(path, limit=limit, single_link=single_link)
             except TraceError as exc:
                 out[path] = exc
     if remote:

@@ -26,6 +26,7 @@ from tb_attn_plugin.trace.discover import candidates
 from tb_attn_plugin.trace.events import ReadError
 from tb_attn_plugin.trace.io import FileInfo
 from tb_attn_plugin.trace.kineto import is_kineto_head
+from tb_attn_plugin.trace.version import Version, file_version
 
 __all__ = ["HEAD_BYTES", "MAX_VERDICTS", "Verdicts"]
 
@@ -35,13 +36,6 @@ HEAD_BYTES = 64 << 10
 MAX_VERDICTS = 1 << 16
 
 _log = logging.getLogger(__name__)
-
-Version = tuple[str, int, float, str]
-
-
-def _version(info: FileInfo) -> Version:
-    return info.path, info.size, info.mtime, info.etag
-
 
 class Verdicts:
     """Whether each candidate file is a trace, by its head, remembered per file version. Thread-safe;
@@ -59,7 +53,7 @@ class Verdicts:
         """The paths of the candidates among ``files`` (a whole listing) that are traces. The heads
         not judged before (new files, new versions) are read in one batch; verdicts of files
         ``files`` lacks are forgotten."""
-        listed = {_version(f): f for f in candidates(files)}
+        listed = {file_version(f): f for f in candidates(files)}
         with self._lock:
             known = {v: self._known[v] for v in listed if v in self._known}
         judged = self._judge([f for v, f in listed.items() if v not in known])
@@ -73,7 +67,7 @@ class Verdicts:
     def is_trace(self, info: FileInfo) -> bool:
         """Whether one candidate is a trace (``io.has_trace_file``'s question), its head read unless
         its version was judged before."""
-        key = _version(info)
+        key = file_version(info)
         with self._lock:
             known = self._known.get(key)
         if known is not None:
@@ -100,9 +94,9 @@ class Verdicts:
         for f in files:
             head = heads.get(f.path)
             if isinstance(head, bytes):
-                judged[_version(f)] = is_kineto_head(head)
+                judged[file_version(f)] = is_kineto_head(head)
                 continue
             _log.debug("not read as a trace: %s", head)
             if not isinstance(head, ReadError):
-                judged[_version(f)] = False  # not a regular file, corrupt gzip: so until it changes
+                judged[file_version(f)] = False  # not a regular file, corrupt gzip: so until it changes
         return judged

@@ -12,11 +12,7 @@ mean over the profiled steps (``step_count`` of them).
 
 from __future__ import annotations
 
-from typing import Any
-
 import msgspec
-
-from tb_attn_plugin.vocab.names import display_name
 
 __all__ = [
     "SPREAD_KEYS",
@@ -43,40 +39,9 @@ __all__ = [
     "StepStats",
     "TokenStats",
     "WorkerSummary",
-    "to_json",
 ]
 
 SUMMARY_SCHEMA = "tb-attn.summary/1"
-
-
-def to_json(value: Any) -> bytes:
-    """A response body as JSON. Names are made encodable where they enter (``names.display_name``,
-    the decoder), so the fallback only catches a lone surrogate that slipped through some other way
-    (an OS error message quoting an undecodable path): escaped text, never a 500."""
-    try:
-        return msgspec.json.encode(value)
-    except UnicodeEncodeError:
-        return msgspec.json.encode(_encodable(msgspec.to_builtins(value)))
-
-
-def _encodable(value: Any) -> Any:
-    """``value`` (builtins only) with every string made encodable, iteratively: metadata can
-    nest deeper than Python's recursion limit allows a recursive walk."""
-
-    root: list[Any] = [value]
-    stack: list[tuple[list[Any] | dict[Any, Any], Any]] = [(root, 0)]
-    while stack:
-        container, key = stack.pop()
-        item = container[key]
-        if isinstance(item, str):
-            container[key] = display_name(item)
-        elif isinstance(item, dict):
-            fixed = {display_name(k) if isinstance(k, str) else k: v for k, v in item.items()}
-            container[key] = fixed
-            stack.extend((fixed, k) for k in fixed)
-        elif isinstance(item, list):
-            stack.extend((item, i) for i in range(len(item)))
-    return root[0]
 
 
 class Spread(msgspec.Struct, kw_only=True, frozen=True):

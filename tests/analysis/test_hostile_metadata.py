@@ -29,7 +29,8 @@ from tb_attn_plugin.analysis.strategies import strategies
 from tb_attn_plugin.analysis.summary import summarize_trace
 from tb_attn_plugin.cli import main as cli
 from tb_attn_plugin.engine.loader import load_events
-from tb_attn_plugin.types.schema import RunSummary, WorkerSummary, to_json
+from tb_attn_plugin.types.encoding import to_json
+from tb_attn_plugin.types.schema import RunSummary, WorkerSummary
 from tb_attn_plugin.vocab.masks import MAX_VALUE, MaskSpec, kept_pairs
 
 SIZES = {"batch": 1, "heads": 2, "d_model": 32}

@@ -225,7 +225,8 @@ def test_summary_json_round_trips_to_the_same_summaries() -> None:
     assert out.isascii()
     doc = json.loads(out)
     assert doc["schema"] == "tb-attn.summary/1"
-    assert msgspec.convert(doc["runs"], list[RunSummary]) == runs
+    # A lone surrogate that slipped past discovery is written as the tab writes it: its \\xNN text.
+    assert msgspec.convert(doc["runs"], list[RunSummary]) == [runs[0], _run(_worker(worker="v\\xff"), run="q")]
 
 
 def test_summary_json_writes_non_finite_figures_as_null() -> None:

@@ -80,13 +80,13 @@ def test_json_text_turns_structs_into_their_fields() -> None:
         {"median": 2.0, "lo": 1.0, "hi": None, "kind": "range", "steps": 3, "noisy": True}]
 
 
-def test_json_text_keeps_a_lone_surrogate_as_its_escape() -> None:
-    """msgspec refuses to re-indent the escape of a lone surrogate: the fallback writes the same
-    document, with the same indent, through the standard library."""
+def test_json_text_writes_a_lone_surrogate_as_the_tab_does() -> None:
+    """One encoder for every door: an undecodable byte that slipped through as a lone surrogate is
+    written as its ``\\xNN`` text, in the CLI as in the tab's bodies."""
     out = json_text({"run": "bad\udcffname", "x": [1]})
     assert out.isascii()
-    assert out == '{\n  "run": "bad\\udcffname",\n  "x": [\n    1\n  ]\n}\n'
-    assert json.loads(out) == {"run": "bad\udcffname", "x": [1]}
+    assert out == '{\n  "run": "bad\\\\xffname",\n  "x": [\n    1\n  ]\n}\n'
+    assert json.loads(out) == {"run": "bad\\xffname", "x": [1]}
 
 
 def test_json_text_of_empty_containers() -> None:

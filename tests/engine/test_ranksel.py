@@ -19,8 +19,9 @@ def _run(*files: tuple[str, str], name: str = "r") -> Run:
     """A run of (worker, file name) traces, each of 10 bytes."""
     traces = tuple(TraceFile(f"/logs/{name}/{file}", file, worker, None, 10, 1.0)
                    for worker, file in sorted(files))
-    return Run(name=name, path=f"/logs/{name}", files=traces, metadata_path=f"/logs/{name}/tb_attn_run.json",
-               metadata_mtime=2.0, event_files=(FileInfo(f"/logs/{name}/events.out.tfevents.1", 5, 3.0),))
+    return Run(name=name, path=f"/logs/{name}", files=traces,
+               metadata_file=FileInfo(f"/logs/{name}/tb_attn_run.json", 7, 2.0),
+               event_files=(FileInfo(f"/logs/{name}/events.out.tfevents.1", 5, 3.0),))
 
 
 def _ranked(*ranks: int) -> Run:
@@ -159,8 +160,8 @@ def test_selection_keeps_every_span_of_the_selected_ranks_and_nothing_else() -> 
         "host_rank4.1.pt.trace.json", "host_rank4.2.pt.trace.json",
         "host_rank5.1.pt.trace.json", "host_rank5.2.pt.trace.json"]
     # The rest of the run is as it was: its name, metadata and event files.
-    assert (picked.name, picked.path, picked.metadata_path, picked.metadata_mtime, picked.event_files) == \
-        (run.name, run.path, run.metadata_path, run.metadata_mtime, run.event_files)
+    assert (picked.name, picked.path, picked.metadata_file, picked.event_files) == \
+        (run.name, run.path, run.metadata_file, run.event_files)
     assert len(run.files) == 12  # the given run is not changed
 
 

@@ -28,6 +28,7 @@ from tb_attn_plugin.analysis import bounds
 from tb_attn_plugin.engine.loader import Loader, resolve_runs
 from tb_attn_plugin.engine.summary_cache import SummaryCache
 from tb_attn_plugin.trace.discover import TraceFile
+from tb_attn_plugin.trace.version import file_version
 from tb_attn_plugin.types.schema import WorkerSummary
 from tb_attn_plugin.vocab.scopes import PHASES
 
@@ -175,4 +176,4 @@ def test_an_entry_is_served_only_within_the_bounds(raw: bytes) -> None:
         found = loader.from_summary_cache([TRACE])
         assert found == ({} if expected is None else {TRACE: expected})
         if expected is None:  # a miss: the parse that follows does not ask the cache again
-            assert (TRACE.path, TRACE.size, TRACE.mtime) in loader.cache_misses
+            assert file_version(TRACE) in loader.cache_misses

@@ -51,7 +51,8 @@ from tb_attn_plugin.engine.head_events import (
 from tb_attn_plugin.engine.loader import Loader, resolve_runs
 from tb_attn_plugin.trace import io
 from tb_attn_plugin.trace.tfrecord import masked_crc32c, masked_crc32c_many
-from tb_attn_plugin.types.schema import RunSummary, to_json
+from tb_attn_plugin.types.encoding import to_json
+from tb_attn_plugin.types.schema import RunSummary
 from tb_attn_plugin.vocab.scopes import MAX_HEADS, MAX_LAYERS
 
 

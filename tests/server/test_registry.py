@@ -21,6 +21,7 @@ from tb_attn_plugin.server.registry import KEPT_BYTES, KEPT_VALUE_BYTES, Registr
 from tb_attn_plugin.trace import io
 from tb_attn_plugin.trace.discover import Run
 from tb_attn_plugin.trace.events import ReadError, TraceError
+from tb_attn_plugin.trace.io import FileInfo
 from tb_attn_plugin.vocab.names import METADATA_FILE
 
 
@@ -259,13 +260,13 @@ def test_metadata_of_a_run_not_yet_listed_is_read_on_demand(tmp_path: Path, cloc
                                                             metadata_reads: list[list[str]]) -> None:
     d = _run_dir(tmp_path, "a", {"model": "m", "config": {"batch": 4}})
     path = str(d / METADATA_FILE)
-    run = Run(name="a", path=str(d), files=(), metadata_path=path, metadata_mtime=1.0)
+    run = Run(name="a", path=str(d), files=(), metadata_file=FileInfo(path, 40, 1.0))
     registry = Registry(str(tmp_path))
     assert registry.metadata(run) == {"model": "m", "config": {"batch": 4}}
     info = registry.info(run)
     assert info is not None and info.batch == 4
     assert metadata_reads == [[path]]  # info came from the same read
-    assert registry.metadata(Run(name="x", path=str(d), files=(), metadata_path=None)) is None
+    assert registry.metadata(Run(name="x", path=str(d), files=())) is None
 
 
 def test_no_storage_is_read_while_the_registry_lock_is_held(tmp_path: Path, clock: Clock,

@@ -10,7 +10,7 @@ import msgspec
 import pytest
 from manyruns import ODD, SHOWN, hostile_metadata
 
-from tb_attn_plugin.engine.loader import parse_metadata
+from tb_attn_plugin.engine.metadata import parse_metadata
 from tb_attn_plugin.server.run_info import ELLIPSIS, ERROR_BYTES, ERROR_CHARS, INFO_BYTES, INFO_CHARS, run_info
 
 #: A runner's metadata as ``docs/runner.md`` describes it, cut down to what matters here.
@@ -90,7 +90,7 @@ def test_strings_that_are_not_strings_are_null(value: Any) -> None:
 @pytest.mark.parametrize("kind", range(4))
 def test_hostile_files_give_a_few_hundred_bytes(kind: int, builtin_logdir: Path) -> None:
     template = json.loads((builtin_logdir / "naive" / "tb_attn_run.json").read_text())
-    meta = parse_metadata(hostile_metadata(kind, template))
+    meta = parse_metadata(hostile_metadata(kind, template)).value
     assert meta is not None  # read, not refused: the bound below is run_info's
     info = run_info(meta)
     assert info is not None

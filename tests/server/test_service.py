@@ -183,8 +183,8 @@ def test_downloads_name_a_file_of_the_run(logdir: Path) -> None:
     assert isinstance(found, TraceFile) and found.worker == "host_2"
     with pytest.raises(errors.NotFoundError, match=re.escape("no trace file 'host_9.1.pt.trace.json' in run 'multi'")):
         service.trace_download("multi", "host_9.1.pt.trace.json")
-    assert service.metadata_response("mixed").metadata == {"status": "ok", "peaks": PROBES}
-    assert service.metadata_response("multi").metadata is None
+    assert json.loads(service.metadata_body("mixed"))["metadata"] == {"status": "ok", "peaks": PROBES}
+    assert json.loads(service.metadata_body("multi"))["metadata"] is None
 
 
 # -- waiting for a parse ---------------------------------------------------------------------
@@ -276,7 +276,7 @@ def test_the_service_reaches_the_engine_only_through_service_engine(logdir: Path
     service.runs_response(refresh=False)
     assert service.summary("mixed", None, None).workers
     assert service.memory("mixed", None, None, step=None)
-    service.metadata_response("mixed")
+    service.metadata_body("mixed")
     assert "_files" not in vars(built)  # its Loader (a cached_property) was never built
     assert "_files" in vars(recorder.inner)
     assert {"cached", "parse", "run_summary", "cached_analysis", "metadata"} <= set(recorder.asked)

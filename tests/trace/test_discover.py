@@ -73,9 +73,11 @@ def test_the_metadata_file_is_found_with_its_time(tmp_path: Path) -> None:
            "without/sub/tb_attn_run.json")
     os.utime(tmp_path / "with" / "tb_attn_run.json", (42.0, 42.0))
     with_meta, without = _runs(tmp_path)
-    assert (with_meta.metadata_path, with_meta.metadata_mtime) == (str(tmp_path / "with" / "tb_attn_run.json"), 42.0)
+    assert with_meta.metadata_file is not None
+    assert with_meta.metadata_path == str(tmp_path / "with" / "tb_attn_run.json")
+    assert with_meta.metadata_file.mtime == 42.0
     # A metadata file in a subdirectory is another directory's.
-    assert (without.metadata_path, without.metadata_mtime) == (None, None)
+    assert (without.metadata_path, without.metadata_file) == (None, None)
 
 
 def test_event_files_are_listed_in_order_and_capped(tmp_path: Path) -> None:
@@ -119,7 +121,8 @@ def test_an_object_store_listing_groups_the_same_way_and_keeps_etags() -> None:
     assert (top.name, top.path) == (".", root)
     assert (run1.name, run1.path) == ("exp/run1", f"{root}/exp/run1")
     assert [(f.worker, f.span, f.size, f.etag) for f in run1.files] == [("host_rank0", "17", 100, "etag-1")]
-    assert run1.metadata_path == f"{root}/exp/run1/tb_attn_run.json" and run1.metadata_mtime == 2.0
+    assert run1.metadata_path == f"{root}/exp/run1/tb_attn_run.json" and run1.metadata_file is not None
+    assert run1.metadata_file.mtime == 2.0
     assert [f.path for f in run1.event_files] == [f"{root}/exp/run1/events.out.tfevents.9.host"]
 
 

@@ -14,6 +14,7 @@ import msgspec
 import pytest
 
 from tb_attn_plugin.types import schema
+from tb_attn_plugin.types.encoding import to_json
 from tb_attn_plugin.types.schema import (
     SPREAD_KEYS,
     SUMMARY_SCHEMA,
@@ -39,7 +40,6 @@ from tb_attn_plugin.types.schema import (
     StepStats,
     TokenStats,
     WorkerSummary,
-    to_json,
 )
 
 
@@ -233,38 +233,3 @@ def test_spread_keys_are_distinct_time_figures() -> None:
     assert {"cpu_us", "device_us"} <= set(LayerStats.__struct_fields__) & set(PhaseStats.__struct_fields__)
     assert {"step_cpu_us", "step_device_us", "attention_cpu_us", "attention_device_us"} <= set(
         WorkerSummary.__struct_fields__)
-
-
-# -- to_json -----------------------------------------------------------------------------------
-
-def test_to_json_writes_utf8_and_leaves_valid_text_alone() -> None:
-    assert to_json({"user": "é", "n": [1, 2.5, None, True]}) == '{"user":"é","n":[1,2.5,null,true]}'.encode()
-    assert to_json("plain") == b'"plain"'
-
-
-def test_an_undecodable_byte_is_written_as_its_escape() -> None:
-    """A directory name with the byte 0xFF is listed as the lone surrogate U+DCFF
-    (``surrogateescape``); it is written as the four characters ``\\xff``, in keys and values."""
-    body = to_json({"run\udcff": ["a\udcffb", 3]})
-    assert json.loads(body) == {"run\\xff": ["a\\xffb", 3]}
-
-
-def test_another_lone_surrogate_is_written_as_its_code() -> None:
-    assert json.loads(to_json({"e": "x\ud800"})) == {"e": "x\\ud800"}
-
-
-def test_a_struct_with_a_lone_surrogate_is_written_as_builtins() -> None:
-    body = to_json(FileError(file="run/\udcfe.pt.trace.json", error="cannot read"))
-    assert json.loads(body) == {"file": "run/\\xfe.pt.trace.json", "error": "cannot read"}
-
-
-def test_a_lone_surrogate_deep_in_nested_metadata_is_escaped() -> None:
-    value: Any = "\udcff"
-    for _ in range(900):  # deep, within msgspec's own nesting limit
-        value = [value]
-    got: Any = json.loads(to_json({"metadata": value}))["metadata"]
-    depth = 0
-    while isinstance(got, list):
-        (got,) = got
-        depth += 1
-    assert (depth, got) == (900, "\\xff")
