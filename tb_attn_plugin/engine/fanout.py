@@ -81,6 +81,7 @@ class Outcome(msgspec.Struct, frozen=True):
     error: str | None = None
     read_error: bool = False  # the storage failed, not the file
     cache_error: str | None = None
+    cache_note: str | None = None  # this file's entry alone could not be written (``Loader.cache_entry_skipped``)
 
 
 _WORKER_LOADERS: dict[tuple[Any, ...], Loader] = {}
@@ -99,13 +100,15 @@ def summarize_task(task: bytes) -> bytes:
     trace = t.trace()
     if t.cache_missed:
         loader.known_miss(trace)
+    loader.cache_notes.clear()
     try:
         with _roomy_malloc():
             summary = loader.summarize_file(trace, metadata=t.metadata)
     except TraceError as exc:
         out = Outcome(error=str(exc), read_error=isinstance(exc, ReadError), cache_error=loader.cache_error)
     else:
-        out = Outcome(summary=msgspec.msgpack.encode(summary), cache_error=loader.cache_error)
+        note = loader.cache_notes[0] if loader.cache_notes else None
+        out = Outcome(summary=msgspec.msgpack.encode(summary), cache_error=loader.cache_error, cache_note=note)
     return msgspec.msgpack.encode(out)
 
 
@@ -308,6 +311,7 @@ def _fan_out(todo: list[tuple[TraceFile, dict[str, object] | None]], loader: Loa
             say(f"cannot hand {trace.name} to the executor ({_why(exc)}); summarizing it here")
             break
     lost: dict[str, int] = {}
+    skipped: list[str] = []  # entries the workers could not write, said here (a worker says nothing)
     cache_said = False
     for future in cf.as_completed(futures):
         trace = futures[future]
@@ -320,6 +324,8 @@ def _fan_out(todo: list[tuple[TraceFile, dict[str, object] | None]], loader: Loa
         if out.cache_error is not None and not cache_said and loader.cache_error is None:
             cache_said = True
             loader.cache_error = out.cache_error  # said once, at the end
+        if out.cache_note is not None:
+            skipped.append(out.cache_note)
         if out.summary is not None:
             summary = msgspec.msgpack.decode(out.summary, type=WorkerSummary)
             loader.adopt(trace, summary)
@@ -333,6 +339,13 @@ def _fan_out(todo: list[tuple[TraceFile, dict[str, object] | None]], loader: Loa
     for why, count in lost.items():
         say(f"{count} file{'s' if count > 1 else ''} could not be summarized by the executor ({why}); "
             "summarizing them here")
+    if skipped:
+        from tb_attn_plugin.engine.summary_cache import (
+            warn_once,  # lazy: loaded with a cache directory only (it loads OpenSSL)
+        )
+
+        for note in skipped:
+            warn_once(note, note, say)
 
 
 _UNSHARED = "a worker could not read a local path: workers read local paths only on a shared file system"

@@ -208,6 +208,8 @@ class Loader:
             self.disk = SummaryCache(self.cache_dir, max_bytes=self.cache_max_bytes)
         #: Why the summary cache is no longer written (the first write that failed), or None.
         self.cache_error: str | None = None
+        #: Entries that could not be written, for a worker's caller to say (``cache_entry_skipped``).
+        self.cache_notes: list[str] = []
         #: File versions the summary cache was just found not to hold: the parse that follows does
         #: not ask it again (one read per miss, not two).
         self.cache_misses: set[Version] = set()
@@ -371,7 +373,8 @@ class Loader:
         if self.disk is not None and self.cache_error is None:  # as the trace has it: peaks are the reader's
 
             from tb_attn_plugin.engine.summary_cache import (
-                CacheWriteError,  # lazy: loaded with a cache directory only (it loads OpenSSL)
+                CacheEntryError,  # lazy: loaded with a cache directory only (it loads OpenSSL)
+                CacheWriteError,
             )
 
             broken = out_of_bounds(summary)
@@ -380,6 +383,8 @@ class Loader:
                     self.disk.put(trace, msgspec.msgpack.encode(summary))
                 else:
                     _log.info("the summary of %s is not cached: %s", trace.name, broken)
+            except CacheEntryError as exc:  # this entry alone: the others are written
+                self.cache_entry_skipped(str(exc))
             except CacheWriteError as exc:  # a cache that cannot be written is only slower
                 self.cache_unwritable(str(exc))
         self.memory.put(key, summary)
@@ -396,6 +401,19 @@ class Loader:
             )
 
             warn_once(self.disk.root, f"{error}; summaries are not cached", self.warn or _log.warning)
+
+    def cache_entry_skipped(self, note: str) -> None:
+        """One entry of the summary cache cannot be written (``note`` says which and why): the
+        others still are, and the note is said once per process and entry (a worker, whose
+        ``warn`` is False, keeps it in ``cache_notes`` for its caller)."""
+        if self.warn is False:
+            self.cache_notes.append(note)
+            return
+        from tb_attn_plugin.engine.summary_cache import (
+            warn_once,  # lazy: loaded with a cache directory only (it loads OpenSSL)
+        )
+
+        warn_once(note, note, self.warn or _log.warning)
 
     def adopt(self, trace: TraceFile, summary: WorkerSummary) -> None:
         """Keeps a summary made elsewhere (a worker process, another machine) as this loader's own."""

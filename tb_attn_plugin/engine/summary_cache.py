@@ -53,7 +53,7 @@ from tb_attn_plugin.trace.events import ReadError
 from tb_attn_plugin.trace.version import file_version
 from tb_attn_plugin.types.schema import SUMMARY_SCHEMA, WorkerSummary
 
-__all__ = ["CacheWriteError", "SummaryCache", "check_outside", "engine_version", "warn_once"]
+__all__ = ["CacheEntryError", "CacheWriteError", "SummaryCache", "check_outside", "engine_version", "warn_once"]
 
 _log = logging.getLogger(__name__)
 
@@ -65,10 +65,16 @@ _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _DIR = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | _CLOEXEC
 _NOT_FOLLOWED = (errno.ELOOP, errno.ENOTDIR)  # a link (or a file) met with O_NOFOLLOW (| O_DIRECTORY)
+# What renaming over one entry's name meets where a directory stands there: that entry's fault alone.
+_TAKEN = (errno.EISDIR, errno.ENOTEMPTY, errno.EEXIST, errno.ENOTDIR)
 
 
 class CacheWriteError(OSError):
     """The cache cannot be written there; the message says where and why."""
+
+
+class CacheEntryError(CacheWriteError):
+    """One entry cannot be written (something that is not a file stands at its name); the others can."""
 
 
 _warned: set[str] = set()
@@ -232,6 +238,9 @@ class SummaryCache:
                 fs.pipe_file(p, entry)  # one PUT: whole or absent
             else:
                 _write_local(self._local, key, entry)
+        except _EntryTaken as exc:
+            raise CacheEntryError(f"cannot write the summary cache entry {key[:2]}/{key}.tba at {self.root}: "
+                                  f"{exc.strerror}; that summary is not cached") from None
         except Exception as exc:  # OSError, the stores' own errors, a read-only filesystem
             reason = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
             raise CacheWriteError(f"cannot write the summary cache at {self.root}: {reason}") from None
@@ -319,6 +328,10 @@ def _shard(root: int, name: str) -> int:
         raise
 
 
+class _EntryTaken(OSError):
+    """Something that is not an entry stands at an entry's name."""
+
+
 def _write_local(root_path: str, key: str, entry: bytes) -> None:
     """Writes an entry whole: a new temporary file (``O_EXCL``: never an existing file or a link)
     renamed over the entry, in its shard."""
@@ -332,7 +345,13 @@ def _write_local(root_path: str, key: str, entry: bytes) -> None:
             try:
                 with os.fdopen(fd, "wb") as f:
                     f.write(entry)
-                os.replace(tmp, f"{key}.tba", src_dir_fd=shard, dst_dir_fd=shard)
+                try:
+                    os.replace(tmp, f"{key}.tba", src_dir_fd=shard, dst_dir_fd=shard)
+                except OSError as exc:
+                    if exc.errno in _TAKEN:
+                        raise _EntryTaken(exc.errno, "a directory or another file that is not an entry stands at "
+                                                     "its name") from None
+                    raise
             except BaseException:
                 try:
                     os.unlink(tmp, dir_fd=shard)

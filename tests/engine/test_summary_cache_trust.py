@@ -298,3 +298,28 @@ def test_an_unwritable_cache_is_one_line_from_the_cli(run_copy: Path, tmp_path: 
     assert len(lines) == 1, proc.stderr
     assert lines[0].startswith(f"tb-attn: warning: cannot write the summary cache at {blocker / 'cache'}: ")
     assert lines[0].endswith("; summaries are not cached")
+
+
+def test_a_directory_at_one_entrys_name_skips_that_entry_alone(run_copy: Path, tmp_path: Path,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 48: a directory standing at one entry's name turned off every write of the process."""
+    from tb_attn_plugin.cli.main import main
+
+    shutil.copy(run_copy / "host_1.1.pt.trace.json", run_copy / "host_2.1.pt.trace.json")
+    cache_dir = tmp_path / "cache"
+    first, second = resolve_runs(str(run_copy))[0].files
+    cache = SummaryCache(str(cache_dir))
+    taken = Path(cache._path(cache.key(first)))
+    taken.mkdir(parents=True)
+    (taken / "x").write_text("not an entry")  # a directory that is not empty: no rename replaces it
+    args = ["summarize", str(run_copy), "--cache-dir", str(cache_dir), "--jobs", "1", "--no-progress",
+            "--format", "json"]
+    assert main(args) == 0
+    _, err = capsys.readouterr()
+    assert err.count("\n") == 1 and f"entry {taken.parent.name}/{taken.name}" in err and "not cached" in err
+    assert Path(cache._path(cache.key(second))).is_file()  # the other entry was written
+    assert main(args) == 0  # a new process would say it again; this one has said it
+    assert capsys.readouterr().err == ""
+    worker = Loader(cache_dir=str(cache_dir), warn=False)  # a pool's worker: the note goes to its caller
+    worker.summarize_file(first)
+    assert worker.cache_error is None and len(worker.cache_notes) == 1
