@@ -128,11 +128,7 @@ class Registry:
         with self._lock:
             self.listing_error = None
             self._runs = runs
-            # A display name can repeat only if one directory's name holds a literal "\xNN" and
-            # another's that undecodable byte: the first in order is the one served.
-            self._by_name = {}
-            for run in runs:
-                self._by_name.setdefault(run.name, run)
+            self._by_name = {run.name: run for run in runs}  # display names are one-to-one (names.display_name)
             self._scanned_at = started
             return runs
 

@@ -48,7 +48,7 @@ from tb_attn_plugin.types.encoding import to_json
 from tb_attn_plugin.types.results import Comparison, RankView, ScalingFits
 from tb_attn_plugin.types.schema import RunSummary, WorkerSummary
 from tb_attn_plugin.types.strategies import StrategyTable
-from tb_attn_plugin.vocab.names import display_name
+from tb_attn_plugin.vocab.names import encodable
 
 if TYPE_CHECKING:
     from tb_attn_plugin.engine.ranksel import RankSet
@@ -106,7 +106,7 @@ class Service:
     def run(self, name: str) -> Run:
         found = self.registry.find(name)
         if found is None:
-            raise errors.NotFoundError(f"no run named {display_name(name)!r} in {display_name(self.logdir)}")
+            raise errors.NotFoundError(f"no run named {encodable(name)!r} in {encodable(self.logdir)}")
         return found
 
     def trace_file(self, run: Run, worker: str | None, span: str | None) -> TraceFile:

@@ -16,7 +16,7 @@ from typing import Any
 import msgspec
 
 from tb_attn_plugin.types.schema import SUMMARY_SCHEMA, RunSummary
-from tb_attn_plugin.vocab.names import display_name
+from tb_attn_plugin.vocab.names import encodable
 
 __all__ = ["summaries_json", "to_json"]
 
@@ -64,9 +64,9 @@ def _encodable(value: Any) -> Any:
         container, key = stack.pop()
         item = container[key]
         if isinstance(item, str):
-            container[key] = display_name(item)
+            container[key] = encodable(item)
         elif isinstance(item, dict):
-            fixed = {display_name(k) if isinstance(k, str) else k: v for k, v in item.items()}
+            fixed = {encodable(k) if isinstance(k, str) else k: v for k, v in item.items()}
             container[key] = fixed
             stack.extend((fixed, k) for k in fixed)
         elif isinstance(item, list):

@@ -32,7 +32,7 @@ from __future__ import annotations
 import re
 
 __all__ = ["CANDIDATE_NAME_RE", "CANDIDATE_SUFFIX", "GZIP_SUFFIX", "METADATA_FILE", "TRACE_NAME_RE", "TRACE_PATTERNS",
-           "TRACE_SUFFIX", "display_name", "parse_candidate_name", "parse_trace_name", "trace_file_name"]
+           "TRACE_SUFFIX", "display_name", "encodable", "parse_candidate_name", "parse_trace_name", "trace_file_name"]
 
 TRACE_SUFFIX = ".pt.trace.json"
 GZIP_SUFFIX = ".gz"
@@ -75,9 +75,24 @@ def trace_file_name(worker: str, span: int | str, *, gz: bool = False) -> str:
     return name
 
 
+# A backslash that would read as the start of an escape: before another backslash, before what
+# ``encodable`` turns into an escape (a lone surrogate), or before the text of one (xNN, uNNNN).
+_AMBIGUOUS = re.compile(r"\\(?=[\\\ud800-\udfff]|x[0-9a-fA-F]{2}|u[0-9a-fA-F]{4})")
+
+
 def display_name(name: str) -> str:
+    """How a run, worker or file name is shown and asked for: ``encodable``, with each backslash
+    that would read as the start of an escape doubled, so that two names never show alike (the byte
+    0xFF is ``r\\xff``, the four characters ``\\xff`` are ``r\\\\xff``). Other names, a backslash
+    in ``exp/a\\b`` included, come back unchanged."""
+    if "\\" in name:
+        name = _AMBIGUOUS.sub(r"\\\\", name)
+    return encodable(name)
+
+
+def encodable(name: str) -> str:
     """``name`` with each undecodable byte written ``\\xNN`` (and any other lone surrogate
-    ``\\udXXX``): a string that every encoder takes. Valid names come back unchanged."""
+    ``\\udXXX``): a string that every encoder takes. Valid text comes back unchanged."""
     try:
         name.encode("utf-8")
         return name

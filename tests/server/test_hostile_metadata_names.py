@@ -134,3 +134,48 @@ def test_a_hard_linked_trace_is_summarized_but_not_sent_whole(logdir: Path, tmp_
     assert get_json(client, f"{BASE}/summary?run=r")["workers"]
     response = get(client, f"{BASE}/trace?run=r&file={quote(trace.name)}")
     assert response.status_code == 404 and b"hard links" in response.data
+
+
+def test_a_byte_and_its_escaped_text_are_two_names_every_route_resolves(tmp_path: Path) -> None:
+    """The byte 0xFF and the four characters ``\\xff``, in a worker's file name and in a run's
+    directory: both listed, under two names, and each route picks the one asked for."""
+    logdir = tmp_path / "logs"
+    raw = os.fsencode(logdir)
+    for run in (b"/team/r\xff", b"/team/r\\xff"):
+        os.makedirs(raw + run)
+        shutil.copy(TRACE, os.fsdecode(raw + run + b"/w.1.pt.trace.json"))
+    both = raw + b"/team/both"
+    os.makedirs(both)
+    shutil.copy(HAND_TRACES / "memory.json", os.fsdecode(both + b"/r\xff.1.pt.trace.json"))
+    shutil.copy(TRACE, os.fsdecode(both + b"/r\\xff.1.pt.trace.json"))
+    client = plugin_client(logdir)
+    runs = {r["run"]: r for r in get_json(client, f"{BASE}/runs")["runs"]}
+    assert set(runs) == {"team/both", "team/r\\xff", "team/r\\\\xff"}
+    assert [w["worker"] for w in runs["team/both"]["workers"]] == ["r\\\\xff", "r\\xff"]
+    for name in ("team/r\\xff", "team/r\\\\xff"):
+        assert get_json(client, f"{BASE}/summary?run={quote(name)}")["run"] == name
+    files = {}
+    for worker in ("r\\xff", "r\\\\xff"):
+        summary = get_json(client, f"{BASE}/summary?run=team/both&worker={quote(worker)}")
+        (one,) = summary["workers"]
+        files[worker] = one["file"]
+        for view in ("memory", "timeline"):
+            response = get(client, f"{BASE}/{view}?run=team/both&worker={quote(worker)}")
+            assert response.status_code == 200, (view, worker, response.data[:200])
+        download = get(client, f"{BASE}/trace?run=team/both&file={quote(one['file'])}")
+        source = HAND_TRACES / ("memory.json" if worker == "r\\xff" else "flops.json")
+        assert download.status_code == 200 and download.data == source.read_bytes()
+    assert files == {"r\\xff": "r\\xff.1.pt.trace.json", "r\\\\xff": "r\\\\xff.1.pt.trace.json"}
+    memory = [get_json(client, f"{BASE}/memory?run=team/both&worker={quote(w)}") for w in files]
+    assert memory[0] != memory[1]
+
+
+def test_the_cli_names_both_runs_apart(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    raw = os.fsencode(tmp_path)
+    for run in (b"/r\xff", b"/r\\xff"):
+        os.makedirs(raw + run)
+        shutil.copy(TRACE, os.fsdecode(raw + run + b"/w.1.pt.trace.json"))
+    assert main(["summarize", str(tmp_path), "--format", "json", "--no-progress"]) == 0
+    assert [r["run"] for r in json.loads(capsys.readouterr().out)["runs"]] == ["r\\\\xff", "r\\xff"]
+    assert main(["summarize", str(tmp_path), "--run", "r\\\\xff", "--format", "json", "--no-progress"]) == 0
+    assert [r["run"] for r in json.loads(capsys.readouterr().out)["runs"]] == ["r\\\\xff"]

@@ -6,6 +6,8 @@ import json
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from tb_attn_plugin.trace.discover import find_runs
 from tb_attn_plugin.trace.io import FileInfo
@@ -14,6 +16,8 @@ from tb_attn_plugin.vocab.names import (
     METADATA_FILE,
     TRACE_NAME_RE,
     TRACE_PATTERNS,
+    display_name,
+    encodable,
     parse_candidate_name,
     parse_trace_name,
     trace_file_name,
@@ -106,3 +110,25 @@ def test_the_runner_writes_what_the_plugin_reads(tmp_path: Path) -> None:
     assert [(f.worker, f.span is not None) for f in run.files] == [("host_rank0", True)] * 2
     with pytest.raises(ValueError, match="cannot name a trace"):
         trace_handler(tmp_path, ".hidden")
+
+
+# -- display names ---------------------------------------------------------------------------------
+
+_PIECES = ["\\", "x", "ff", "u00e9", "\udcff", "\udc80", "a", "/", "é"]
+
+
+@given(st.lists(st.sampled_from(_PIECES), max_size=8), st.lists(st.sampled_from(_PIECES), max_size=8))
+def test_display_names_are_one_to_one_and_encodable(a: list[str], b: list[str]) -> None:
+    """Names built from the pieces that could collide: a byte and its escape's text, backslashes."""
+    one, other = "".join(a), "".join(b)
+    display_name(one).encode("utf-8")  # raises if it is not encodable
+    if one != other:
+        assert display_name(one) != display_name(other)
+
+
+def test_display_names_keep_ordinary_backslashes_and_mark_the_ambiguous_ones() -> None:
+    assert display_name("r\udcff") == "r\\xff"
+    assert display_name("r\\xff") == "r\\\\xff"
+    assert display_name("exp/a\\b") == "exp/a\\b" and display_name("a\\") == "a\\"
+    assert display_name("plain/é") == "plain/é"
+    assert encodable("r\\xff") == "r\\xff"  # text, not a name: left as it is
