@@ -95,7 +95,7 @@ def test_metadata_of_a_run_without_it_is_null_and_of_no_run_a_404(tmp_path: Path
     os.link(trace, tmp_path / "bare" / trace.name)
     client = plugin_client(tmp_path, prefetch_files=0)
     assert get_json(client, f"{BASE}/metadata?run=bare") == {"schema": "tb-attn.metadata/1", "run": "bare",
-                                                             "metadata": None}
+                                                             "metadata": None, "note": None}
     assert _runs(client)[1]["bare"]["info"] is None
     missing = get(client, f"{BASE}/metadata?run=nope")
     assert missing.status_code == 404 and "no run named 'nope'" in missing.get_data(as_text=True)
