@@ -296,3 +296,65 @@ def test_many_threads_asking_at_once_share_one_job_per_key(gates: list[threading
     gate.set()
     assert sorted(f.result(timeout=WAIT_S) for f in futures) == ["even"] * 4 + ["odd"] * 4
     assert sorted(calls) == ["even", "odd"]
+
+
+# -- the slow lane (issue 48): a slow run's jobs move aside, and other runs keep being served ----
+
+def _slow_jobs(gates: list[threading.Event]) -> tuple[Jobs, threading.Event, list[Future[object]]]:
+    """Two jobs of run "bad" holding both workers of the asked lane, past ``slow_after_s`` (0)."""
+    jobs = Jobs(2, name="jobs-slow", slow_workers=2, slow_after_s=0.0)
+    gate = _gate(gates)
+    starts = [threading.Event(), threading.Event()]
+    futures = [jobs.submit(f"bad-{i}", _held(gate, starts[i]), group="bad") for i in range(2)]
+    assert all(s.wait(WAIT_S) for s in starts)
+    return jobs, gate, futures
+
+
+def test_a_job_running_past_its_time_moves_aside_and_another_run_is_served(gates: list[threading.Event]) -> None:
+    jobs, gate, held = _slow_jobs(gates)
+    # Both asked workers are busy: the next submission moves their jobs (and threads) to the slow lane.
+    assert jobs.submit("good", lambda: "summary", group="good").result(timeout=WAIT_S) == "summary"
+    assert jobs.slow("bad") and not jobs.slow("good")
+    assert not any(f.done() for f in held)
+    gate.set()
+    assert [f.result(timeout=WAIT_S) for f in held] == [None, None]
+
+
+def test_a_slow_runs_other_jobs_queue_in_the_slow_lane(gates: list[threading.Event]) -> None:
+    jobs, gate, _ = _slow_jobs(gates)
+    jobs.submit("probe", lambda: None, group="good").result(timeout=WAIT_S)  # moves "bad" aside
+    ran: list[str] = []
+    later = jobs.submit("bad-2", lambda: ran.append("bad-2"), group="bad")  # behind the two held ones
+    assert jobs.submit("good-2", lambda: ran.append("good-2"), group="good").result(timeout=WAIT_S) is None
+    assert ran == ["good-2"] and not later.done()
+    gate.set()
+    later.result(timeout=WAIT_S)
+    assert ran == ["good-2", "bad-2"]
+
+
+def test_a_heavy_job_starts_in_the_slow_lane(gates: list[threading.Event]) -> None:
+    jobs = Jobs(1, name="jobs-heavy", slow_workers=1)
+    gate, started = _gate(gates), threading.Event()
+    heavy = jobs.submit("huge", _held(gate, started), heavy=True, group="huge")
+    assert started.wait(WAIT_S)
+    assert jobs.submit("small", lambda: 1, group="small").result(timeout=WAIT_S) == 1
+    assert not heavy.done() and not jobs.slow("huge")  # large by size: moved aside without being marked
+    assert "jobs-heavy-slow-0" in _threads("jobs-heavy")
+    gate.set()
+    heavy.result(timeout=WAIT_S)
+
+
+def test_the_slow_lane_is_bounded(gates: list[threading.Event]) -> None:
+    """Moving a job aside needs room in the slow lane: never more than ``slow_workers`` slow jobs at once."""
+    jobs = Jobs(1, name="jobs-bound", slow_workers=1, slow_after_s=0.0)
+    gate = _gate(gates)
+    first, second = threading.Event(), threading.Event()
+    jobs.submit("a", _held(gate, first), group="a")
+    assert first.wait(WAIT_S)
+    jobs.submit("b", _held(gate, second), group="b")  # moves "a" aside; a fresh thread takes "b"
+    assert second.wait(WAIT_S)
+    queued = jobs.submit("c", lambda: "c", group="c")  # "b" cannot move: the slow lane is full
+    assert jobs.slow("a") and not jobs.slow("b") and not queued.done()
+    assert len(_threads("jobs-bound")) == 2
+    gate.set()
+    assert queued.result(timeout=WAIT_S) == "c"
