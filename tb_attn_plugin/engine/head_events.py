@@ -14,10 +14,13 @@ Cheap per byte (``tfrecord.find_records``): records are walked only up to the la
 one of our tags appears (one regular-expression search in C finds it), a run of identical records
 (filler) is stepped over in one comparison, and only records that hold a tag of ours are checked
 (their checksums computed together in numpy) and parsed. So a training run's 60 MB log with no
-statistics costs one search, 60 MB of empty records 0.05 s, and the worst file (64 MiB of tiny
-distinct records before a tag at its end) under 2 s, as does the largest the bounds keep whole
-(16,384 heads of 16 statistics, one record each: 17 MB). In the tab, each file is read in a
-background job (``service``); ``timeout_s`` bounds a parse.
+statistics costs one search and 60 MB of empty records 0.05 s. A record of ours costs about 10 µs
+(its checksum, its protobuf, its tag), so what is parsed is bounded per run, all its files
+together (``read_run``, the one home of these bounds): ``MAX_RUN_RECORDS`` records holding our
+tags (every value one step can keep, one a record, as the runner writes them) and
+``MAX_RUN_EVENT_BYTES`` of files, read newest first; past either, a file is read in part or not at
+all, and the note says so. ``timeout_s`` bounds a run's reading as a whole. In the tab, a run's
+event files are read in one background job (``service``).
 
 Bounded per value, not per record: at most ``MAX_HEAD_ROWS`` (16,384) heads and ``MAX_STATS``
 (16) statistics' names; layer and head numbers below ``scopes.MAX_LAYERS`` / ``MAX_HEADS``; a
@@ -32,7 +35,7 @@ import logging
 import math
 import re
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -50,10 +53,10 @@ from tb_attn_plugin.types.schema import RunSummary
 from tb_attn_plugin.vocab.scopes import MAX_CONTEXT, MAX_HEADS, MAX_LAYERS
 
 __all__ = ["BAD_CRC", "BAD_LENGTH", "BAD_NUMBER", "BAD_STEP", "FILE_TOO_LARGE", "HEADS_DROPPED", "INTERNAL",
-           "MAX_EVENT_FILE_BYTES", "MAX_RECORD_BYTES", "MAX_STATS", "MAX_STEP", "MAX_VALUES", "OUT_OF_RANGE",
-           "RECORD_TOO_LARGE", "STATS_DROPPED", "TIMED_OUT", "UNREADABLE", "EventStats", "HeadStatsReader",
-           "HeadStatsTable", "dropped_note", "merge_event_stats", "parse_event_file", "parse_head_stats",
-           "with_head_stats"]
+           "MAX_EVENT_FILE_BYTES", "MAX_RECORD_BYTES", "MAX_RUN_EVENT_BYTES", "MAX_RUN_RECORDS", "MAX_STATS",
+           "MAX_STEP", "MAX_VALUES", "OUT_OF_RANGE", "RECORD_TOO_LARGE", "RUN_BYTES", "RUN_RECORDS", "STATS_DROPPED",
+           "TIMED_OUT", "UNREADABLE", "EventStats", "HeadStatsReader", "HeadStatsTable", "dropped_note",
+           "merge_event_stats", "parse_event_file", "parse_head_stats", "with_head_stats"]
 
 _log = logging.getLogger(__name__)
 
@@ -67,6 +70,12 @@ MAX_RECORD_BYTES = 16 << 20
 MAX_STATS = 16
 #: Values kept per file or run: 16384 heads (``bounds.MAX_HEAD_ROWS``) of 16 statistics.
 MAX_VALUES = MAX_HEAD_ROWS * MAX_STATS
+#: Records holding our tags parsed per run, all its files together: every value one step can keep
+#: (``MAX_VALUES``), one a record as the runner writes them (it writes one step per file).
+MAX_RUN_RECORDS = MAX_VALUES
+#: Event files read per run, by their stored sizes, newest first: two files at the per-file bound
+#: (the runner's largest file is about 18 MB).
+MAX_RUN_EVENT_BYTES = 2 * MAX_EVENT_FILE_BYTES
 #: Steps as ``ProfilerStep#N`` bounds them (docs/limits.md).
 MAX_STEP = (1 << 31) - 1
 #: float32 sums of probabilities can land a little above 1: a share up to 1 + this is read as 1.
@@ -89,6 +98,8 @@ BAD_LENGTH = "event files cut short at a length whose checksum is wrong"
 RECORD_TOO_LARGE = f"records over {MAX_RECORD_BYTES >> 20} MiB"
 FILE_TOO_LARGE = f"event files over {MAX_EVENT_FILE_BYTES >> 20} MiB"
 TIMED_OUT = "event files read only in part (the time limit)"
+RUN_RECORDS = f"event files read only in part (the run's limit of {MAX_RUN_RECORDS:,} records of statistics)"
+RUN_BYTES = f"event files not read (the run's limit of {MAX_RUN_EVENT_BYTES >> 20} MiB of event files)"
 UNREADABLE = "event files that could not be read"
 INTERNAL = "event files whose reading failed (an internal error, logged)"
 
@@ -104,6 +115,8 @@ class EventStats:
     table: HeadStatsTable
     step: int | None
     dropped: Mapping[str, int] = field(default_factory=dict)
+    #: Records holding our tags that were parsed (what the run's ``MAX_RUN_RECORDS`` counts).
+    records: int = 0
 
     @property
     def values(self) -> int:
@@ -193,24 +206,30 @@ def _value(m: re.Match[str], value: float) -> tuple[int, int, float] | str:
     return (layer, head, min(value, 1.0)) if value <= 1.0 + _SHARE_SLACK else OUT_OF_RANGE
 
 
-def parse_event_file(data: bytes, *, timeout_s: float | None = None) -> EventStats:
+def parse_event_file(data: bytes, *, timeout_s: float | None = None, deadline: float | None = None,
+                     max_records: int = MAX_RUN_RECORDS) -> EventStats:
     """The statistics of one event file's bytes, at the newest step it records, and what was not
-    read. Never raises on any input; ``timeout_s`` bounds the time (what was read by then is kept)."""
+    read. Never raises on any input; ``timeout_s`` or ``deadline`` (``time.monotonic``) bounds the
+    time and ``max_records`` the records of ours parsed (what was read by then is kept)."""
     from tensorboard.compat.proto import event_pb2
 
-    deadline = None if timeout_s is None else time.monotonic() + timeout_s
+    if timeout_s is not None:
+        deadline = min(deadline or math.inf, time.monotonic() + timeout_s)
     dropped: dict[str, int] = {}
-    found = tfrecord.find_records(data, _MARK, max_bytes=MAX_RECORD_BYTES, deadline=deadline)
-    for label, n in ((BAD_LENGTH, found.cut), (RECORD_TOO_LARGE, found.too_large), (TIMED_OUT, found.timed_out)):
+    found = tfrecord.find_records(data, _MARK, max_bytes=MAX_RECORD_BYTES, deadline=deadline,
+                                  max_records=max_records)
+    for label, n in ((BAD_LENGTH, found.cut), (RECORD_TOO_LARGE, found.too_large), (TIMED_OUT, found.timed_out),
+                     (RUN_RECORDS, found.capped)):
         if n:
             dropped[label] = int(n)
     newest = _Newest()
+    parse = event_pb2.Event.FromString
     for i, (start, length, good) in enumerate(tfrecord.checked(data, found)):
         if not good:
             tally(dropped, BAD_CRC)
             continue
         try:
-            event = event_pb2.Event.FromString(data[start:start + length])
+            event = parse(data[start:start + length])
         except Exception:  # a record that is not an Event (DecodeError and kin): not ours
             continue
         if event.HasField("summary"):
@@ -218,7 +237,8 @@ def parse_event_file(data: bytes, *, timeout_s: float | None = None) -> EventSta
         if deadline is not None and i & 0xFFF == 0xFFF and time.monotonic() > deadline:
             dropped[TIMED_OUT] = 1  # one file
             break
-    return newest.result(dropped)
+    stats = newest.result(dropped)
+    return EventStats(stats.table, stats.step, stats.dropped, records=len(found.starts))
 
 
 def _add(newest: _Newest, step: int, values: Iterable[Any], dropped: dict[str, int]) -> None:
@@ -278,7 +298,7 @@ def dropped_note(dropped: Mapping[str, int]) -> str:
 
 class HeadStatsReader:
     """Reads event files for per-head statistics, caching each file's parse by its version
-    (``trace.version``) in an LRU bounded by entries and by the values held."""
+    (``trace.version``) and the records it was allowed, in an LRU bounded by entries and by the values held."""
 
     def __init__(self, max_files: int = 1024, max_bytes: int = 128 << 20) -> None:
 
@@ -286,14 +306,19 @@ class HeadStatsReader:
         self._parsed: LRUCache[EventStats] = LRUCache(max_entries=max_files, max_bytes=max_bytes,
                                                       sizeof=lambda s: 256 + 100 * s.values)
 
-    def cached(self, info: FileInfo) -> EventStats | None:
-        """The file's statistics if it was read (no I/O)."""
-        return self._parsed.get(file_version(info))
+    @staticmethod
+    def _key(info: FileInfo, max_records: int) -> tuple[object, int]:
+        return (file_version(info), max_records)
 
-    def read(self, info: FileInfo, *, timeout_s: float | None = None) -> EventStats:
+    def cached(self, info: FileInfo, *, max_records: int = MAX_RUN_RECORDS) -> EventStats | None:
+        """The file's statistics if it was read (no I/O)."""
+        return self._parsed.get(self._key(info, max_records))
+
+    def read(self, info: FileInfo, *, timeout_s: float | None = None, deadline: float | None = None,
+             max_records: int = MAX_RUN_RECORDS) -> EventStats:
         """The file's statistics, read and parsed unless cached. Never raises: a file that cannot
         be read holds none (and says so); a bug is logged and remembered like a failure."""
-        key = file_version(info)
+        key = self._key(info, max_records)
         got = self._parsed.get(key)
         if got is not None:
             return got
@@ -302,7 +327,8 @@ class HeadStatsReader:
         else:
 
             try:
-                got = parse_event_file(io.read_small(info.path, limit=MAX_EVENT_FILE_BYTES), timeout_s=timeout_s)
+                got = parse_event_file(io.read_small(info.path, limit=MAX_EVENT_FILE_BYTES), timeout_s=timeout_s,
+                                       deadline=deadline, max_records=max_records)
             except (TraceError, OSError):
                 got = EventStats({}, None, {UNREADABLE: 1})
             except Exception:
@@ -310,6 +336,52 @@ class HeadStatsReader:
                 got = EventStats({}, None, {INTERNAL: 1})
         self._parsed.put(key, got)
         return got
+
+    def cached_run(self, files: Sequence[FileInfo]) -> dict[FileInfo, EventStats] | None:
+        """A run's statistics as ``read_run`` gives them, if every file it reads is cached (no I/O)."""
+        return _within_run_bounds(files, lambda info, records: self.cached(info, max_records=records))
+
+    def read_run(self, files: Sequence[FileInfo], *, timeout_s: float | None = None) -> dict[FileInfo, EventStats]:
+        """The statistics of a run's event files, read newest first within the run's bounds
+        (``MAX_RUN_EVENT_BYTES`` of files, ``MAX_RUN_RECORDS`` records of ours) and ``timeout_s``
+        for them all: a file past a bound holds none, and says why. Never raises."""
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+
+        def read(info: FileInfo, records: int) -> EventStats:
+            if deadline is not None and time.monotonic() > deadline and self.cached(info, max_records=records) is None:
+                got = EventStats({}, None, {TIMED_OUT: 1})
+                self._parsed.put(self._key(info, records), got)  # remembered, like a file read in part
+                return got
+            return self.read(info, deadline=deadline, max_records=records)
+
+        got = _within_run_bounds(files, read)
+        assert got is not None
+        return got
+
+
+def _within_run_bounds(files: Sequence[FileInfo],
+                       read: Callable[[FileInfo, int], EventStats | None]) -> dict[FileInfo, EventStats] | None:
+    """Each of a run's event files' statistics from ``read(file, records allowed)``, newest first,
+    within the run's bounds; None as soon as ``read`` gives None."""
+    out: dict[FileInfo, EventStats] = {}
+    size_left, records_left = MAX_RUN_EVENT_BYTES, MAX_RUN_RECORDS
+    for info in sorted(files, key=lambda f: (-f.mtime, f.path)):
+        if info.size > MAX_EVENT_FILE_BYTES:
+            out[info] = EventStats({}, None, {FILE_TOO_LARGE: 1})
+            continue
+        if info.size > size_left:
+            out[info] = EventStats({}, None, {RUN_BYTES: 1})
+            continue
+        if records_left <= 0:
+            out[info] = EventStats({}, None, {RUN_RECORDS: 1})
+            continue
+        got = read(info, records_left)
+        if got is None:
+            return None
+        out[info] = got
+        size_left -= info.size
+        records_left -= got.records
+    return out
 
 
 def with_head_stats(summary: RunSummary, files: Sequence[tuple[FileInfo, EventStats]],

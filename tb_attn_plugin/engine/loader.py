@@ -452,7 +452,7 @@ class Loader:
         summary = RunSummary(run=run.name, metadata=metadata, workers=workers, errors=errors)
         if run.event_files and head_stats is not None:
             stats = head_stats if not isinstance(head_stats, EllipsisType) else \
-                {f: self.head_stats.read(f, timeout_s=self.parse_timeout_s) for f in run.event_files}
+                self.head_stats.read_run(run.event_files, timeout_s=self.parse_timeout_s)
             summary = with_head_stats(summary, [(f, stats[f]) for f in run.event_files if f in stats], metadata)
         return summary
 

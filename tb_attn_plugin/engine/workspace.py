@@ -197,10 +197,12 @@ class Workspace:
         done to it (``engine.metadata``: cut, or refused)."""
         return self._files.metadata(run)
 
-    def cached_event_stats(self, info: FileInfo) -> EventStats | None:
-        """An event file's per-head statistics, if read already."""
-        return self._files.head_stats.cached(info)
+    def cached_event_stats(self, run: Run) -> dict[FileInfo, EventStats] | None:
+        """The per-head statistics of the run's event files, if read already (no I/O)."""
+        return self._files.head_stats.cached_run(run.event_files)
 
-    def event_stats(self, info: FileInfo) -> EventStats:
-        """An event file's per-head statistics, read unless cached (never raises)."""
-        return self._files.head_stats.read(info, timeout_s=self.limits.parse_timeout_s)
+    def event_stats(self, run: Run, files: Sequence[FileInfo] | None = None) -> dict[FileInfo, EventStats]:
+        """The per-head statistics of the run's event files (``files``: only these of them), read
+        within the run's bounds and time limit unless cached (never raises)."""
+        return self._files.head_stats.read_run(run.event_files if files is None else files,
+                                               timeout_s=self.limits.parse_timeout_s)

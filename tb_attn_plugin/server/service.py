@@ -53,10 +53,15 @@ from tb_attn_plugin.vocab.names import encodable
 if TYPE_CHECKING:
     from tb_attn_plugin.engine.ranksel import RankSet
 
+_RunStats = dict[FileInfo, EventStats]  # a run's event files' statistics
+
 __all__ = ["Loading", "Service", "http_errors"]
 
 _RECENT_S = 60.0  # an incomplete trace modified this recently is still being written
 POLL_RUNS_MS = 1000  # how soon a client lists the runs again while their figures are parsed in the background
+#: A trace this large as stored is parsed in the jobs' slow lane from the start (``jobs``): at the
+#: decoder's tens of MB/s on a 2-core machine it takes seconds, and a gzip more.
+HEAVY_TRACE_BYTES = 64 << 20
 
 
 class Service:
@@ -140,14 +145,15 @@ class Service:
         return "unloaded", None
 
     # -- background parsing ---------------------------------------------------------------
-    def _parse(self, trace: TraceFile, metadata: dict[str, object] | None, *,
+    def _parse(self, run: Run, trace: TraceFile, metadata: dict[str, object] | None, *,
                background: bool = False, summary_only: bool = False) -> Future[Parsed]:
         """The job that parses ``trace`` (started if need be): one per file, whoever needs its
         summary or its analysis; the engine caches both. ``background``: a parse ahead of clicks,
         in the jobs' background lane, whose analysis is kept only where the cache has room,
         unless a user asked for the file meanwhile. ``summary_only``: a summary from the summary
         cache will do (``--tb_attn_cache_dir``): then the job parses nothing, and its result has
-        no analysis."""
+        no analysis. The job is the run's (``jobs``: a slow run's jobs share a lane of their own),
+        and a trace of ``HEAVY_TRACE_BYTES`` or more starts in the slow lane."""
         key = file_version(trace)
 
         def job() -> Parsed:
@@ -159,7 +165,8 @@ class Service:
                 self.engine.keep(trace, parsed.analysis, spare=self.jobs.background(key))
             return parsed
 
-        return self.jobs.submit(key, job, background=background)
+        return self.jobs.submit(key, job, background=background, group=run.path,
+                                heavy=trace.size >= HEAVY_TRACE_BYTES)
 
     def prefetch(self, runs: list[Run]) -> int:
         """Queues the parse of the newest runs' traces ahead of clicks, in the jobs' background
@@ -168,7 +175,7 @@ class Service:
                                    done=lambda trace: self.jobs.running(file_version(trace))
                                    or self.engine.cached(trace) != (None, None))
         for run, trace in todo:
-            self._parse(trace, self.metadata(run), background=True, summary_only=True)
+            self._parse(run, trace, self.metadata(run), background=True, summary_only=True)
         return len(todo)
 
     def _confine(self, trace: TraceFile) -> None:
@@ -192,6 +199,7 @@ class Service:
         known: dict[TraceFile, WorkerSummary | TraceError] = {}
         jobs: dict[TraceFile, Future[Parsed]] = {}
         misses: dict[TraceFile, dict[str, object] | None] = {}
+        owner: dict[TraceFile, Run] = {}
         files = 0
         for (run, worker), meta in zip(wanted, metadata, strict=True):
             for trace in run.files:
@@ -205,41 +213,46 @@ class Service:
                     known[trace] = cached.summary
                 else:
                     misses[trace] = meta
+                    owner[trace] = run
         names = [run.name for run, _ in wanted]
         stats, reads = self._head_stats([run for run, _ in wanted])
-        files += len(stats) + len(reads)
+        files += sum(len(run.event_files) for run in {run.path: run for run, _ in wanted}.values())
         known.update(self._from_summary_cache(misses, names, files))
         for trace, meta in misses.items():
             if trace not in known:
-                jobs[trace] = self._parse(trace, meta, summary_only=True)
-        self._await([*jobs.values(), *reads.values()], names, files)
+                jobs[trace] = self._parse(owner[trace], trace, meta, summary_only=True)
+        self._await([*jobs.values(), *reads], names, files)
         for trace, job in jobs.items():
             failure = job.exception()
             if failure is not None and not isinstance(failure, TraceError):
                 raise failure  # a bug: a 500
             known[trace] = failure if failure is not None else job.result().summary
-        stats.update((info, job.result()) for info, job in reads.items())
+        for read in reads:
+            stats.update(read.result())
         return [self.engine.run_summary(run, worker=worker, metadata=meta, known=known, head_stats=stats)
                 for (run, worker), meta in zip(wanted, metadata, strict=True)]
 
-    def _head_stats(self, runs: list[Run]) -> tuple[dict[FileInfo, EventStats], dict[FileInfo, Future[EventStats]]]:
-        """The statistics of the runs' event files already read, and a job reading each of the
-        others: one per file version, shared like a trace's parse (``head_events``)."""
+    def _head_stats(self, runs: list[Run]) -> tuple[dict[FileInfo, EventStats], list[Future[_RunStats]]]:
+        """The statistics of the runs' event files already read, and a job reading each other
+        run's: one per run version, shared like a trace's parse (``head_events.read_run``: the
+        run's bounds and time limit hold for its files together)."""
         done: dict[FileInfo, EventStats] = {}
-        reads: dict[FileInfo, Future[EventStats]] = {}
-        for info in {info: None for run in runs for info in run.event_files}:
-            got = self.engine.cached_event_stats(info)
+        reads: list[Future[_RunStats]] = []
+        for run in {run.path: run for run in runs if run.event_files}.values():
+            got = self.engine.cached_event_stats(run)
             if got is not None:
-                done[info] = got
+                done.update(got)
             else:
-                reads[info] = self.jobs.submit(("head-stats", *file_version(info)),
-                                               functools.partial(self._read_events, info))
+                key = ("head-stats", run.path, *(file_version(f) for f in run.event_files))
+                reads.append(self.jobs.submit(key, functools.partial(self._read_events, run), group=run.path))
         return done, reads
 
-    def _read_events(self, info: FileInfo) -> EventStats:
-        if not io.inside(self.logdir, info.path):  # its directory became a link out of the logdir
-            return EventStats({}, None, {UNREADABLE: 1})
-        return self.engine.event_stats(info)
+    def _read_events(self, run: Run) -> dict[FileInfo, EventStats]:
+        inside = [info for info in run.event_files if io.inside(self.logdir, info.path)]
+        got = self.engine.event_stats(run, inside)
+        for info in run.event_files:  # its directory became a link out of the logdir
+            got.setdefault(info, EventStats({}, None, {UNREADABLE: 1}))
+        return got
 
     def _from_summary_cache(self, misses: dict[TraceFile, dict[str, object] | None], runs: list[str],
                             files: int) -> dict[TraceFile, WorkerSummary]:
@@ -333,7 +346,7 @@ class Service:
             for _ in range(2):  # the second: the job joined read only the summary cache
                 if analysis is not None:
                     break
-                job = self._parse(trace, self.metadata(run))
+                job = self._parse(run, trace, self.metadata(run))
                 self._await([job], [run.name], 1)
                 analysis = job.result().analysis
         if analysis is None:
@@ -356,7 +369,7 @@ class Service:
             self._views.put(key, body)
             return body
 
-        future: Future[bytes] = self.jobs.submit(key, job)
+        future: Future[bytes] = self.jobs.submit(key, job, group=run.path)
         self._await([future], [run.name], 1)
         with http_errors():
             return future.result()

@@ -155,6 +155,7 @@ class Found:
     too_large: int = 0  # records holding a match, over ``max_bytes``: left out
     cut: bool = False  # a length whose checksum is wrong ended the walk (the framing after it is lost)
     timed_out: bool = False
+    capped: bool = False  # ``max_records`` were found and a match lies after them: the walk ended there
 
 
 def _step_over(data: bytes, pos: int, size: int, limit: int) -> int:
@@ -168,18 +169,21 @@ def _step_over(data: bytes, pos: int, size: int, limit: int) -> int:
 
 
 def find_records(data: bytes, pattern: re.Pattern[bytes], *, max_bytes: int,
-                 deadline: float | None = None) -> Found:
+                 deadline: float | None = None, max_records: int | None = None) -> Found:
     """The records of a TFRecord stream whose data hold a match of ``pattern``, in order; copies
     of one (the same bytes again, right after it) once. The walk ends at the last match, at a
-    truncated record (a file still being written), at a length whose checksum is wrong, or at
-    ``deadline`` (``time.monotonic``). Its loop is the cost of a file of many small records:
-    a few operations a record."""
+    truncated record (a file still being written), at a length whose checksum is wrong, at
+    ``deadline`` (``time.monotonic``) or after ``max_records`` found records. Its loop is the cost
+    of a file of many small records: a few operations a record."""
     n = len(data)
     found = Found()
     header_crc: dict[int, int] = {}  # by length: at most sqrt(2 n) distinct lengths fit in n bytes
     unpack, search = _HEADER.unpack_from, pattern.search
     hit = search(data)
     if hit is None:
+        return found
+    if max_records is not None and max_records <= 0:
+        found.capped = True
         return found
     hit_start, hit_end = hit.span()
     pos = walked = 0
@@ -221,6 +225,9 @@ def find_records(data: bytes, pattern: re.Pattern[bytes], *, max_bytes: int,
             if hit is None:
                 break
             hit_start, hit_end = hit.span()
+            if max_records is not None and len(found.starts) >= max_records:
+                found.capped = True  # a match lies after the last record kept
+                break
         pos = nxt
     return found
 
