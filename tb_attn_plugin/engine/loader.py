@@ -27,6 +27,7 @@ from tb_attn_plugin.analysis.bounds import out_of_bounds
 from tb_attn_plugin.analysis.roofline import with_peaks
 from tb_attn_plugin.analysis.summary import summarize_trace
 from tb_attn_plugin.engine.cache import LRUCache
+from tb_attn_plugin.engine.deadline import Expired, within
 from tb_attn_plugin.engine.head_events import EventStats, HeadStatsReader, with_head_stats
 from tb_attn_plugin.engine.metadata import RunMetadata, read_metadata
 from tb_attn_plugin.trace import io, scanned
@@ -91,11 +92,16 @@ def load_events(path: str, *, max_bytes: int | None = DEFAULT_MAX_TRACE_BYTES, p
         return decode(chunks if timeout_s is None else _until(chunks, time.monotonic() + timeout_s, timeout_s))
 
 
+def too_slow(timeout_s: float) -> TraceError:
+    """What a trace whose reading and analysis ran past the time limit becomes (one line)."""
+    return TraceError(f"reading and analyzing this trace took longer than the limit of {timeout_s:g} s; it is not "
+                      "read (raise the limit to read it)")
+
+
 def _until(chunks: Iterator[bytes], deadline: float, timeout_s: float) -> Iterator[bytes]:
     for chunk in chunks:
         if time.monotonic() > deadline:
-            raise TraceError(f"reading this trace took longer than the limit of {timeout_s:g} s; it is not read "
-                             "(raise the limit to read it)")
+            raise too_slow(timeout_s)
         yield chunk
 
 
@@ -171,7 +177,8 @@ class Loader:
     the memory both caches hold together: summaries get an eighth of it (at most 64 MiB),
     analyses the rest. Failures are remembered per file version, so a broken file is not
     re-parsed on every request; storage failures (``ReadError``) only for ``read_retry_s``,
-    since the storage may come back. ``parse_timeout_s`` bounds one file's reading and decoding.
+    since the storage may come back. ``parse_timeout_s`` bounds one file's whole parse (``parse``:
+    reading, decoding, analysis and summary; ``deadline.within`` stops the analysis where it is).
 
     Any exception while analyzing or summarizing a file becomes that file's ``TraceError``
     (logged with its traceback: it is a bug to fix), remembered like any other failure: one
@@ -272,9 +279,10 @@ class Loader:
         else:
             self.failures.put(key, str(exc))
 
-    def analyze_file(self, trace: TraceFile, *, keep: bool = True) -> Analysis:
+    def analyze_file(self, trace: TraceFile, *, keep: bool = True, deadline: float | None = None) -> Analysis:
         """Events and attribution of one trace file; raises TraceError. ``keep``: cache it
-        (else the caller does, with ``keep_analysis``)."""
+        (else the caller does, with ``keep_analysis``). ``deadline`` (``time.monotonic``): the
+        time limit's end, for the reading and the analysis."""
         key = file_version(trace)
         cached = self.cached_analysis(trace)
         if cached is not None:
@@ -284,10 +292,11 @@ class Loader:
             raise TraceError(failure)
         try:
             self._check_size(trace)
-            with _as_trace_error(trace):
-
-                analysis = analyze(load_events(trace.path, max_bytes=self.max_trace_bytes,
-                                               timeout_s=self.parse_timeout_s))
+            with self._timed(deadline), _as_trace_error(trace):
+                left = None if deadline is None else max(0.0, deadline - time.monotonic())
+                events = load_events(trace.path, max_bytes=self.max_trace_bytes, timeout_s=left)
+                with within(deadline):
+                    analysis = analyze(events)
         except TraceError as exc:
             self._fail(key, exc)
             raise
@@ -356,15 +365,26 @@ class Loader:
             summary = self.memory.get(file_version(trace)) or self.from_summary_cache([trace]).get(trace)
             if summary is not None:
                 return Parsed(summary, None)
-        analysis = self.analyze_file(trace, keep=keep)
+        timeout_s = self.parse_timeout_s
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        analysis = self.analyze_file(trace, keep=keep, deadline=deadline)
         summary = self.memory.get(file_version(trace))
-        return Parsed(summary if summary is not None else self._summarize(trace, analysis, metadata), analysis)
+        return Parsed(summary if summary is not None else self._summarize(trace, analysis, metadata, deadline),
+                      analysis)
 
-    def _summarize(self, trace: TraceFile, analysis: Analysis, metadata: dict[str, object] | None) -> WorkerSummary:
+    @contextlib.contextmanager
+    def _timed(self, deadline: float | None) -> Iterator[None]:
+        """The time limit's end turned into the file's one-line error."""
+        try:
+            yield
+        except Expired:
+            raise too_slow(self.parse_timeout_s or 0.0) from None
+
+    def _summarize(self, trace: TraceFile, analysis: Analysis, metadata: dict[str, object] | None,
+                   deadline: float | None = None) -> WorkerSummary:
         key = file_version(trace)
         try:
-            with _as_trace_error(trace):
-
+            with self._timed(deadline), _as_trace_error(trace), within(deadline):
                 summary = summarize_trace(analysis, file=trace.name, worker=trace.worker, span=trace.span,
                                           metadata=metadata)
         except TraceError as exc:
