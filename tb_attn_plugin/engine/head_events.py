@@ -48,15 +48,16 @@ from tb_attn_plugin.engine.cache import LRUCache
 from tb_attn_plugin.trace import io, tfrecord
 from tb_attn_plugin.trace.events import TraceError
 from tb_attn_plugin.trace.io import FileInfo
+from tb_attn_plugin.trace.scalar_event import scalar
 from tb_attn_plugin.trace.version import file_version
 from tb_attn_plugin.types.schema import RunSummary
 from tb_attn_plugin.vocab.scopes import MAX_CONTEXT, MAX_HEADS, MAX_LAYERS
 
 __all__ = ["BAD_CRC", "BAD_LENGTH", "BAD_NUMBER", "BAD_STEP", "FILE_TOO_LARGE", "HEADS_DROPPED", "INTERNAL",
            "MAX_EVENT_FILE_BYTES", "MAX_RECORD_BYTES", "MAX_RUN_EVENT_BYTES", "MAX_RUN_RECORDS", "MAX_STATS",
-           "MAX_STEP", "MAX_VALUES", "OUT_OF_RANGE", "RECORD_TOO_LARGE", "RUN_BYTES", "RUN_RECORDS", "STATS_DROPPED",
-           "TIMED_OUT", "UNREADABLE", "EventStats", "HeadStatsReader", "HeadStatsTable", "dropped_note",
-           "merge_event_stats", "parse_event_file", "parse_head_stats", "with_head_stats"]
+           "MAX_STEP", "MAX_VALUES", "OUT_OF_RANGE", "RECORD_TOO_LARGE", "RUN_BYTES", "RUN_FULL", "RUN_RECORDS",
+           "STATS_DROPPED", "TIMED_OUT", "UNREADABLE", "EventStats", "HeadStatsReader", "HeadStatsTable",
+           "dropped_note", "merge_event_stats", "parse_event_file", "parse_head_stats", "with_head_stats"]
 
 _log = logging.getLogger(__name__)
 
@@ -99,6 +100,7 @@ RECORD_TOO_LARGE = f"records over {MAX_RECORD_BYTES >> 20} MiB"
 FILE_TOO_LARGE = f"event files over {MAX_EVENT_FILE_BYTES >> 20} MiB"
 TIMED_OUT = "event files read only in part (the time limit)"
 RUN_RECORDS = f"event files read only in part (the run's limit of {MAX_RUN_RECORDS:,} records of statistics)"
+RUN_FULL = f"event files not read (the run's limit of {MAX_RUN_RECORDS:,} records of statistics was reached)"
 RUN_BYTES = f"event files not read (the run's limit of {MAX_RUN_EVENT_BYTES >> 20} MiB of event files)"
 UNREADABLE = "event files that could not be read"
 INTERNAL = "event files whose reading failed (an internal error, logged)"
@@ -228,12 +230,19 @@ def parse_event_file(data: bytes, *, timeout_s: float | None = None, deadline: f
         if not good:
             tally(dropped, BAD_CRC)
             continue
-        try:
-            event = parse(data[start:start + length])
-        except Exception:  # a record that is not an Event (DecodeError and kin): not ours
-            continue
-        if event.HasField("summary"):
-            _add(newest, event.step, event.summary.value, dropped)
+        record = data[start:start + length]
+        one = scalar(record)  # the writers' layout, without protobuf: most records
+        if one is not None:
+            _add_one(newest, one[0], one[1], one[2], dropped)
+        else:
+            try:
+                event = parse(record)
+            except Exception:  # a record that is not an Event (DecodeError and kin): not ours
+                continue
+            if event.HasField("summary"):
+                for value in event.summary.value:
+                    if value.HasField("simple_value"):
+                        _add_one(newest, event.step, value.tag, value.simple_value, dropped)
         if deadline is not None and i & 0xFFF == 0xFFF and time.monotonic() > deadline:
             dropped[TIMED_OUT] = 1  # one file
             break
@@ -241,20 +250,18 @@ def parse_event_file(data: bytes, *, timeout_s: float | None = None, deadline: f
     return EventStats(stats.table, stats.step, stats.dropped, records=len(found.starts))
 
 
-def _add(newest: _Newest, step: int, values: Iterable[Any], dropped: dict[str, int]) -> None:
-    """One event's values of ours, at ``step``."""
-    step_ok = 0 <= step <= MAX_STEP
-    for value in values:
-        m = _TAG.fullmatch(value.tag)
-        if m is None or not value.HasField("simple_value"):
-            continue
-        got = _value(m, value.simple_value)
-        if isinstance(got, str):
-            tally(dropped, got)
-        elif not step_ok:
-            tally(dropped, BAD_STEP)
-        elif newest.at(step):
-            newest.put_one(got[0], got[1], m["stat"], got[2])
+def _add_one(newest: _Newest, step: int, tag: str, value: float, dropped: dict[str, int]) -> None:
+    """One scalar value at ``step``, if it is one of ours."""
+    m = _TAG.fullmatch(tag)
+    if m is None:
+        return
+    got = _value(m, value)
+    if isinstance(got, str):
+        tally(dropped, got)
+    elif not 0 <= step <= MAX_STEP:
+        tally(dropped, BAD_STEP)
+    elif newest.at(step):
+        newest.put_one(got[0], got[1], m["stat"], got[2])
 
 
 def merge_event_stats(files: Iterable[EventStats]) -> EventStats:
@@ -373,7 +380,7 @@ def _within_run_bounds(files: Sequence[FileInfo],
             out[info] = EventStats({}, None, {RUN_BYTES: 1})
             continue
         if records_left <= 0:
-            out[info] = EventStats({}, None, {RUN_RECORDS: 1})
+            out[info] = EventStats({}, None, {RUN_FULL: 1})
             continue
         got = read(info, records_left)
         if got is None:
