@@ -149,11 +149,12 @@ class Service:
                background: bool = False, summary_only: bool = False) -> Future[Parsed]:
         """The job that parses ``trace`` (started if need be): one per file, whoever needs its
         summary or its analysis; the engine caches both. ``background``: a parse ahead of clicks,
-        in the jobs' background lane, whose analysis is kept only where the cache has room,
-        unless a user asked for the file meanwhile. ``summary_only``: a summary from the summary
-        cache will do (``--tb_attn_cache_dir``): then the job parses nothing, and its result has
-        no analysis. The job is the run's (``jobs``: a slow run's jobs share a lane of their own),
-        and a trace of ``HEAVY_TRACE_BYTES`` or more starts in the slow lane."""
+        in the jobs' background lane, which keeps the summary only (the runs list's figures), unless
+        a user asked for the file meanwhile: analyses held are those of runs users opened.
+        ``summary_only``: a summary from the summary cache will do (``--tb_attn_cache_dir``): then
+        the job parses nothing, and its result has no analysis. The job is the run's (``jobs``: a
+        slow run's jobs share a lane of their own), and a trace of ``HEAVY_TRACE_BYTES`` or more
+        starts in the slow lane."""
         key = file_version(trace)
 
         def job() -> Parsed:
@@ -161,8 +162,8 @@ class Service:
             if not background:
                 return self.engine.parse(trace, metadata=metadata, summary_only=summary_only)
             parsed = self.engine.parse(trace, metadata=metadata, keep=False, summary_only=summary_only)
-            if parsed.analysis is not None:
-                self.engine.keep(trace, parsed.analysis, spare=self.jobs.background(key))
+            if parsed.analysis is not None and not self.jobs.background(key):  # a user asked for it meanwhile
+                self.engine.keep(trace, parsed.analysis)
             return parsed
 
         return self.jobs.submit(key, job, background=background, group=run.path,
