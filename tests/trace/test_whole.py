@@ -152,3 +152,71 @@ def test_finish_refuses_a_builder_without_events_and_counts_junk() -> None:
     add_batch(b, json.dumps([_x("a", 1)]).encode(), scan=False)
     e = finish(b, {"traceName": "t"}, junk=7)
     assert e.diagnostics == {JUNK: 7} and e.meta.extra == {"traceName": "t"}
+
+
+# -- a large document in pieces (issue 48: one msgspec call held the GIL 1.9 s for 600 MB) --------
+def _same(a: Any, b: Any) -> None:
+    import dataclasses
+
+    import numpy as np
+
+    for f in dataclasses.fields(a):
+        x, y = getattr(a, f.name), getattr(b, f.name)
+        if isinstance(x, np.ndarray):
+            assert x.dtype == y.dtype and np.array_equal(x, y), f.name
+        else:
+            assert x == y, f.name
+
+
+def _args(i: int) -> dict[str, Any]:
+    return {**_x('op},{"traceEvents":[' + str(i), i, 2.0), "args": {"list": [{"a": i}, {"b": "},{"}],
+                                                                  "Input Dims": [[2, i % 7 + 1]]}}
+
+
+@pytest.mark.parametrize("document", [
+    _doc(*(_x(f"aten::op{i}", i) for i in range(300)), deviceProperties=[{"name": "x"}], schemaVersion=1),
+    _doc(*(_args(i) for i in range(200)), note="a },{ \"traceEvents\":[ in a string"),
+    json.dumps({"schemaVersion": 1, "pre": {"traceEvents": [1]}, "traceEvents": [_args(i) for i in range(150)],
+                "post": [{"a": 1}, {"b": 2}]}, separators=(", ", ": ")).encode(),
+    json.dumps([_x(f"op{i}", i) for i in range(300)]).encode(),  # a bare array
+    _doc(),  # no events: refused alike
+    _doc(*(_x("op", i) for i in range(100))) + b"\n# a log line after the trace",
+    _doc(*(_x("op", i) for i in range(100))).replace(b'"dur":1.0', b'"dur":NaN'),
+    _doc(*(_x("op", i) for i in range(100))) + b',"traceEvents":[]}',  # a key twice: decoded whole
+], ids=["plain", "cuts-in-strings", "spaced-nested", "bare-array", "empty", "junk", "nan", "twice"])
+def test_a_large_document_in_pieces_decodes_as_in_one_call(document: bytes, monkeypatch: pytest.MonkeyPatch) -> None:
+    from tb_attn_plugin.trace import whole as whole_module
+
+    def decoded() -> Any:
+        try:
+            return whole(document)
+        except TraceError as exc:
+            return str(exc)
+
+    at_once = decoded()
+    monkeypatch.setattr(whole_module, "PIECES_FROM_BYTES", 0)
+    for piece in (1, 300, 2000):
+        monkeypatch.setattr(whole_module, "_PIECE_BYTES", piece)
+        got = decoded()
+        if isinstance(at_once, str):
+            assert got == at_once
+        else:
+            _same(got, at_once)
+
+
+def test_the_pieces_are_cut_between_events_and_each_is_small(monkeypatch: pytest.MonkeyPatch) -> None:
+    from tb_attn_plugin.trace import whole as whole_module
+
+    pieces: list[int] = []
+
+    def spy(builder: Builder, text: Any, **kwargs: Any) -> None:
+        pieces.append(len(text))
+        add_batch(builder, text, **kwargs)
+
+    monkeypatch.setattr(whole_module, "add_batch", spy)
+    monkeypatch.setattr(whole_module, "PIECES_FROM_BYTES", 0)
+    monkeypatch.setattr(whole_module, "_PIECE_BYTES", 2000)
+    document = _doc(*(_args(i) for i in range(200)), note="x")
+    events = whole(document)
+    assert len(events.name) == 200
+    assert len(pieces) > 10 and max(pieces) < 2000 + 4 * 400  # a cut tried up to 4 events on
