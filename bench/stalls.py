@@ -13,6 +13,10 @@ parses the newest ahead of clicks). Meanwhile:
   apart from any lock of ours;
 - the server's RSS is sampled every second (``/proc/PID/status``).
 
+``--minified-mb N`` also has the writer add, a third of the way in, one run holding a minified
+trace of about N MiB (one line of JSON, not Kineto's layout): such a document is decoded whole,
+and the heartbeat shows what that costs the whole process.
+
 Run from the repository root (2 cores: keep ``--duration`` short)::
 
     python bench/stalls.py [--duration 40] [--clients 20] [--new-runs 98] [--json OUT]
@@ -66,6 +70,19 @@ def write_run(logdir: Path, name: str, source: Path, i: int) -> None:
     tmp.rename(target / _trace_name(i))
 
 
+def minified_trace(path: Path, mib: int) -> None:
+    """A trace of about ``mib`` MiB written as one line of JSON (``json.dump`` with no spaces)."""
+    event = ('{"ph":"X","cat":"cpu_op","name":"aten::op%d","pid":1,"tid":%d,"ts":%d,"dur":1.5,'
+             '"args":{"External id":%d,"Input Dims":[[4,64,128],[4,128,64]]}}')
+    with path.open("w") as f:
+        f.write('{"schemaVersion":1,"traceEvents":[')
+        i = 0
+        while f.tell() < mib << 20:
+            f.write(",".join(event % (j % 500, j % 7, j * 3, j) for j in range(i, i + 10000)) + ",")
+            i += 10000
+        f.write('{"ph":"X","cat":"cpu_op","name":"aten::add","pid":1,"tid":1,"ts":0,"dur":1}]}')
+
+
 def rss_mib(pid: int) -> float:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
@@ -78,6 +95,7 @@ def main() -> int:
     p.add_argument("--clients", type=int, default=20)
     p.add_argument("--duration", type=float, default=40.0, help="seconds of load (default 40)")
     p.add_argument("--new-runs", type=int, default=98, help="runs the writer adds during the load (default 98)")
+    p.add_argument("--minified-mb", type=int, default=0, help="also write one minified trace this large (MiB)")
     p.add_argument("--json", dest="json_out", type=Path)
     args = p.parse_args()
 
@@ -86,6 +104,9 @@ def main() -> int:
         logdir = Path(tmp) / "logdir"
         for i, source in enumerate(files):
             write_run(logdir, f"base/{source.name.split('.')[0]}", source, i)
+        minified = Path(tmp) / "minified.pt.trace.json"
+        if args.minified_mb:
+            minified_trace(minified, args.minified_mb)
         with TensorBoard(logdir, only=["tb_attn"]) as tb:
             assert tb.pid is not None
             pid = tb.pid
@@ -117,6 +138,10 @@ def main() -> int:
                 for i in range(args.new_runs):
                     if stop.wait(pace):
                         return
+                    if args.minified_mb and i == args.new_runs // 3:
+                        (logdir / "team" / "minified").mkdir(parents=True)
+                        minified.rename(logdir / "team" / "minified" / "host.1700000000000.pt.trace.json")
+                        log(f"minified trace written at {time.monotonic() - t0:.1f} s")
                     name = f"team/live-{i:03d}"
                     write_run(logdir, name, files[i % len(files)], 1000 + i)
                     written.append(name)
@@ -134,7 +159,8 @@ def main() -> int:
     beat_ms = [ms for _, ms in beats]
     longest = max(beats, key=lambda b: b[1]) if beats else (0.0, 0.0)
     out: dict[str, Any] = {
-        "clients": args.clients, "duration_s": args.duration, "runs_written": len(written),
+        "clients": args.clients, "minified_mb": args.minified_mb, "duration_s": args.duration,
+        "runs_written": len(written),
         "requests": report["requests"], "errors": report["errors"], "error_samples": report["error_samples"],
         "overall": report["overall"]["all"],
         "routes": {r: v["all"] for r, v in report["routes"].items()},
