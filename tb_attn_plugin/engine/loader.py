@@ -290,6 +290,8 @@ class Loader:
         failure = self.cached_failure(trace)
         if failure is not None:
             raise TraceError(failure)
+        if deadline is None and self.parse_timeout_s is not None:  # a caller other than ``parse``
+            deadline = time.monotonic() + self.parse_timeout_s
         try:
             self._check_size(trace)
             with self._timed(deadline), _as_trace_error(trace):
