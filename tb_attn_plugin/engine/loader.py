@@ -69,7 +69,7 @@ def prefetch_analysis() -> None:
 
 
 def load_events(path: str, *, max_bytes: int | None = DEFAULT_MAX_TRACE_BYTES, parallel: bool = True,
-                timeout_s: float | None = None) -> Events:
+                timeout_s: float | None = None, deadline: float | None = None) -> Events:
     """Read and decode one trace file. Raises TraceError.
 
     Batches of events are scanned in several threads at once where the compiled scanner is
@@ -78,7 +78,8 @@ def load_events(path: str, *, max_bytes: int | None = DEFAULT_MAX_TRACE_BYTES, p
     runs no other thread (the CLI; not inside TensorBoard's server, where forking a threaded
     process is unsafe). Either way the result is the same as decoding it in one thread.
     ``timeout_s`` bounds the reading and decoding in one process (the
-    server's case): it is checked between chunks, each of which costs a bounded time.
+    server's case): it is checked between chunks, each of which costs a bounded time; with
+    ``deadline`` (``time.monotonic``), the limit's end of a job that began before the reading.
     """
     with _gc_paused():
         if parallel and not scanned.available() and parallel_decode.may_fork():
@@ -89,7 +90,9 @@ def load_events(path: str, *, max_bytes: int | None = DEFAULT_MAX_TRACE_BYTES, p
                 if events is not None:
                     return events
         chunks = io.read_chunks(path, max_bytes=max_bytes)
-        return decode(chunks if timeout_s is None else _until(chunks, time.monotonic() + timeout_s, timeout_s))
+        if timeout_s is None:
+            return decode(chunks)
+        return decode(_until(chunks, time.monotonic() + timeout_s if deadline is None else deadline, timeout_s))
 
 
 def too_slow(timeout_s: float) -> TraceError:
@@ -295,8 +298,8 @@ class Loader:
         try:
             self._check_size(trace)
             with self._timed(deadline), _as_trace_error(trace):
-                left = None if deadline is None else max(0.0, deadline - time.monotonic())
-                events = load_events(trace.path, max_bytes=self.max_trace_bytes, timeout_s=left)
+                events = load_events(trace.path, max_bytes=self.max_trace_bytes, timeout_s=self.parse_timeout_s,
+                                     deadline=deadline)
                 with within(deadline):
                     analysis = analyze(events)
         except TraceError as exc:
