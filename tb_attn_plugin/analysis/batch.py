@@ -131,8 +131,7 @@ def batch_flops(events: Events, flops: np.ndarray) -> int:
     core_ids = [i for i, n in enumerate(events.names) if _is_core(n)]
     cores = np.flatnonzero(np.isin(events.name, core_ids) & (events.kind == Kind.CPU_OP) & (flops == 0))
     given = 0
-    for i in cores.tolist():
-        batch = _enclosing(events, found, i)
+    for i, batch in zip(cores.tolist(), _enclosing(events, found, cores), strict=True):
         pairs = batch.pairs() if batch is not None else None
         q = events.input_dims(i, 0)
         if batch is None or pairs is None or q is None or len(q) != 3 \
@@ -154,9 +153,9 @@ def batch_bytes(events: Events, idx: np.ndarray) -> np.ndarray:
     if kv is None:
         return out
     core_ids = [i for i, n in enumerate(events.names) if _is_core(n)]
-    for k in np.flatnonzero(np.isin(events.name[idx], core_ids)).tolist():
+    at = np.flatnonzero(np.isin(events.name[idx], core_ids))
+    for k, batch in zip(at.tolist(), _enclosing(events, found, idx[at]), strict=True):
         i = int(idx[k])
-        batch = _enclosing(events, found, i)
         q = events.input_dims(i, 0)
         sid = int(events.shape[i])
         if batch is None or batch.prefill is None or batch.decode is None or q is None or len(q) != 3 \
@@ -167,13 +166,32 @@ def batch_bytes(events: Events, idx: np.ndarray) -> np.ndarray:
     return out
 
 
-def _enclosing(events: Events, found: list[tuple[int, Batch]], i: int) -> Batch | None:
-    """The batch of the annotation on op ``i``'s thread whose span holds it."""
-    t, start, stop = events.track[i], events.ts[i], events.ts[i] + events.dur[i]
-    for a, batch in found:
-        if events.track[a] == t and events.ts[a] <= start and stop <= events.ts[a] + events.dur[a]:
-            return batch
-    return None
+def _enclosing(events: Events, found: list[tuple[int, Batch]], ops: np.ndarray) -> list[Batch | None]:
+    """For each op of ``ops``: the batch of the first annotation (in event order) on its thread whose span holds
+    it, None where none does. One sort and two binary searches per op: on a thread, the annotations that start
+    at or before the op are a prefix in start order, and the first of them that ends at or after it is the first
+    whose running maximum end does (an op under N annotations costs log N, not N)."""
+    out: list[Batch | None] = [None] * ops.size
+    if not found or not ops.size:
+        return out
+    ann = np.array([a for a, _ in found], np.int64)
+    ann = ann[np.lexsort((ann, events.ts[ann], events.track[ann]))]  # event order already; sorted to be sure
+    batches = dict(found)
+    a_track, a_start = events.track[ann], events.ts[ann]
+    a_stop = a_start + events.dur[ann]
+    o_track, o_start = events.track[ops], events.ts[ops]
+    o_stop = o_start + events.dur[ops]
+    for t in np.unique(o_track).tolist():
+        lo, hi = (int(x) for x in np.searchsorted(a_track, [t, t + 1]))
+        if lo == hi:
+            continue
+        on = np.flatnonzero(o_track == t)
+        started = lo + np.searchsorted(a_start[lo:hi], o_start[on], side="right")
+        reach = np.maximum.accumulate(a_stop[lo:hi])
+        first = lo + np.searchsorted(reach, o_stop[on], side="left")
+        for k, j in zip(on[first < started].tolist(), first[first < started].tolist(), strict=True):
+            out[k] = batches[int(ann[j])]
+    return out
 
 
 def _kv_cache(events: Events) -> tuple[float, str] | None:
