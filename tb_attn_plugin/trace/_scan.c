@@ -15,7 +15,9 @@
  * bytes hash, so hostile input cannot force collisions) and returned once each, in order of
  * first appearance; events carry their index. A complete event's name is clipped as
  * ``Builder.intern`` clips it (to MAX_NAME_CHARS characters), so a long name is neither hashed
- * per event nor copied whole.
+ * per event nor copied whole. An argument list (Input Dims, Input type, Concrete Inputs) written in
+ * more than MAX_ARG_BYTES bytes is read as absent, as ``Builder`` reads it, and its triple says so
+ * (``cut``), so that neither hashes nor copies a list of millions of entries.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -29,6 +31,8 @@
 /* coerce.MAX_NAME_CHARS (a test checks they agree): a longer name keeps its first
  * MAX_NAME_CHARS - 1 characters (code points) and ends in ELLIPSIS. */
 #define MAX_NAME_CHARS 2000
+/* coerce.MAX_ARG_BYTES (a test checks they agree): a longer argument list is read as absent. */
+#define MAX_ARG_BYTES (64 * 1024)
 static const char ELLIPSIS[] = "\xe2\x80\xa6"; /* U+2026, in UTF-8 */
 
 /* -- growable columns ---------------------------------------------------------------------- */
@@ -56,6 +60,7 @@ typedef struct {
     const char *p[3];
     Py_ssize_t n[3];
     Py_hash_t hash;
+    int cut; /* shape triples: bit i where part i was over MAX_ARG_BYTES (then empty) */
 } Key;
 
 typedef struct {
@@ -82,10 +87,11 @@ static Py_hash_t key_hash(const Key *k, int parts) {
         Py_hash_t x = hash_bytes(k->p[i], k->n[i]);
         h = (h ^ (Py_uhash_t)x) * 1000003UL;
     }
-    return (Py_hash_t)h;
+    return (Py_hash_t)(h ^ (Py_uhash_t)k->cut);
 }
 
 static int key_eq(const Key *a, const Key *b, int parts) {
+    if (a->cut != b->cut) return 0;
     for (int i = 0; i < parts; i++)
         if (a->n[i] != b->n[i] || memcmp(a->p[i], b->p[i], a->n[i]) != 0) return 0;
     return 1;
@@ -420,11 +426,19 @@ static int read_float(Lex *l, double *out) {
     return 0;
 }
 
-static int read_raw(Lex *l, const char **s, Py_ssize_t *n) {
+/* An argument's value as written; over MAX_ARG_BYTES, checked and skipped, read as empty with bit ``bit`` of
+ * ``*cut`` set. */
+static int read_raw(Lex *l, const char **s, Py_ssize_t *n, int *cut, int bit) {
+    static const char empty[] = "";
     const unsigned char *start = l->p;
     if (skip(l, 1)) return BAIL;
     *s = (const char *)start;
     *n = l->p - start;
+    if (*n > MAX_ARG_BYTES) {
+        *s = empty;
+        *n = 0;
+        *cut |= 1 << bit;
+    }
     return 0;
 }
 
@@ -437,7 +451,7 @@ typedef struct {
 
 static void args_init(Args *a) {
     static const char empty[] = "";
-    *a = (Args){UNSET, UNSET, UNSET, UNSET, UNSET, UNSET, UNSET, UNSET, UNSET, {{NULL, empty, empty}, {0, 0, 0}, 0}};
+    *a = (Args){UNSET, UNSET, UNSET, UNSET, UNSET, UNSET, UNSET, UNSET, UNSET, {{NULL, empty, empty}, {0, 0, 0}, 0, 0}};
 }
 
 static int read_args(Lex *l, Args *a) {
@@ -461,9 +475,12 @@ static int read_args(Lex *l, Args *a) {
         else if (KEY(k, "external id")) { bit = 1; err = read_int(l, &a->ext_lc, 1); }
         else if (KEY(k, "correlation")) { bit = 2; err = read_int(l, &a->corr, 1); }
         else if (KEY(k, "Sequence number")) { bit = 3; err = read_int(l, &a->seq, 1); }
-        else if (KEY(k, "Input Dims")) { bit = 4; err = read_raw(l, &a->shape.p[0], &a->shape.n[0]); }
-        else if (KEY(k, "Input type")) { bit = 5; err = read_raw(l, &a->shape.p[1], &a->shape.n[1]); }
-        else if (KEY(k, "Concrete Inputs")) { bit = 6; err = read_raw(l, &a->shape.p[2], &a->shape.n[2]); }
+        else if (KEY(k, "Input Dims")) { bit = 4; err = read_raw(l, &a->shape.p[0], &a->shape.n[0], &a->shape.cut, 0); }
+        else if (KEY(k, "Input type")) { bit = 5; err = read_raw(l, &a->shape.p[1], &a->shape.n[1], &a->shape.cut, 1); }
+        else if (KEY(k, "Concrete Inputs")) {
+            bit = 6;
+            err = read_raw(l, &a->shape.p[2], &a->shape.n[2], &a->shape.cut, 2);
+        }
         else if (KEY(k, "Bytes")) { bit = 7; err = read_int(l, &a->nbytes, 1); }
         else if (KEY(k, "Total Allocated")) { bit = 8; err = read_int(l, &a->total, 1); }
         else if (KEY(k, "Device Type")) { bit = 9; err = read_int(l, &a->dev_type, 1); }
@@ -515,7 +532,7 @@ static int event(Lex *l, Out *o) {
     const char *ph = "", *name = "", *cat = NULL;
     Py_ssize_t phn = 0, namen = 0, catn = 0;
     static const char zero[] = "0";
-    Key track = {{zero, zero, NULL}, {1, 1, 0}, 0}; /* pid, tid: 0 where absent */
+    Key track = {{zero, zero, NULL}, {1, 1, 0}, 0, 0}; /* pid, tid: 0 where absent */
     double ts = NAN, dur = 0.0;
     Args a;
     int err;
@@ -563,14 +580,17 @@ done:
     if (ph[0] == 'X') {
         int clipped;
         Py_ssize_t keep = clipped_name(name, namen, &clipped);
-        Key nk = {{name, clipped ? ELLIPSIS : "", NULL}, {keep, clipped ? (Py_ssize_t)sizeof ELLIPSIS - 1 : 0, 0}, 0};
+        Key nk = {{name, clipped ? ELLIPSIS : "", NULL}, {keep, clipped ? (Py_ssize_t)sizeof ELLIPSIS - 1 : 0, 0}, 0,
+                  0};
         int32_t ni = set_index(&o->names, &nk), ci = -1, si = -1;
         if (ni < 0) return NOMEM;
         if (cat) {
-            Key ck = {{cat, NULL, NULL}, {catn, 0, 0}, 0};
+            Key ck = {{cat, NULL, NULL}, {catn, 0, 0}, 0, 0};
             if ((ci = set_index(&o->cats, &ck)) < 0) return NOMEM;
         }
-        if (a.shape.p[0]) {
+        if (a.shape.p[0] || a.shape.cut) { /* a list cut counts, with or without Input Dims */
+            static const char empty[] = "";
+            if (!a.shape.p[0]) a.shape.p[0] = empty;
             if ((si = set_index(&o->shapes, &a.shape)) < 0) return NOMEM;
         }
         if (col_push(&o->x_ts, &ts, 8) || col_push(&o->x_dur, &dur, 8) || col_push(&o->x_name, &ni, 4) ||
@@ -640,7 +660,7 @@ static PyObject *set_list(Set *s) {
                 PyTuple_SET_ITEM(item, j, v);
             }
         } else {
-            item = Py_BuildValue("(y#y#y#)", k->p[0], k->n[0], k->p[1], k->n[1], k->p[2], k->n[2]);
+            item = Py_BuildValue("(y#y#y#i)", k->p[0], k->n[0], k->p[1], k->n[1], k->p[2], k->n[2], k->cut);
         }
         if (!item) { Py_DECREF(list); return NULL; }
         PyList_SET_ITEM(list, i, item);
@@ -673,10 +693,11 @@ static void out_free(Out *o) {
 }
 
 PyDoc_STRVAR(scan_doc,
-"scan(text) -> (x_columns, memory_columns, names, categories, tracks, shape_triples) or None\n\n"
+"scan(text) -> (x_columns, memory_columns, names, categories, tracks, shape_keys) or None\n\n"
 "The complete (\"X\") and memory events of a JSON array of trace events, as little-endian\n"
 "column bytes, with names (clipped to MAX_NAME_CHARS characters), categories, (pid, tid) pairs\n"
-"and (Input Dims, Input type, Concrete Inputs) triples once each in order of first appearance.\n"
+"and (Input Dims, Input type, Concrete Inputs, cut) shape keys once each in order of first appearance\n"
+"(an argument over MAX_ARG_BYTES bytes is empty, with bit 0, 1 or 2 of cut set).\n"
 "None where the pure path must decode the batch.");
 
 static PyObject *scan(PyObject *self, PyObject *arg) {
@@ -717,6 +738,8 @@ static struct PyModuleDef module = {
 
 PyMODINIT_FUNC PyInit__scan(void) {
     PyObject *m = PyModule_Create(&module);
-    if (m && PyModule_AddIntConstant(m, "MAX_NAME_CHARS", MAX_NAME_CHARS) < 0) Py_CLEAR(m);
+    if (m && (PyModule_AddIntConstant(m, "MAX_NAME_CHARS", MAX_NAME_CHARS) < 0 ||
+              PyModule_AddIntConstant(m, "MAX_ARG_BYTES", MAX_ARG_BYTES) < 0))
+        Py_CLEAR(m);
     return m;
 }

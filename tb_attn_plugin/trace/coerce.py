@@ -5,7 +5,9 @@ integers in range; an integer of thousands of digits reads as an infinite float 
 failing (``loads``); no string keeps a lone surrogate (``clean_text``: ``\\ud800`` is valid JSON,
 but no UTF-8 encoder takes the string it decodes to, so a response carrying it failed); and no
 string kept is longer than ``MAX_NAME_CHARS`` (``clip``: a name of a gigabyte is a name of 2000
-characters, in the decoder as in the summary).
+characters, in the decoder as in the summary); and no argument list (``Input Dims``, ``Input type``,
+``Concrete Inputs``) written in more than ``MAX_ARG_BYTES`` is read: a list of ten million entries is read
+as absent, counted in the diagnostics (``cut_arg_label``), instead of as ten million Python objects.
 """
 
 from __future__ import annotations
@@ -21,7 +23,9 @@ import msgspec
 from tb_attn_plugin.trace.events import OpShapes, TraceError
 
 __all__ = [
+    "ARG_NAMES",
     "EMPTY_RAW",
+    "MAX_ARG_BYTES",
     "MAX_NAME_CHARS",
     "MAX_SIZE",
     "MAX_TIME_US",
@@ -31,6 +35,7 @@ __all__ = [
     "clean_text",
     "clean_tree",
     "clip",
+    "cut_arg_label",
     "flag",
     "int_or_none",
     "loads",
@@ -47,6 +52,13 @@ MAX_SIZE = 2**53
 #: Longer names (kernels of deep templates run to about 1000 characters), and any other string the
 #: decoder keeps, are clipped where they are interned, and so in the summary.
 MAX_NAME_CHARS = 2000
+#: Longer argument lists (their JSON as written, in bytes) are read as absent (``cut_arg_label``), by both
+#: decoders (``_scan.c`` mirrors it). The longest in the public, production and test traces is 3.3 KB
+#: (``Input Dims`` of a ``SplitWithSizesBackward0`` of 300 inputs); ops whose shapes we read take a few
+#: dozen inputs. As ``filler.STRING_BYTES``: a triple of them costs at most 192 KiB however long its lists.
+MAX_ARG_BYTES = 64 << 10
+#: The arguments ``MAX_ARG_BYTES`` bounds, in the order of a shape key (``OpShapes``: dims, types, concrete).
+ARG_NAMES = ("Input Dims", "Input type", "Concrete Inputs")
 _MAX_ID_DIGITS = 4000  # a longer pid or tid of digits stays text (int() refuses 4300 digits and more)
 _MAX_RANK = 64  # sizes of one input (PyTorch tensors have at most 64 dimensions)
 _MAX_INPUTS = 4096  # inputs of one op
@@ -99,6 +111,12 @@ def clean_tree(value: Any) -> Any:
             elif isinstance(v, (dict, list)):
                 stack.append(v)
     return value
+
+
+def cut_arg_label(arg: int, op: str) -> str:
+    """The diagnostic that counts events of ``op`` whose ``ARG_NAMES[arg]`` was longer than ``MAX_ARG_BYTES``
+    (read as absent)."""
+    return f"argument lists over {MAX_ARG_BYTES} bytes, read as absent: '{ARG_NAMES[arg]}' of {clip(op, 100)}"
 
 
 def flag(value: Any) -> bool | None:

@@ -27,6 +27,8 @@ import msgspec
 import numpy as np
 
 from tb_attn_plugin.trace.coerce import (
+    EMPTY_RAW,
+    MAX_ARG_BYTES,
     MAX_NAME_CHARS,
     MAX_SIZE,
     MAX_TIME_US,
@@ -34,6 +36,7 @@ from tb_attn_plugin.trace.coerce import (
     clean_text,
     clean_tree,
     clip,
+    cut_arg_label,
     flag,
     loads,
     nested_too_deeply,
@@ -279,7 +282,7 @@ class Builder:
         shape = np.full(len(xs), -1, np.int32)
         with_shapes = np.flatnonzero(np.array(self.shape_flags(), dtype=bool)[nids])
         if with_shapes.size:
-            shape[with_shapes] = self._shape_ids(_take(args, with_shapes))
+            shape[with_shapes] = self._shape_ids(_take(args, with_shapes), _take(names, with_shapes))
         x = self.x
         for col, values in (("name", nids), ("kind", kind), ("track", tracks), ("ts", ts), ("dur", dur),
                             ("ext", or_minus_one(ext)), ("corr", or_minus_one(_ints(args, _CORR))),
@@ -291,10 +294,17 @@ class Builder:
         """Whether each name id is an op whose shapes are kept, in id order."""
         return [self.shape_name[i] for i in range(len(self.names))]
 
-    def _shape_ids(self, args: list[WireArgs]) -> list[int]:
-        """The shape id of each event's inputs (-1: the op has no recorded inputs)."""
-        keys = list(zip(map(bytes, map(_DIMS, args)), map(bytes, map(_TYPES, args)),
-                        map(bytes, map(_CONCRETE, args)), strict=True))
+    def _shape_ids(self, args: list[WireArgs], ops: list[str]) -> list[int]:
+        """The shape id of each event's inputs (-1: the op has no recorded inputs). An argument list
+        longer than ``MAX_ARG_BYTES`` is read as absent, counted by argument and op, before it is copied."""
+        cols = [list(map(field, args)) for field in (_DIMS, _TYPES, _CONCRETE)]
+        for arg, col in enumerate(cols):
+            if max(map(len, col)) > MAX_ARG_BYTES:
+                for i, raw in enumerate(col):
+                    if len(raw) > MAX_ARG_BYTES:
+                        col[i] = EMPTY_RAW
+                        self.count(cut_arg_label(arg, ops[i]))
+        keys = list(zip(*(map(bytes, col) for col in cols), strict=True))
         shape_ids = self.shape_ids
         for key in dict.fromkeys(keys):
             if key[0] and key not in shape_ids:  # no "Input Dims": no shapes (EMPTY_RAW reads as b"")

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from tb_attn_plugin.trace.coerce import MAX_SIZE, MAX_TIME_US, op_shapes
+from tb_attn_plugin.trace.coerce import ARG_NAMES, MAX_SIZE, MAX_TIME_US, cut_arg_label, op_shapes
 from tb_attn_plugin.trace.kineto import DEVICE_KINDS, MODULE_PREFIX, UNSET, Kind, kind_of
 
 if TYPE_CHECKING:
@@ -105,11 +105,11 @@ def _pool() -> tuple[ThreadPoolExecutor, int]:
 
 
 def _add(builder: Builder, got: tuple[Any, ...]) -> None:
-    x_raw, m_raw, names, cats, tracks, triples = got
+    x_raw, m_raw, names, cats, tracks, shape_keys = got
     x = {k: np.frombuffer(x_raw[k], dtype=t) for k, t in _X.items()}
     m = {k: np.frombuffer(m_raw[k], dtype=t) for k, t in _M.items()}
     if x["ts"].size:
-        _complete(builder, x, [n.decode() for n in names], [c.decode() for c in cats], tracks, triples)
+        _complete(builder, x, [n.decode() for n in names], [c.decode() for c in cats], tracks, shape_keys)
     if m["ts"].size:
         _memory(builder, m, tracks)
 
@@ -133,7 +133,7 @@ def _tracks(builder: Builder, local: np.ndarray, tracks: list[tuple[int | str, i
 
 
 def _complete(builder: Builder, x: dict[str, np.ndarray], names: list[str], cats: list[str],
-              track_keys: list[tuple[int | str, int | str]], triples: list[tuple[bytes, bytes, bytes]]) -> None:
+              track_keys: list[tuple[int | str, int | str]], keys: list[tuple[bytes, bytes, bytes, int]]) -> None:
     kind_by_cat = np.array([kind_of(c) for c in cats] + [kind_of(None)], dtype=np.int8)
     cat = x["cat"]
     kind = kind_by_cat[cat]  # -1 (no category) is the last entry
@@ -177,10 +177,13 @@ def _complete(builder: Builder, x: dict[str, np.ndarray], names: list[str], cats
     wanted = np.array(builder.shape_flags(), dtype=bool)[nids] & (x["shape"] >= 0)
     if wanted.any():
         local = x["shape"][wanted]
-        table = np.full(len(triples), -1, np.int32)
+        _count_cut(builder, np.array([k[3] for k in keys], np.int64)[local], nids[wanted])
+        table = np.full(len(keys), -1, np.int32)
         shape_ids = builder.shape_ids
         for t in _first_seen(local).tolist():
-            key = triples[t]
+            key = keys[t][:3]
+            if not key[0]:  # Input Dims absent (its list cut): no shapes, as on the pure path
+                continue
             sid = shape_ids.get(key)
             if sid is None:
                 sid = shape_ids[key] = len(builder.shapes)
@@ -189,6 +192,16 @@ def _complete(builder: Builder, x: dict[str, np.ndarray], names: list[str], cats
         shape[wanted] = table[local]
     _append(builder.x, name=nids, kind=kind, track=tracks, ts=ts, dur=dur, ext=or_minus_one(ext),
             corr=or_minus_one(x["corr"]), seq=or_minus_one(x["seq"]), shape=shape, graph=or_minus_one(x["graph"]))
+
+
+def _count_cut(builder: Builder, cut: np.ndarray, nids: np.ndarray) -> None:
+    """Count the events whose argument lists the scanner read as absent (bit ``arg`` of ``cut``), by
+    argument and then in event order, as ``Builder._shape_ids`` counts them."""
+    if not cut.any():
+        return
+    for arg in range(len(ARG_NAMES)):
+        for nid in nids[(cut >> arg) & 1 == 1].tolist():
+            builder.count(cut_arg_label(arg, builder.names[nid]))
 
 
 def _memory(builder: Builder, m: dict[str, np.ndarray], track_keys: list[tuple[int | str, int | str]]) -> None:

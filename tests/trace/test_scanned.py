@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from devtools.corpus import TRACES as CORPUS_TRACES
 from tb_attn_plugin.trace import decode as decode_module
 from tb_attn_plugin.trace import io, scanned
-from tb_attn_plugin.trace.coerce import MAX_NAME_CHARS, clip
+from tb_attn_plugin.trace.coerce import MAX_ARG_BYTES, MAX_NAME_CHARS, clip, cut_arg_label
 from tb_attn_plugin.trace.columns import Builder, add_batch
 from tb_attn_plugin.trace.decode import decode
 from tb_attn_plugin.trace.events import Events, TraceError
@@ -150,6 +150,40 @@ def test_the_scanner_clips_names_as_the_builder_interns_them() -> None:
         "a" * (n - 1) + "…", "é" * n, "é" * (n - 1) + "…", "😀" * (n - 1) + "…", "€" * (n - 1) + "😀",
         "x" * (n - 1) + "…", "a" * n, "nn.Module: " + "m" * (n - 12) + "…"]
     assert np.frombuffer(fast["x"]["name"], np.int32).tolist() == [0, 0, 0, 1, 2, 3, 4, 5, 6, 7] * 2
+
+
+def test_argument_lists_over_the_bound_are_read_as_absent_on_both_paths() -> None:
+    """An argument list written in more than ``MAX_ARG_BYTES`` is absent, at exactly the same length on both paths,
+    counted by argument and op in the same order; the scanner's bound is the builder's."""
+    assert scanned._scan.MAX_ARG_BYTES == MAX_ARG_BYTES
+
+    def listing(n: int, item: str) -> str:  # a JSON list of exactly n bytes, ", " between items
+        k = (n - 2 + 2) // (len(item) + 2)
+        body = ", ".join([item] * k)
+        return "[" + body + " " * (n - 2 - len(body)) + "]"
+
+    at, over = listing(MAX_ARG_BYTES, "[1]"), listing(MAX_ARG_BYTES + 1, "[1]")
+    assert (len(at), len(over)) == (MAX_ARG_BYTES, MAX_ARG_BYTES + 1)
+    concrete = listing(MAX_ARG_BYTES + 1, '""')
+    rows = [("aten::mm", {"Input Dims": at, "Input type": '["float"]'}),
+            ("aten::mm", {"Input Dims": over, "Input type": '["float"]'}),
+            ("aten::bmm", {"Input Dims": "[[2, 3]]", "Concrete Inputs": concrete}),
+            ("aten::mm", {"Input type": over}),  # no Input Dims: no shapes, the cut still counted
+            ("aten::relu_", {"Input Dims": over}),  # an op whose shapes are not read: not counted
+            ("aten::mm", {"Input Dims": over, "Input type": '["float"]'})]
+    events = []
+    for i, (name, args) in enumerate(rows):
+        fields = ", ".join(f'"{k}": {v}' for k, v in args.items())
+        events.append(f'{{"ph": "X", "cat": "cpu_op", "name": "{name}", "pid": 1, "tid": 1, "ts": {i}, "dur": 1, '
+                      f'"args": {{{fields}}}}}')
+    text = ("[" + ",\n".join(events) + "]").encode()
+    assert scanned._scan.scan(text) is not None
+    fast, pure = _both(text)
+    assert fast == pure
+    shape = np.frombuffer(fast["x"]["shape"], np.int32).tolist()
+    assert shape[1] == shape[3] == shape[4] == shape[5] == -1 and shape[0] >= 0 and shape[2] >= 0
+    assert fast["diag"] == {cut_arg_label(0, "aten::mm"): 2, cut_arg_label(1, "aten::mm"): 1,
+                            cut_arg_label(2, "aten::bmm"): 1}
 
 
 _SPELLINGS = ["External id", "external id", "correlation", "Sequence number", "Bytes", "Total Allocated",
