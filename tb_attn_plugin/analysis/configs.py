@@ -10,24 +10,72 @@ differ only in their implementation, ``but="seq"`` a scaling series.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Any
 
 from tb_attn_plugin.analysis.spread import representative_worker
 from tb_attn_plugin.types.schema import RunSummary
 from tb_attn_plugin.vocab.backends import APPROXIMATE_BACKENDS, LINEAR_BACKENDS
 
-__all__ = ["APPROXIMATE_BACKENDS", "LINEAR_BACKENDS", "config", "config_key", "distinct_labels", "exact",
-           "group_label", "text"]
+__all__ = ["APPROXIMATE_BACKENDS", "COUNT_KEYS", "LINEAR_BACKENDS", "MAX_COUNT", "checked_config", "checked_metadata",
+           "config", "config_key", "distinct_labels", "exact", "group_label", "text"]
+
+#: The configuration's counts: lengths, sizes and ranks, each a whole number in 1..``MAX_COUNT``. Any other
+#: number there (0, negative, fractional, infinite, NaN, or of 400 digits, which no float holds) is read as
+#: absent, with a note (``checked_config``); a string is a label, kept as it is.
+COUNT_KEYS = ("seq", "batch", "heads", "kv_heads", "d_model", "head_dim", "layers", "prompt_len", "new_tokens",
+              "world_size")
+MAX_COUNT = 1 << 31
+_SHOWN_DIGITS = 24  # of a number a note repeats
 
 
-def config(run: RunSummary) -> dict[str, Any]:
-    meta = run.metadata or {}
+def checked_config(metadata: Mapping[str, Any] | None) -> tuple[dict[str, Any], list[str]]:
+    """A run's configuration from its metadata (``config``, and the run's model, implementation, dtype and world
+    size where it names none), with each count out of range left out; and a note per count left out."""
+    meta, notes = checked_metadata(metadata)
+    meta = meta or {}
     raw = meta.get("config")
-    out: dict[str, Any] = dict(raw) if isinstance(raw, dict) else {}
+    out: dict[str, Any] = dict(raw) if isinstance(raw, Mapping) else {}
     for key in ("model", "impl", "dtype", "world_size"):
         if key in meta:
             out.setdefault(key, meta[key])
-    return out
+    return out, notes
+
+
+def checked_metadata(metadata: Mapping[str, Any] | None) -> tuple[dict[str, Any] | None, list[str]]:
+    """``metadata`` with each count of its configuration out of range left out (a new mapping where one is), and
+    a note per count left out: what a trace's analyses and the runs' comparisons read."""
+    if metadata is None:
+        return None, []
+    raw = metadata.get("config")
+    places = [("config.", raw)] if isinstance(raw, Mapping) else []
+    places.append(("", {"world_size": metadata["world_size"]} if "world_size" in metadata else {}))
+    notes, bad = [], []
+    for prefix, where in places:
+        for key in COUNT_KEYS:
+            value = where.get(key)
+            if isinstance(value, (int, float)) and not (type(value) is int and 1 <= value <= MAX_COUNT):
+                bad.append(prefix + key)
+                notes.append(f"Run metadata ignored: {prefix}{key} (a count must be a whole number in "
+                             f"1..{MAX_COUNT}, got {_shown(value)}).")
+    if not bad:
+        return metadata if isinstance(metadata, dict) else dict(metadata), []
+    out = {k: v for k, v in metadata.items() if k not in bad}
+    if isinstance(raw, Mapping):
+        out["config"] = {k: v for k, v in raw.items() if "config." + k not in bad}
+    return out, notes
+
+
+def _shown(value: int | float) -> str:
+    """A number as a note repeats it: an integer of more digits than 24 by its length alone."""
+    if type(value) is int and abs(value) >= 10**_SHOWN_DIGITS:
+        return f"an integer of about {int(value.bit_length() * 0.30103) + 1} digits"
+    return repr(value)
+
+
+def config(run: RunSummary) -> dict[str, Any]:
+    """The run's configuration (``checked_config``)."""
+    return checked_config(run.metadata)[0]
 
 
 def config_key(cfg: dict[str, Any], *, but: str | tuple[str, ...]) -> str:

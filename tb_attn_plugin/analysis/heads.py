@@ -19,6 +19,7 @@ from collections.abc import Mapping
 
 import msgspec
 
+from tb_attn_plugin.analysis.configs import checked_metadata
 from tb_attn_plugin.analysis.flops import causal_fraction
 from tb_attn_plugin.analysis.query import new_finding
 from tb_attn_plugin.analysis.wording import duration, pct
@@ -187,7 +188,8 @@ def with_attn_stats(summary: RunSummary, stats: AttnStats) -> RunSummary:
     """The run summary with ``attn_stats`` set to ``stats`` and each worker's ``local-heads``
     finding redone for them (new worker summaries where it changes; the run's config gives the
     sequence length and whether it is causal)."""
-    config = summary.metadata.get("config") if summary.metadata else None
+    metadata = checked_metadata(summary.metadata)[0]
+    config = metadata.get("config") if metadata else None
     seq = config.get("seq") if isinstance(config, Mapping) else None
     causal = config.get("causal", True) if isinstance(config, Mapping) else True
     workers = []

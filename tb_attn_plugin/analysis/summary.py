@@ -32,6 +32,7 @@ from tb_attn_plugin.analysis.bounds import (
     tally,
 )
 from tb_attn_plugin.analysis.collectives import attention_comm, collectives
+from tb_attn_plugin.analysis.configs import checked_metadata
 from tb_attn_plugin.analysis.findings import find
 from tb_attn_plugin.analysis.flops import flop_rate
 from tb_attn_plugin.analysis.generation import generation
@@ -74,7 +75,11 @@ def summarize_trace(analysis: Analysis, *, file: str, worker: str, span: str | N
     """The summary of an analyzed trace with its findings (``metadata``: the run's
     ``tb_attn_run.json``, which two rules read): what a trace file's summary is, everywhere."""
     replace = msgspec.structs.replace
-    measured = with_masks(summarize_analysis(analysis, file=file, worker=worker, span=span), metadata)
+    metadata, ignored = checked_metadata(metadata)  # no count out of range reaches a figure
+    measured = summarize_analysis(analysis, file=file, worker=worker, span=span)
+    if ignored:
+        measured = replace(measured, notes=[*measured.notes, *ignored])
+    measured = with_masks(measured, metadata)
     measured = replace(measured, generation=generation(analysis, measured, metadata,
                                                        lambda part: summarize_analysis(part).layers))
     found = replace(measured, findings=find(analysis, measured, metadata=metadata))

@@ -143,7 +143,7 @@ def test_the_cli_reads_a_run_with_hostile_metadata(builtin_logdir: Path, tmp_pat
 
 # -- Hypothesis: metadata of any shape ---------------------------------------------------------
 
-huge = st.one_of(st.integers(-3, 600), st.sampled_from([2**31 - 1, 2**31, 2**53, 2**63, 10**20, 10**300]),
+huge = st.one_of(st.integers(-3, 600), st.sampled_from([2**31 - 1, 2**31, 2**53, 2**63, 10**20, 10**300, 10**400]),
                  st.integers(-(2**70), 2**80))
 scalar = st.one_of(st.none(), st.booleans(), huge, st.floats(), st.text(max_size=8),
                    st.sampled_from(["causal", "sliding:8", "sliding:99999999999999999999", "document:0",
@@ -178,3 +178,36 @@ def test_any_metadata_summarizes_and_compares_in_bounded_time(analysis: Analysis
     for run in runs:
         assert len(to_json(run)) < 4 << 20
     assert time.perf_counter() - started < 20
+
+
+# -- issue 48: counts no float holds, negative, fractional, infinite ----------------------------
+
+@pytest.mark.parametrize("seq", [int("9" * 400), -4096, 0, 512.5, float("inf"), float("nan"), True])
+def test_a_count_out_of_range_is_absent_with_a_note_in_every_command(tmp_path: Path, seq: object,
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    """A 461-byte metadata file with a 400-digit ``config.seq`` made /scaling and /strategies answer 500 and
+    ``tb-attn compare``/``strategies`` exit with an OverflowError: now the count is read as absent, with a note."""
+    trace = Path(__file__).resolve().parent.parent / "traces" / "steps.json"
+    for run, value, impl in (("a", seq, "naive"), ("b", 512, "sdpa")):
+        (tmp_path / run).mkdir()
+        (tmp_path / run / "w.1.pt.trace.json").write_bytes(trace.read_bytes())
+        (tmp_path / run / "tb_attn_run.json").write_text(json.dumps(
+            {"impl": impl, "model": "builtin", "config": {"seq": value, "batch": -1, "impl": impl}}))
+    for command in ("compare", "strategies"):
+        assert cli.main([command, str(tmp_path)]) == 0, command
+        assert capsys.readouterr().err == "", command
+    assert cli.main(["summarize", str(tmp_path / "a"), "--format", "json"]) == 0
+    (worker,) = json.loads(capsys.readouterr().out)["runs"][0]["workers"]
+    notes = [n for n in worker["notes"] if n.startswith("Run metadata ignored: config.")]
+    assert [n.split(" (")[0] for n in notes] == [f"Run metadata ignored: config.{k}" for k in ("seq", "batch")]
+    assert "1..2147483648" in notes[0] and len(notes[0]) < 200
+
+
+def test_scaling_and_strategies_skip_a_run_whose_length_is_no_count(analysis: Analysis) -> None:
+    runs = [RunSummary(run=f"r{i}", workers=[_summary(analysis, None)], errors=[],
+                       metadata={"config": {"seq": seq, "impl": "naive", "model": "m"}})
+            for i, seq in enumerate([int("9" * 400), 256, 512, -1, float("inf")])]
+    fits = scaling(runs)
+    assert [p.seq for s in fits.series for p in s.points] == [256, 512]
+    table = strategies(runs)
+    assert sorted(r.seq for g in table.groups for r in g.rows) == [256, 512]
