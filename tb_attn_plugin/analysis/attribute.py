@@ -33,7 +33,7 @@ import numpy as np
 import numpy.typing as npt
 
 from tb_attn_plugin.analysis.autograd import attribute_backward
-from tb_attn_plugin.analysis.batch import batch_flops
+from tb_attn_plugin.analysis.batch import BAD_BATCH, bad_batches, batch_flops
 from tb_attn_plugin.analysis.flops import IMPLAUSIBLE, UNCOUNTED, is_integer_op, op_flops, plausible
 from tb_attn_plugin.analysis.nesting import EPS_US, nearest_marked_ancestor, or_self, parents, subtree_sizes
 from tb_attn_plugin.trace.events import Events
@@ -133,6 +133,9 @@ def attribute(events: Events) -> Attribution:
         diagnostics[IMPLAUSIBLE] = implausible
     flops_raw = _raw_flops(events, shape_ok)
     batch_flops(events, flops_raw)  # serving cores: their work from the engine's batch annotations
+    bad_batch = bad_batches(events)
+    if bad_batch:
+        diagnostics[BAD_BATCH] = bad_batch
     library = events.name_ids(ATTENTION_CORE_OPS)
     uncounted = int((np.isin(events.name, library) & (flops_raw == 0)).sum()) if library.size else 0
     if uncounted:  # an attention library's varlen or paged call: its lengths are tensor values

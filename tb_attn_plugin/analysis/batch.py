@@ -27,13 +27,14 @@ bytes per token (from the engine's KV write: its k and v per token, at the cache
 
 from __future__ import annotations
 
+import math
 import re
 from typing import NamedTuple
 
 import msgspec
 import numpy as np
 
-from tb_attn_plugin.analysis.flops import elem_bytes
+from tb_attn_plugin.analysis.flops import elem_bytes, plausible
 from tb_attn_plugin.analysis.opnames import canonical
 from tb_attn_plugin.analysis.wording import count, duration, series, share, size
 from tb_attn_plugin.trace.events import Events
@@ -50,11 +51,17 @@ from tb_attn_plugin.vocab.ops import (
 )
 from tb_attn_plugin.vocab.scopes import Phase
 
-__all__ = ["Batch", "Sums", "batch_bytes", "batch_flops", "decode_roof", "parse", "serving_batch"]
+__all__ = ["BAD_BATCH", "Batch", "Sums", "bad_batches", "batch_bytes", "batch_flops", "decode_roof", "parse",
+           "serving_batch"]
 
-_SIMPLE = re.compile(SERVING_BATCH_PATTERN)
-_DETAILED = re.compile(SERVING_BATCH_DETAILED_PATTERN)
+# Counts are ASCII digits: re's \d also takes other scripts' digits ("٣", "３"), which int() reads.
+_SIMPLE = re.compile(SERVING_BATCH_PATTERN, re.ASCII)
+_DETAILED = re.compile(SERVING_BATCH_DETAILED_PATTERN, re.ASCII)
+_ANY_DIGITS = (re.compile(SERVING_BATCH_DETAILED_PATTERN), re.compile(SERVING_BATCH_PATTERN))
 _MAX_DIGITS = 15  # past this a count is no batch of this world (and float64 holds it exactly)
+#: The diagnostic that counts annotations written as a batch that is none (``parse``: not ASCII digits, a count
+#: of more than 15 digits, sums no lengths make): ignored, so no figure comes from them.
+BAD_BATCH = "engine iteration annotations with counts out of range (ignored)"
 
 
 class Sums(NamedTuple):
@@ -108,6 +115,15 @@ def parse(name: str) -> Batch | None:
     return Batch(g["cn"], prefill.sq, g["gn"], decode.sq, prefill, decode)
 
 
+def bad_batches(events: Events) -> int:
+    """How many annotations are written as a batch (in any script's digits) but are none (``BAD_BATCH``)."""
+    bad = [i for i, n in enumerate(events.names)
+           if n.startswith("execute_") and parse(n) is None and any(p.match(n) for p in _ANY_DIGITS)]
+    if not bad:
+        return 0
+    return int((np.isin(events.name, bad) & (events.kind == Kind.ANNOTATION)).sum())
+
+
 def _annotations(events: Events) -> list[tuple[int, Batch]]:
     ids = {i: b for i, n in enumerate(events.names) if (b := parse(n)) is not None}
     if not ids:
@@ -135,7 +151,7 @@ def batch_flops(events: Events, flops: np.ndarray) -> int:
         pairs = batch.pairs() if batch is not None else None
         q = events.input_dims(i, 0)
         if batch is None or pairs is None or q is None or len(q) != 3 \
-                or q[0] < batch.prefill_tokens + batch.decode_tokens:
+                or q[0] < batch.prefill_tokens + batch.decode_tokens or not _believed(events, i):
             continue
         flops[i] = 4.0 * q[1] * q[2] * pairs
         given += 1
@@ -159,9 +175,10 @@ def batch_bytes(events: Events, idx: np.ndarray) -> np.ndarray:
         q = events.input_dims(i, 0)
         sid = int(events.shape[i])
         if batch is None or batch.prefill is None or batch.decode is None or q is None or len(q) != 3 \
-                or q[0] < batch.prefill_tokens + batch.decode_tokens or sid < 0 or not events.shapes[sid].types:
+                or q[0] < batch.prefill_tokens + batch.decode_tokens or sid < 0 or not events.shapes[sid].types \
+                or not _believed(events, i):
             continue
-        q_bytes = float(np.prod(q)) * elem_bytes(events.shapes[sid].types[0])
+        q_bytes = float(math.prod(q)) * elem_bytes(events.shapes[sid].types[0])
         out[k] = 2 * q_bytes + (batch.prefill.sk + batch.decode.sk) * kv[0]
     return out
 
@@ -194,6 +211,13 @@ def _enclosing(events: Events, found: list[tuple[int, Batch]], ops: np.ndarray) 
     return out
 
 
+def _believed(events: Events, i: int) -> bool:
+    """Whether op ``i``'s shapes describe tensors that could exist (``flops.plausible``: none over 1 PiB, no
+    negative size); the others are counted once in the diagnostics by attribution, and give no figure here."""
+    sid = int(events.shape[i])
+    return sid >= 0 and plausible(events.shapes[sid])
+
+
 def _kv_cache(events: Events) -> tuple[float, str] | None:
     """The KV cache's bytes per token per layer and its element type, from the first KV write op
     whose shapes hold its k and v (or MLA's latent and rotary parts) and the cache's type."""
@@ -206,14 +230,16 @@ def _kv_cache(events: Events) -> tuple[float, str] | None:
             continue
         s = events.shapes[sid]
         types = s.types
-        if len(s.dims) <= SERVING_KV_CACHE_ARG or len(types) <= SERVING_KV_CACHE_ARG:
+        if len(s.dims) <= SERVING_KV_CACHE_ARG or len(types) <= SERVING_KV_CACHE_ARG or not plausible(s):
             continue
         k, v = events.input_dims(i, 0), events.input_dims(i, 1)
         cache_type = types[SERVING_KV_CACHE_ARG]
         if k is None or v is None or len(k) < 2 or len(v) < 2 or cache_type in ("", "Scalar"):
             continue
         size = elem_bytes(cache_type)
-        per_token = int(np.prod(k[1:])) + int(np.prod(v[1:]))
+        per_token = math.prod(k[1:]) + math.prod(v[1:])
+        if per_token <= 0:
+            continue
         return float(per_token * size), types[SERVING_KV_CACHE_ARG]
     return None
 

@@ -4,6 +4,10 @@ A vLLM trace of N iteration annotations and N attention cores cost N² (each cor
 its own, three times a summary): 4.4 s at 4k, 68 s at 24k. The lookup is now one sort and binary searches; these
 tests check that it answers what the scan answered, on annotations nested, overlapping, tied and on other
 threads (``bench/hostile_analysis.py`` measures the times).
+
+And a serving trace's numbers are believed only in range: counts of ASCII digits (``\\d`` took any script's),
+and the KV write's and the core's shapes only where they describe real tensors (``flops.plausible``): a KV cache
+of -4096 B per token, 0 B from an int64 product wrapped, and 6.5e33 FLOPs were figures.
 """
 
 from __future__ import annotations
@@ -12,12 +16,14 @@ import json
 from typing import Any
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from devtools.hostile_traces import CORE, serving_events
+from devtools.hostile_traces import CORE, ITERATION, serving_events
 from tb_attn_plugin.analysis.analyze import analyze
-from tb_attn_plugin.analysis.batch import Batch, _annotations, _enclosing
+from tb_attn_plugin.analysis.batch import BAD_BATCH, Batch, _annotations, _enclosing, parse
+from tb_attn_plugin.analysis.flops import IMPLAUSIBLE
 from tb_attn_plugin.analysis.summary import summarize_trace
 from tb_attn_plugin.trace.decode import decode_bytes
 from tb_attn_plugin.trace.events import Events
@@ -106,3 +112,64 @@ def test_the_issues_trace_gives_every_core_its_iterations_work() -> None:
     assert (analysis.attr.flops[cores] == 4 * 8 * 64 * pairs).all()
     summary = summarize_trace(analysis, file="t.pt.trace.json", worker="w", span=None, metadata=None)
     assert summary.serving is not None and summary.serving.iterations == n
+
+
+# -- numbers a serving trace claims ---------------------------------------------------------------------------
+
+KV = "_C_cache_ops::reshape_and_cache_flash"
+
+
+def _op(name: str, ts: float, dims: list[list[int]], types: list[str]) -> dict[str, Any]:
+    return {**_x("cpu_op", name, ts, 5), "args": {"Input Dims": dims, "Input type": types}}
+
+
+def _iteration(annotation: str = ITERATION, *, k: list[int] | None = None, q: list[int] | None = None,
+               ) -> list[dict[str, Any]]:
+    """One step of one iteration: a KV write (k and v of 10 tokens into a bf16 cache) and a core (q of 10 tokens)."""
+    k = k or [10, 2, 64]
+    return [_x("user_annotation", "ProfilerStep#1", 0, 1000), _x("user_annotation", annotation, 10, 500),
+            _op(KV, 20, [k, k, [64, 16, 2, 64], [64, 16, 2, 64], [10]], ["c10::BFloat16"] * 4 + ["long int"]),
+            _op(CORE, 40, [q or [10, 8, 64], [10, 2, 64], [10, 2, 64], [10, 8, 64]], ["c10::BFloat16"] * 4)]
+
+
+def _summary(rows: list[dict[str, Any]]) -> Any:
+    return summarize_trace(analyze(_events(rows)), file="t.pt.trace.json", worker="w", span=None, metadata=None)
+
+
+@pytest.mark.parametrize("digit", ["٣", "３", "𝟑", "³"])
+def test_counts_in_other_scripts_digits_are_no_batch(digit: str) -> None:
+    """``\\d`` took Arabic-Indic, full-width and mathematical digits, which ``int()`` reads: up to 10^15 requests."""
+    name = f"execute_context_{digit * 15}(1)_generation_0(0)"
+    assert parse(name) is None
+    s = _summary(_iteration(name))
+    assert s.serving is None
+    assert s.diagnostics.get(BAD_BATCH) == (None if digit == "³" else 1)  # "³" is no decimal digit even to re
+
+
+def test_a_count_of_sixteen_ascii_digits_is_no_batch_with_a_diagnostic() -> None:
+    s = _summary(_iteration(f"execute_context_1({10**15})_generation_0(0)"))
+    assert s.serving is None and s.diagnostics.get(BAD_BATCH) == 1
+
+
+def test_the_issues_iteration_is_read() -> None:
+    s = _summary(_iteration())
+    assert s.serving is not None and s.serving.kv_bytes_per_token == (2 * 64 + 2 * 64) * 2
+    assert BAD_BATCH not in s.diagnostics and IMPLAUSIBLE not in s.diagnostics
+
+
+@pytest.mark.parametrize("k", [
+    [10, -2, 64],  # a negative size: -512 B of KV cache per token
+    [10, 2**32, 2**32],  # k and v of 2^64 elements per token: int64 products wrapped to 0 B
+])
+def test_a_kv_write_of_no_real_tensor_gives_no_kv_figure(k: list[int]) -> None:
+    s = _summary(_iteration(k=k))
+    assert s.serving is not None and s.serving.kv_bytes_per_token is None and s.serving.decode_kv_bytes is None
+    assert s.diagnostics.get(IMPLAUSIBLE) == 1
+
+
+def test_a_core_whose_q_is_past_the_tensor_bound_gets_no_flops() -> None:
+    """A q of 10 x 2^40 x 2^20 bf16 (past 1 PiB) made 6.5e33 FLOPs of one core."""
+    analysis = analyze(_events(_iteration(q=[10, 2**40, 2**20])))
+    core = int(np.flatnonzero(analysis.events.name == analysis.events.names.index(CORE))[0])
+    assert analysis.attr.flops[core] == 0
+    assert analysis.diagnostics.get(IMPLAUSIBLE) == 1
