@@ -20,12 +20,14 @@ from tb_attn_plugin.vocab.backends import APPROXIMATE_BACKENDS, LINEAR_BACKENDS
 __all__ = ["APPROXIMATE_BACKENDS", "COUNT_KEYS", "LINEAR_BACKENDS", "MAX_COUNT", "checked_config", "checked_metadata",
            "config", "config_key", "distinct_labels", "exact", "group_label", "text"]
 
-#: The configuration's counts: lengths, sizes and ranks, each a whole number in 1..``MAX_COUNT``. Any other
+#: The configuration's counts: lengths, sizes and ranks, each a whole number in 1..``MAX_COUNT`` (0..: a prompt's
+#: length and the new tokens, 0 where the run is no generation). Any other
 #: number there (0, negative, fractional, infinite, NaN, or of 400 digits, which no float holds) is read as
 #: absent, with a note (``checked_config``); a string is a label, kept as it is.
 COUNT_KEYS = ("seq", "batch", "heads", "kv_heads", "d_model", "head_dim", "layers", "prompt_len", "new_tokens",
               "world_size")
 MAX_COUNT = 1 << 31
+_ZERO_MEANS_NONE = frozenset({"prompt_len", "new_tokens"})  # 0: not a generation (the runner's default)
 _SHOWN_DIGITS = 24  # of a number a note repeats
 
 
@@ -54,10 +56,11 @@ def checked_metadata(metadata: Mapping[str, Any] | None) -> tuple[dict[str, Any]
     for prefix, where in places:
         for key in COUNT_KEYS:
             value = where.get(key)
-            if isinstance(value, (int, float)) and not (type(value) is int and 1 <= value <= MAX_COUNT):
+            least = 0 if key in _ZERO_MEANS_NONE else 1
+            if isinstance(value, (int, float)) and not (type(value) is int and least <= value <= MAX_COUNT):
                 bad.append(prefix + key)
                 notes.append(f"Run metadata ignored: {prefix}{key} (a count must be a whole number in "
-                             f"1..{MAX_COUNT}, got {_shown(value)}).")
+                             f"{least}..{MAX_COUNT}, got {_shown(value)}).")
     if not bad:
         return metadata if isinstance(metadata, dict) else dict(metadata), []
     out = {k: v for k, v in metadata.items() if k not in bad}
