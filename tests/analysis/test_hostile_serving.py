@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import msgspec
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -173,3 +174,12 @@ def test_a_core_whose_q_is_past_the_tensor_bound_gets_no_flops() -> None:
     core = int(np.flatnonzero(analysis.events.name == analysis.events.names.index(CORE))[0])
     assert analysis.attr.flops[core] == 0
     assert analysis.diagnostics.get(IMPLAUSIBLE) == 1
+
+
+def test_a_serving_trace_of_4096_layers_summarizes_within_its_documented_size() -> None:
+    """``docs/limits.md``: a serving trace of 4096 layers of three phases each makes a 9.9 MB summary (limits.md
+    promised 4.3 MB, the head rows' share alone); the layers stop at the bound."""
+    ev = decode_bytes(json.dumps({"traceEvents": list(serving_events(1, cores=4097))}).encode())
+    summary = summarize_trace(analyze(ev), file="t.pt.trace.json", worker="w", span=None, metadata=None)
+    assert len(summary.layers) == 4096
+    assert len(msgspec.json.encode(summary)) < 10_500_000
