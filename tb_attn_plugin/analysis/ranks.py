@@ -12,8 +12,8 @@ here (``metric_label`` and friends):
   slow in every step), less the collectives inside attention (``collectives.attention_comm``:
   a row-parallel output projection all-reduces inside the block, where every rank waits for
   the slowest, so they would charge the straggler's delay to the fast ranks); the summaries
-  keep no per-step figure per layer, so a layer is judged on
-  its mean per step less its ``comm`` phase, and the table's other columns are means per step too;
+  keep no per-step figure per layer, so a layer is judged on its column: its mean per step less
+  its ``comm`` phase; the table's other columns are means per step too;
 - the median is ``median_over_ranks``: over every rank, the rank itself included, and with an
   even number of ranks the lower of the two middle values (``spread.median_low``). With two ranks
   that is the faster one, not a mean that half includes the straggler; for any rank in the slower
@@ -130,7 +130,8 @@ def metric_label(clock: str, *, backward: bool = True) -> str:
 
 def means_label(clock: str, *, backward: bool = True) -> str:
     """The table's other columns and the layers' figures."""
-    return f"means per profiled step ({_clock_words(clock)}; attention is {_passes(backward)})"
+    return (f"means per profiled step ({_clock_words(clock)}; attention is {_passes(backward)}; a layer's time "
+            f"leaves out the collectives inside it)")
 
 
 def heads_label(clock: str) -> str:
@@ -156,8 +157,7 @@ def ranks(run: RunSummary, *, margin: float = DEFAULT_MARGIN) -> RankView:
     device = any(w.device == "cuda" for w in run.workers)
     rows = [_row(name, spans, device) for name, spans in by_worker.items()]
     rows.sort(key=lambda r: (r.rank is None, r.rank if r.rank is not None else 0, r.worker))
-    less_comm = {name: _layers_less_comm(spans, device) for name, spans in by_worker.items()}
-    stragglers = _stragglers(rows, margin, less_comm)
+    stragglers = _stragglers(rows, margin)
     flagged = {s.worker for s in stragglers}
     for row in rows:
         row.straggler = row.worker in flagged
@@ -200,11 +200,17 @@ def _mean(values: list[float]) -> float:
 
 
 def _row(worker: str, spans: list[WorkerSummary], device: bool) -> RankRow:
+    # A layer's time leaves out its ``comm`` phase, as the straggler metric does: there every rank waits
+    # for the slowest, so the fast ranks' layers would grow by the straggler's delay.
     layers: dict[int, list[tuple[float, float]]] = defaultdict(list)
     for w in spans:
         for layer in w.layers:
-            layers[layer.layer].append((_time(device, layer.cpu_us, layer.device_us),
-                                        _time(device, layer.backward.cpu_us, layer.backward.device_us)))
+            comm = [p for p in layer.phases if p.phase == Phase.COMM]
+            forward = _time(device, layer.cpu_us, layer.device_us) - sum(_time(device, p.cpu_us, p.device_us)
+                                                                          for p in comm)
+            backward = _time(device, layer.backward.cpu_us, layer.backward.device_us) - sum(
+                _time(device, p.backward.cpu_us, p.backward.device_us) for p in comm)
+            layers[layer.layer].append((max(forward, 0.0), max(backward, 0.0)))
     step = _mean([_time(device, w.step_cpu_us, w.step_device_us) for w in spans])
     attention = _mean([_time(device, w.attention_cpu_us, w.attention_device_us) for w in spans])
     # The straggler metric leaves out the collectives inside attention: there the ranks wait for
@@ -266,28 +272,16 @@ def _comm(w: WorkerSummary, device: bool) -> float:
                for layer in w.layers for p in layer.phases if p.phase == Phase.COMM)
 
 
-def _layers_less_comm(spans: list[WorkerSummary], device: bool) -> dict[int, float]:
-    """Each layer's time (forward + backward, mean per step) less its ``comm`` phase: the straggler
-    figure of a layer, for the reason the attention metric leaves collectives out."""
-    times: dict[int, list[float]] = defaultdict(list)
-    for w in spans:
-        for layer in w.layers:
-            less = sum(_time(device, p.cpu_us + p.backward.cpu_us, p.device_us + p.backward.device_us)
-                       for p in layer.phases if p.phase == Phase.COMM)
-            total = _time(device, layer.cpu_us + layer.backward.cpu_us, layer.device_us + layer.backward.device_us)
-            times[layer.layer].append(max(total - less, 0.0))
-    return {k: _mean(v) for k, v in times.items()}
-
-
-def _stragglers(rows: list[RankRow], margin: float, layers: dict[str, dict[int, float]]) -> list[Straggler]:
-    """``layers``: each worker's layer times less their collectives (``_layers_less_comm``)."""
+def _stragglers(rows: list[RankRow], margin: float) -> list[Straggler]:
+    """The ranks slower than the median over ranks: in attention's fastest step, and in each layer's
+    column (its mean per step less its collectives, ``_row``)."""
     if len(rows) < 2:
         return []
     out: list[Straggler] = []
     best = {r.worker: r.attention_best_us for r in rows}
     out += _slower(rows, best, margin, "attention", "attention in the fastest step")
     for k in sorted({layer.layer for r in rows for layer in r.layers}):
-        times = {r.worker: layers.get(r.worker, {}).get(k, 0.0) for r in rows}
+        times = {r.worker: _layer_time(r, k) for r in rows}
         out += _slower(rows, times, margin, f"layer {k}", f"layer {k}, mean per step")
     return out
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from tb_attn_plugin.analysis import wording
 from tb_attn_plugin.analysis.gate import GateReport
 from tb_attn_plugin.cli.text import json_text, lines_text, ms_text, printable
+from tb_attn_plugin.vocab.names import display_name
 
 __all__ = ["gate_json", "gate_text"]
 
@@ -32,7 +33,9 @@ def gate_text(report: GateReport) -> str:
 
 def gate_json(report: GateReport) -> str:
     body = {
-        "schema": "tb-attn.gate/1", "baseline": report.baseline, "candidate": report.candidate,
+        # The runs' names as every route and --run take them: one-to-one, a byte 0xFF as \xff.
+        "schema": "tb-attn.gate/1", "baseline": display_name(report.baseline),
+        "candidate": display_name(report.candidate),
         "clock": report.clock, "passed": report.passed, "noisy": report.noisy, "warnings": report.warnings,
         "checks": [{"name": c.name, "unit": c.unit, "baseline": c.baseline, "candidate": c.candidate,
                     "change": c.change, "tolerance": c.tolerance, "passed": c.passed, "verdict": c.verdict,

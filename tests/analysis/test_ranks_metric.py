@@ -143,10 +143,11 @@ def test_derived_heads_share_their_ranks_layer_time_so_a_slow_rank_never_has_fas
 
 def test_an_inference_run_says_its_attention_is_forward_alone() -> None:
     training = _view([_rank(0, [20_000.0]), _rank(1, [21_000.0])])
-    assert "(forward + backward, less" in training.metric_label and "forward + backward)" in training.means_label
+    assert "(forward + backward, less" in training.metric_label and "forward + backward;" in training.means_label
     inference = [msgspec.structs.replace(_rank(r, [t]), layers=[_layer(0, 20_000.0, 0.0)])
                  for r, t in ((0, 20_000.0), (1, 21_000.0))]
     view = _view(inference)
     assert "backward" not in view.metric_label.replace("the trace has no backward", "")
     assert "(forward: the trace has no backward, less the collectives" in view.metric_label
-    assert view.means_label.endswith("attention is forward: the trace has no backward)")
+    assert "attention is forward: the trace has no backward;" in view.means_label
+    assert view.means_label.endswith("a layer's time leaves out the collectives inside it)")

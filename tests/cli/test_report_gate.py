@@ -9,6 +9,7 @@ import pytest
 
 from tb_attn_plugin.analysis.gate import Check, GateReport
 from tb_attn_plugin.cli.report_gate import gate_json, gate_text
+from tb_attn_plugin.vocab.names import display_name
 
 MIB = 1 << 20
 
@@ -111,5 +112,9 @@ def test_json_of_a_noisy_report_says_so() -> None:
 
 
 def test_json_is_ascii_and_keeps_hostile_names_whole() -> None:
+    """The name as the routes and --run take it (``names.display_name``): the byte 0xFF as ``\\xff``,
+    the text ``\\xff`` with its backslash doubled, so two runs never read alike."""
     out = gate_json(_report([SAME], candidate="c\x1b[2J\udcff"))
-    assert out.isascii() and json.loads(out)["candidate"] == "c\x1b[2J\udcff"
+    assert out.isascii() and json.loads(out)["candidate"] == "c\x1b[2J\\xff" == display_name("c\x1b[2J\udcff")
+    other = gate_json(_report([SAME], candidate="c\x1b[2J\\xff"))
+    assert json.loads(other)["candidate"] == "c\x1b[2J\\\\xff"
