@@ -43,7 +43,7 @@ from typing import Literal, TypeGuard
 
 from tb_attn_plugin.analysis.spread import median_low, spread
 from tb_attn_plugin.types.results import GlobalHead, RankLayer, RankRow, RanksColumn, RanksLayer, RankView, Straggler
-from tb_attn_plugin.types.schema import CollectiveStats, RunSummary, WorkerSummary
+from tb_attn_plugin.types.schema import CollectiveStats, LayerStats, RunSummary, WorkerSummary
 from tb_attn_plugin.vocab.scopes import Phase
 
 __all__ = [
@@ -137,7 +137,7 @@ def means_label(clock: str, *, backward: bool = True) -> str:
 def heads_label(clock: str) -> str:
     """The layer × head map's figure: what a head's time holds (``_global_heads``)."""
     return (f"forward time per step by head (its own head scope when measured, else an even share of the "
-            f"rank's forward time in the layer), mean over the profiled steps "
+            f"rank's forward time in the layer, less the collectives inside it), mean over the profiled steps "
             f"and over replicas ({_clock_words(clock)})")
 
 
@@ -205,12 +205,7 @@ def _row(worker: str, spans: list[WorkerSummary], device: bool) -> RankRow:
     layers: dict[int, list[tuple[float, float]]] = defaultdict(list)
     for w in spans:
         for layer in w.layers:
-            comm = [p for p in layer.phases if p.phase == Phase.COMM]
-            forward = _time(device, layer.cpu_us, layer.device_us) - sum(_time(device, p.cpu_us, p.device_us)
-                                                                          for p in comm)
-            backward = _time(device, layer.backward.cpu_us, layer.backward.device_us) - sum(
-                _time(device, p.backward.cpu_us, p.backward.device_us) for p in comm)
-            layers[layer.layer].append((max(forward, 0.0), max(backward, 0.0)))
+            layers[layer.layer].append(_less_comm(layer, device))
     step = _mean([_time(device, w.step_cpu_us, w.step_device_us) for w in spans])
     attention = _mean([_time(device, w.attention_cpu_us, w.attention_device_us) for w in spans])
     # The straggler metric leaves out the collectives inside attention: there the ranks wait for
@@ -264,6 +259,16 @@ def _column(key: str, values: list[tuple[float, int | None]]) -> RanksColumn:
     return RanksColumn(column=key, mean_us=_mean(v), median_us=median_over_ranks(v), min_us=min(v, default=0.0),
                        max_us=max(v, default=0.0),
                        max_rank=max(values, key=lambda tr: tr[0])[1] if values else None)
+
+
+def _less_comm(layer: LayerStats, device: bool) -> tuple[float, float]:
+    """A layer's forward and backward time per step less its ``comm`` phase's: a layer column's
+    figure, and what a derived head takes an even share of."""
+    comm = [p for p in layer.phases if p.phase == Phase.COMM]
+    forward = _time(device, layer.cpu_us, layer.device_us) - sum(_time(device, p.cpu_us, p.device_us) for p in comm)
+    backward = _time(device, layer.backward.cpu_us, layer.backward.device_us) - sum(
+        _time(device, p.backward.cpu_us, p.backward.device_us) for p in comm)
+    return max(forward, 0.0), max(backward, 0.0)
 
 
 def _comm(w: WorkerSummary, device: bool) -> float:
@@ -326,9 +331,9 @@ def _global_heads(by_worker: dict[str, list[WorkerSummary]], device: bool) -> tu
         for w in spans:
             for stats in w.layers:
                 # A head without its own scope gets an even share of its rank's forward time in the
-                # layer: the figure the rank's layer column is made of, so the map never shows a slow
-                # rank's heads as fast (a straggler's delay sits outside the core phases).
-                share = _time(device, stats.cpu_us, stats.device_us) / max(len(stats.heads), 1)
+                # layer, less its collectives: the figure the rank's layer column is made of, so the map
+                # never shows a slow rank's heads as fast (a straggler's delay sits outside the core phases).
+                share = _less_comm(stats, device)[0] / max(len(stats.heads), 1)
                 for h in stats.heads:
                     cells[(stats.layer, h.head)].setdefault(worker, []).append(
                         (share if h.derived else _time(device, h.cpu_us, h.device_us), h.flops, h.derived, w.rank))

@@ -78,12 +78,12 @@ function luminance(color: string): number {
 
 /** What derived (hatched) heads hold, in words: shown wherever derived heads are. ``share``:
  * "core" in a run's heads view (summary.py `_heads`), "rank" in the ranks view's global map,
- * whose derived times are an even share of the rank's forward time in the layer (ranks.py
+ * whose derived times are an even share of the rank's forward time in the layer less its collectives (ranks.py
  * `_global_heads`), so that a slow rank never has fast heads. */
 export function derivedNote(share: "core" | "rank" = "core"): HTMLElement {
   const what = share === "core"
     ? `the layer's core phases only, everything but ${UNSPLIT_PHASES.join(", ")}, which are not split by head`
-    : "its rank's forward time in the layer (what the rank's layer column holds, a straggler's delay included)";
+    : "its rank's forward time in the layer less the collectives inside it (what the rank's layer column holds, a straggler's delay included)";
   return h(
     "p",
     { class: "hint derived-note", dataset: { testid: "derived-note" } },
