@@ -1,65 +1,23 @@
-"""``deadline.within`` stops pure Python past its deadline, in the thread that runs it, and never
-after the block has ended."""
+"""``deadline.within`` (``engine/deadline.py``), its cases in ``deadline_cases.py`` run in a process
+of their own.
+
+An asynchronous exception (``PyThreadState_SetAsyncExc``, how ``within`` stops a block) raised in a
+process left torch's profiler spinning for ever, GIL held, in the next ``profile`` that process
+started (in ``_add_metadata_json`` after ``_start_trace``), and the suite profiles models in its own
+process after these cases. The server, where the limit applies, runs no profiler.
+"""
 
 from __future__ import annotations
 
-import threading
-import time
+import subprocess
+import sys
+from pathlib import Path
 
-import pytest
-
-from tb_attn_plugin.engine.deadline import Expired, within
-
-
-def _spin() -> None:
-    while True:
-        pass
+CASES = Path(__file__).with_name("deadline_cases.py")
 
 
-def test_a_loop_past_its_deadline_is_stopped() -> None:
-    started = time.monotonic()
-    with pytest.raises(Expired), within(time.monotonic() + 0.1):
-        _spin()
-    assert time.monotonic() - started < 30  # stopped, not run to the end (there is none)
-
-
-def test_an_except_exception_does_not_swallow_it() -> None:
-    def guarded() -> None:
-        try:
-            _spin()
-        except Exception:  # what analysis code may hold
-            pytest.fail("Expired was caught as an Exception")
-
-    with pytest.raises(Expired), within(time.monotonic() + 0.1):
-        guarded()
-
-
-def test_a_block_done_in_time_is_left_alone_and_nothing_is_raised_later() -> None:
-    with within(time.monotonic() + 0.2):
-        total = sum(range(1000))
-    assert total == 499500
-    time.sleep(0.4)  # past the deadline: the watchdog was disarmed
-    for _ in range(100_000):  # bytecode where a late exception would land
-        total += 1
-
-
-def test_a_deadline_already_past_raises_at_once_and_none_is_no_limit() -> None:
-    with pytest.raises(Expired), within(time.monotonic() - 1):
-        pytest.fail("the block ran")
-    with within(None):
-        pass
-
-
-def test_it_stops_only_its_own_thread() -> None:
-    other_done = threading.Event()
-
-    def other() -> None:
-        time.sleep(0.3)
-        other_done.set()
-
-    thread = threading.Thread(target=other)
-    thread.start()
-    with pytest.raises(Expired), within(time.monotonic() + 0.05):
-        _spin()
-    thread.join(30)
-    assert other_done.is_set()
+def test_the_deadline_cases_pass_in_a_process_of_their_own() -> None:
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(CASES)],
+                          capture_output=True, text=True, timeout=600, cwd=CASES.parents[2])
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
+    assert "5 passed" in done.stdout, done.stdout[-2000:]
