@@ -27,6 +27,7 @@ from tb_attn_plugin.engine.loader import Loader, resolve_runs
 from tb_attn_plugin.server import service as service_module
 from tb_attn_plugin.server.http_status import Loading
 from tb_attn_plugin.server.service import Service
+from tb_attn_plugin.trace.version import file_version
 
 LINKS = 64
 
@@ -180,6 +181,6 @@ def test_a_run_of_large_traces_does_not_delay_a_small_runs_summary(tmp_path: Pat
     took = time.monotonic() - started
     assert answered.workers and not answered.errors
     # The large run was still being parsed when the small one was answered: it waited for none of it.
-    still = [t for t in huge.files if service.jobs.running((t.path, t.size, t.mtime))]
+    still = [t for t in huge.files if service.jobs.running(file_version(t))]
     assert len(still) == len(huge.files), f"{len(huge.files) - len(still)} large trace(s) parsed first ({took:.2f} s)"
     assert service.jobs.slow(huge.path) is False  # large by size: its own lane, without being marked
