@@ -23,13 +23,14 @@ from helpers import HAND_TRACES, SHARED_TRACES
 
 from devtools.corpus import TRACES as MODEL_TRACES
 from tb_attn_plugin.analysis.clock import attention_us, on_device
+from tb_attn_plugin.analysis.compare import time_verdict
 from tb_attn_plugin.analysis.generation_findings import GQA_GROUP
 from tb_attn_plugin.analysis.heads import local_heads
 from tb_attn_plugin.analysis.overview import top_finding
 from tb_attn_plugin.analysis.quant_findings import QUANT_SHARE
 from tb_attn_plugin.analysis.roofline import phase_roofs
 from tb_attn_plugin.analysis.sparse_findings import COARSE_BLOCKS, SPARSE_KEPT
-from tb_attn_plugin.analysis.strategies import strategies
+from tb_attn_plugin.analysis.strategies import LINEAR_BACKENDS, strategies
 from tb_attn_plugin.analysis.wording import (
     attention,
     core_only_note,
@@ -702,10 +703,26 @@ def _strategy_problems(g: StrategyGroup) -> list[str]:
 
 
 def test_strategies_findings_quote_the_table(strategies_logdir: Path) -> None:
-    view = strategies(_logdir(strategies_logdir))
+    runs = _logdir(strategies_logdir)
+    view = strategies(runs)
+    by_run = {r.run: r for r in runs}
+    # The finding stands where, and only where, a linear row is slower than the fastest exact row at
+    # its length with neither side noisy and the two runs' difference beyond their drift. Which rows
+    # those are depends on this machine's load; the rule itself is pinned by tests/analysis/test_strategies.py.
+    premise = False
+    for g in view.groups:
+        for seq in {x.seq for x in g.rows}:
+            at = [x for x in g.rows if x.seq == seq]
+            exact = [x for x in at if x.exact and x.time_us > 0]
+            if not exact:
+                continue
+            best = min(exact, key=lambda x: x.time_us)
+            for x in at:
+                verdict = time_verdict(by_run[best.run], by_run[x.run]) if x is not best else None
+                premise |= (x.backend in LINEAR_BACKENDS and best.time_us < x.time_us and not x.noisy
+                            and not best.noisy and verdict is not None and verdict.decided)
     found = [f for g in view.groups for f in g.findings]
-    # Linear attention is slower than exact at these lengths; noisy steps hold the finding back.
-    assert "below-crossover" in {f.id for f in found} or any(x.noisy for g in view.groups for x in g.rows)
+    assert ("below-crossover" in {f.id for f in found}) == premise
     bad = [p for g in view.groups for p in _strategy_problems(g)]
     assert not bad, "\n".join(bad)
 
