@@ -1,34 +1,33 @@
-"""The column builder: how decoded events become ``Events`` columns with interned names. A batch
-the compiled scanner takes is appended by ``scanned`` under the same rules; any other batch is
-decoded with msgspec into typed structs that keep only the fields we read (unknown fields are
-skipped without building Python objects), and their fields are appended to compact columns
-column by column, so memory stays near the size of the columns, not of the document. A batch
-that msgspec rejects (``NaN``, numbers out of range, strings where numbers belong) is rolled
-back and decoded again leniently (the values through ``coerce``); events with unusable times
-are dropped and counted in ``Events.diagnostics``. Names, tracks and shapes are interned as
-first seen, so ids do not depend on batching, and two builders (two halves of a file) merge. A
-name is interned clipped to ``MAX_NAME_CHARS`` characters: names that differ only after that are
-one name.
+"""The column builder: how decoded events become ``Events`` columns with interned names. Each
+batch comes as columns (``batch.Batch``): from the compiled scanner where it takes the batch
+(``scanned``), else from msgspec's typed structs, which keep only the fields we read (unknown
+fields are skipped without building Python objects, ``batch.EventBatch``); ``Builder.append``
+applies one set of rules to both, so memory stays near the size of the columns, not of the
+document. A batch that msgspec rejects (``NaN``, numbers out of range, strings where numbers
+belong) is rolled back and decoded again leniently (the values through ``coerce``); events with
+unusable times are dropped and counted in ``Events.diagnostics``. Names, tracks and shapes are
+interned as first seen, so ids do not depend on batching, and two builders (two halves of a
+file) merge. A name is interned clipped to ``MAX_NAME_CHARS`` characters: names that differ only
+after that are one name.
 """
 
-# Not split (over 400 lines): the strict and the lenient decoders append through one Builder;
-# apart, their rules would diverge.
+# Not split (over 400 lines): the builder's state and the one set of rules that appends to it
+# (keep, count, intern, roll back, merge) are one piece; apart, the two paths' rules would drift.
 
 from __future__ import annotations
 
 import re
 from array import array
-from collections import Counter
-from itertools import compress, repeat
-from operator import attrgetter
+from collections.abc import Callable
 from typing import Any
 
 import msgspec
 import numpy as np
 
+from tb_attn_plugin.trace import scanned
+from tb_attn_plugin.trace.batch import Batch, EventBatch, TrackKey
 from tb_attn_plugin.trace.coerce import (
-    EMPTY_RAW,
-    MAX_ARG_BYTES,
+    ARG_NAMES,
     MAX_NAME_CHARS,
     MAX_SIZE,
     MAX_TIME_US,
@@ -46,19 +45,15 @@ from tb_attn_plugin.trace.events import Events, OpShapes, TraceError, TraceMeta,
 from tb_attn_plugin.trace.kineto import (
     DEVICE_KINDS,
     DEVICE_PROPERTY_KEYS,
-    MEMORY_EVENT_NAME,
     MODULE_PREFIX,
-    NO_ARGS,
     UNSET,
     Kind,
-    WireArgs,
     WireEvent,
     decode_events,
     kind_of,
     lenient_event,
     scopes_as_annotations,
 )
-from tb_attn_plugin.trace.scanned import add_scanned, or_minus_one, usable_memory
 from tb_attn_plugin.vocab.ops import SGLANG_PROFILER_COUNTER, SGLANG_PROFILER_PREFIX, SHAPE_OPS
 
 __all__ = ["CLIPPED_NAMES", "Builder", "add_batch", "add_loaded"]
@@ -66,23 +61,12 @@ __all__ = ["CLIPPED_NAMES", "Builder", "add_batch", "add_loaded"]
 #: The diagnostic that counts the names clipped to ``MAX_NAME_CHARS`` characters (each once).
 CLIPPED_NAMES = f"names longer than {MAX_NAME_CHARS} characters (clipped)"
 
-# Field readers: map() with these runs in C, several times faster than a comprehension per field.
-_TS, _DUR, _NAME, _CAT, _ARGS, _PH = (attrgetter(f) for f in ("ts", "dur", "name", "cat", "args", "ph"))
-_TRACK = attrgetter("pid", "tid")
-_PH_NAME = attrgetter("ph", "name")
-_EXT, _EXT_LC, _CORR, _SEQ, _BYTES, _TOTAL, _DEV_TYPE, _DEV_ID, _GRAPH = (
-    attrgetter(f) for f in ("ext", "ext_lc", "corr", "seq", "nbytes", "total", "dev_type", "dev_id", "graph"))
-_DIMS, _TYPES, _CONCRETE = (attrgetter(f) for f in ("dims", "types", "concrete"))
 _COUNTER = re.compile(SGLANG_PROFILER_COUNTER)
 
 
 def _keeps_shapes(name: str) -> bool:
     """Whether op ``name``'s shapes are read (``ops.SHAPE_OPS``; SGLang's ranges without their counter)."""
     return name in SHAPE_OPS or (name.startswith(SGLANG_PROFILER_PREFIX) and _COUNTER.sub("", name) in SHAPE_OPS)
-
-
-_IS_COMPLETE = "X".__eq__
-_IS_MEMORY = ("i", MEMORY_EVENT_NAME).__eq__
 
 
 class Builder:
@@ -215,125 +199,124 @@ class Builder:
                 del self.shape_ids[skey]
             del self.shapes[shapes:]
 
-    def add(self, events: list[WireEvent]) -> None:
-        """Append one batch, column by column: fields are read with ``map`` and ``attrgetter``
-        and checked in numpy, so no Python code runs per event (an order of magnitude faster in
-        CPython than a loop doing every field of every event)."""
-        complete = list(compress(events, map(_IS_COMPLETE, map(_PH, events))))
-        memory = list(compress(events, map(_IS_MEMORY, map(_PH_NAME, events))))
-        if complete:
-            self._add_complete(complete)
-        if memory:
-            self._add_memory(memory)
+    def append(self, batch: Batch) -> None:
+        """Append one batch (either path's), column by column in numpy: which events are kept,
+        what is counted, and in which order names, tracks and shapes are interned."""
+        if batch.x["ts"].size:
+            self._complete(batch)
+        if batch.m["ts"].size:
+            self._memory(batch)
 
-    def _kinds(self, xs: list[WireEvent]) -> np.ndarray:
-        kinds = self.kinds
-        cats = list(map(_CAT, xs))
-        local = {}
-        for cat in set(cats):
-            kind = kinds.get(cat)
-            if kind is None:
-                kind = int(kind_of(cat))
-                if cat is None or len(cat) <= MAX_NAME_CHARS:  # no category is that long: not kept
-                    kinds[cat] = kind
-            local[cat] = kind
-        return np.fromiter(map(local.__getitem__, cats), np.int8, len(cats))
+    def _kind(self, category: str | None) -> int:
+        kind = self.kinds.get(category)
+        if kind is None:
+            kind = int(kind_of(category))
+            if category is None or len(category) <= MAX_NAME_CHARS:  # no category is that long: not kept
+                self.kinds[category] = kind
+        return kind
 
-    def _add_complete(self, xs: list[WireEvent]) -> None:
-        kind = self._kinds(xs)
+    def _complete(self, b: Batch) -> None:
+        x = b.x
+        kind = np.array([*map(self._kind, b.cats), self._kind(None)], dtype=np.int8)[x["cat"]]  # -1: none
+        nid, cat, track, ts, dur = x["name"], x["cat"], x["track"], x["ts"], x["dur"]
         module = kind == int(Kind.MODULE)
+        keep: np.ndarray | None = None
         if module.any():  # keep nn.Module events only: other Python functions are not read
-            keep = ~module
-            for i in np.flatnonzero(module).tolist():
-                keep[i] = xs[i].name.startswith(MODULE_PREFIX)
-            xs, kind = _take(xs, keep), kind[keep]
-        ts = np.fromiter(map(_TS, xs), np.float64, len(xs))
-        dur = np.fromiter(map(_DUR, xs), np.float64, len(xs))
+            is_module_name = np.zeros(len(b.names), dtype=bool)
+            for i in np.unique(nid[module]).tolist():
+                is_module_name[i] = b.names[i].startswith(MODULE_PREFIX)
+            keep = ~module | is_module_name[nid]
         bad = ~(np.abs(ts) <= MAX_TIME_US) | ~(dur <= MAX_TIME_US)  # NaN compares False: bad
+        if keep is not None:
+            bad &= keep
         if bad.any():
             self.count("events with unusable times", int(bad.sum()))
-            xs, kind, ts, dur = _take(xs, ~bad), kind[~bad], ts[~bad], dur[~bad]
+            keep = ~bad if keep is None else keep & ~bad
+        rows = None if keep is None else np.flatnonzero(keep)
+        if rows is not None:
+            kind, nid, cat, track, ts, dur = kind[rows], nid[rows], cat[rows], track[rows], ts[rows], dur[rows]
         negative = dur < 0
         if negative.any():
             self.count("negative durations (set to 0)", int(negative.sum()))
-            dur[negative] = 0.0
+            dur = np.where(negative, 0.0, dur)
         other = kind == int(Kind.OTHER)
         if other.any():
-            for cat, n in Counter(xs[i].cat for i in np.flatnonzero(other).tolist()).items():
-                self.count_category(cat, n)
-        names = list(map(_NAME, xs))
-        # First-appearance order, so ids do not depend on batching.
-        ids = {name: self.name_id(name) for name in dict.fromkeys(names)}
-        nids = np.fromiter(map(ids.__getitem__, names), np.int32, len(names))
-        keys = list(map(_TRACK, xs))
-        track_ids = self.track_ids
-        for track_key in dict.fromkeys(keys):
-            if track_key not in track_ids:
-                self.new_track(track_key)
-        tracks = np.fromiter(map(track_ids.__getitem__, keys), np.int32, len(keys))
+            counts = np.bincount(cat[other] + 1, minlength=len(b.cats) + 1)
+            for c in _first_seen(cat[other]).tolist():
+                self.count_category(b.cats[c] if c >= 0 else None, int(counts[c + 1]))
+        name_table = np.full(len(b.names), -1, np.int32)
+        for i in _first_seen(nid).tolist():  # first-appearance order, so ids do not depend on batching
+            name_table[i] = self.name_id(b.names[i])
+        nids = name_table[nid]
+        tracks = self._tracks(track, b.tracks)
         device = np.isin(kind, DEVICE_KINDS)
         if device.any():
             self.device_tracks.update(np.unique(tracks[device]).tolist())
-        args = _args(xs)
-        ext = _ints(args, _EXT)
+        ext, corr, seq, graph = b.ints("x", ("ext", "corr", "seq", "graph"), rows)
         absent = ext == UNSET
-        if absent.any():
-            ext[absent] = _ints(_take(args, absent), _EXT_LC)
-        shape = np.full(len(xs), -1, np.int32)
-        with_shapes = np.flatnonzero(np.array(self.shape_flags(), dtype=bool)[nids])
-        if with_shapes.size:
-            shape[with_shapes] = self._shape_ids(_take(args, with_shapes), _take(names, with_shapes))
-        x = self.x
-        for col, values in (("name", nids), ("kind", kind), ("track", tracks), ("ts", ts), ("dur", dur),
-                            ("ext", or_minus_one(ext)), ("corr", or_minus_one(_ints(args, _CORR))),
-                            ("seq", or_minus_one(_ints(args, _SEQ))), ("shape", shape),
-                            ("graph", or_minus_one(_ints(args, _GRAPH)))):
-            x[col].frombytes(values.astype(x[col].typecode, copy=False).tobytes())
+        if absent.any():  # "External id", else "external id"
+            ext = ext.copy()
+            (ext[absent],) = b.ints("x", ("ext_lc",), np.flatnonzero(absent) if rows is None else rows[absent])
+        _append(self.x, name=nids, kind=kind, track=tracks, ts=ts, dur=dur, ext=or_minus_one(ext),
+                corr=or_minus_one(corr), seq=or_minus_one(seq), shape=self._shapes(b, rows, nids),
+                graph=or_minus_one(graph))
+
+    def _shapes(self, b: Batch, rows: np.ndarray | None, nids: np.ndarray) -> np.ndarray:
+        """The shape id of each kept event's inputs (-1: not an op whose shapes are kept, or no
+        ``Input Dims``); an argument list read as absent (cut) is counted by argument and op."""
+        shape = np.full(nids.size, -1, np.int32)
+        wanted = np.flatnonzero(np.array(self.shape_flags(), dtype=bool)[nids])
+        if not wanted.size:
+            return shape
+        local, keys = b.shapes(wanted if rows is None else rows[wanted])
+        recorded = local >= 0
+        wanted, local = wanted[recorded], local[recorded]
+        cut = np.array([k[3] for k in keys], np.int64)[local] if local.size else local
+        if cut.any():  # by argument, then in event order
+            for arg in range(len(ARG_NAMES)):
+                for nid in nids[wanted][(cut >> arg) & 1 == 1].tolist():
+                    self.count(cut_arg_label(arg, self.names[nid]))
+        table = np.full(len(keys), -1, np.int32)
+        shape_ids = self.shape_ids
+        for t in _first_seen(local).tolist():
+            key = keys[t][:3]
+            if not key[0]:  # no "Input Dims" (or its list cut): no shapes
+                continue
+            sid = shape_ids.get(key)
+            if sid is None:
+                sid = shape_ids[key] = len(self.shapes)
+                self.shapes.append(op_shapes(key))
+            table[t] = sid
+        shape[wanted] = table[local]
+        return shape
 
     def shape_flags(self) -> list[bool]:
         """Whether each name id is an op whose shapes are kept, in id order."""
         return [self.shape_name[i] for i in range(len(self.names))]
 
-    def _shape_ids(self, args: list[WireArgs], ops: list[str]) -> list[int]:
-        """The shape id of each event's inputs (-1: the op has no recorded inputs). An argument list
-        longer than ``MAX_ARG_BYTES`` is read as absent, counted by argument and op, before it is copied."""
-        cols = [list(map(field, args)) for field in (_DIMS, _TYPES, _CONCRETE)]
-        for arg, col in enumerate(cols):
-            if max(map(len, col)) > MAX_ARG_BYTES:
-                for i, raw in enumerate(col):
-                    if len(raw) > MAX_ARG_BYTES:
-                        col[i] = EMPTY_RAW
-                        self.count(cut_arg_label(arg, ops[i]))
-        keys = list(zip(*(map(bytes, col) for col in cols), strict=True))
-        shape_ids = self.shape_ids
-        for key in dict.fromkeys(keys):
-            if key[0] and key not in shape_ids:  # no "Input Dims": no shapes (EMPTY_RAW reads as b"")
-                shape_ids[key] = len(self.shapes)
-                self.shapes.append(op_shapes(key))
-        return list(map(shape_ids.get, keys, repeat(-1)))
-
-    def _add_memory(self, events: list[WireEvent]) -> None:
-        ts = np.fromiter(map(_TS, events), np.float64, len(events))
-        args = _args(events)
-        nbytes = _ints(args, _BYTES)
-        ok = usable_memory(self.count, ts, nbytes)
-        if ok is not None:
-            events, args, ts, nbytes = _take(events, ok), _take(args, ok), ts[ok], nbytes[ok]
+    def _tracks(self, local: np.ndarray, keys: list[TrackKey]) -> np.ndarray:
+        """Each event's track id from its index into the batch's (pid, tid) pairs, new pairs
+        interned in order of first appearance."""
+        table = np.full(len(keys), -1, np.int32)
         track_ids = self.track_ids
-        keys = list(map(_TRACK, events))
-        for key in dict.fromkeys(keys):
-            if key not in track_ids:
-                self.new_track(key)
-        total = _ints(args, _TOTAL)
-        dev_type = _ints(args, _DEV_TYPE)
-        dev_id = _ints(args, _DEV_ID)
-        m = self.m
-        for col, values in (
-                ("ts", ts), ("track", np.fromiter(map(track_ids.__getitem__, keys), np.int32, len(keys))),
-                ("bytes", nbytes), ("total", np.where((total == UNSET) | (np.abs(total) > MAX_SIZE), -1, total)),
-                ("dtype", np.where((dev_type >= 0) & (dev_type < 128), dev_type, -1)),
-                ("did", np.where((dev_id >= 0) & (dev_id < 2**31), dev_id, -1))):
-            m[col].frombytes(values.astype(m[col].typecode, copy=False).tobytes())
+        for i in _first_seen(local).tolist():
+            tr = track_ids.get(keys[i])
+            table[i] = self.new_track(keys[i]) if tr is None else tr
+        return table[local]
+
+    def _memory(self, b: Batch) -> None:
+        (nbytes,) = b.ints("m", ("bytes",), None)
+        ok = usable_memory(self.count, b.m["ts"], nbytes)
+        rows = None if ok is None else np.flatnonzero(ok)
+        ts, track = (b.m["ts"], b.m["track"]) if rows is None else (b.m["ts"][rows], b.m["track"][rows])
+        if rows is not None:
+            nbytes = nbytes[rows]
+        tracks = self._tracks(track, b.tracks)
+        total, dev_type, dev_id = b.ints("m", ("total", "dtype", "did"), rows)
+        _append(self.m, ts=ts, track=tracks, bytes=nbytes,
+                total=np.where((total == UNSET) | (np.abs(total) > MAX_SIZE), -1, total),
+                dtype=np.where((dev_type >= 0) & (dev_type < 128), dev_type, -1),
+                did=np.where((dev_id >= 0) & (dev_id < 2**31), dev_id, -1))
 
     def finish(self, top: dict[str, Any]) -> Events:
         clipped = sum(1 for n in self.names if len(n) == MAX_NAME_CHARS and n.endswith("…"))
@@ -388,26 +371,35 @@ class Builder:
         )
 
 
-def _take(items: list[Any], which: np.ndarray) -> list[Any]:
-    """The items where ``which`` (a boolean mask or positions) selects them, in order."""
-    positions = np.flatnonzero(which) if which.dtype == bool else which
-    return list(map(items.__getitem__, positions.tolist()))
+def _first_seen(codes: np.ndarray) -> np.ndarray:
+    """The distinct values of ``codes`` in order of first appearance."""
+    values, first = np.unique(codes, return_index=True)
+    return values[np.argsort(first, kind="stable")]
 
 
-def _args(events: list[WireEvent]) -> list[WireArgs]:
-    args = list(map(_ARGS, events))
-    if None in args:  # "args": null, as if absent
-        args = [NO_ARGS if a is None else a for a in args]
-    return args
+def _append(cols: dict[str, array[Any]], **values: np.ndarray) -> None:
+    for k, v in values.items():
+        cols[k].frombytes(v.astype(cols[k].typecode, copy=False).tobytes())
 
 
-def _ints(args: list[WireArgs], field: attrgetter[Any]) -> np.ndarray:
-    """An integer field of every event's args as int64, ``UNSET`` where absent or null. Raises
-    OverflowError for a value outside int64 (the batch is then decoded leniently)."""
-    values = list(map(field, args))
-    if None in values:
-        values = [UNSET if v is None else v for v in values]
-    return np.fromiter(values, np.int64, len(values))
+def or_minus_one(values: np.ndarray) -> np.ndarray:
+    """``values`` with the fields an event did not have (``UNSET``) as -1, the columns' "none"."""
+    return np.where(values == UNSET, -1, values)
+
+
+def usable_memory(count: Callable[[str, int], None], ts: np.ndarray, nbytes: np.ndarray) -> np.ndarray | None:
+    """Which memory events to keep (with Bytes, a finite time, sizes in range), the others counted
+    in the diagnostics; None when every one is kept."""
+    without = nbytes == UNSET
+    ok = ~without & (np.abs(ts) <= MAX_TIME_US) & (np.abs(nbytes) <= MAX_SIZE)
+    if ok.all():
+        return None
+    if without.any():
+        count("memory events without Bytes", int(without.sum()))
+    dropped = int((~ok & ~without).sum())
+    if dropped:
+        count("memory events dropped (time not finite or Bytes out of range)", dropped)
+    return ok
 
 
 def _lenient(objs: Any) -> list[WireEvent]:
@@ -422,8 +414,8 @@ def add_batch(builder: Builder, text: bytes | bytearray | memoryview, *, scan: b
     any of it."""
     mark = builder.mark()
     try:
-        if not (scan and add_scanned(builder, text)):
-            builder.add(decode_events(text))
+        batch = scanned.scan(text) if scan else None
+        builder.append(EventBatch(decode_events(text)) if batch is None else batch)
         return
     except (msgspec.DecodeError, msgspec.ValidationError, OverflowError, TypeError, RecursionError):
         builder.rollback(mark)
@@ -441,6 +433,6 @@ def add_batch(builder: Builder, text: bytes | bytearray | memoryview, *, scan: b
 def add_loaded(builder: Builder, objs: Any) -> None:
     """Append the events of ``objs``, as ``json.loads`` decoded them, whatever their types."""
     try:
-        builder.add(_lenient(objs))
+        builder.append(EventBatch(_lenient(objs)))
     except RecursionError as exc:  # re-encoding a value that json.loads only just managed to nest
         raise nested_too_deeply(exc) from None

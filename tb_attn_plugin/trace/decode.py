@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Iterator
+from functools import partial
 from typing import Any
 
 import msgspec
@@ -154,7 +155,7 @@ def _batches(builder: Builder, it: Iterator[bytes], rest: bytearray, batch_bytes
     where the document ended inside a batch, how (the rest of the stream read and counted)."""
     searched = 0  # rest[:searched] holds no event start but the one at 0, if any
     filler = Filler()
-    pipeline = Pipeline(builder, _unscanned) if scanned_available() else None
+    pipeline = Pipeline(builder.append, partial(_unscanned, builder)) if scanned_available() else None
     batched = 0  # rest[:batched] is being added as a batch
     check_at = 2 * batch_bytes  # held this long without an event start: whether the document ended is checked
     try:

@@ -92,7 +92,7 @@ def test_off_switch_and_missing_module_take_the_pure_path(monkeypatch: pytest.Mo
     text = b'[{"ph": "X", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 1.5, "dur": 2}]'
     assert scanned.available()
     monkeypatch.setenv("TB_ATTN_PURE_DECODE", "1")
-    assert not scanned.available() and not scanned.add_scanned(Builder(), text)
+    assert not scanned.available() and scanned.scan(text) is None
     monkeypatch.delenv("TB_ATTN_PURE_DECODE")
     monkeypatch.setattr(scanned, "_scan", None)
     assert not scanned.available()
