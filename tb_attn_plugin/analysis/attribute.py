@@ -38,7 +38,7 @@ from tb_attn_plugin.analysis.flops import IMPLAUSIBLE, UNCOUNTED, is_integer_op,
 from tb_attn_plugin.analysis.nesting import EPS_US, nearest_marked_ancestor, or_self, parents, subtree_sizes
 from tb_attn_plugin.trace.events import Events
 from tb_attn_plugin.trace.kineto import BACKWARD_PREFIX, DEVICE_KINDS, STEP_PREFIX, Kind
-from tb_attn_plugin.vocab.ops import ATTENTION_CORE_OPS, LIBRARY_QUANT_KERNELS
+from tb_attn_plugin.vocab.libraries import ATTENTION_CORE_OPS, LIBRARY_QUANT_KERNELS
 from tb_attn_plugin.vocab.scopes import PHASES, Phase, Scope, is_scope_name, read_scope
 
 __all__ = ["MAX_STEP_NUMBER", "PHASE_CODE", "STEP_OUT_OF_RANGE", "Attribution", "attribute", "launchers"]

@@ -42,9 +42,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from tb_attn_plugin.analysis.opnames import canonical
-from tb_attn_plugin.vocab import ops as vocab
-from tb_attn_plugin.vocab.backends import Backend, Family
-from tb_attn_plugin.vocab.ops import (
+from tb_attn_plugin.vocab import libraries as vocab
+from tb_attn_plugin.vocab.aten import (
     COMPILED_REGION_OPS,
     COMPILED_REGION_PREFIX,
     EFFICIENT_FORWARD_OP,
@@ -52,7 +51,6 @@ from tb_attn_plugin.vocab.ops import (
     EXP_OPS,
     FLASH_FORWARD_OP,
     FLEX_EAGER_OP,
-    GDN_KERNELS,
     INT_MM_OP,
     MATMUL_OPS,
     SDPA_CPU_FLASH_OP,
@@ -60,12 +58,17 @@ from tb_attn_plugin.vocab.ops import (
     SDPA_EFFICIENT_OP,
     SDPA_FLASH_OP,
     SDPA_MATH_OP,
+    SOFTMAX_OPS,
+)
+from tb_attn_plugin.vocab.backends import Backend, Family
+from tb_attn_plugin.vocab.scopes import Phase
+from tb_attn_plugin.vocab.serving import (
+    GDN_KERNELS,
     SERVING_CORE_OPS,
     SGLANG_AITER_DECODE_OPS,
     SGLANG_AITER_PREFILL_OPS,
     SGLANG_CORE_OPS,
     SGLANG_TRITON_OPS,
-    SOFTMAX_OPS,
     VLLM_GDN_OPS,
     VLLM_MLA_OPS,
     VLLM_PAGED_KERNELS,
@@ -75,7 +78,6 @@ from tb_attn_plugin.vocab.ops import (
     VLLM_TRITON_KERNELS,
     VLLM_UNIFIED_OPS,
 )
-from tb_attn_plugin.vocab.scopes import Phase
 
 __all__ = ["BACKENDS", "LIBRARY_BACKENDS", "SERVING_BACKENDS", "detect_backend", "is_attention_kernel"]
 

@@ -40,8 +40,9 @@ from tb_attn_plugin.analysis.wording import count, duration, series, share, size
 from tb_attn_plugin.trace.events import Events
 from tb_attn_plugin.trace.kineto import Kind
 from tb_attn_plugin.types.schema import LayerStats, ServingBatch
-from tb_attn_plugin.vocab.ops import (
-    ATTENTION_CORE_OPS,
+from tb_attn_plugin.vocab.libraries import ATTENTION_CORE_OPS
+from tb_attn_plugin.vocab.scopes import Phase
+from tb_attn_plugin.vocab.serving import (
     SERVING_BATCH_DETAILED_PATTERN,
     SERVING_BATCH_PATTERN,
     SERVING_CORE_OPS,
@@ -49,7 +50,6 @@ from tb_attn_plugin.vocab.ops import (
     SERVING_KV_WRITE_OPS,
     SERVING_LINEAR_CORE_OPS,
 )
-from tb_attn_plugin.vocab.scopes import Phase
 
 __all__ = ["BAD_BATCH", "Batch", "Sums", "bad_batches", "batch_bytes", "batch_flops", "decode_roof", "parse",
            "serving_batch"]

@@ -30,7 +30,7 @@ from tb_attn_plugin.analysis.bounds import MAX_COLLECTIVE_KINDS as MAX_KINDS
 from tb_attn_plugin.trace.events import Events
 from tb_attn_plugin.trace.kineto import DEVICE_KINDS, Kind
 from tb_attn_plugin.types.schema import CollectiveStats
-from tb_attn_plugin.vocab.ops import COLLECTIVE_KERNELS, SERVING_COLLECTIVE_OPS
+from tb_attn_plugin.vocab.kernels import COLLECTIVE_KERNELS, SERVING_COLLECTIVE_OPS
 from tb_attn_plugin.vocab.scopes import PHASES, Phase
 
 __all__ = ["KINDS_MERGED", "MAX_KINDS", "OTHER", "attention_comm", "collective_name", "collectives"]

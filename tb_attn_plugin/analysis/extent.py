@@ -48,20 +48,16 @@ from tb_attn_plugin.analysis.nesting import nearest_marked_ancestor
 from tb_attn_plugin.analysis.opnames import canonical
 from tb_attn_plugin.trace.events import Events
 from tb_attn_plugin.trace.kineto import Kind
-from tb_attn_plugin.vocab.ops import (
+from tb_attn_plugin.vocab.aten import (
     ARITHMETIC_OPS,
     CAT_OP,
     COMPILE_BOOKKEEPING_PREFIXES,
     COMPILED_GRAPH_PREFIX,
     COPY_OPS,
     DTYPE_CONVERT_OPS,
-    GRAPH_CAPTURE_BOOKKEEPING_OPS,
-    INDUCTOR_EPILOGUE_OP,
     KV_CACHE_OPS,
     KV_EXPAND_OPS,
     LAYOUT_OPS,
-    LIBRARY_KV_WRITE_OPS,
-    LIBRARY_ROPE_OPS,
     LINEAR_OP,
     MATMUL_ARGS,
     NORM_OPS,
@@ -71,11 +67,15 @@ from tb_attn_plugin.vocab.ops import (
     ROPE_OPS,
     SCALE_OPS,
     SDPA_OPS,
+    TENSOR_NEW_OPS,
+)
+from tb_attn_plugin.vocab.kernels import GRAPH_CAPTURE_BOOKKEEPING_OPS, INDUCTOR_EPILOGUE_OP
+from tb_attn_plugin.vocab.libraries import LIBRARY_KV_WRITE_OPS, LIBRARY_ROPE_OPS
+from tb_attn_plugin.vocab.serving import (
     SERVING_BOOKKEEPING_OPS,
     SERVING_KV_WRITE_OPS,
     SERVING_QK_NORM_OPS,
     SERVING_ROPE_OPS,
-    TENSOR_NEW_OPS,
 )
 
 __all__ = ["MISSING_AFTER", "MISSING_BEFORE", "MISSING_BOTH", "Extent", "widen"]

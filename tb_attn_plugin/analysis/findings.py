@@ -31,8 +31,8 @@ from tb_attn_plugin.analysis.spread import median
 from tb_attn_plugin.analysis.wording import attention, core_only_note, count, duration, layer_list, number, pct, size
 from tb_attn_plugin.trace.kineto import Kind
 from tb_attn_plugin.types.schema import SEVERITIES, Evidence, Finding, WorkerSummary, finding_order
+from tb_attn_plugin.vocab.aten import FUSED_BLOCK_OPS
 from tb_attn_plugin.vocab.backends import UNFUSED_BACKENDS, Backend
-from tb_attn_plugin.vocab.ops import FUSED_BLOCK_OPS
 from tb_attn_plugin.vocab.scopes import OTHER, PREFIX
 
 __all__ = ["IMPL_BACKENDS", "SEVERITIES", "Evidence", "Finding", "find"]

@@ -50,17 +50,19 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 
 from tb_attn_plugin.trace.events import OpShapes
-from tb_attn_plugin.vocab.ops import (
-    ATTENTION_CORE_OPS,
+from tb_attn_plugin.vocab.aten import (
     EFFICIENT_FORWARD_OP,
     INT_MATMUL_ARGS,
-    LIBRARY_ATTENTION,
-    LIBRARY_BACKWARD_OPS,
     LINEAR_OP,
     MATMUL_ARGS,
-    SAGE_OPS,
     SDPA_BACKWARD,
     SDPA_FORWARD,
+)
+from tb_attn_plugin.vocab.libraries import (
+    ATTENTION_CORE_OPS,
+    LIBRARY_ATTENTION,
+    LIBRARY_BACKWARD_OPS,
+    SAGE_OPS,
     XFORMERS_FORWARD,
 )
 

@@ -32,7 +32,7 @@ from tb_attn_plugin.analysis.query import TraceQuery, dtype_name
 from tb_attn_plugin.analysis.spread import fit_power, median
 from tb_attn_plugin.trace.kineto import Kind
 from tb_attn_plugin.types.schema import Generation, GenerationPhase, LayerStats, TokenStats, WorkerSummary
-from tb_attn_plugin.vocab.ops import KV_EXPAND_OPS, MATMUL_ARGS, SDPA_OPS
+from tb_attn_plugin.vocab.aten import KV_EXPAND_OPS, MATMUL_ARGS, SDPA_OPS
 from tb_attn_plugin.vocab.scopes import (
     CORE_PHASES,
     FUSED_PHASES,

@@ -14,7 +14,7 @@ from tb_attn_plugin.analysis.query import RuleQuery, new_finding
 from tb_attn_plugin.analysis.spread import median
 from tb_attn_plugin.analysis.wording import count, duration, layer_list, pct, size
 from tb_attn_plugin.types.schema import Finding, Generation, GenerationPhase, LayerStats, PhaseStats
-from tb_attn_plugin.vocab.ops import CAT_OP
+from tb_attn_plugin.vocab.aten import CAT_OP
 
 __all__ = ["DISPATCH_BUSY_MAX", "EXPAND_MIN_RATIO", "GENERATION_RULES", "MEMORY_BOUND_SHARE", "REALLOC_MIN_SHARE",
            "SMALL_OP_FLOORS", "TRAINING_CACHE_MEDIUM"]

@@ -25,7 +25,7 @@ from tb_attn_plugin.analysis.replays import attention_kernels, capture_of, captu
 from tb_attn_plugin.analysis.wording import count, layer_list, series
 from tb_attn_plugin.trace.events import Events
 from tb_attn_plugin.trace.kineto import Kind
-from tb_attn_plugin.vocab.ops import GRAPH_CAPTURE_BEGIN, GRAPH_CAPTURE_END, GRAPH_LAUNCH
+from tb_attn_plugin.vocab.kernels import GRAPH_CAPTURE_BEGIN, GRAPH_CAPTURE_END, GRAPH_LAUNCH
 from tb_attn_plugin.vocab.scopes import PHASES
 
 __all__ = ["GRAPHS_OFF", "GraphUse", "graph_use"]

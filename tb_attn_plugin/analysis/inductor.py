@@ -26,7 +26,8 @@ from __future__ import annotations
 import re
 from functools import lru_cache
 
-from tb_attn_plugin.vocab.ops import (
+from tb_attn_plugin.vocab.aten import LINEAR_OP, NEG_OP
+from tb_attn_plugin.vocab.kernels import (
     INDUCTOR_ARITH_ORIGINS,
     INDUCTOR_EPILOGUE_OP,
     INDUCTOR_GEMM_ORIGINS,
@@ -39,8 +40,6 @@ from tb_attn_plugin.vocab.ops import (
     INDUCTOR_RMS_ORIGINS,
     INDUCTOR_ROPE_ORIGINS,
     INDUCTOR_TEMPLATE,
-    LINEAR_OP,
-    NEG_OP,
 )
 
 __all__ = ["origins", "representative"]

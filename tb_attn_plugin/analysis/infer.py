@@ -59,8 +59,7 @@ from tb_attn_plugin.analysis.roles import SyntheticScope, assign_roles, phase_sp
 from tb_attn_plugin.analysis.serving import serving_cores
 from tb_attn_plugin.trace.events import Events
 from tb_attn_plugin.trace.kineto import Kind
-from tb_attn_plugin.vocab.ops import (
-    ATTENTION_CORE_OPS,
+from tb_attn_plugin.vocab.aten import (
     COMPILED_REGION_PREFIX,
     FUSED_BLOCK_OPS,
     INT_MM_OP,
@@ -71,6 +70,7 @@ from tb_attn_plugin.vocab.ops import (
     SDPA_OPS,
     SOFTMAX_OPS,
 )
+from tb_attn_plugin.vocab.libraries import ATTENTION_CORE_OPS
 from tb_attn_plugin.vocab.scopes import MAX_LAYERS, format_scope
 
 __all__ = ["TOO_MANY_BLOCKS", "Inferred", "SyntheticScope", "infer_scopes"]

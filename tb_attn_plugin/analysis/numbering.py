@@ -46,7 +46,7 @@ from tb_attn_plugin.analysis.module_calls import module_calls
 from tb_attn_plugin.analysis.nesting import EPS_US, nearest_marked_ancestor
 from tb_attn_plugin.trace.events import Events
 from tb_attn_plugin.trace.kineto import MODULE_PREFIX, Kind
-from tb_attn_plugin.vocab.ops import COMPILED_REGION_PREFIX
+from tb_attn_plugin.vocab.aten import COMPILED_REGION_PREFIX
 
 __all__ = ["Found", "layer_models", "number_blocks"]
 

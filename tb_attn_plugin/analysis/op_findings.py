@@ -17,7 +17,7 @@ from tb_attn_plugin.analysis.sdpa_causes import Cause, SdpaCall, causes
 from tb_attn_plugin.analysis.wording import count, duration, layer_list, number, size
 from tb_attn_plugin.trace.kineto import Kind
 from tb_attn_plugin.types.schema import Finding
-from tb_attn_plugin.vocab.ops import (
+from tb_attn_plugin.vocab.aten import (
     ARANGE_OP,
     COMPARE_OPS,
     COPY_OPS,

@@ -14,8 +14,8 @@ import re
 from functools import lru_cache
 
 from tb_attn_plugin.analysis.inductor import representative
-from tb_attn_plugin.vocab.ops import (
-    LINEAR_OP,
+from tb_attn_plugin.vocab.aten import LINEAR_OP
+from tb_attn_plugin.vocab.serving import (
     SERVING_CORE_OPS,
     SERVING_GEMM_OPS,
     SERVING_KV_WRITE_OPS,

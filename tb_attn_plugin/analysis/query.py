@@ -28,7 +28,7 @@ from tb_attn_plugin.analysis.scores import allocator_sizes, score_allocs, sxs_si
 from tb_attn_plugin.trace.events import Events
 from tb_attn_plugin.trace.kineto import DEVICE_KINDS, STEP_PREFIX, Kind
 from tb_attn_plugin.types.schema import Evidence, Finding, WorkerSummary
-from tb_attn_plugin.vocab.ops import EMBEDDING_OP, FUSED_BLOCK_OPS, LINEAR_OP, SDPA_OPS
+from tb_attn_plugin.vocab.aten import EMBEDDING_OP, FUSED_BLOCK_OPS, LINEAR_OP, SDPA_OPS
 from tb_attn_plugin.vocab.scopes import PHASES
 
 __all__ = ["HALF_DTYPES", "MAX_NAMES", "RuleQuery", "TraceQuery", "ancestors", "dtype_name", "new_finding"]

@@ -43,15 +43,15 @@ from tb_attn_plugin.analysis.backend import detect_backend, is_attention_kernel
 from tb_attn_plugin.analysis.opnames import is_serving_core
 from tb_attn_plugin.trace.events import Events
 from tb_attn_plugin.trace.kineto import Kind
-from tb_attn_plugin.vocab.ops import (
+from tb_attn_plugin.vocab.kernels import (
     GRAPH_CAPTURE_BEGIN,
     GRAPH_CAPTURE_END,
     GRAPH_LAUNCH,
     GRAPH_NODE_CALLS,
-    LIBRARY_QUANT_KERNELS,
     REPLAY_KV_WRITE_KERNELS,
     REPLAY_ROPE_KERNELS,
 )
+from tb_attn_plugin.vocab.libraries import LIBRARY_QUANT_KERNELS
 from tb_attn_plugin.vocab.scopes import MAX_LAYERS, PHASES, Phase
 
 __all__ = ["Capture", "Replay", "Replays", "attention_kernels", "capture_of", "captures", "graph_replays",

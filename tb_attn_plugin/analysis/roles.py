@@ -64,22 +64,18 @@ from tb_attn_plugin.analysis.collectives import collective_name
 from tb_attn_plugin.analysis.opnames import canonical
 from tb_attn_plugin.trace.events import Events
 from tb_attn_plugin.trace.kineto import Kind
-from tb_attn_plugin.vocab.ops import (
+from tb_attn_plugin.vocab.aten import (
     ARITHMETIC_OPS,
-    ATTENTION_CORE_OPS,
     CAT_OP,
     CONTIGUOUS_OP,
     COPY_OPS,
     DROPOUT_OPS,
     DTYPE_CONVERT_OPS,
     FUSED_BLOCK_OPS,
-    INDUCTOR_EPILOGUE_OP,
     INT_MM_OP,
     KV_CACHE_OPS,
     KV_EXPAND_OPS,
     LAYOUT_OPS,
-    LIBRARY_KV_WRITE_OPS,
-    LIBRARY_ROPE_OPS,
     MASK_MAKING_OPS,
     MASK_OPS,
     MATMUL_OPS,
@@ -94,15 +90,14 @@ from tb_attn_plugin.vocab.ops import (
     ROTATION_OPS,
     SCALE_OPS,
     SDPA_OPS,
-    SERVING_CORE_OPS,
-    SERVING_KV_WRITE_OPS,
-    SERVING_QK_NORM_OPS,
-    SERVING_ROPE_OPS,
     SOFTMAX_OPS,
     TRANSPOSE_OPS,
     UNSQUEEZE_OPS,
 )
+from tb_attn_plugin.vocab.kernels import INDUCTOR_EPILOGUE_OP
+from tb_attn_plugin.vocab.libraries import ATTENTION_CORE_OPS, LIBRARY_KV_WRITE_OPS, LIBRARY_ROPE_OPS
 from tb_attn_plugin.vocab.scopes import PHASES, Phase, format_scope
+from tb_attn_plugin.vocab.serving import SERVING_CORE_OPS, SERVING_KV_WRITE_OPS, SERVING_QK_NORM_OPS, SERVING_ROPE_OPS
 
 __all__ = ["CORE", "SyntheticScope", "assign_roles", "phase_spans", "role_scopes", "span_scope"]
 

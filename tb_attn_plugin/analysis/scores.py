@@ -23,7 +23,7 @@ from tb_attn_plugin.analysis.attribute import Attribution
 from tb_attn_plugin.analysis.flops import MAX_TENSOR_BYTES, elem_bytes
 from tb_attn_plugin.trace.events import Events
 from tb_attn_plugin.trace.kineto import Kind
-from tb_attn_plugin.vocab.ops import (
+from tb_attn_plugin.vocab.aten import (
     ADDMM_OP,
     ARITHMETIC_OPS,
     DROPOUT_OPS,

@@ -13,11 +13,8 @@ from tb_attn_plugin.analysis.opnames import is_serving_core, is_serving_kv_write
 from tb_attn_plugin.analysis.query import ancestors
 from tb_attn_plugin.trace.events import Events
 from tb_attn_plugin.trace.kineto import Kind
-from tb_attn_plugin.vocab.ops import (
-    LAYOUT_OPS,
-    SERVING_BOOKKEEPING_OPS,
-    TENSOR_NEW_OPS,
-)
+from tb_attn_plugin.vocab.aten import LAYOUT_OPS, TENSOR_NEW_OPS
+from tb_attn_plugin.vocab.serving import SERVING_BOOKKEEPING_OPS
 
 __all__ = ["serving_cores"]
 

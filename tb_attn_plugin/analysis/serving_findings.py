@@ -16,7 +16,8 @@ import numpy as np
 from tb_attn_plugin.analysis.query import RuleQuery, new_finding
 from tb_attn_plugin.analysis.wording import count, duration, layer_list
 from tb_attn_plugin.types.schema import Finding
-from tb_attn_plugin.vocab.ops import ATTENTION_CORE_OPS, SDPA_OP, SDPA_OPS
+from tb_attn_plugin.vocab.aten import SDPA_OP, SDPA_OPS
+from tb_attn_plugin.vocab.libraries import ATTENTION_CORE_OPS
 
 __all__ = ["PER_SEQUENCE_CALLS", "SERVING_RULES"]
 

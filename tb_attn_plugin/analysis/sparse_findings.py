@@ -13,8 +13,8 @@ from tb_attn_plugin.analysis.spread import median
 from tb_attn_plugin.analysis.wording import count, duration, layer_list, pct
 from tb_attn_plugin.trace.kineto import Kind
 from tb_attn_plugin.types.schema import Finding
+from tb_attn_plugin.vocab.aten import COMPILE_BOOKKEEPING_PREFIXES, COMPILED_REGION_PREFIX, FLEX_EAGER_OP
 from tb_attn_plugin.vocab.backends import Backend
-from tb_attn_plugin.vocab.ops import COMPILE_BOOKKEEPING_PREFIXES, COMPILED_REGION_PREFIX, FLEX_EAGER_OP
 from tb_attn_plugin.vocab.scopes import MODEL_BLOCK_MASK, PHASES
 
 __all__ = ["SPARSE_RULES"]

@@ -49,7 +49,8 @@ from tb_attn_plugin.analysis.traffic import event_bytes, flop_dtype
 from tb_attn_plugin.trace.events import Events
 from tb_attn_plugin.trace.kineto import BACKWARD_PREFIX, Kind
 from tb_attn_plugin.types.schema import Backward, HeadStats, LayerStats, PhaseStats, Spread, StepStats, WorkerSummary
-from tb_attn_plugin.vocab.ops import GRAPH_LAUNCH, SDPA_OPS, SOFTMAX_OPS
+from tb_attn_plugin.vocab.aten import SDPA_OPS, SOFTMAX_OPS
+from tb_attn_plugin.vocab.kernels import GRAPH_LAUNCH
 from tb_attn_plugin.vocab.scopes import MAX_HEADS, OTHER, PHASES, SCORE_PHASES, UNSPLIT_PHASES, in_order, parse_scope
 
 __all__ = ["summarize", "summarize_analysis", "summarize_trace", "typed"]

@@ -53,7 +53,7 @@ from tb_attn_plugin.analysis.flops import elem_bytes, plausible
 from tb_attn_plugin.analysis.nesting import nearest_marked_ancestor
 from tb_attn_plugin.trace.events import Events, OpShapes
 from tb_attn_plugin.trace.kineto import Kind
-from tb_attn_plugin.vocab.ops import (
+from tb_attn_plugin.vocab.aten import (
     ATEN_PREFIX,
     CLONE_OP,
     COMPILED_REGION_OPS,

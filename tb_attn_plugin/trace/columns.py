@@ -16,7 +16,6 @@ after that are one name.
 
 from __future__ import annotations
 
-import re
 from array import array
 from collections.abc import Callable
 from typing import Any
@@ -54,20 +53,12 @@ from tb_attn_plugin.trace.kineto import (
     lenient_event,
     scopes_as_annotations,
 )
-from tb_attn_plugin.vocab.ops import SGLANG_PROFILER_COUNTER, SGLANG_PROFILER_PREFIX, SHAPE_OPS
+from tb_attn_plugin.vocab.shape_ops import keeps_shapes
 
 __all__ = ["CLIPPED_NAMES", "Builder", "add_batch", "add_loaded"]
 
 #: The diagnostic that counts the names clipped to ``MAX_NAME_CHARS`` characters (each once).
 CLIPPED_NAMES = f"names longer than {MAX_NAME_CHARS} characters (clipped)"
-
-_COUNTER = re.compile(SGLANG_PROFILER_COUNTER)
-
-
-def _keeps_shapes(name: str) -> bool:
-    """Whether op ``name``'s shapes are read (``ops.SHAPE_OPS``; SGLang's ranges without their counter)."""
-    return name in SHAPE_OPS or (name.startswith(SGLANG_PROFILER_PREFIX) and _COUNTER.sub("", name) in SHAPE_OPS)
-
 
 class Builder:
     """Accumulates columns; one instance per trace."""
@@ -141,7 +132,7 @@ class Builder:
         if nid is None:
             nid = self.name_ids[clean] = len(self.names)
             self.names.append(clean)
-            self.shape_name[nid] = _keeps_shapes(clean)
+            self.shape_name[nid] = keeps_shapes(clean)
         if clean is not name and len(name) <= MAX_NAME_CHARS:
             self.name_ids[name] = nid
             self.aliases.append(name)

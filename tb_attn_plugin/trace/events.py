@@ -2,7 +2,7 @@
 
 Complete events ("X") are rows of parallel arrays sorted by (track, start, longest first), so
 that nesting on a thread is a single sweep. Memory events are a second table. Shapes are kept
-only for the ops the analysis reads (``ops.SHAPE_OPS``), interned, because many ops share
+only for the ops the analysis reads (``vocab.shape_ops.SHAPE_OPS``), interned, because many ops share
 them. Times are microseconds relative to ``TraceMeta.t0_us``; memory is bytes.
 """
 

@@ -14,7 +14,7 @@ import pytest
 
 from tb_attn_plugin.analysis.flops import causal_fraction, elem_bytes, is_causal, op_flops
 from tb_attn_plugin.trace.events import OpShapes
-from tb_attn_plugin.vocab.ops import SDPA_BACKWARD, SDPA_FORWARD
+from tb_attn_plugin.vocab.aten import SDPA_BACKWARD, SDPA_FORWARD
 
 FLASH_CPU = "aten::_scaled_dot_product_flash_attention_for_cpu"
 

@@ -17,7 +17,8 @@ from tb_attn_plugin.analysis.inductor import origins, representative
 from tb_attn_plugin.analysis.summary import summarize_trace
 from tb_attn_plugin.trace.decode import decode_bytes
 from tb_attn_plugin.types.schema import WorkerSummary
-from tb_attn_plugin.vocab.ops import INDUCTOR_EPILOGUE_OP, INDUCTOR_LAYOUT_OP, INDUCTOR_NORM_OP, LINEAR_OP, NEG_OP
+from tb_attn_plugin.vocab.aten import LINEAR_OP, NEG_OP
+from tb_attn_plugin.vocab.kernels import INDUCTOR_EPILOGUE_OP, INDUCTOR_LAYOUT_OP, INDUCTOR_NORM_OP
 
 
 @pytest.mark.parametrize(("name", "kind", "ops"), [

@@ -8,14 +8,9 @@ from __future__ import annotations
 import pytest
 
 from tb_attn_plugin.analysis.opnames import canonical, is_serving_core, is_serving_kv_write
-from tb_attn_plugin.vocab.ops import (
-    INDUCTOR_LAYOUT_OP,
-    INDUCTOR_NORM_OP,
-    LINEAR_OP,
-    SERVING_CORE_OPS,
-    SERVING_GEMM_OPS,
-    SERVING_KV_WRITE_OPS,
-)
+from tb_attn_plugin.vocab.aten import LINEAR_OP
+from tb_attn_plugin.vocab.kernels import INDUCTOR_LAYOUT_OP, INDUCTOR_NORM_OP
+from tb_attn_plugin.vocab.serving import SERVING_CORE_OPS, SERVING_GEMM_OPS, SERVING_KV_WRITE_OPS
 
 
 @pytest.mark.parametrize(("name", "read"), [

@@ -17,7 +17,7 @@ from tb_attn_plugin.analysis.analyze import Analysis
 from tb_attn_plugin.engine.loader import Loader, resolve_runs
 from tb_attn_plugin.trace.kineto import Kind
 from tb_attn_plugin.types.schema import WorkerSummary
-from tb_attn_plugin.vocab.ops import FUSED_BLOCK_OPS
+from tb_attn_plugin.vocab.aten import FUSED_BLOCK_OPS
 from tb_attn_plugin.vocab.scopes import PHASES
 
 
