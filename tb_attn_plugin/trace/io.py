@@ -13,10 +13,9 @@ so many bytes, stored and decompressed alike), which decides whether a ``*.json`
 A failed request to the storage (a missing object, a refused or dropped connection, a timeout,
 missing credentials) raises ``ReadError`` whatever the storage library raised, so callers never
 see a botocore or aiohttp exception and never blame the file's content for it.
-"""
 
-# Not split (over 400 lines): every guarantee about reading user files (regular files only, no
-# links, bounded gzip, storage errors) is checked in this one module.
+One piece, though long: its guarantees (regular files, no links, bounded gzip) hold as nothing else opens files.
+"""
 
 from __future__ import annotations
 
