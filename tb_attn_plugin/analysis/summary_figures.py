@@ -59,7 +59,6 @@ class _Summarizer(TraceArrays):
             return flop_rate(sum(p.flops for p in phases), cpu_us)
         return flop_rate(sum(p.flops for p in phases if p.device_us > 0), device_us)
 
-
     def build(self, *, file: str, worker: str, span: str | None, notes: list[str]) -> WorkerSummary:
         ev, a = self.ev, self.a
         layers_present = sorted(self.layer_idx)  # below scopes.MAX_LAYERS: attribution drops the others
