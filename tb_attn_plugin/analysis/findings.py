@@ -1,7 +1,8 @@
 """Findings: what a trace says to change in attention, with the evidence behind each one.
 
 ``find(analysis, summary)`` runs every rule over one trace (its attributed events and its
-summary) and returns the findings in a fixed order: severity, then id, then layers. A finding
+summary) and returns the findings rule by rule; the summary lists them with the roofline's in
+one order (``schema.finding_order``: severity, then time, then id and layers). A finding
 has a stable id, a severity, a one-line title, an explanation quoting the trace's own numbers, a
 suggested change, and its evidence: layers, ops, kernels, time and bytes per profiled step.
 Rules, thresholds and the reasons for them are in ``docs/findings.md``.
@@ -30,7 +31,7 @@ from tb_attn_plugin.analysis.sparse_findings import SPARSE_RULES
 from tb_attn_plugin.analysis.spread import median
 from tb_attn_plugin.analysis.wording import attention, core_only_note, count, duration, layer_list, number, pct, size
 from tb_attn_plugin.trace.kineto import Kind
-from tb_attn_plugin.types.schema import SEVERITIES, Evidence, Finding, WorkerSummary, finding_order
+from tb_attn_plugin.types.schema import SEVERITIES, Evidence, Finding, WorkerSummary
 from tb_attn_plugin.vocab.aten import FUSED_BLOCK_OPS
 from tb_attn_plugin.vocab.backends import UNFUSED_BACKENDS, Backend
 from tb_attn_plugin.vocab.scopes import OTHER, PREFIX
@@ -61,7 +62,8 @@ SHARE_NOTABLE = 0.5  # share-of-step is "low" rather than "info" from here
 OTHER_SHARE = 0.2  # a layer with more of its block's time than this in no phase gets a note
 
 def find(analysis: Analysis, summary: WorkerSummary, *, metadata: dict[str, object] | None = None) -> list[Finding]:
-    """Every rule's findings on one trace, in ``finding_order``."""
+    """Every rule's findings on one trace, rule by rule. None reads a roof: ``analysis.summary``
+    adds the roofline's and orders them all once (``finding_order``)."""
     if not summary.layers:
         return []
     t = RuleQuery(analysis.events, analysis.attr, summary, metadata or {})
@@ -71,7 +73,7 @@ def find(analysis: Analysis, summary: WorkerSummary, *, metadata: dict[str, obje
         out.extend(rule(t))
     if any(f.id == "decode-dispatch-bound" for f in out):  # the same cause, said of decode steps with their figures
         out = [f for f in out if f.id != "dispatch-bound"]
-    return sorted(out, key=finding_order)
+    return out
 
 
 def _sxs_materialized(t: RuleQuery) -> list[Finding]:

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable
+from collections.abc import Mapping
 from typing import Any
 
 import msgspec
@@ -44,7 +44,8 @@ from tb_attn_plugin.vocab.scopes import (
     parse_step_scope,
 )
 
-__all__ = ["KV_READ_PHASES", "NARROW_RANGE", "generation", "generation_meta", "restrict_steps"]
+__all__ = ["KV_READ_PHASES", "NARROW_RANGE", "GenerationSteps", "generation", "generation_meta",
+           "generation_steps", "restrict_steps"]
 
 #: The phases that read K and V: what a decode step's bandwidth is measured over. The core and the
 #: grouped-query expansion of K and V; not a compiled block, whose time may hold the projections too.
@@ -63,11 +64,25 @@ POOR_FIT = 0.5
 MEMORY_TOLERANCE = 0.02
 
 
-def generation(analysis: Analysis, summary: WorkerSummary, metadata: dict[str, object] | None,
-               layers_of: Callable[[Analysis], list[LayerStats]]) -> Generation | None:
-    """The generation figures of one analyzed trace, or None where it has no decode step.
-    ``layers_of``: the summary's per-layer table of an analysis, which is called on the trace
-    restricted to the prefill steps and to the decode steps (``restrict_steps``)."""
+@dataclasses.dataclass(frozen=True)
+class GenerationSteps:
+    """A trace's prefill and decode steps (``generation_steps``): each step's role and context,
+    what told them (``"scopes"`` or ``"shapes"``), and each step's K and V per attention call."""
+
+    query: TraceQuery
+    roles: dict[int, tuple[str, int]]
+    source: str
+    shapes: dict[int, list[_LayerKV]]
+
+    def by_role(self) -> dict[str, list[int]]:
+        """The steps of each role the trace has: what a per-layer table over one role reads
+        (``restrict_steps``)."""
+        return {role: [s for s, (r, _) in self.roles.items() if r == role]
+                for role in STEP_ROLES if any(r == role for r, _ in self.roles.values())}
+
+
+def generation_steps(analysis: Analysis) -> GenerationSteps | None:
+    """Which profiled step is which, or None where the trace has no decode step (and so no generation)."""
     q = TraceQuery(analysis.events, analysis.attr)
     roles, source = _scoped_roles(q), "scopes"
     if not roles and not _one_query_calls(q):
@@ -77,8 +92,15 @@ def generation(analysis: Analysis, summary: WorkerSummary, metadata: dict[str, o
         roles, source = _roles_from_shapes(shapes), "shapes"
     if not any(role == "decode" for role, _ in roles.values()):
         return None
-    restricted = {role: layers_of(restrict_steps(analysis, [s for s, (r, _) in roles.items() if r == role]))
-                  for role in STEP_ROLES if any(r == role for r, _ in roles.values())}
+    return GenerationSteps(q, roles, source, shapes)
+
+
+def generation(analysis: Analysis, summary: WorkerSummary, metadata: dict[str, object] | None,
+               found: GenerationSteps, restricted: Mapping[str, list[LayerStats]]) -> Generation | None:
+    """The generation figures of one analyzed trace with decode steps (``found``), or None where no
+    decode step was profiled. ``restricted``: by role, the summary's per-layer table of the trace
+    restricted to that role's steps (``GenerationSteps.by_role``, ``restrict_steps``)."""
+    q, roles, source, shapes = found.query, found.roles, found.source, found.shapes
     cuda = summary.step_device_us > 0
     steps = {s.step: s for s in summary.per_step}
     figures = _step_figures(q, sorted(roles), cuda)

@@ -24,8 +24,7 @@ from dataclasses import dataclass
 import msgspec
 
 from tb_attn_plugin.analysis.batch import decode_roof
-from tb_attn_plugin.analysis.overview import headline
-from tb_attn_plugin.analysis.peaks import Peaks, with_overrides
+from tb_attn_plugin.analysis.peaks import Peaks
 from tb_attn_plugin.analysis.query import new_finding
 from tb_attn_plugin.analysis.wording import attention, core_only_note, duration, layer_list, number, pct, share, size
 from tb_attn_plugin.types.schema import (
@@ -36,12 +35,11 @@ from tb_attn_plugin.types.schema import (
     Roof,
     Roofline,
     WorkerSummary,
-    finding_order,
 )
 from tb_attn_plugin.vocab.scopes import FUSED_PHASES, OTHER, UNFUSED_CORE_PHASES, Phase
 
 __all__ = ["FAR_SHARE", "FAR_TIME_SHARE", "SCORE_TRAFFIC_PHASES", "VERDICTS", "far_from_roof", "peaks_of",
-           "phase_roofs", "with_peaks", "with_roofline"]
+           "phase_roofs", "with_roofline"]
 
 VERDICTS = ("compute-bound", "memory-bound", "latency-bound", "no peak known", "no bytes modeled", "above its ceiling")
 #: A point above its ceiling ran faster than the peaks allow, and no verdict is drawn from it: the
@@ -142,8 +140,9 @@ def _roof(t: _Terms, peaks: Peaks) -> Roof | None:
 
 def with_roofline(summary: WorkerSummary, peaks: Peaks) -> WorkerSummary:
     """The summary under these peaks: every phase's and layer's ``roof`` (the prefill's and the
-    decode steps' layers too), its ``roofline``, its serving batch's decode roof, its far-from-roof
-    findings and its headline. A new summary; the one given is left as it is."""
+    decode steps' layers too), its ``roofline`` and its serving batch's decode roof; its findings
+    and headline as they were (``analysis.summary`` runs the stages that read the roofs). A new
+    summary; the one given is left as it is."""
     replace = msgspec.structs.replace
     device = summary.device != "cpu"
     layers, run = _roof_layers(summary.layers, peaks, device)
@@ -161,10 +160,7 @@ def with_roofline(summary: WorkerSummary, peaks: Peaks) -> WorkerSummary:
         launch_us=peaks.launch_us, note=note, attention=whole,
         partial=device and any(p.captured for x in layers for p in x.phases)) if layers else None
     serving = decode_roof(summary.serving, layers, peaks.bytes_per_s) if summary.serving is not None else None
-    out = replace(summary, layers=layers, generation=g, roofline=roofline, serving=serving)
-    kept = [f for f in summary.findings if f.id != "far-from-roof"]
-    out = replace(out, findings=sorted(kept + far_from_roof(out), key=finding_order))
-    return replace(out, headline=headline(out))
+    return replace(summary, layers=layers, generation=g, roofline=roofline, serving=serving)
 
 
 def _roof_part(part: GenerationPhase | None, peaks: Peaks, device: bool) -> GenerationPhase | None:
@@ -192,16 +188,6 @@ def _roof_layers(layers: list[LayerStats], peaks: Peaks, device: bool) -> tuple[
         out.append(replace(layer, phases=phases, roof=_roof(terms, peaks)))
         run.add(terms)
     return out, run
-
-
-def with_peaks(summary: WorkerSummary, flops: float | None, bytes_per_s: float | None) -> WorkerSummary:
-    """The summary under the user's peaks (``tb-attn --peak-flops/--peak-bw``, the tab's
-    ``--tb_attn_peak_flops/--tb_attn_peak_bw``): its roofs, far-from-roof findings and headline
-    again, in a new summary (the caches hold the trace's own). Without peaks, or without a
-    roofline, the summary itself."""
-    if summary.roofline is None or (flops is None and bytes_per_s is None):
-        return summary
-    return with_roofline(summary, with_overrides(peaks_of(summary.roofline), flops, bytes_per_s))
 
 
 def peaks_of(rl: Roofline) -> Peaks:

@@ -24,8 +24,7 @@ import msgspec
 
 from tb_attn_plugin.analysis.analyze import analyze
 from tb_attn_plugin.analysis.bounds import out_of_bounds
-from tb_attn_plugin.analysis.roofline import with_peaks
-from tb_attn_plugin.analysis.summary import summarize_trace
+from tb_attn_plugin.analysis.summary import summarize_trace, with_peaks
 from tb_attn_plugin.engine.cache import LRUCache
 from tb_attn_plugin.engine.deadline import Expired, within
 from tb_attn_plugin.engine.head_events import EventStats, HeadStatsReader, with_head_stats

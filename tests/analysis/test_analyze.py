@@ -13,10 +13,11 @@ from tb_attn_plugin.analysis.analyze import _merged_order, analyze
 from tb_attn_plugin.analysis.findings import find
 from tb_attn_plugin.analysis.overview import headline
 from tb_attn_plugin.analysis.peaks import peaks_for
-from tb_attn_plugin.analysis.roofline import with_roofline
+from tb_attn_plugin.analysis.roofline import far_from_roof, with_roofline
 from tb_attn_plugin.analysis.summary import summarize_analysis, summarize_trace
 from tb_attn_plugin.engine.loader import Loader, resolve_runs
 from tb_attn_plugin.trace.decode import decode_bytes
+from tb_attn_plugin.types.schema import finding_order
 
 META: dict[str, object] = {"impl": "sdpa-flash", "dtype": "bfloat16"}
 
@@ -25,13 +26,14 @@ def test_summarize_trace_is_the_summary_with_its_findings(trace_bytes: Callable[
     analysis = analyze(decode_bytes(trace_bytes("findings_cpu_mixed")))
     summary = summarize_trace(analysis, file="f", worker="w", span="1", metadata=META)
     plain = summarize_analysis(analysis, file="f", worker="w", span="1")
-    found = msgspec.structs.replace(plain, findings=find(analysis, plain, metadata=META))
+    roofed = with_roofline(plain, peaks_for(plain.device, analysis.events.meta.device_properties, META))
     # The roofline (no peak known for a CPU trace without the runner's probes) adds its finding.
-    whole = with_roofline(found, peaks_for(plain.device, analysis.events.meta.device_properties, META))
+    found = sorted(find(analysis, plain, metadata=META) + far_from_roof(roofed), key=finding_order)
+    whole = msgspec.structs.replace(roofed, findings=found)
     assert whole.roofline is not None and whole.roofline.note and plain.roofline is None
     assert summary.findings and summary.findings == whole.findings
     assert summary.headline and summary.headline == headline(whole)  # the headline reads the findings
-    assert summary == whole
+    assert summary == msgspec.structs.replace(whole, headline=headline(whole))
 
 
 def test_the_loader_summarizes_a_file_with_summarize_trace(tmp_path: Path,

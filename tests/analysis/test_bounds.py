@@ -16,7 +16,7 @@ from typing import Any
 import msgspec
 import pytest
 
-from tb_attn_plugin.analysis import summary as summary_module
+from tb_attn_plugin.analysis import summary_figures
 from tb_attn_plugin.analysis.analyze import analyze
 from tb_attn_plugin.analysis.bounds import MAX_DIAGNOSTICS, MAX_HEAD_ROWS
 from tb_attn_plugin.analysis.findings import find
@@ -91,7 +91,7 @@ def _diagnostic(summary: WorkerSummary, needle: str) -> int:
 def head_rows(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """Counts the head rows the summary builds, failing fast past a bound: the count is the work."""
     built = [0]
-    real = summary_module.HeadStats
+    real = summary_figures.HeadStats
 
     def counting(**kwargs: Any) -> Any:
         built[0] += 1
@@ -99,7 +99,7 @@ def head_rows(monkeypatch: pytest.MonkeyPatch) -> list[int]:
             raise AssertionError("head rows are built in proportion to a claimed number")
         return real(**kwargs)
 
-    monkeypatch.setattr(summary_module, "HeadStats", counting)
+    monkeypatch.setattr(summary_figures, "HeadStats", counting)
     return built
 
 

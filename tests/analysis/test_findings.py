@@ -15,10 +15,10 @@ from tracetools import trace_files
 
 from tb_attn_plugin.analysis.analyze import Analysis, analyze
 from tb_attn_plugin.analysis.findings import SEVERITIES, Finding, find
-from tb_attn_plugin.analysis.summary import summarize_analysis
+from tb_attn_plugin.analysis.summary import summarize_analysis, summarize_trace
 from tb_attn_plugin.engine.loader import load_events
 from tb_attn_plugin.trace.decode import decode_bytes
-from tb_attn_plugin.types.schema import WorkerSummary
+from tb_attn_plugin.types.schema import WorkerSummary, finding_order
 
 TRACES = HAND_TRACES
 RULES = ("hidden-copy", "mask-rebuilt", "math-fallback", "fp32-upcast", "safe-softmax", "sxs-materialized",
@@ -306,9 +306,13 @@ def test_cpu_dispatch_bound_figures(load: Callable[..., Loaded]) -> None:
 
 def test_order_types_and_json(load: Callable[..., Loaded]) -> None:
     for source in ("runner:sdpa-math", "hand:findings_gpu_unfused", "hand:findings_cpu_mixed", f"public:{SWITCH}"):
-        found = _find(load(source))
-        keys = [(SEVERITIES.index(f.severity), -f.evidence.time_us, f.id, f.evidence.layers) for f in found]
-        assert keys == sorted(keys)  # the most severe first, then the most time
+        analysis, _, meta = loaded = load(source)
+        found = _find(loaded)
+        # The summary lists them with the roofline's in one order: the most severe first, then the most time.
+        listed = summarize_trace(analysis, file="f", worker="w", span=None, metadata=meta).findings
+        keys = [(SEVERITIES.index(f.severity), -f.evidence.time_us, f.id, f.evidence.layers) for f in listed]
+        assert keys == sorted(keys) and keys == [finding_order(f) for f in listed]
+        assert [f for f in listed if f.id != "far-from-roof"] == sorted(found, key=finding_order)
         for f in found:
             assert f.id in RULES and f.title and f.explanation and f.suggestion
             assert "\n" not in f.title and len(f.evidence.ops) <= 8 and len(f.evidence.kernels) <= 8

@@ -25,8 +25,8 @@ from tb_attn_plugin.analysis.peaks import (
     peaks_for,
     with_overrides,
 )
-from tb_attn_plugin.analysis.roofline import far_from_roof, with_peaks, with_roofline
-from tb_attn_plugin.analysis.summary import summarize_trace
+from tb_attn_plugin.analysis.roofline import far_from_roof, peaks_of, with_roofline
+from tb_attn_plugin.analysis.summary import summarize_trace, under_peaks, with_peaks
 from tb_attn_plugin.engine.loader import Loader, resolve_runs
 from tb_attn_plugin.trace.decode import decode_bytes
 from tb_attn_plugin.types.schema import PhaseStats, WorkerSummary
@@ -204,7 +204,8 @@ def _edit_phases(w: WorkerSummary, change: Callable[[PhaseStats], dict[str, obje
 
 
 def _scaled(s: WorkerSummary, peaks: Peaks) -> WorkerSummary:
-    return with_roofline(s, peaks)
+    """The summary's roofs, findings and headline under ``peaks``."""
+    return under_peaks(s, peaks)
 
 
 def test_verdicts_follow_the_roofs(builtin_logdir: Path) -> None:
@@ -260,6 +261,18 @@ def test_the_users_peaks_redo_roofs_findings_and_headline(builtin_logdir: Path) 
     assert w == before and with_peaks(w, None, None) is w  # a copy: the summary itself is left as it was
 
 
+def test_the_roofline_draws_the_roofs_alone(builtin_logdir: Path) -> None:
+    """``with_roofline`` leaves the findings and the headline as they were: the summary's stages
+    after the roofs (``analysis.summary``) draw them again."""
+    (run,) = [r for r in resolve_runs(str(builtin_logdir)) if r.name == "naive-inference"]
+    (w,) = Loader().summarize_run(run).workers
+    s = with_roofline(w, Peaks("x", "test", {"fp32": 1e18}, 1e15, launch_us=0.0))
+    assert s.findings == w.findings and s.headline == w.headline
+    assert s.roofline is not None and s.roofline.peak_flops == {"fp32": 1e18} and s.layers[0].roof != w.layers[0].roof
+    again = under_peaks(w, peaks_of(s.roofline))
+    assert again.layers == s.layers and any(f.id == "far-from-roof" for f in again.findings)  # the same roofs
+
+
 def test_runner_metadata_records_the_probes(builtin_logdir: Path) -> None:
     meta = json.loads((builtin_logdir / "naive" / "tb_attn_run.json").read_text())
     peaks = meta["peaks"]
@@ -283,7 +296,7 @@ def test_fp32_compute_bound_names_the_faster_bf16_roof(builtin_logdir: Path) -> 
     # the same phases on a device's clock
     gpu = _edit_phases(msgspec.structs.replace(s, device="cuda"),
                        lambda p: {"device_us": p.cpu_self_us, "kernels": p.op_count})
-    gpu = with_roofline(gpu, Peaks("gpu", "table", {"fp32": 1e13, "bf16": 8e13}, 1e18, launch_us=0.0))
+    gpu = _scaled(gpu, Peaks("gpu", "table", {"fp32": 1e13, "bf16": 8e13}, 1e18, launch_us=0.0))
     (g,) = [f for f in gpu.findings if f.id == "far-from-roof" and f.evidence.details["cause"] == "fp32"]
     assert "leaves the tensor cores unused" in g.explanation and "allow_tf32" in g.suggestion
 
