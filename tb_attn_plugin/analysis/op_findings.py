@@ -36,7 +36,7 @@ from tb_attn_plugin.vocab.ops import (
     SOFTMAX_OPS,
     TRIANGLE_OPS,
 )
-from tb_attn_plugin.vocab.scopes import PHASES, SCORE_PASS_PHASES, SCORE_PHASES, Phase, in_order
+from tb_attn_plugin.vocab.scopes import CORE_PHASES_BUT_PASSES, PHASES, in_order
 
 _FLEX_PHASE = PHASES.index("flex")
 
@@ -46,9 +46,9 @@ MIN_COPY_ELEMS = 256  # smaller copies in the mask phase are scalars or small ma
 
 
 #: The phases of an attention core: the op before a copy among them says whether scores exist yet.
-#: The scores' phases and attn·V, but not the element-wise passes over scores that exist already
-#: (the copies looked at are in the mask phase).
-_CORE_PHASES = np.array([PHASES.index(p) for p in in_order((SCORE_PHASES - SCORE_PASS_PHASES) | {Phase.AV_MATMUL})])
+#: Not the passes over scores (the copies looked at are in the mask phase), nor int8's dequantization
+#: (its scores exist: a copy after it copies them).
+_CORE_PHASES = np.array([PHASES.index(p) for p in in_order(CORE_PHASES_BUT_PASSES)])
 _QK = PHASES.index("qk_matmul")
 
 

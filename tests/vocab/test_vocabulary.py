@@ -176,6 +176,7 @@ def test_phase_groups_differ_only_where_documented() -> None:
     # The scores: int8's dequantized scores hold them too; attn·V's output and a compiled block do not.
     assert scopes.SCORE_PHASES - scopes.CORE_PHASES == {"dequantize"}
     assert scopes.CORE_PHASES - scopes.SCORE_PHASES == {"av_matmul", "compiled"}
+    assert scopes.CORE_PHASES_BUT_PASSES == {"qk_matmul", "softmax", "av_matmul", "sdpa", "flex", "compiled"}
     # Communication is no head's work either: a tensor-parallel rank's all-reduce sums every head at once.
     assert scopes.UNSPLIT_PHASES == scopes.PROJECTION_PHASES | {"comm", OTHER}
     assert scopes.in_order(scopes.UNSPLIT_PHASES) == ("qkv_proj", "out_proj", "comm", "other")
