@@ -17,6 +17,7 @@ from tb_attn_plugin.analysis.sdpa_causes import Cause, SdpaCall, causes
 from tb_attn_plugin.analysis.wording import count, duration, layer_list, number, size
 from tb_attn_plugin.trace.kineto import Kind
 from tb_attn_plugin.types.schema import Finding
+from tb_attn_plugin.vocab.impls import Impl
 from tb_attn_plugin.vocab.ops import (
     ARANGE_OP,
     COMPARE_OPS,
@@ -244,7 +245,7 @@ def _fallback_causes(t: RuleQuery, calls: I64) -> list[Cause]:
         found.append(SdpaCall(q=t.dims(outer, 0), k=t.dims(outer, 1), v=t.dims(outer, 2), mask=t.dims(outer, 3),
                               dtype=types[0] if types else None, dropout_p=_number(concrete, at_dropout),
                               enable_gqa=_flag(concrete, at_gqa)))
-    return causes(found, cuda=t.cuda, pinned=t.meta.get("impl") == "sdpa-math")
+    return causes(found, cuda=t.cuda, pinned=t.meta.get("impl") == Impl.SDPA_MATH)
 
 
 def _number(concrete: tuple[str, ...], k: int) -> float | None:

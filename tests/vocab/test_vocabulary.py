@@ -33,10 +33,6 @@ ALLOWED: dict[tuple[str, frozenset[str]], str] = {
     ("analysis/roles.py", frozenset({"kv_expand", "rope"})): "a rule of the phase inference",
     # The wording of each fused phase in a sentence (its keys are FUSED_PHASES: checked below).
     ("analysis/why_slower.py", frozenset({"sdpa", "flex", "compiled"})): "a sentence per fused phase",
-    # The runner's --impl names (docs/runner.md), a vocabulary of their own that shares some
-    # spellings with the backends: the keys of the table of what each may run on.
-    ("analysis/findings.py", frozenset({"sdpa-math", "naive", "flex", "flex-eager", "performer", "int8-qk"})):
-        "the runner's --impl names, mapped to backends",
 }
 
 
