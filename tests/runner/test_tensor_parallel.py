@@ -31,7 +31,7 @@ def test_the_state_dict_is_sliced_to_the_ranks_heads(kv_heads: int | None, k_row
     expected_rows = [*range(4, 8), *k_rows, *v_rows]  # q rows of heads 2 and 3, then k's and v's
     assert mine["blocks.0.attn.qkv.bias"].tolist() == expected_rows
     assert mine["blocks.0.attn.qkv.weight"][:, 0].tolist() == expected_rows
-    assert mine["blocks.0.attn.out_proj.weight"].shape == (8, 4) and mine["blocks.0.attn.out_proj.weight"][0].tolist() == [
-        4.0, 5.0, 6.0, 7.0]
+    out = mine["blocks.0.attn.out_proj.weight"]
+    assert out.shape == (8, 4) and out[0].tolist() == [4.0, 5.0, 6.0, 7.0]  # the columns of heads 2 and 3
     assert torch.equal(mine["blocks.0.mlp.weight"], full["blocks.0.mlp.weight"])
     assert mine["blocks.0.mlp.weight"].data_ptr() != full["blocks.0.mlp.weight"].data_ptr()  # a copy of its own
