@@ -19,7 +19,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
 
-from runner.config import DTYPES, IMPLS, KV_CACHES, MODES, PARALLEL, ConfigError, ModelConfig, ProfileConfig
+from runner.config import DTYPES, KV_CACHES, MODES, PARALLEL, ConfigError, ModelConfig, ProfileConfig
+from tb_attn_plugin.vocab.impls import IMPLS
 
 if TYPE_CHECKING:
     from runner.session import RunSpec

@@ -10,15 +10,12 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from tb_attn_plugin.vocab.impls import GENERATE_IMPLS, IMPLS, LINEAR_IMPLS
 from tb_attn_plugin.vocab.masks import parse_mask
 
 __all__ = [
-    "APPROXIMATE_IMPLS",
     "DTYPES",
-    "GENERATE_IMPLS",
-    "IMPLS",
     "KV_CACHES",
-    "LINEAR_IMPLS",
     "MODES",
     "PARALLEL",
     "QUANT_SCHEMES",
@@ -39,36 +36,10 @@ class Unsupported(Exception):
     (``runner.models`` re-exports it, where it is raised most)."""
 
 
-#: Attention implementations of the built-in transformer, in the order the demo shows them.
-IMPLS: tuple[str, ...] = (
-    "naive",
-    "naive-inplace",
-    "sdpa",
-    "sdpa-math",
-    "sdpa-flash",
-    "sdpa-efficient",
-    "sdpa-cudnn",
-    "flex",
-    "flex-eager",
-    "linear-elu",
-    "performer",
-    "int8-qk",
-)
-#: Implementations that approximate softmax attention (runner/variants.py): their accuracy is
-#: the point of measuring them.
-APPROXIMATE_IMPLS: tuple[str, ...] = ("linear-elu", "performer", "int8-qk")
-#: Linear attention: no (Sq, Sk) scores outside a chunk, so only a causal mask or none.
-LINEAR_IMPLS: tuple[str, ...] = ("linear-elu", "performer")
 #: ``--quant``: the q/k/v and output projections' weight and activation quantization (torchao).
 QUANT_SCHEMES: tuple[str, ...] = ("int8",)
 DTYPES: tuple[str, ...] = ("float32", "bfloat16", "float16")
 MODES: tuple[str, ...] = ("training", "inference", "generate")
-#: ``--mode generate``'s implementations: the exact ones that take a query shorter than its keys.
-#: Not flex_attention: compiled, its kernel is specialized to one key length, so every decode step
-#: would compile anew (past dynamo's recompile limit, it runs eagerly); eager, it builds a whole
-#: BlockMask and calls a compiled region on every call, which is not how anyone decodes with it.
-GENERATE_IMPLS: tuple[str, ...] = ("naive", "naive-inplace", "sdpa", "sdpa-math", "sdpa-flash", "sdpa-efficient",
-                                   "sdpa-cudnn")
 #: ``--kv-cache``: preallocated to the whole generation (static), or grown by ``torch.cat`` per
 #: token (dynamic: every append copies the whole cache).
 KV_CACHES: tuple[str, ...] = ("dynamic", "static")

@@ -25,6 +25,7 @@ from runner.masks import MaskInfo, build_block_mask, dense_mask, mask_info, mask
 from runner.scoping import scope
 from runner.tensor_parallel import TensorParallel, TPInput, TPOutputSum
 from runner.variants import feature_map, int8_qk_attention, linear_attention, orthogonal_features
+from tb_attn_plugin.vocab.impls import LINEAR_IMPLS
 from tb_attn_plugin.vocab.masks import parse_mask
 from tb_attn_plugin.vocab.scopes import Phase, format_scope
 
@@ -243,7 +244,7 @@ class Attention(nn.Module):
                 rep = q.size(1) // k.size(1)
                 k = k.repeat_interleave(rep, dim=1)  # (B, H, T, D)
                 v = v.repeat_interleave(rep, dim=1)
-        if impl in ("linear-elu", "performer"):
+        if impl in LINEAR_IMPLS:
             with scope(n.feature_map, on):
                 fq, fk = feature_map(q, k, self.omega)
             return linear_attention(fq, fk, v, self.cfg.causal, n, on, above=self.causal_mask)

@@ -35,7 +35,7 @@ from torch.nn.parallel import DistributedDataParallel
 from runner.accuracy import measure_accuracy, reference_copy, reference_model
 from runner.attn_stats import collect_stats
 from runner.checkpoint import checkpoint_config, checkpoint_sizes, load_checkpoint
-from runner.config import APPROXIMATE_IMPLS, ConfigError, ModelConfig, Unsupported, check_world
+from runner.config import ConfigError, ModelConfig, Unsupported, check_world
 from runner.distributed import DistContext
 from runner.generate import Generation, builtin_generation, hf_generation
 from runner.hf_models import GEMMA_DEFAULT_WINDOW, HF_FAMILIES, hf_config, parse_hf_overrides
@@ -44,6 +44,7 @@ from runner.model import TORCH_DTYPES, Transformer
 from runner.quant import quantize_projections
 from runner.tensor_parallel import TensorParallel, shard_state_dict
 from runner.torch_models import MHAStack, TorchEncoder
+from tb_attn_plugin.vocab.impls import APPROXIMATE_IMPLS
 from tb_attn_plugin.vocab.masks import MaskSpec, parse_mask
 
 __all__ = [

@@ -20,6 +20,7 @@ their stability; figures in the README).
 from __future__ import annotations
 
 import functools
+import statistics
 import time
 from typing import Any
 
@@ -103,8 +104,7 @@ def op_overhead_us(device: torch.device, *, calls: int = 200, batches: int = 5) 
             torch.add(a, b)
         _sync(device)
         times.append((time.perf_counter() - start) / calls)
-    times = sorted(times[1:])
-    return times[len(times) // 2] * 1e6
+    return statistics.median(times[1:]) * 1e6
 
 
 def copy_bandwidth(device: torch.device, *, repeats: int = 7) -> float:

@@ -38,14 +38,15 @@ from runner.model import reset_compiled
 from runner.models import Unsupported, Workload, build_workload, is_out_of_memory
 from runner.probes import machine_peaks
 from runner.traces import TRACE_FILE_RE, WriteError, default_worker_name, trace_handler
+from tb_attn_plugin.vocab.impls import Impl
 
 __all__ = ["SDPA_BACKENDS", "RunResult", "RunSpec", "run_one"]
 
 SDPA_BACKENDS: dict[str, SDPBackend] = {
-    "sdpa-math": SDPBackend.MATH,
-    "sdpa-flash": SDPBackend.FLASH_ATTENTION,
-    "sdpa-efficient": SDPBackend.EFFICIENT_ATTENTION,
-    "sdpa-cudnn": SDPBackend.CUDNN_ATTENTION,
+    Impl.SDPA_MATH: SDPBackend.MATH,
+    Impl.SDPA_FLASH: SDPBackend.FLASH_ATTENTION,
+    Impl.SDPA_EFFICIENT: SDPBackend.EFFICIENT_ATTENTION,
+    Impl.SDPA_CUDNN: SDPBackend.CUDNN_ATTENTION,
 }
 
 _log = logging.getLogger(__name__)

@@ -1,8 +1,10 @@
 """The tests mirror the package: each module of ``tb_attn_plugin`` with logic (a function or a
 method) has ``tests/<package>/test_<module>.py``, or ``test_<package>_<module>.py`` where two
 packages hold modules of one name (pytest imports test files by their base name, so those are
-unique under ``tests/``). Modules that only declare (types, tables) may have one. Cross-cutting
-tests (real models, the browser, remote storage, the runner, the notebook API) live apart."""
+unique under ``tests/``). The runner's modules likewise: ``runner/<module>.py`` has
+``tests/runner/test_<module>.py`` or ``test_runner_<module>.py``. Modules that only declare (types,
+tables) may have one. Cross-cutting tests (real models, the browser, remote storage, the notebook
+API) live apart."""
 
 from __future__ import annotations
 
@@ -10,9 +12,11 @@ import ast
 from collections import Counter
 from pathlib import Path
 
+import runner
 import tb_attn_plugin
 
 PACKAGE = Path(tb_attn_plugin.__file__).parent
+RUNNER = Path(runner.__file__).parent
 TESTS = Path(__file__).parent
 
 
@@ -22,7 +26,9 @@ def _has_logic(path: Path) -> bool:
 
 
 def _modules() -> list[Path]:
-    return sorted(p for p in PACKAGE.glob("*/*.py") if p.stem not in {"__init__", "__main__"})
+    """The plugin's modules (one package deep) and the runner's."""
+    paths = [*PACKAGE.glob("*/*.py"), *RUNNER.glob("*.py")]
+    return sorted(p for p in paths if p.stem not in {"__init__", "__main__"})
 
 
 def test_every_module_with_logic_has_its_test_module() -> None:
@@ -38,7 +44,7 @@ def test_every_module_with_logic_has_its_test_module() -> None:
 def test_the_rule_sees_the_modules_it_is_about() -> None:
     """The walk finds every layer's modules and tells a declaring module from one with logic."""
     packages = {m.parent.name for m in _modules()}
-    assert packages == {"vocab", "trace", "types", "analysis", "engine", "server", "cli"}
+    assert packages == {"vocab", "trace", "types", "analysis", "engine", "server", "cli", "runner"}
     assert _has_logic(PACKAGE / "analysis" / "summary.py")
     assert not _has_logic(PACKAGE / "types" / "results.py")  # dataclass declarations only
 

@@ -34,25 +34,11 @@ from tb_attn_plugin.trace.kineto import Kind
 from tb_attn_plugin.types.schema import SEVERITIES, Evidence, Finding, WorkerSummary
 from tb_attn_plugin.vocab.aten import FUSED_BLOCK_OPS
 from tb_attn_plugin.vocab.backends import UNFUSED_BACKENDS, Backend
+from tb_attn_plugin.vocab.impls import IMPL_BACKENDS
 from tb_attn_plugin.vocab.scopes import OTHER, PREFIX
 
-__all__ = ["IMPL_BACKENDS", "SEVERITIES", "Evidence", "Finding", "find"]
+__all__ = ["SEVERITIES", "Evidence", "Finding", "find"]
 
-#: Backends each runner implementation may legitimately end up on (``docs/runner.md``); "sdpa"
-#: lets PyTorch choose, so it expects nothing. The keys are the runner's ``--impl`` names, not backends.
-IMPL_BACKENDS: dict[str, tuple[Backend, ...]] = {
-    "sdpa-flash": (Backend.FLASH, Backend.CPU_FLASH, Backend.ROCM_FLASH),
-    "sdpa-efficient": (Backend.EFFICIENT,),
-    "sdpa-cudnn": (Backend.CUDNN,),
-    "sdpa-math": (Backend.SDPA_MATH,),
-    "naive": (Backend.NAIVE,),
-    "naive-inplace": (Backend.NAIVE,),
-    "flex": (Backend.FLEX,),
-    "flex-eager": (Backend.FLEX_EAGER,),
-    "linear-elu": (Backend.LINEAR,),
-    "performer": (Backend.PERFORMER,),
-    "int8-qk": (Backend.INT8_QK,),
-}
 DISPATCH_RATIO = 2.0  # GPU: forward CPU time per call at least this many times its device time...
 DEVICE_BUSY_MAX = 0.8  # ...while the device is busy for less than this share of the step
 TINY_OP_US = 20.0  # CPU: a top-level op shorter than this is mostly dispatch

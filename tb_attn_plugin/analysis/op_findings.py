@@ -36,7 +36,8 @@ from tb_attn_plugin.vocab.aten import (
     SOFTMAX_OPS,
     TRIANGLE_OPS,
 )
-from tb_attn_plugin.vocab.scopes import PHASES, SCORE_PASS_PHASES, SCORE_PHASES, Phase, in_order
+from tb_attn_plugin.vocab.impls import Impl
+from tb_attn_plugin.vocab.scopes import CORE_PHASES_BUT_PASSES, PHASES, in_order
 
 _FLEX_PHASE = PHASES.index("flex")
 
@@ -46,9 +47,9 @@ MIN_COPY_ELEMS = 256  # smaller copies in the mask phase are scalars or small ma
 
 
 #: The phases of an attention core: the op before a copy among them says whether scores exist yet.
-#: The scores' phases and attn·V, but not the element-wise passes over scores that exist already
-#: (the copies looked at are in the mask phase).
-_CORE_PHASES = np.array([PHASES.index(p) for p in in_order((SCORE_PHASES - SCORE_PASS_PHASES) | {Phase.AV_MATMUL})])
+#: Not the passes over scores (the copies looked at are in the mask phase), nor int8's dequantization
+#: (its scores exist: a copy after it copies them).
+_CORE_PHASES = np.array([PHASES.index(p) for p in in_order(CORE_PHASES_BUT_PASSES)])
 _QK = PHASES.index("qk_matmul")
 
 
@@ -244,7 +245,7 @@ def _fallback_causes(t: RuleQuery, calls: I64) -> list[Cause]:
         found.append(SdpaCall(q=t.dims(outer, 0), k=t.dims(outer, 1), v=t.dims(outer, 2), mask=t.dims(outer, 3),
                               dtype=types[0] if types else None, dropout_p=_number(concrete, at_dropout),
                               enable_gqa=_flag(concrete, at_gqa)))
-    return causes(found, cuda=t.cuda, pinned=t.meta.get("impl") == "sdpa-math")
+    return causes(found, cuda=t.cuda, pinned=t.meta.get("impl") == Impl.SDPA_MATH)
 
 
 def _number(concrete: tuple[str, ...], k: int) -> float | None:

@@ -18,13 +18,12 @@ the strategy is faster above L* when k < m, below it when k > m.
 
 from __future__ import annotations
 
-import json
 import math
 from typing import Any
 
 from tb_attn_plugin.analysis.clock import on_device
 from tb_attn_plugin.analysis.compare import time_verdict
-from tb_attn_plugin.analysis.configs import APPROXIMATE_BACKENDS, LINEAR_BACKENDS, config, text
+from tb_attn_plugin.analysis.configs import APPROXIMATE_BACKENDS, LINEAR_BACKENDS, config, config_key, text
 from tb_attn_plugin.analysis.quant_findings import quant_share
 from tb_attn_plugin.analysis.query import new_finding
 from tb_attn_plugin.analysis.spread import fit_power, representative_worker
@@ -150,9 +149,7 @@ def strategies(runs: list[RunSummary], *, baseline: str | None = None, rel_tol: 
         seq = cfg.get("seq")
         if not isinstance(seq, int) or isinstance(seq, bool) or seq <= 0:
             continue
-        key = json.dumps({k: v for k, v in cfg.items() if k not in ("seq", *_STRATEGY_KEYS)}, sort_keys=True,
-                         default=str)
-        groups.setdefault(key, []).append((run, cfg))
+        groups.setdefault(config_key(cfg, but=("seq", *_STRATEGY_KEYS)), []).append((run, cfg))
     out = [_group(members, baseline, rel_tol, loss_tol) for _, members in sorted(groups.items())]
     return StrategyTable(rel_tol=rel_tol, loss_tol=loss_tol, groups=out)
 

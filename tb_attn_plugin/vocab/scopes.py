@@ -54,6 +54,7 @@ from enum import StrEnum
 
 __all__ = [
     "CORE_PHASES",
+    "CORE_PHASES_BUT_PASSES",
     "FUSED_PHASES",
     "GRAMMAR_VERSION",
     "IMPL_NEUTRAL_PHASES",
@@ -148,6 +149,9 @@ UNFUSED_CORE_PHASES = _group(Phase.QK_MATMUL, Phase.SOFTMAX, Phase.AV_MATMUL) | 
 FUSED_PHASES = _group(Phase.SDPA, Phase.FLEX, Phase.COMPILED)
 #: The attention core, q·kᵀ to attn·V, fused or not: what a mask thins and what heads split.
 CORE_PHASES = UNFUSED_CORE_PHASES | FUSED_PHASES
+#: The core without the element-wise passes over its scores: the ops that mark where a call's core
+#: stands (before q·kᵀ, after it, after attn·V), which a pass in between (a mask's copy) is read against.
+CORE_PHASES_BUT_PASSES = CORE_PHASES - SCORE_PASS_PHASES
 #: Phases that hold (Sq, Sk) scores or probabilities: q·kᵀ to dropout, int8's dequantized scores,
 #: and the SDPA and flex calls (whose unfused paths materialize them). Not attn·V: its output is (Sq, D).
 SCORE_PHASES = _group(Phase.QK_MATMUL, Phase.DEQUANTIZE, Phase.SCALE, Phase.MASK, Phase.SOFTMAX, Phase.DROPOUT,

@@ -15,7 +15,7 @@ from helpers import GENERATION, profile_run
 from tb_attn_plugin.analysis.analyze import analyze
 from tb_attn_plugin.analysis.compare import compare
 from tb_attn_plugin.analysis.flops import causal_fraction, op_flops
-from tb_attn_plugin.analysis.generation_findings import REALLOC_MIN_SHARE, SMALL_OP_FLOORS
+from tb_attn_plugin.analysis.generation_findings import SMALL_OP_FLOORS
 from tb_attn_plugin.analysis.peaks import cpu_op_floor
 from tb_attn_plugin.analysis.scaling import scaling
 from tb_attn_plugin.analysis.summary import summarize_trace
@@ -139,21 +139,16 @@ def test_fit_over_a_wide_range(tmp_path: Path) -> None:
 
 
 def test_findings(runs: dict[str, RunSummary]) -> None:
-    # The premise is in the bytes: the dynamic cache copies itself whole every step, the static one
-    # never. Whether the copies are a finding is their share of decode attention's time, which a
-    # loaded machine moves (the projections slow down more than a copy): the rule follows it.
+    # What a real run shows whatever the machine's speed: the bytes. The dynamic cache copies itself
+    # whole every step, the static one never; the rule's threshold on the copies' share of decode
+    # attention time, which a loaded machine moves, is tested on generations whose times the test
+    # sets (test_generation_findings.py: test_realloc_thresholds).
     g = _gen(runs, "builtin/sdpa/gen-p128-n6-dynamic")
     assert g.decode is not None and g.realloc_bytes_per_token >= 0.5 * g.decode.kv_bytes > 0
-    share = g.decode.kv_cache_us / g.decode.attention_us
-    assert ("kv-cache-realloc" in _ids(runs, "builtin/sdpa/gen-p128-n6-dynamic")) == (share >= REALLOC_MIN_SHARE)
     assert _gen(runs, "builtin/sdpa/gen-p128-n6-static").realloc_bytes_per_token < 0.5 * g.decode.kv_bytes
-    assert "kv-cache-realloc" not in _ids(runs, "builtin/sdpa/gen-p128-n6-static")
-    assert "gqa-opportunity" in _ids(runs, "builtin/sdpa/gen-p128-n6-dynamic")
+    assert "kv-cache-realloc" not in _ids(runs, "builtin/sdpa/gen-p128-n6-static")  # no premise, whatever the times
+    # 4 KV heads read the cache, where 1 would read a quarter of it: bytes again.
     assert "gqa-opportunity" not in _ids(runs, "builtin/sdpa/gen-p128-n6-dynamic-kv1")
-    realloc = next((f for f in runs["builtin/sdpa/gen-p128-n6-dynamic"].workers[0].findings
-                    if f.id == "kv-cache-realloc"), None)
-    if realloc is not None:
-        assert realloc.evidence.details["realloc_bytes_per_token"] == g.realloc_bytes_per_token
     gqa = next(f for f in runs["builtin/sdpa/gen-p128-n6-dynamic"].workers[0].findings if f.id == "gqa-opportunity")
     assert "1 KV head (multi-query) would read" in gqa.explanation and "75% less" in gqa.explanation
 

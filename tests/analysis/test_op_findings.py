@@ -122,6 +122,17 @@ def test_a_copy_before_the_scores_exist_is_the_masks() -> None:
     assert f.evidence.time_us == 60
 
 
+def test_a_copy_of_int8_dequantized_scores_is_of_the_scores() -> None:
+    """int8-qk: q·kᵀ in integers, the scores dequantized to fp32, then masked out of place. The scores
+    exist from q·kᵀ on, so the mask phase's clone copies them (a medium finding), dequantization between
+    them or not."""
+    events = _unfused(0, MASKED_FILL)
+    deq = [_scope("/dequantize", 75, 20), _op("aten::mul", 76, 15, [SCORES, [2, 4, 16, 1]])]
+    (f,) = _rule("_hidden_copy", events[:4] + deq + events[4:])
+    assert (f.severity, f.evidence.details["copied"]) == ("medium", "scores")
+    assert f.evidence.bytes == 2 * 4 * 16 * 16 * 4
+
+
 def test_a_copy_of_a_position_bias_is_named_for_the_bias() -> None:
     """T5's bias: an embedding indexed by a 2-D (query, key) table of buckets, then a contiguous copy
     of the (1, H, Sq, Sk) bias, all before q·kᵀ."""

@@ -149,7 +149,8 @@ def open_run(frame: Frame, run: str) -> None:
     """Clicks the run in the runs list and waits for its overview (or its error)."""
     frame.get_by_role("button", name=f"Open run {run}", exact=True).click()
     expect(frame.locator(".run-title")).to_have_text(run)
-    expect(frame.locator(".card .stats, .card [role=alert]").first).to_be_visible()
+    # The first load of a run reads its trace: seconds on a loaded machine, past expect's 5 s.
+    expect(frame.locator(".card .stats, .card [role=alert]").first).to_be_visible(timeout=30_000)
 
 
 def back_to_runs(frame: Frame) -> None:
@@ -191,6 +192,39 @@ def expect_ink(frame: Frame, selector: str, minimum: list[int], what: str) -> li
             return counts
         assert time.monotonic() < deadline, f"{what}: drawn pixels per canvas {counts}, expected at least {minimum}"
         frame.page.wait_for_timeout(50)
+
+
+#: True once the canvases under a selector drew the same pixels at two polls in a row (the key
+#: holds the previous poll's pixels on the window).
+_STILL = """([sel, key]) => {
+    const now = [...document.querySelectorAll(sel)].map(c => c.toDataURL()).join("|");
+    const before = window[key];
+    window[key] = now;
+    return now.length > 0 && now === before;
+}"""
+
+
+def expect_still(frame: Frame, selector: str = "canvas") -> None:
+    """Waits until the canvases under ``selector`` stop changing: an animation or a redraw is over
+    (a screenshot, or a reading of what was drawn, sees its last frame)."""
+    key = f"__tbAttnStill{next(_STILL_KEYS)}"
+    frame.wait_for_function(_STILL, arg=[selector, key], polling=100, timeout=30_000)
+
+
+_STILL_KEYS = itertools.count()
+
+
+def release(frame: Frame, route: Any) -> None:
+    """Lets a held request go on, and waits until its answer is in and the page has had a frame
+    to show it: a late answer the tab must drop has had its chance to do harm."""
+    try:
+        route.continue_()
+    except Exception:  # the tab aborted it already: no answer will come
+        return
+    response = route.request.response()  # waits for it; None where the tab aborted it since
+    if response is not None:
+        response.finished()
+    frame.evaluate("() => new Promise(done => requestAnimationFrame(() => setTimeout(done)))")
 
 
 def canvas_png(frame: Frame, selector: str) -> str:
@@ -331,4 +365,4 @@ def _widen(frame: Frame, point: dict[str, Any]) -> None:
     for _ in range(min(steps, 80)):
         frame.page.mouse.wheel(0, -100)
         frame.page.wait_for_timeout(20)
-    frame.page.wait_for_timeout(300)  # the redraw after the last zoom
+    expect_still(frame, "section.timeline canvas")  # the redraw after the last zoom

@@ -24,6 +24,7 @@ from pages import (
     chart_option,
     engine_summary,
     expect_ink,
+    expect_still,
     fmt_bytes,
     fmt_flops,
     fmt_ms,
@@ -202,7 +203,7 @@ def test_generation_view_matches_the_engine(generation_ui: TensorBoard, logdir: 
             expect(row.locator("td.flops")).to_have_text(fmt_flops(layer.flops))
             expect(row.locator("td.alloc")).to_have_text(fmt_bytes(layer.alloc_bytes))
             expect(row.locator(".backend-chip")).to_have_text(layer.backend)
-    page.wait_for_timeout(300)
+    expect_still(frame)
     view.screenshot(path=str(shots / "generation.png"))
     shot(page, artifacts, "generation")
 
@@ -252,7 +253,7 @@ def test_decode_fit_over_a_wide_range_of_contexts(generation_ui: TensorBoard, lo
         expect(note).to_have_count(0)
     assert g.per_key_us is not None
     expect(frame.get_by_test_id("gen-line-fit")).to_contain_text(f"{fmt_us(g.per_key_us)} per key")
-    page.wait_for_timeout(300)
+    expect_still(frame)
     frame.get_by_test_id("generation").screenshot(path=str(shots / "generation_fit.png"))
     shot(page, artifacts, "generation-fit")
 
@@ -334,7 +335,7 @@ def test_compare_shows_decode_per_token(generation_ui: TensorBoard, logdir: Path
     expect_ink(frame, "[data-testid=decode-scaling-chart] canvas", [1000, 1000], "the decode scaling charts")
     assert chart_option(frame, "[data-testid=decode-scaling-chart] .chart")["xAxis"][0]["name"] == "context (keys)"
     expect(frame.locator(".compare-scaling .note")).to_contain_text("differ only in their prompt length")
-    page.wait_for_timeout(300)
+    expect_still(frame)
     frame.locator("section.compare-page").screenshot(path=str(shots / "generation_compare.png"))
     shot(page, artifacts, "generation-compare")
 

@@ -19,6 +19,7 @@ from pages import (
     chart_option,
     drill_title,
     expect_ink,
+    expect_still,
     fmt_bytes,
     fmt_us,
     one_unit,
@@ -120,7 +121,7 @@ def test_memory_view(tensorboard: Any, browser_logdir: Path, page: Page, artifac
     for _ in range(12):
         page.mouse.wheel(0, -100)
         page.wait_for_timeout(20)
-    page.wait_for_timeout(300)
+    expect_still(frame, f"{CURVE} canvas")  # the redraw after the last zoom
     assert _decimal_steps(axis_labels(frame, CURVE, "xAxis")) < before
 
     # A peak bar opens its layer's drill-down: layer 0's bar is the left one, from the axis up.

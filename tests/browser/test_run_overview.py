@@ -21,6 +21,7 @@ from pages import (
     fmt_us,
     open_run,
     open_tab,
+    release,
     shot,
     show_tab,
     stat,
@@ -95,11 +96,7 @@ def test_switching_runs_shows_no_stale_data(tensorboard: Any, page: Page, artifa
     back_to_runs(frame)
     open_run(frame, "demo/sdpa-math")
     expect(frame.locator(".card .backend-chip")).to_have_text("sdpa-math")
-    try:
-        held[0].continue_()
-    except Exception:  # the request is gone already
-        pass
-    frame.page.wait_for_timeout(500)
+    release(frame, held[0])
     expect(frame.locator(".run-title")).to_have_text("demo/sdpa-math")
     expect(frame.locator(".card .backend-chip")).to_have_text("sdpa-math")
     expect(frame.locator(".card .meta-line")).to_contain_text("sdpa-math")

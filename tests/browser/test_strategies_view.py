@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from pages import chart_option, expect_ink, fmt_us, open_tab, shot, to_fixed
+from pages import chart_option, expect_ink, expect_still, fmt_us, open_tab, shot, to_fixed
 from playwright.sync_api import Frame, Page, expect
 
 from devtools.tbserver import TensorBoard
@@ -202,5 +202,5 @@ def test_strategies_in_dark(strategies_ui: TensorBoard, strategies_logdir: Path,
     frame = open_strategies(page, strategies_ui, len(group.rows))
     expect(frame.locator(".tb-attn")).to_have_class("tb-attn dark")
     expect_ink(frame, "[data-testid=strategies-tradeoff-chart] canvas", [500], "the speed-up chart in dark")
-    page.wait_for_timeout(500)
+    expect_still(frame)
     shot(page, artifacts, "strategies-dark")

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from pages import back_to_runs, expect_ink, fmt_us, open_tab, shot, show_tab
+from pages import back_to_runs, expect_ink, fmt_us, open_tab, release, shot, show_tab
 from playwright.sync_api import Frame, Page, expect
 
 from devtools.tbserver import TensorBoard, free_port
@@ -305,11 +305,7 @@ def test_replicas_gaps_single_rank_errors_and_stale_answers(ranks_url: str, page
     back_to_runs(frame)
     frame.get_by_role("button", name=f"Open run {GAPS_RUN}", exact=True).click()
     expect(frame.get_by_test_id("global-heads")).to_contain_text("replicas")
-    try:
-        held[0].continue_()
-    except Exception:  # the tab aborted it already
-        pass
-    frame.page.wait_for_timeout(500)
+    release(frame, held[0])
     expect(frame.locator(".run-title")).to_have_text(GAPS_RUN)
     expect(frame.locator("[data-testid=ranks-table] tbody tr")).to_have_count(2)
     expect(frame.locator("[data-testid=ranks-table] tbody tr").first).to_have_attribute("data-worker", "host_rank0")

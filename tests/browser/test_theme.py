@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from pages import expect_ink, open_run, open_tab, shot, show_tab
+from pages import expect_ink, expect_still, open_run, open_tab, shot, show_tab
 from playwright.sync_api import Frame, Page, expect
 
 
@@ -28,7 +28,7 @@ def test_the_tab_follows_tensorboards_dark_theme(tensorboard: Any, page: Page, a
     shot(page, artifacts, "dark-run")
     for label, name in (("Layers \u00d7 heads", "heads"), ("Memory", "memory"), ("Timeline", "timeline")):
         show_tab(frame, label)
-        page.wait_for_timeout(500)  # the chart's first frame
+        expect_still(frame)  # the chart drawn, its animation over
         shot(page, artifacts, f"dark-{name}")
     # TensorBoard's own switch back to light: the tab follows without a reload.
     page.evaluate("document.body.classList.remove('dark-mode')")
@@ -46,5 +46,5 @@ def test_compare_in_dark(tensorboard: Any, page: Page, artifacts: Path) -> None:
     frame.get_by_test_id("compare-button").click()
     expect(frame.get_by_test_id("headlines")).to_be_visible()
     expect(frame.locator(".tb-attn")).to_have_class("tb-attn dark")
-    page.wait_for_timeout(500)
+    expect_still(frame)
     shot(page, artifacts, "dark-compare")

@@ -14,6 +14,7 @@ from pages import (
     axis_labels,
     drill_title,
     expect_ink,
+    expect_still,
     one_unit,
     open_run,
     open_tab,
@@ -93,7 +94,7 @@ def test_legend_axis_and_labels(tensorboard: Any, browser_logdir: Path, page: Pa
     _, step = one_unit(axis_labels(frame, CHART), TIME_UNITS)
     span = d.end_us - d.start_us
     _zoom_to(frame, span * 0.45, span * 0.55)
-    frame.page.wait_for_timeout(300)
+    expect_still(frame, f"{CHART} canvas")
     _, zoomed = one_unit(axis_labels(frame, CHART), TIME_UNITS)
     assert zoomed < step
 
@@ -107,7 +108,7 @@ def test_legend_axis_and_labels(tensorboard: Any, browser_logdir: Path, page: Pa
         for i, text in ((block, f"L{layer} attention"), (bwd, f"L{layer} bwd")):
             t0 = ev.start_us[i] - d.start_us
             _zoom_to(frame, t0, t0 + ev.dur_us[i])
-            frame.page.wait_for_timeout(300)
+            expect_still(frame, f"{CHART} canvas")
             drawn = _drawn_texts(frame)
             assert any(s == text or s.startswith(text + " ") for s in drawn), (text, drawn[:40])
     shot(page, artifacts, "timeline-backward")

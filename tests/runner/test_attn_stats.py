@@ -137,9 +137,13 @@ def test_event_files_round_trip_and_other_tags_are_ignored(tmp_path: Path) -> No
     table, step = parse_head_stats(files)
     assert step == 7
     assert table == {0: {0: {"entropy": 0.75}, 1: {"entropy": 1.0}}, 1: {0: {"entropy": 0.125}}}
-    # a truncated file (still being written) gives what it holds so far
+    # A file still being written gives the records it holds so far: the step-3 file (the longest: four
+    # scalars and two histograms) cut inside its last scalar's record keeps the three before it.
     whole = max(files, key=len)
-    assert parse_head_stats([whole[: len(whole) - 3]])[1] in (3, 7, None)
+    cut = whole.index(b"attn_stats.window_64/L0.H1")
+    assert parse_head_stats([whole[:cut]]) == ({0: {0: {"entropy": 0.25, "window_64": 0.9}, 1: {"entropy": 0.5}}}, 3)
+    assert parse_head_stats([whole[:-3]]) == ({0: {0: {"entropy": 0.25, "window_64": 0.9},
+                                                   1: {"entropy": 0.5, "window_64": 0.1}}}, 3)
     assert parse_head_stats([b"not an event file at all"]) == ({}, None)
 
 

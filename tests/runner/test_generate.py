@@ -13,11 +13,12 @@ from helpers import GENERATION_RUNS
 from tracetools import load_trace
 
 from runner.cli import main as runner_main
-from runner.config import GENERATE_IMPLS, ModelConfig
+from runner.config import ModelConfig
 from runner.generate import builtin_generation, hf_generation
 from runner.hf_models import hf_config
 from runner.model import Attention, Transformer
 from runner.session import SDPA_BACKENDS
+from tb_attn_plugin.vocab.impls import GENERATE_IMPLS
 from tb_attn_plugin.vocab.scopes import format_step_scope, parse_step_scope
 
 #: The exact implementations that run on a CPU (efficient and cuDNN SDPA are CUDA kernels).

@@ -32,3 +32,11 @@ def test_machine_peaks_say_what_they_measured() -> None:
     assert set(peaks["gemm_n"]) == set(peaks["gemm_flops_per_s"]) == {"fp32", "bf16"}
     assert all(n in probes._CPU_SIZES for n in peaks["gemm_n"].values())
     assert peaks["gemm_probe"] == probes.GEMM_PROBE and "50/8 ms" in peaks["gemm_probe"]
+
+
+def test_the_op_overhead_is_the_median_batch_after_the_warm_up(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A clock that makes the batches last 1 s (the warm-up), then 0.5, 0.1, 0.9 and 0.3 s for 100
+    calls each: the median of the four timed ones, (0.3 + 0.5) / 2 s over 100 calls, is 4000 µs a call."""
+    ticks = iter([0.0, 1.0, 1.0, 1.5, 1.5, 1.6, 1.6, 2.5, 2.5, 2.8])
+    monkeypatch.setattr(probes.time, "perf_counter", lambda: next(ticks))
+    assert probes.op_overhead_us(torch.device("cpu"), calls=100, batches=4) == pytest.approx(4000.0)

@@ -13,10 +13,10 @@ from helpers import PROFILE, SPARSE, TINY, WINDOW
 
 from runner.cli import main as runner_main
 from runner.config import ConfigError, ModelConfig
-from runner.masks import build_block_mask, dense_mask, mask_info, mask_mod
+from runner.masks import build_block_mask, dense_mask, mask_mod
 from runner.model import Transformer, flex_call
 from runner.session import RunSpec, run_one
-from tb_attn_plugin.vocab.masks import BLOCK_SIZE, kept_pairs, parse_mask
+from tb_attn_plugin.vocab.masks import kept_pairs, parse_mask
 
 S = 256
 
@@ -58,27 +58,6 @@ def test_the_model_gives_the_same_logits_with_flex_naive_and_sdpa() -> None:
             out[impl] = Transformer(cfg).eval()(ids)
     torch.testing.assert_close(out["flex"], out["naive"], atol=1e-4, rtol=1e-4)
     torch.testing.assert_close(out["sdpa"], out["naive"], atol=1e-4, rtol=1e-4)
-
-
-@pytest.mark.parametrize("spec", ["causal", "sliding:64", "sliding:200", "document:3", "prefix:100", "block:0.3"])
-def test_mask_info_is_the_masks_real_density(spec: str) -> None:
-    mask = parse_mask(spec)
-    mod = mask_mod(mask, S, causal=True, seed=7)
-    info = mask_info(mask, dense_mask(mod, S))
-    exact = kept_pairs(mask, S, S, causal=True)
-    if exact is not None:
-        assert info.kept == exact / (S * S)
-    block_mask = build_block_mask(mod, S)
-    assert info.blocks == pytest.approx(1 - block_mask.sparsity() / 100, abs=1e-12)
-    assert info.block_size == BLOCK_SIZE
-
-
-def test_block_masks_are_seeded_and_keep_the_diagonal() -> None:
-    first = dense_mask(mask_mod(parse_mask("block:0.25"), 1024, causal=False, seed=5), 1024)
-    again = dense_mask(mask_mod(parse_mask("block:0.25"), 1024, causal=False, seed=5), 1024)
-    other = dense_mask(mask_mod(parse_mask("block:0.25"), 1024, causal=False, seed=6), 1024)
-    assert torch.equal(first, again) and not torch.equal(first, other)
-    assert bool(first.diagonal().all())
 
 
 def test_metadata_records_the_mask(sparse_logdir: Path) -> None:

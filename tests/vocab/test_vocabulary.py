@@ -33,10 +33,6 @@ ALLOWED: dict[tuple[str, frozenset[str]], str] = {
     ("analysis/roles.py", frozenset({"kv_expand", "rope"})): "a rule of the phase inference",
     # The wording of each fused phase in a sentence (its keys are FUSED_PHASES: checked below).
     ("analysis/why_slower.py", frozenset({"sdpa", "flex", "compiled"})): "a sentence per fused phase",
-    # The runner's --impl names (docs/runner.md), a vocabulary of their own that shares some
-    # spellings with the backends: the keys of the table of what each may run on.
-    ("analysis/findings.py", frozenset({"sdpa-math", "naive", "flex", "flex-eager", "performer", "int8-qk"})):
-        "the runner's --impl names, mapped to backends",
 }
 
 
@@ -176,6 +172,7 @@ def test_phase_groups_differ_only_where_documented() -> None:
     # The scores: int8's dequantized scores hold them too; attn·V's output and a compiled block do not.
     assert scopes.SCORE_PHASES - scopes.CORE_PHASES == {"dequantize"}
     assert scopes.CORE_PHASES - scopes.SCORE_PHASES == {"av_matmul", "compiled"}
+    assert scopes.CORE_PHASES_BUT_PASSES == {"qk_matmul", "softmax", "av_matmul", "sdpa", "flex", "compiled"}
     # Communication is no head's work either: a tensor-parallel rank's all-reduce sums every head at once.
     assert scopes.UNSPLIT_PHASES == scopes.PROJECTION_PHASES | {"comm", OTHER}
     assert scopes.in_order(scopes.UNSPLIT_PHASES) == ("qkv_proj", "out_proj", "comm", "other")
