@@ -47,6 +47,7 @@ TINY_SHARE = 0.5  # ...and at least this share of the block's time outside longe
 SHARE_NOTABLE = 0.5  # share-of-step is "low" rather than "info" from here
 OTHER_SHARE = 0.2  # a layer with more of its block's time than this in no phase gets a note
 
+
 def find(analysis: Analysis, summary: WorkerSummary, *, metadata: dict[str, object] | None = None) -> list[Finding]:
     """Every rule's findings on one trace, rule by rule. None reads a roof: ``analysis.summary``
     adds the roofline's and orders them all once (``finding_order``)."""
