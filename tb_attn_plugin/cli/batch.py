@@ -55,9 +55,9 @@ def fail(message: str) -> int:
 
 def stderr(message: str) -> None:
     """One line on stderr, after the program's name, with its control characters escaped."""
-    from tb_attn_plugin.cli import text  # lazy: `--help` loads no engine
+    from tb_attn_plugin.types.encoding import printable  # lazy: `--help` loads no engine
 
-    print(f"{PROG}: {text.printable(message)}", file=sys.stderr)
+    print(f"{PROG}: {printable(message)}", file=sys.stderr)
 
 
 def whole(unit: str) -> Callable[[str], int]:

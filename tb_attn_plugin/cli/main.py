@@ -19,7 +19,7 @@ the run that was profiled, so it must not pass, 3 when the steps' noise spans th
 noisy to judge (``docs/ci.md``).
 
 Each error is one line on stderr, ``tb-attn: ...``. Names and messages go through
-``text.printable``: a file, run or worker name cannot send escape sequences to the terminal.
+``types.encoding.printable``: a file, run or worker name cannot send escape sequences to the terminal.
 """
 
 # Each command imports what it needs inside it (`# lazy:`): `tb-attn --help` and a usage error answer
@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, NoReturn
 
 from tb_attn_plugin.cli import batch, report, text
 from tb_attn_plugin.cli.batch import PROG, Usage, fail, listed_runs, stderr
+from tb_attn_plugin.types.encoding import printable
 
 if TYPE_CHECKING:  # the CLI imports the engine lazily: `tb-attn --help` stays fast
     from tb_attn_plugin.trace.discover import Run
@@ -47,7 +48,7 @@ __all__ = ["main"]
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{self.prog}: error: {text.printable(message)}\n")
+        self.exit(2, f"{self.prog}: error: {printable(message)}\n")
 
 
 def _rate(text: str) -> float:

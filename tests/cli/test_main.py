@@ -16,7 +16,8 @@ import pytest
 from helpers import HAND_TRACES, SHARED_TRACES, accelerate_run
 
 from tb_attn_plugin.cli.main import main
-from tb_attn_plugin.cli.report import CSV_FIELDS, printable
+from tb_attn_plugin.cli.report import CSV_FIELDS
+from tb_attn_plugin.types.encoding import printable
 from tb_attn_plugin.vocab.scopes import PHASES
 
 
