@@ -17,8 +17,9 @@ import pytest
 from helpers import HAND_TRACES
 from tensorboard import errors
 
+from tb_attn_plugin.engine.limits import Limits
 from tb_attn_plugin.engine.loader import Loader
-from tb_attn_plugin.engine.workspace import Limits, Parsed, Workspace
+from tb_attn_plugin.engine.workspace import Parsed, Workspace
 from tb_attn_plugin.server.service import POLL_RUNS_MS, Loading, Service
 from tb_attn_plugin.trace.discover import TraceFile
 from tb_attn_plugin.vocab.names import METADATA_FILE
