@@ -68,9 +68,10 @@ def resolve_runs(path: str) -> list[Run]:
     # Any other name: the worker is the name less its last suffix (and .gz), dots kept.
     worker, span = parsed if parsed is not None else (_stem(name), None)
     directory = path.rstrip("/").rsplit("/", 1)[0] if "/" in path.rstrip("/") else "."
-    trace = TraceFile(path=info.path, name=display_name(name), worker=display_name(worker), span=span,
-                      size=info.size, mtime=info.mtime, etag=info.etag)
-    return [Run(name=display_name(name), path=directory, files=(trace,))]
+    shown = display_name(name)
+    trace = TraceFile(path=info.path, name=shown, worker=display_name(worker), span=span, size=info.size,
+                      mtime=info.mtime, etag=info.etag)
+    return [Run(name=shown, path=directory, files=(trace,))]
 
 
 def _stem(name: str) -> str:

@@ -87,7 +87,8 @@ def _lookup(loader: Loader, files: Sequence[tuple[TraceFile, Meta]],
         if hits:
             known.update(hits)
             todo = [(t, m) for t, m in todo if t not in hits]
-    schedule.answered(list(known))
+    if known:
+        schedule.answered(list(known))
     return known, todo
 
 

@@ -67,7 +67,7 @@ def test_each_cache_is_asked_once_per_file_in_order(logdir: Path, tmp_path: Path
     loader = Loader(cache_dir=str(tmp_path / "cache"))
     first = summarize_runs(loader, runs, schedule=schedule)
     # nothing cached: both files asked of the summary cache once, in one batch, then parsed once
-    assert schedule.steps == [("summary cache", workers), ("answered", []), ("parse", workers)]
+    assert schedule.steps == [("summary cache", workers), ("parse", workers)]
     assert len(read) == 2 and len(decodes) == 2
     again = _Recording()
     assert summarize_runs(loader, runs, schedule=again) == first  # memory answers: no other step

@@ -280,7 +280,7 @@ def test_the_service_reaches_the_engine_only_through_service_engine(logdir: Path
     service.metadata_body("mixed")
     assert "_files" not in vars(built)  # its Loader (a cached_property) was never built
     assert "_files" in vars(recorder.inner)
-    assert {"cached", "parse", "run_summary", "cached_analysis", "metadata"} <= set(recorder.asked)
+    assert {"cached", "parse", "summaries", "cached_analysis", "metadata"} <= set(recorder.asked)
     assert not [name for name in recorder.asked if name.startswith("_")]
 
 
