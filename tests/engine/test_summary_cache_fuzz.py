@@ -65,7 +65,7 @@ def _set(path: tuple[Any, ...], value: Any) -> Grow:
         try:
             for part in path[:-1]:
                 target = target[part]
-            target[path[-1]] = value
+            target[path[-1]] = copy.deepcopy(value)  # never an alias of the base summary's rows
         except (LookupError, TypeError):
             pass  # an earlier change took the path away
     return grow
