@@ -1,8 +1,9 @@
 """``load``: traces to summaries in a notebook, and ``Summaries``: them as pandas DataFrames.
 
-``load`` resolves its source as ``tb-attn summarize`` does (``loader.resolve_runs``; ``run=``,
-``worker=`` and ``ranks=`` as ``--run``, ``--worker`` and ``--ranks``) and summarizes the files as
-it does (``fanout.summarize_runs``: serially, in ``jobs`` processes or on an executor), so that
+``load`` builds one ``Workspace`` as ``tb-attn summarize`` does, which resolves its source
+(``run=``, ``worker=`` and ``ranks=`` as ``--run``, ``--worker`` and ``--ranks``) and summarizes
+the files through the engine's one pipeline (``fanout.Fanout``: serially, in ``jobs`` processes or
+on an executor), so that
 ``Summaries.to_json()`` is byte for byte the CLI's ``--format json``. pandas is imported only
 when a DataFrame is asked for: the tab and the CLI never import this package.
 """
@@ -17,7 +18,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from tb_attn import frames, html
-from tb_attn_plugin.cli.text import printable
+from tb_attn_plugin.types.encoding import printable
 
 if TYPE_CHECKING:
     import pandas as pd

@@ -3,7 +3,7 @@ its findings and its unreadable files, as HTML (``_repr_html_``) and as text (``
 
 Run, worker and file names and every text of a finding come from the traces, which anyone who
 can write to the logdir controls: each string is HTML-escaped (quotes included) in the HTML, and
-passed through ``report.printable`` in the text, so a name can neither add markup nor send escape
+passed through ``types.encoding.printable`` in the text, so a name can neither add markup nor send escape
 sequences to a terminal.
 """
 
@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from html import escape
 
-from tb_attn_plugin.cli.report import printable
+from tb_attn_plugin.types.encoding import printable
 from tb_attn_plugin.types.schema import RunSummary
 
 __all__ = ["findings_html", "overview_html", "overview_text"]

@@ -11,7 +11,8 @@
 An executor that cannot be used (no scheduler at that address, dask not installed) is a warning,
 and the files are summarized on this machine instead: nothing is lost, only time.
 
-It also holds what every command shares: the runs a path names (``listed_runs``) and the one-line
+It also holds what every command shares: its one ``Workspace`` (``workspace``: what to read and
+how, as the flags say), which names the command's runs once and summarizes them, and the one-line
 error (``fail``, exit code 2) and stderr lines that bad input gets.
 """
 
@@ -19,32 +20,20 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from tb_attn_plugin.trace.discover import Run
+    from tb_attn_plugin.engine.workspace import Workspace
     from tb_attn_plugin.types.results import RankView
-    from tb_attn_plugin.types.schema import RunSummary
 
-__all__ = ["PROG", "Usage", "add_flags", "fail", "listed_runs", "sampled", "select", "stderr", "summaries", "whole"]
+__all__ = ["PROG", "Usage", "add_flags", "fail", "sampled", "stderr", "whole", "workspace"]
 
 PROG = "tb-attn"
 
 
 class Usage(Exception):
     """Input that the command cannot work on: printed as one line, exit code 2."""
-
-
-def listed_runs(path: str, run: str | None) -> list[Run]:
-    """The runs under ``path``, or the one named ``run`` (``Workspace.runs``, the same messages as
-    every door's). Raises Usage when there are none."""
-    from tb_attn_plugin.engine.workspace import Workspace  # lazy: `--help` loads no engine
-
-    try:
-        return Workspace(path).runs(run=run)
-    except (OSError, ValueError) as exc:
-        raise Usage(str(exc)) from None
 
 
 def fail(message: str) -> int:
@@ -55,9 +44,9 @@ def fail(message: str) -> int:
 
 def stderr(message: str) -> None:
     """One line on stderr, after the program's name, with its control characters escaped."""
-    from tb_attn_plugin.cli import text  # lazy: `--help` loads no engine
+    from tb_attn_plugin.types.encoding import printable  # lazy: `--help` loads no engine
 
-    print(f"{PROG}: {text.printable(message)}", file=sys.stderr)
+    print(f"{PROG}: {printable(message)}", file=sys.stderr)
 
 
 def whole(unit: str) -> Callable[[str], int]:
@@ -104,14 +93,6 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-progress", action="store_true", help="draw no progress bar on the terminal")
 
 
-def select(runs: Sequence[Run], args: argparse.Namespace, path: str) -> list[Run]:
-    """The runs with only the ``--ranks`` selected (runs left with no trace dropped). Raises
-    ValueError when no trace is left."""
-    from tb_attn_plugin.engine.workspace import Workspace  # lazy: `--help` loads no engine
-
-    return Workspace(path, ranks=args.ranks).select_ranks(runs)
-
-
 def sampled(view: RankView, total: int, args: argparse.Namespace) -> RankView:
     """The ranks view with the run's rank count and the ``--ranks`` selection, as the tab's has them."""
     import msgspec
@@ -120,25 +101,25 @@ def sampled(view: RankView, total: int, args: argparse.Namespace) -> RankView:
                                    ranks_selected=None if args.ranks is None else args.ranks.spec)
 
 
-def summaries(args: argparse.Namespace, runs: Sequence[Run], *, worker: str | None = None,
-              paths: Sequence[str] = (), max_trace_bytes: int | None = None,
-              peaks: tuple[float | None, float | None] = (None, None)) -> list[RunSummary]:
-    """Every run summarized as the flags say (``Workspace.summaries``), under the user's
-    ``peaks`` (``--peak-flops``, ``--peak-bw``) and ``max_trace_bytes`` (None: the engine's
-    default). Raises ValueError for a bad ``--executor`` or a cache directory inside one of the
-    ``paths`` the runs were named by (a logdir, a run, a trace)."""
+def workspace(args: argparse.Namespace, path: str, *, max_trace_bytes: int | None = None,
+              peaks: tuple[float | None, float | None] = (None, None)) -> Workspace:
+    """The command's one ``Workspace``: ``path`` read as the flags say, under the user's ``peaks``
+    (``--peak-flops``, ``--peak-bw``) and ``max_trace_bytes`` (None: the engine's default). Raises
+    Usage for a bad ``--executor``, a ``--cache-max-mb`` without ``--cache-dir``, or a cache
+    directory inside ``path`` (which is never written)."""
     from tb_attn_plugin.engine.fanout import executor_address  # lazy: `--help` loads no engine
-    from tb_attn_plugin.engine.workspace import Limits, Workspace  # lazy: as above
-
-    address = executor_address(args.executor)  # a bad --executor is a usage error before anything runs
+    from tb_attn_plugin.engine.limits import Limits  # lazy: as above
+    from tb_attn_plugin.engine.workspace import Workspace  # lazy: as above
 
     def warn(message: str) -> None:
         stderr(f"warning: {message}")
 
     cache_max = None if args.cache_max_mb is None else args.cache_max_mb << 20
     limits = Limits() if max_trace_bytes is None else Limits(max_trace_bytes=max_trace_bytes)
-    spaces = [Workspace(path, cache_dir=args.cache_dir, cache_max_bytes=cache_max, jobs=args.jobs, executor=address,
-                        ranks=args.ranks, progress=False if args.no_progress else None, warn=warn, limits=limits,
-                        peaks=peaks)
-              for path in (paths or ["."])]  # each named path checked (a cache is never inside one)
-    return spaces[0].summaries(runs, worker=worker)
+    try:
+        address = executor_address(args.executor)  # a bad --executor is a usage error before anything runs
+        return Workspace(path, cache_dir=args.cache_dir, cache_max_bytes=cache_max, jobs=args.jobs, executor=address,
+                         ranks=args.ranks, progress=False if args.no_progress else None, warn=warn, limits=limits,
+                         peaks=peaks)
+    except ValueError as exc:
+        raise Usage(str(exc)) from None

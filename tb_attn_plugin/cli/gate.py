@@ -8,9 +8,10 @@ import sys
 from typing import TYPE_CHECKING
 
 from tb_attn_plugin.cli import batch as cli_batch
-from tb_attn_plugin.cli.batch import Usage, fail, listed_runs
+from tb_attn_plugin.cli.batch import Usage, fail
 
 if TYPE_CHECKING:
+    from tb_attn_plugin.engine.workspace import Workspace
     from tb_attn_plugin.trace.discover import Run
 
 __all__ = ["GATE_NOISY", "run_gate"]
@@ -33,17 +34,20 @@ def run_gate(args: argparse.Namespace) -> int:
     except ValueError as exc:
         return fail(f"bad tolerance: {exc}")
     names = (args.baseline, args.candidate)
+    try:  # one workspace: the logdir's; without one, each side's path is its own
+        spaces = [cli_batch.workspace(args, path) for path in ([args.path] if args.path is not None else names)]
+    except Usage as exc:
+        return fail(str(exc))
     picked: list[Run] = []
-    for label, name in zip(_SIDES, names, strict=True):
+    for label, name, space in zip(_SIDES, names, spaces if len(spaces) == 2 else spaces * 2, strict=True):
         try:
-            picked.append(_one_run(args, name))
-        except (Usage, ValueError) as exc:
+            picked.append(_one_run(space, name if args.path is not None else None))
+        except (Usage, OSError, ValueError) as exc:
             return fail(f"{label}: {exc}")
     gc.disable()
     unique = list(dict.fromkeys(picked))  # a run gated against itself is read once
     try:
-        read = dict(zip(unique, cli_batch.summaries(args, unique, paths=[args.path] if args.path is not None
-                                                    else list(names)), strict=True))
+        read = dict(zip(unique, spaces[0].summaries(unique), strict=True))
     except ValueError as exc:
         return fail(str(exc))
     summaries = []
@@ -68,18 +72,13 @@ def run_gate(args: argparse.Namespace) -> int:
     return 0 if outcome.passed else 1 if outcome.regressed else GATE_NOISY
 
 
-def _one_run(args: argparse.Namespace, name: str) -> Run:
-    """The run ``name`` stands for (a run under ``args.path``, else a run directory or trace), with
-    only the ``--ranks`` selected. Raises Usage, or ValueError when no trace of those ranks is left."""
-    from tb_attn_plugin.engine.loader import resolve_runs  # lazy: usage errors answer before the engine loads
-    from tb_attn_plugin.trace.events import TraceError  # lazy: usage errors answer before the engine loads
-
-    try:
-        runs = listed_runs(args.path, name) if args.path is not None else resolve_runs(name)
-    except TraceError as exc:
-        raise Usage(str(exc)) from None
+def _one_run(space: Workspace, name: str | None) -> Run:
+    """The run ``name`` stands for under the workspace's logdir (None: the run directory or trace
+    the workspace is), with only the ``--ranks`` selected. Raises Usage, or OSError and ValueError
+    as ``Workspace.runs`` does."""
+    runs = space.runs(run=name, ranks=False)
     if len(runs) != 1:
         shown = ", ".join(r.name for r in runs[:5]) or "none"
-        raise Usage(f"{name} holds {len(runs)} runs ({shown}); point at one run directory")
-    (run,) = cli_batch.select(runs, args, args.path if args.path is not None else name)
+        raise Usage(f"{space.path} holds {len(runs)} runs ({shown}); point at one run directory")
+    (run,) = space.select_ranks(runs)
     return run

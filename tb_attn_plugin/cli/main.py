@@ -19,7 +19,10 @@ the run that was profiled, so it must not pass, 3 when the steps' noise spans th
 noisy to judge (``docs/ci.md``).
 
 Each error is one line on stderr, ``tb-attn: ...``. Names and messages go through
-``text.printable``: a file, run or worker name cannot send escape sequences to the terminal.
+``types.encoding.printable``: a file, run or worker name cannot send escape sequences to the terminal.
+
+Each command builds one ``Workspace`` (``batch.workspace``), asks it for its runs once and has it
+summarize them.
 """
 
 # Each command imports what it needs inside it (`# lazy:`): `tb-attn --help` and a usage error answer
@@ -35,10 +38,11 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, NoReturn
 
 from tb_attn_plugin.cli import batch, report, text
-from tb_attn_plugin.cli.batch import PROG, Usage, fail, listed_runs, stderr
+from tb_attn_plugin.cli.batch import PROG, Usage, fail, stderr
+from tb_attn_plugin.engine.limits import DEFAULT_MAX_TRACE_MB
+from tb_attn_plugin.types.encoding import printable
 
 if TYPE_CHECKING:  # the CLI imports the engine lazily: `tb-attn --help` stays fast
-    from tb_attn_plugin.trace.discover import Run
     from tb_attn_plugin.types.schema import RunSummary
 
 __all__ = ["main"]
@@ -47,7 +51,7 @@ __all__ = ["main"]
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{self.prog}: error: {text.printable(message)}\n")
+        self.exit(2, f"{self.prog}: error: {printable(message)}\n")
 
 
 def _rate(text: str) -> float:
@@ -80,8 +84,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--format", choices=("table", "json", "csv"), default="table")
     s.add_argument("--tokens", action="store_true",
                    help="with --format csv: one row per generation step (prefill, decode) instead of per layer x phase")
-    s.add_argument("--max-trace-mb", type=batch.whole("MiB"), default=4096,
-                   help="refuse traces larger than this, uncompressed (default 4096)")
+    s.add_argument("--max-trace-mb", type=batch.whole("MiB"), default=DEFAULT_MAX_TRACE_MB,
+                   help="refuse traces larger than this, uncompressed (default %(default)s)")
     _peak_flags(s)
     batch.add_flags(s)
     c = sub.add_parser("compare", help="runs side by side with ratios to a baseline, and scaling with seq")
@@ -160,26 +164,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _strategies(args)
     if args.command == "heads":
         return _heads(args)
-    from tb_attn_plugin.engine.loader import (
+    from tb_attn_plugin.engine.reading import (
         prefetch_analysis,  # lazy: only this command needs it
     )
 
     if args.jobs == 1 and args.executor is None:
         prefetch_analysis()  # a thread: only where no pool of processes is forked
     try:
-        runs = batch.select(listed_runs(args.path, args.run), args, args.path)
-    except (Usage, ValueError) as exc:
+        space = batch.workspace(args, args.path, max_trace_bytes=args.max_trace_mb << 20,
+                                peaks=(args.peak_flops, args.peak_bw))
+        runs = space.runs(run=args.run, worker=args.worker)
+    except (Usage, OSError, ValueError) as exc:
         return fail(str(exc))
-    if args.worker is not None:
-        runs = [r for r in runs if args.worker in r.workers]
-        if not runs:
-            return fail(f"no worker named {args.worker!r} in the selected runs")
     # A short-lived process that builds large numpy columns and no reference cycles: the cyclic
     # garbage collector only costs time here.
     gc.disable()
     try:
-        summaries = batch.summaries(args, runs, worker=args.worker, paths=[args.path],
-                                    max_trace_bytes=args.max_trace_mb << 20, peaks=(args.peak_flops, args.peak_bw))
+        summaries = space.summaries(runs, worker=args.worker)
     except ValueError as exc:
         return fail(str(exc))
     render = {"table": report.summary_table, "json": report.summary_json, "csv": report.summary_csv}[args.format]
@@ -206,19 +207,17 @@ def _file_errors(summaries: Sequence[RunSummary]) -> int:
 def _compare(args: argparse.Namespace) -> int:
     from tb_attn_plugin.analysis.compare import compare  # lazy: only this command needs it
     from tb_attn_plugin.analysis.scaling import scaling  # lazy: only this command needs it
-    from tb_attn_plugin.trace.events import (
-        TraceError,  # lazy: only this command needs it
-    )
 
     try:
-        runs = batch.select(_picked_runs(args.path, args.runs), args, args.path)
-    except (Usage, TraceError, ValueError) as exc:
+        space = batch.workspace(args, args.path, peaks=(args.peak_flops, args.peak_bw))
+        runs = space.runs(run=_names(args.runs))
+    except (Usage, OSError, ValueError) as exc:
         return fail(str(exc))
     if args.baseline is not None and args.baseline.strip("/") not in {r.name for r in runs}:
         return fail(f"the baseline {args.baseline!r} is not one of the runs")
     gc.disable()
     try:
-        summaries = batch.summaries(args, runs, paths=[args.path], peaks=(args.peak_flops, args.peak_bw))
+        summaries = space.summaries(runs)
     except ValueError as exc:
         return fail(str(exc))
     try:
@@ -235,24 +234,10 @@ def _compare(args: argparse.Namespace) -> int:
     return 1 if result.errors else 0
 
 
-def _picked_runs(path: str, names: str | None) -> list[Run]:
-    """The runs under ``path``, or those of the comma-separated ``names``; Usage for none or an unknown one."""
-    from tb_attn_plugin.engine.loader import (
-        resolve_runs,  # lazy: only this command needs it
-    )
-    from tb_attn_plugin.engine.workspace import no_traces  # lazy: as above
-
-    runs = resolve_runs(path)
-    if names:
-        wanted = [n.strip("/") for n in names.split(",") if n.strip()]
-        by_name = {r.name: r for r in runs}
-        missing = [n for n in wanted if n not in by_name]
-        if missing:
-            raise Usage(f"no run named {missing[0]!r} under {path}")
-        runs = [by_name[n] for n in wanted]
-    if not runs:
-        raise Usage(no_traces(path))
-    return runs
+def _names(names: str | None) -> list[str] | None:
+    """The run names of ``--runs A,B`` (None: every run)."""
+    picked = [n for n in (names or "").split(",") if n.strip()]
+    return picked or None
 
 
 def _strategies(args: argparse.Namespace) -> int:
@@ -266,19 +251,17 @@ def _strategies(args: argparse.Namespace) -> int:
         strategies_csv,
         strategies_table,
     )
-    from tb_attn_plugin.trace.events import (
-        TraceError,  # lazy: only this command needs it
-    )
 
     try:
         rel = check_tolerance("--rel-tol", REL_TOL if args.rel_tol is None else args.rel_tol)
         loss = check_tolerance("--loss-tol", LOSS_TOL if args.loss_tol is None else args.loss_tol)
-        runs = batch.select(_picked_runs(args.path, args.runs), args, args.path)
-    except (ValueError, Usage, TraceError) as exc:
+        space = batch.workspace(args, args.path)
+        runs = space.runs(run=_names(args.runs))
+    except (ValueError, Usage, OSError) as exc:
         return fail(str(exc))
     gc.disable()
     try:
-        summaries = batch.summaries(args, runs, paths=[args.path])
+        summaries = space.summaries(runs)
     except ValueError as exc:
         return fail(str(exc))
     result = strategies(summaries, baseline=args.baseline, rel_tol=rel, loss_tol=loss)
@@ -300,12 +283,13 @@ def _heads(args: argparse.Namespace) -> int:
     if args.threshold is not None and not 0 < args.threshold <= 1:
         return fail(f"--threshold must be a share in (0, 1], got {args.threshold}")
     try:
-        runs = batch.select(listed_runs(args.path, args.run), args, args.path)
-    except (Usage, ValueError) as exc:
+        space = batch.workspace(args, args.path)
+        runs = space.runs(run=args.run, worker=args.worker)
+    except (Usage, OSError, ValueError) as exc:
         return fail(str(exc))
     gc.disable()
     try:
-        summaries = batch.summaries(args, runs, worker=args.worker, paths=[args.path])
+        summaries = space.summaries(runs, worker=args.worker)
         views = heads_runs(summaries, window=args.window, threshold=args.threshold)
     except ValueError as exc:
         return fail(str(exc))
@@ -323,8 +307,9 @@ def _ranks(args: argparse.Namespace) -> int:
     if not 0 <= args.margin <= 10:
         return fail("--margin must be in 0..10 (a fraction: 0.2 is 20%)")
     try:
-        runs = listed_runs(args.path, args.run)
-    except Usage as exc:
+        space = batch.workspace(args, args.path)
+        runs = space.runs(run=args.run, ranks=False)  # every rank: the view counts them
+    except (Usage, OSError, ValueError) as exc:
         return fail(str(exc))
     if args.run is None:
         runs = [r for r in runs if len(r.workers) > 1]
@@ -333,9 +318,8 @@ def _ranks(args: argparse.Namespace) -> int:
     total = {r.name: len(r.workers) for r in runs}
     gc.disable()
     try:
-        runs = batch.select(runs, args, args.path)
-        views = [batch.sampled(ranks(s, margin=args.margin), total[s.run], args)
-                 for s in batch.summaries(args, runs, paths=[args.path])]
+        runs = space.select_ranks(runs)
+        views = [batch.sampled(ranks(s, margin=args.margin), total[s.run], args) for s in space.summaries(runs)]
     except ValueError as exc:
         return fail(str(exc))
     if args.format == "json":

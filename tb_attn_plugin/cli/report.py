@@ -24,11 +24,11 @@ from tb_attn_plugin.cli.text import (
     mib_text,
     ms_text,
     num_text,
-    printable,
     ratio_text,
     si_text,
     table_cells,
 )
+from tb_attn_plugin.types.encoding import printable
 
 if TYPE_CHECKING:
     from tb_attn_plugin.types.results import Comparison, RankView, ScalingFits
@@ -38,7 +38,6 @@ __all__ = [
     "CSV_FIELDS",
     "compare_table",
     "json_text",
-    "printable",
     "ranks_table",
     "spread_text",
     "summary_csv",

@@ -9,7 +9,8 @@ import textwrap
 from collections.abc import Sequence
 
 from tb_attn_plugin.analysis.wording import duration, share, size
-from tb_attn_plugin.cli.text import num_text, printable, ratio_text, si_text, table_cells
+from tb_attn_plugin.cli.text import num_text, ratio_text, si_text, table_cells
+from tb_attn_plugin.types.encoding import printable
 from tb_attn_plugin.types.results import Comparison
 from tb_attn_plugin.types.schema import Generation, GenerationPhase, LayerStats, RunSummary, WorkerSummary
 

@@ -13,7 +13,8 @@ import msgspec
 
 from tb_attn_plugin.analysis.heads import HeadRow, head_rows, with_attn_stats, with_window
 from tb_attn_plugin.analysis.wording import duration, pct
-from tb_attn_plugin.cli.text import lines_text, num_text, printable, si_text, table_cells
+from tb_attn_plugin.cli.text import lines_text, num_text, si_text, table_cells
+from tb_attn_plugin.types.encoding import printable
 from tb_attn_plugin.types.schema import AttnStats, Finding, RunSummary
 
 __all__ = ["HEADS_SCHEMA", "HeadsRun", "HeadsWorker", "heads_csv", "heads_runs", "heads_table"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import textwrap
 
-from tb_attn_plugin.cli.text import printable
+from tb_attn_plugin.types.encoding import printable
 from tb_attn_plugin.types.schema import WorkerSummary
 
 __all__ = ["serving_lines"]

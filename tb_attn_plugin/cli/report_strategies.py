@@ -9,7 +9,8 @@ from typing import TYPE_CHECKING
 
 from tb_attn_plugin.analysis import wording
 from tb_attn_plugin.analysis.strategies import APPROXIMATE_BACKENDS, accuracy_of
-from tb_attn_plugin.cli.text import findings_lines, lines_text, mib_text, ms_text, printable, si_text, table_cells
+from tb_attn_plugin.cli.text import findings_lines, lines_text, mib_text, ms_text, si_text, table_cells
+from tb_attn_plugin.types.encoding import printable
 
 if TYPE_CHECKING:
     from tb_attn_plugin.types.schema import LayerStats, RunSummary, WorkerSummary

@@ -1,41 +1,20 @@
-"""The CLI's text primitives, shared by every report: escaping for the terminal (``printable``),
-JSON, aligned cells, and the figures' short forms (ms, MiB, SI units, ratios)."""
+"""The CLI's text primitives, shared by every report: JSON, aligned cells escaped for the terminal
+(``types.encoding.printable``), and the figures' short forms (ms, MiB, SI units, ratios)."""
 
 from __future__ import annotations
 
-import re
 import textwrap
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from tb_attn_plugin.analysis import wording
-from tb_attn_plugin.types.encoding import to_json
+from tb_attn_plugin.types.encoding import printable, to_json
 
 if TYPE_CHECKING:
     from tb_attn_plugin.types.schema import Finding
 
-__all__ = ["findings_lines", "json_text", "lines_text", "mib_text", "ms_text", "num_text", "printable",
-           "ratio_text", "si_text", "table_cells"]
-
-
-# C0 (tab and newline too: a cell is one line), DEL, C1 (U+009B is a CSI to some terminals), the
-# line and paragraph separators, the bidi embeddings, overrides and isolates ("Trojan Source"),
-# and lone surrogates, which every strict encoder refuses.
-_UNPRINTABLE = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
-
-
-def _escape(match: re.Match[str]) -> str:
-    code = ord(match.group())
-    if 0xDC80 <= code <= 0xDCFF:  # an undecodable byte of a file name, as surrogateescape lists it
-        return f"\\x{code - 0xDC00:02x}"
-    return f"\\x{code:02x}" if code <= 0xFF else f"\\u{code:04x}"
-
-
-def printable(text: str) -> str:
-    """``text`` with every character a terminal would act on written as a visible escape
-    (``\\x1b``, ``\\u202e``; an undecodable byte ``\\xff``). Other text, non-ASCII included, is
-    unchanged, and so is a string already escaped."""
-    return _UNPRINTABLE.sub(_escape, text)
+__all__ = ["findings_lines", "json_text", "lines_text", "mib_text", "ms_text", "num_text", "ratio_text", "si_text",
+           "table_cells"]
 
 
 def json_text(value: object) -> str:

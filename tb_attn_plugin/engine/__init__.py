@@ -1,2 +1,2 @@
 """One engine for every front door: resolving, reading, caching and fanning out summaries
-(``loader``, ``fanout``, ``summary_cache``...)."""
+(``workspace``, ``pipeline``, ``loader``, ``fanout``, ``summary_cache``...)."""

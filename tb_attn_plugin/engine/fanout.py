@@ -1,19 +1,19 @@
-"""Many trace files summarized at once: in this process, a pool of processes, or a Dask cluster.
+"""Many trace files parsed at once: in this process, a pool of processes, or a Dask cluster.
 
-``summarize_runs`` is what the Python API and every ``tb-attn`` command that reads runs call. The
-files of the runs are one task each: first the loader's caches (memory, then the summary cache
-in one batch of reads), then the rest
+``Fanout`` is the pipeline's schedule (``pipeline.Schedule``) for the Python API and every
+``tb-attn`` command that reads runs. The pipeline asks the loader's caches first (memory, then
+the summary cache in one batch of reads); the files they did not answer are one task each,
 
 - in this process, one after another (``jobs=1``, or a single file: it keeps its own split over
-  the cores, ``loader.load_events``);
+  the cores, ``reading.load_events``);
 - in a pool of ``jobs`` processes (``--jobs N``), largest files first, each worker reading its
   file and returning the compact summary (msgpack bytes), as a file's own split does inside it;
 - or on any ``concurrent.futures.Executor``: a Dask cluster's (``--executor dask://HOST:PORT``,
   ``dask_executor``), whose workers read each file from its path or URL (local paths only where
   the workers share the file system) and write the shared summary cache themselves.
 
-Every run's summary is then assembled here from the per-file summaries, in the listing's order,
-exactly as the serial path assembles it: the output is byte for byte the same.
+Every run's summary is then assembled by the pipeline from the per-file summaries, in the
+listing's order, exactly as the serial path assembles it: the output is byte for byte the same.
 
 Nothing is lost to a failing executor. A task whose worker died (Dask retries it on another
 worker first), a pool that broke, or a worker that cannot read a local path: the file is
@@ -35,15 +35,16 @@ from typing import Any
 import msgspec
 
 from tb_attn_plugin.engine.loader import Loader
+from tb_attn_plugin.engine.pipeline import Known, Meta, ParseOne, Schedule
 from tb_attn_plugin.engine.progress import Progress
 from tb_attn_plugin.trace import io
-from tb_attn_plugin.trace.discover import Run, TraceFile
+from tb_attn_plugin.trace.discover import TraceFile
 from tb_attn_plugin.trace.events import ReadError, TraceError
 from tb_attn_plugin.trace.parallel import may_fork
-from tb_attn_plugin.types.schema import RunSummary, WorkerSummary
+from tb_attn_plugin.types.schema import WorkerSummary
 
-__all__ = ["AUTO_POOL_BYTES", "ExecutorUnavailable", "Task", "dask_executor", "default_jobs", "executor_address",
-           "open_executor", "summarize_runs", "summarize_task"]
+__all__ = ["AUTO_POOL_BYTES", "ExecutorUnavailable", "Fanout", "Task", "dask_executor", "default_jobs",
+           "executor_address", "open_executor", "summarize_task"]
 
 _log = logging.getLogger(__name__)
 Warn = Callable[[str], None]
@@ -68,7 +69,6 @@ class Task(msgspec.Struct, frozen=True):
     max_trace_bytes: int | None
     cache_dir: str | None
     cache_max_bytes: int | None
-    cache_missed: bool = False  # the caller found no entry for it just now: the worker does not ask again
 
     def trace(self) -> TraceFile:
         return TraceFile(self.path, self.name, self.worker, self.span, self.size, self.mtime, self.etag)
@@ -88,8 +88,9 @@ _WORKER_LOADERS: dict[tuple[Any, ...], Loader] = {}
 
 
 def summarize_task(task: bytes) -> bytes:
-    """Runs on a worker: one file's summary as an encoded ``Outcome``. A worker keeps one loader
-    per configuration, so its summary cache's state (the size bound, a failed write) lasts."""
+    """Runs on a worker: one file's parse (the pipeline's third step: its caller asked the caches)
+    as an encoded ``Outcome``. A worker keeps one loader per configuration, so its summary cache's
+    state (the size bound, a failed write) lasts; it writes the file's entry there."""
     t = msgspec.msgpack.decode(task, type=Task)
     config = (t.max_trace_bytes, t.cache_dir, t.cache_max_bytes)
     loader = _WORKER_LOADERS.get(config)
@@ -98,12 +99,10 @@ def summarize_task(task: bytes) -> bytes:
                                                   cache_max_bytes=t.cache_max_bytes, cache_bytes=64 << 20,
                                                   warn=False)  # the caller says it, from the outcome
     trace = t.trace()
-    if t.cache_missed:
-        loader.known_miss(trace)
     loader.cache_notes.clear()
     try:
         with _roomy_malloc():
-            summary = loader.summarize_file(trace, metadata=t.metadata)
+            summary = loader.parse(trace, metadata=t.metadata).summary
     except TraceError as exc:
         out = Outcome(error=str(exc), read_error=isinstance(exc, ReadError), cache_error=loader.cache_error)
     else:
@@ -201,7 +200,7 @@ def dask_executor(address: str, *, timeout_s: float = 10.0) -> Iterator[cf.Execu
 
 @contextmanager
 def open_executor(spec: object, warn: Warn) -> Iterator[cf.Executor | None]:
-    """The executor ``spec`` names, for ``summarize_runs``: None (this machine's processes), any
+    """The executor ``spec`` names, for ``Fanout``: None (this machine's processes), any
     ``concurrent.futures.Executor`` as it is, a ``distributed.Client``'s executor, or one on the Dask
     scheduler that a string names (``executor_address``; closed on exit). A scheduler that cannot be
     reached is a warning, and None: the files are summarized on this machine instead. Raises
@@ -240,71 +239,61 @@ def _local_pool(workers: int) -> cf.ProcessPoolExecutor:
 AUTO_POOL_BYTES = 16 << 20
 
 
-def summarize_runs(runs: Sequence[Run], loader: Loader, *, worker: str | None = None, jobs: int | None = None,
-                   executor: cf.Executor | None = None, progress: bool | None = None,
-                   warn: Warn | None = None) -> list[RunSummary]:
-    """Every run's summary (each limited to ``worker``), its files summarized by ``jobs``
-    processes of this machine (None: one per core where there are two files or more and
-    ``AUTO_POOL_BYTES`` to parse, else this process) or on ``executor``. ``progress``: draw a
-    bar on stderr (None: when stderr is a terminal). ``warn``: where the warnings go (default:
-    the log)."""
-    say = warn or _log.warning
-    metadata = []
-    for run in runs:
-        value, note = loader.metadata(run)
-        if note is not None:
-            say(note)
-        metadata.append(value)
-    wanted = [(trace, meta) for run, meta in zip(runs, metadata, strict=True) for trace in run.files
-              if worker is None or trace.worker == worker]
-    bar = Progress(len(wanted), sum(t.size for t, _ in wanted), enabled=False if progress is False else None)
-    known: dict[TraceFile, WorkerSummary | TraceError] = {}
-    todo = [(t, m) for t, m in wanted if loader.cached_summary(t) is None]
-    bar.advance(sum(t.size for t, _ in wanted) - sum(t.size for t, _ in todo), len(wanted) - len(todo))
-    hits = loader.from_summary_cache([t for t, _ in todo])
-    if hits:
-        bar.advance(sum(t.size for t in hits), len(hits))
-        todo = [(t, m) for t, m in todo if t not in hits]
-    if jobs is None:
-        jobs = default_jobs() if sum(t.size for t, _ in todo) >= AUTO_POOL_BYTES else 1
-    try:
-        if executor is not None and todo:
-            _fan_out(todo, loader, executor, known, bar, say, local=False)
-        elif jobs > 1 and len(todo) > 1:
-            with _local_pool(min(jobs, len(todo))) as pool:
-                _fan_out(todo, loader, pool, known, bar, say, local=True)
-        for trace, meta in todo:
-            if trace not in known:
-                _here(trace, meta, loader, known)
-                bar.advance(trace.size)
-    finally:
-        bar.close()
-    if loader.cache_error is not None and loader.disk is not None:  # found here or by a worker: said once
-        from tb_attn_plugin.engine.summary_cache import (
-            warn_once,  # lazy: loaded with a cache directory only (it loads OpenSSL)
-        )
+class Fanout(Schedule):
+    """The pipeline's parses in ``jobs`` processes of this machine (None: one per core where
+    there are two files or more and ``AUTO_POOL_BYTES`` to parse, else this process) or on
+    ``executor``; what they could not do, here. ``progress``: draw a bar on stderr (None: when
+    stderr is a terminal). ``warn``: where the warnings go (default: the log)."""
 
-        warn_once(loader.disk.root, f"{loader.cache_error}; summaries are not cached", say)
-    return [loader.summarize_run(run, worker=worker, metadata=meta, known=known)
-            for run, meta in zip(runs, metadata, strict=True)]
+    def __init__(self, loader: Loader, *, jobs: int | None = None, executor: cf.Executor | None = None,
+                 progress: bool | None = None, warn: Warn | None = None) -> None:
+        self.loader, self.jobs, self.executor, self.progress = loader, jobs, executor, progress
+        self.say = warn or _log.warning
+        self.bar: Progress  # drawn from ``begin`` on, which the pipeline calls first
+
+    def begin(self, traces: Sequence[TraceFile]) -> None:
+        self.bar = Progress(len(traces), sum(t.size for t in traces), enabled=False if self.progress is False else None)
+
+    def answered(self, traces: Sequence[TraceFile]) -> None:
+        self.bar.advance(sum(t.size for t in traces), len(traces))
+
+    def parse(self, todo: list[tuple[TraceFile, Meta]], parse: ParseOne) -> Known:
+        loader, jobs = self.loader, self.jobs
+        known: Known = {}
+        if jobs is None:
+            jobs = default_jobs() if sum(t.size for t, _ in todo) >= AUTO_POOL_BYTES else 1
+        try:
+            if self.executor is not None and todo:
+                _fan_out(todo, loader, self.executor, known, self.bar, self.say, local=False)
+            elif jobs > 1 and len(todo) > 1:
+                with _local_pool(min(jobs, len(todo))) as pool:
+                    _fan_out(todo, loader, pool, known, self.bar, self.say, local=True)
+            for trace, meta in todo:
+                if trace not in known:
+                    try:
+                        known[trace] = parse(trace, metadata=meta).summary
+                    except TraceError as exc:
+                        known[trace] = exc
+                    self.bar.advance(trace.size)
+        finally:
+            self.bar.close()
+        if loader.cache_error is not None and loader.disk is not None:  # found here or by a worker: said once
+            from tb_attn_plugin.engine.summary_cache import (
+                warn_once,  # lazy: loaded with a cache directory only (it loads OpenSSL)
+            )
+
+            warn_once(loader.disk.root, f"{loader.cache_error}; summaries are not cached", self.say)
+        return known
 
 
-def _here(trace: TraceFile, meta: dict[str, object] | None, loader: Loader,
-          known: dict[TraceFile, WorkerSummary | TraceError]) -> None:
-    try:
-        known[trace] = loader.summarize_file(trace, metadata=meta)
-    except TraceError as exc:
-        known[trace] = exc
-
-
-def _fan_out(todo: list[tuple[TraceFile, dict[str, object] | None]], loader: Loader, executor: cf.Executor,
-             known: dict[TraceFile, WorkerSummary | TraceError], bar: Progress, say: Warn, *, local: bool) -> None:
+def _fan_out(todo: list[tuple[TraceFile, Meta]], loader: Loader, executor: cf.Executor, known: Known,
+             bar: Progress, say: Warn, *, local: bool) -> None:
     """Submits the files (largest first) and takes their outcomes as they come; a file whose task
     failed for the executor's sake is left out of ``known``, for the caller to summarize here."""
     futures: dict[cf.Future[bytes], TraceFile] = {}
     for trace, meta in sorted(todo, key=lambda tm: -tm[0].size):
         task = Task(trace.path, trace.name, trace.worker, trace.span, trace.size, trace.mtime, trace.etag, meta,
-                    loader.max_trace_bytes, loader.cache_dir, loader.cache_max_bytes, loader.disk is not None)
+                    loader.max_trace_bytes, loader.cache_dir, loader.cache_max_bytes)
         try:
             futures[executor.submit(summarize_task, msgspec.msgpack.encode(task))] = trace
         except Exception as exc:  # a pool already broken, a client closed under us

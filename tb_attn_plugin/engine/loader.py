@@ -1,17 +1,16 @@
-"""From a path (logdir, run directory or trace file) to summaries, with caching.
+"""From a path (logdir, run directory or trace file) to runs, and the per-file caches.
 
-This ties ``trace.io`` (reading), ``trace.decode`` and ``analysis.summary`` together. Each
-trace file is summarized on its own: a broken file becomes a ``FileError`` in its run and
-leaves other files and runs alone.
+``resolve_runs`` names the runs; a ``Loader`` holds what each trace file gave (its summary, its
+analysis, or why it failed) and the steps of the per-file pipeline (``pipeline``): its caches,
+one file's parse (``reading.load_events``, ``analysis``) and a run's summary assembled from its
+files'. Each trace file is summarized on its own: a broken file becomes a ``FileError`` in its
+run and leaves other files and runs alone.
 """
-
-# Not split (over 400 lines): Loader is the one per-file cache (summaries, analyses, failures)
-# with the resolution it keys on.
 
 from __future__ import annotations
 
 import contextlib
-import gc
+import functools
 import logging
 import os
 import time
@@ -28,12 +27,13 @@ from tb_attn_plugin.analysis.summary import summarize_trace, with_peaks
 from tb_attn_plugin.engine.cache import LRUCache
 from tb_attn_plugin.engine.deadline import Expired, within
 from tb_attn_plugin.engine.head_events import EventStats, HeadStatsReader, with_head_stats
-from tb_attn_plugin.engine.metadata import RunMetadata, read_metadata
-from tb_attn_plugin.trace import io, scanned
-from tb_attn_plugin.trace import parallel as parallel_decode
-from tb_attn_plugin.trace.decode import decode
+from tb_attn_plugin.engine.limits import DEFAULT_MAX_TRACE_BYTES
+from tb_attn_plugin.engine.metadata import read_metadata
+from tb_attn_plugin.engine.pipeline import cached_or_none, summarize_files
+from tb_attn_plugin.engine.reading import load_events, too_slow
+from tb_attn_plugin.trace import io
 from tb_attn_plugin.trace.discover import Run, TraceFile, find_runs
-from tb_attn_plugin.trace.events import Events, ReadError, TraceError
+from tb_attn_plugin.trace.events import ReadError, TraceError
 from tb_attn_plugin.trace.io import FileInfo
 from tb_attn_plugin.trace.sniff import Verdicts
 from tb_attn_plugin.trace.version import Version, file_version
@@ -44,92 +44,9 @@ if TYPE_CHECKING:
     from tb_attn_plugin.analysis.analyze import Analysis
     from tb_attn_plugin.engine.summary_cache import SummaryCache
 
-__all__ = ["DEFAULT_MAX_TRACE_BYTES", "Loader", "Parsed", "load_events", "prefetch_analysis",
-           "resolve_runs"]
-
-DEFAULT_MAX_TRACE_BYTES = 4 << 30  # uncompressed; larger traces are refused, not parsed
+__all__ = ["Loader", "Parsed", "resolve_runs"]
 
 _log = logging.getLogger(__name__)
-
-
-def prefetch_analysis() -> None:
-    """Import the analysis modules in a background thread, so that a short-lived process (the
-    CLI) imports them while its trace is read and scanned, rather than after: the scanner's
-    threads run without the GIL, which the imports take. Only with the scanner: the pure path's
-    several-process decode forks only where no other thread runs. Imports are thread-safe; a
-    caller that needs a module first waits for it."""
-    if not scanned.available():
-        return
-    import importlib
-    import threading
-
-    threading.Thread(target=importlib.import_module, args=("tb_attn_plugin.analysis.summary",),
-                     name="tb-attn-imports", daemon=True).start()
-
-
-def load_events(path: str, *, max_bytes: int | None = DEFAULT_MAX_TRACE_BYTES, parallel: bool = True,
-                timeout_s: float | None = None, deadline: float | None = None) -> Events:
-    """Read and decode one trace file. Raises TraceError.
-
-    Batches of events are scanned in several threads at once where the compiled scanner is
-    built (``trace.scanned``), in the server too. On the pure path, a large local uncompressed
-    trace is decoded in several processes, one per core (``trace.parallel``), when this process
-    runs no other thread (the CLI; not inside TensorBoard's server, where forking a threaded
-    process is unsafe). Either way the result is the same as decoding it in one thread.
-    ``timeout_s`` bounds the reading and decoding in one process (the
-    server's case): it is checked between chunks, each of which costs a bounded time; with
-    ``deadline`` (``time.monotonic``), the limit's end of a job that began before the reading.
-    """
-    with _gc_paused():
-        if parallel and not scanned.available() and parallel_decode.may_fork():
-            size = _splittable_size(path, max_bytes)
-            parts = parallel_decode.part_count(size)
-            if parts > 1:
-                events = parallel_decode.decode_in_parts(path, size, parts)
-                if events is not None:
-                    return events
-        chunks = io.read_chunks(path, max_bytes=max_bytes)
-        if timeout_s is None:
-            return decode(chunks)
-        return decode(_until(chunks, time.monotonic() + timeout_s if deadline is None else deadline, timeout_s))
-
-
-def too_slow(timeout_s: float) -> TraceError:
-    """What a trace whose reading and analysis ran past the time limit becomes (one line)."""
-    return TraceError(f"reading and analyzing this trace took longer than the limit of {timeout_s:g} s; it is not "
-                      "read (raise the limit to read it)")
-
-
-def _until(chunks: Iterator[bytes], deadline: float, timeout_s: float) -> Iterator[bytes]:
-    for chunk in chunks:
-        if time.monotonic() > deadline:
-            raise too_slow(timeout_s)
-        yield chunk
-
-
-@contextlib.contextmanager
-def _gc_paused() -> Iterator[None]:
-    """Decoding allocates hundreds of thousands of short-lived containers and makes no cycles:
-    the cyclic garbage collector only costs time during it."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
-
-
-def _splittable_size(path: str, max_bytes: int | None) -> int:
-    """The size of a plain local file within the limit, which can be read in parts; else 0.
-    A URL or a gzip is ruled out first, so that neither costs a stat (a round trip on a store)."""
-    if not io.is_plain_local_file(path):
-        return 0
-    try:
-        size = io.stat(path).size
-    except TraceError:
-        return 0
-    return size if size <= (max_bytes or size) else 0
 
 
 def resolve_runs(path: str) -> list[Run]:
@@ -150,9 +67,10 @@ def resolve_runs(path: str) -> list[Run]:
     # Any other name: the worker is the name less its last suffix (and .gz), dots kept.
     worker, span = parsed if parsed is not None else (_stem(name), None)
     directory = path.rstrip("/").rsplit("/", 1)[0] if "/" in path.rstrip("/") else "."
-    trace = TraceFile(path=info.path, name=display_name(name), worker=display_name(worker), span=span,
-                      size=info.size, mtime=info.mtime, etag=info.etag)
-    return [Run(name=display_name(name), path=directory, files=(trace,))]
+    shown = display_name(name)
+    trace = TraceFile(path=info.path, name=shown, worker=display_name(worker), span=span, size=info.size,
+                      mtime=info.mtime, etag=info.etag)
+    return [Run(name=shown, path=directory, files=(trace,))]
 
 
 def _stem(name: str) -> str:
@@ -186,11 +104,10 @@ class Loader:
     (logged with its traceback: it is a bug to fix), remembered like any other failure: one
     odd trace costs one parse and one line in its run, never a 500 or a re-parse per request.
 
-    Only the engine uses it: ``Workspace`` (every door's) and ``fanout``. The CLI's runs go
-    through ``summarize_run``; the tab's service asks the Workspace per file (the cached summary
-    or failure, ``parse`` in its background jobs) and hands the jobs' results to
-    ``summarize_run``: the loader is the only per-file cache. The run's event files (per-head
-    statistics) are read in jobs of their own (``head_stats``, ``head_events``).
+    Only the engine uses it: ``Workspace`` (every door's), ``pipeline`` (whose steps are its
+    ``cached``, ``from_summary_cache``, ``parse`` and ``summarize_run``) and ``fanout``: the loader
+    is the only per-file cache. The run's event files (per-head statistics) are read on their
+    own (``head_stats``, ``head_events``).
     """
 
     cache_dir: str | None = None
@@ -219,9 +136,6 @@ class Loader:
         self.cache_error: str | None = None
         #: Entries that could not be written, for a worker's caller to say (``cache_entry_skipped``).
         self.cache_notes: list[str] = []
-        #: File versions the summary cache was just found not to hold: the parse that follows does
-        #: not ask it again (one read per miss, not two).
-        self.cache_misses: set[Version] = set()
         summary_bytes = min(64 << 20, self.cache_bytes // 8)
         self.memory: LRUCache[WorkerSummary] = LRUCache(max_entries=1 << 16, max_bytes=summary_bytes,
                                                         sizeof=_summary_nbytes)
@@ -229,8 +143,12 @@ class Loader:
                                                      max_bytes=self.cache_bytes - summary_bytes,
                                                      sizeof=lambda a: a.nbytes)
         self.failures: LRUCache[str] = LRUCache(max_entries=4096)
-        self.head_stats = HeadStatsReader()
         self._read_errors: dict[Version, tuple[str, float]] = {}
+
+    @functools.cached_property
+    def head_stats(self) -> HeadStatsReader:
+        """The per-head statistics of runs' event files, read on first use."""
+        return HeadStatsReader()
 
     def summaries_room(self, *, guess_bytes: int) -> int:
         """How many summaries the memory cache holds: its byte bound over the mean size of the
@@ -247,11 +165,23 @@ class Loader:
     def cached_summary(self, trace: TraceFile) -> WorkerSummary | None:
         return self.memory.get(file_version(trace))
 
+    def cached(self, trace: TraceFile) -> WorkerSummary | TraceError | None:
+        """The pipeline's first step: the file's summary from memory, or its remembered failure
+        (a TraceError, returned); None: neither."""
+        key = file_version(trace)
+        summary = self.memory.get(key)
+        if summary is not None:
+            return summary
+        failure = self._failure(key)
+        return None if failure is None else TraceError(failure)
+
     def cached_analysis(self, trace: TraceFile) -> Analysis | None:
         return self.analyses.get(file_version(trace)) if self.keep_analyses else None
 
     def cached_failure(self, trace: TraceFile) -> str | None:
-        key = file_version(trace)
+        return self._failure(file_version(trace))
+
+    def _failure(self, key: Version) -> str | None:
         failure = self.failures.get(key)
         if failure is not None:
             return failure
@@ -286,10 +216,10 @@ class Loader:
         (else the caller does, with ``keep_analysis``). ``deadline`` (``time.monotonic``): the
         time limit's end, for the reading and the analysis."""
         key = file_version(trace)
-        cached = self.cached_analysis(trace)
+        cached = self.analyses.get(key) if self.keep_analyses else None
         if cached is not None:
             return cached
-        failure = self.cached_failure(trace)
+        failure = self._failure(key)
         if failure is not None:
             raise TraceError(failure)
         if deadline is None and self.parse_timeout_s is not None:  # a caller other than ``parse``
@@ -328,45 +258,34 @@ class Loader:
                              f"{limit / 2**20:.0f} MiB; it is not read (raise the limit to read it)")
 
     def summarize_file(self, trace: TraceFile, *, metadata: dict[str, object] | None = None) -> WorkerSummary:
-        key = file_version(trace)
-        cached = self.memory.get(key)
-        if cached is not None:
-            return cached
-        cached = self.from_summary_cache([trace]).get(trace)
-        if cached is not None:
-            return cached
-        return self._summarize(trace, self.analyze_file(trace), metadata)
+        """One file through the pipeline (``pipeline.summarize_files``). Raises TraceError."""
+        got = summarize_files(self, [(trace, metadata)])[trace]
+        if isinstance(got, TraceError):
+            raise got
+        return got
 
     def from_summary_cache(self, traces: list[TraceFile]) -> dict[TraceFile, WorkerSummary]:
-        """The summaries of ``traces`` that the summary cache holds (in one batch of reads on
-        object stores), kept in memory too; damaged entries are misses."""
-        asked = [t for t in traces if file_version(t) not in self.cache_misses]
-        self.cache_misses.difference_update(file_version(t) for t in traces)
-        if self.disk is None or not asked:
+        """The pipeline's second step: the summaries of ``traces`` that the summary cache holds
+        (in one batch of reads on object stores), kept in memory too; damaged entries are misses."""
+        if self.disk is None or not traces:
             return {}
         found: dict[TraceFile, WorkerSummary] = {}
-        for trace, payload in self.disk.get_many(asked).items():
+        for trace, payload in self.disk.get_many(traces).items():
             summary = self.disk.decode(payload)
             if summary is not None:
                 self.memory.put(file_version(trace), summary)
                 found[trace] = summary
-        if len(self.cache_misses) > 1 << 16:
-            self.cache_misses.clear()
-        self.cache_misses.update(file_version(t) for t in asked if t not in found)
         return found
-
-    def known_miss(self, trace: TraceFile) -> None:
-        """The summary cache holds nothing for ``trace`` (another process just asked it)."""
-        self.cache_misses.add(file_version(trace))
 
     def parse(self, trace: TraceFile, *, metadata: dict[str, object] | None = None, keep: bool = True,
               summary_only: bool = False) -> Parsed:
-        """The file's summary and analysis, from the caches or one parse that yields both: the
-        plugin's background job, which a summary request and a view request of one file share.
-        ``keep``: cache the analysis (else the caller does). ``summary_only``: a summary from the
-        summary cache will do (no analysis then). Raises TraceError."""
+        """The pipeline's third step: the file's summary and analysis from one parse (a summary
+        already in memory is kept), the plugin's background job, which a summary request and a
+        view request of one file share. ``keep``: cache the analysis (else the caller does).
+        ``summary_only``: the caches' answer will do (``pipeline.cached_or_none``: memory, then the
+        summary cache; no analysis then), for a job that asked no cache before. Raises TraceError."""
         if summary_only:
-            summary = self.memory.get(file_version(trace)) or self.from_summary_cache([trace]).get(trace)
+            summary = cached_or_none(self, trace)
             if summary is not None:
                 return Parsed(summary, None)
         timeout_s = self.parse_timeout_s
@@ -452,27 +371,26 @@ class Loader:
                       metadata: dict[str, object] | EllipsisType | None = ...,
                       known: Mapping[TraceFile, WorkerSummary | TraceError] | None = None,
                       head_stats: Mapping[FileInfo, EventStats] | EllipsisType | None = ...) -> RunSummary:
-        """Every trace of the run (or of one worker). ``metadata``: the run's, if the caller has
-        it already (the plugin caches it; ``...``: read it here). ``known``: files already
-        summarized or failed (the plugin's jobs), used as they are; the others are summarized.
+        """The pipeline's last step: the run's summary from its traces' (or one worker's).
+        ``metadata``: the run's, if the caller has it already (the plugin caches it; ``...``: read
+        it here). ``known``: files already summarized or failed (``pipeline.summarize_runs``), used
+        as they are; the others are summarized here (``pipeline.summarize_files``, serially).
         ``head_stats``: the statistics of the run's event files (the plugin's jobs; ``...``: read
         them here; None: leave them out)."""
         workers: list[WorkerSummary] = []
         errors: list[FileError] = []
         if isinstance(metadata, EllipsisType):
-            metadata = self.metadata(run).value
-        for trace in run.files:
-            if worker is not None and trace.worker != worker:
-                continue
-            got = known.get(trace) if known is not None else None
+            metadata = read_metadata(run.metadata_path).value
+        files = [t for t in run.files if worker is None or t.worker == worker]
+        missing = [(t, metadata) for t in files if known is None or t not in known]
+        if missing:  # summarized here, one after another
+            known = {**(known or {}), **summarize_files(self, missing)}
+        for trace in files:
+            got = known[trace] if known is not None else None
             if isinstance(got, TraceError):
                 errors.append(FileError(file=trace.name, error=str(got)))
-                continue
-            try:
-                one = got if got is not None else self.summarize_file(trace, metadata=metadata)
-                workers.append(self._with_peaks(one))
-            except TraceError as exc:
-                errors.append(FileError(file=trace.name, error=str(exc)))
+            elif got is not None:
+                workers.append(self._with_peaks(got))
         summary = RunSummary(run=run.name, metadata=metadata, workers=workers, errors=errors)
         if run.event_files and head_stats is not None:
             stats = head_stats if not isinstance(head_stats, EllipsisType) else \
@@ -480,10 +398,6 @@ class Loader:
             summary = with_head_stats(summary, [(f, stats[f]) for f in run.event_files if f in stats], metadata)
         return summary
 
-    @staticmethod
-    def metadata(run: Run) -> RunMetadata:
-        """The run's metadata file, as every door reads it (``engine.metadata``)."""
-        return read_metadata(run.metadata_path)
 
 
 @contextlib.contextmanager

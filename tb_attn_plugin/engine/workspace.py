@@ -3,11 +3,11 @@
 ``Workspace(path, cache_dir=..., jobs=..., executor=..., ranks=..., limits=..., peaks=...)`` says
 once what to read and how, and owns the per-file caches (a ``Loader``, which no other layer
 touches). ``runs()`` names the runs (the ones picked by run, worker and rank) and
-``summaries()`` summarizes them (``fanout``: this process, a pool of processes or an executor,
-through the shared summary cache). A caller that schedules its own work (the tab's job lanes)
-asks per file instead: ``cached``, ``parse``, ``keep``, ``from_summary_cache``, and assembles a
-run with ``run_summary``. Summaries are handed out under the user's ``peaks`` (copies: the
-caches keep what each trace says).
+``summaries()`` summarizes them through the one per-file pipeline (``pipeline``), on the
+schedule this workspace says (``fanout.Fanout``: this process, a pool of processes or an
+executor) or on the caller's (the tab's job lanes, ``server.lanes``). The tab also asks per file
+for what its views and listing need: ``cached``, ``parse``, ``keep``, ``run_summary``. Summaries
+are handed out under the user's ``peaks`` (copies: the caches keep what each trace says).
 
 Bad input gets the same message from every door: a missing path is a ``FileNotFoundError``
 (storage that cannot answer an ``OSError``), anything else the engine cannot use a
@@ -25,10 +25,12 @@ from types import EllipsisType
 from typing import NamedTuple
 
 from tb_attn_plugin.analysis.analyze import Analysis
-from tb_attn_plugin.engine.fanout import open_executor, summarize_runs
+from tb_attn_plugin.engine.fanout import Fanout, open_executor
 from tb_attn_plugin.engine.head_events import EventStats
-from tb_attn_plugin.engine.loader import DEFAULT_MAX_TRACE_BYTES, Loader, Parsed, resolve_runs
-from tb_attn_plugin.engine.metadata import RunMetadata
+from tb_attn_plugin.engine.limits import Limits
+from tb_attn_plugin.engine.loader import Loader, Parsed, resolve_runs
+from tb_attn_plugin.engine.metadata import RunMetadata, read_metadata
+from tb_attn_plugin.engine.pipeline import Meta, Schedule, summarize_runs
 from tb_attn_plugin.engine.ranksel import RankSet
 from tb_attn_plugin.engine.ranksel import select_ranks as _select_ranks
 from tb_attn_plugin.trace import io
@@ -38,7 +40,7 @@ from tb_attn_plugin.trace.io import FileInfo
 from tb_attn_plugin.types.schema import RunSummary, WorkerSummary
 from tb_attn_plugin.vocab.names import TRACE_PATTERNS
 
-__all__ = ["NO_TRACES_HINT", "Cached", "Limits", "Parsed", "Workspace", "no_traces"]
+__all__ = ["NO_TRACES_HINT", "Cached", "Parsed", "Workspace", "no_traces"]
 
 #: Said after "no torch.profiler traces (...) under PATH", whichever door was used.
 NO_TRACES_HINT = "write some with: tb-attn-run --logdir ..."
@@ -50,20 +52,6 @@ _NAMES_LISTED = 8
 def no_traces(path: str) -> str:
     """What every door says of a ``path`` that holds no trace: what it looked for, in one line."""
     return f"no torch.profiler traces ({TRACE_PATTERNS}) under {path}; {NO_TRACES_HINT}"
-
-
-@dataclass(frozen=True)
-class Limits:
-    """How much the engine takes on: ``max_trace_bytes`` (a larger trace, uncompressed, is
-    refused, not parsed; None: no limit), ``parse_timeout_s`` (one file's reading and decoding),
-    ``cache_bytes`` (the memory the summaries and analyses held take together) and
-    ``keep_analyses`` (analyzed traces kept for the tab's views; 0: none, as a batch command
-    needs)."""
-
-    max_trace_bytes: int | None = DEFAULT_MAX_TRACE_BYTES
-    parse_timeout_s: float | None = None
-    cache_bytes: int = 1 << 30
-    keep_analyses: int = 0
 
 
 class Cached(NamedTuple):
@@ -104,9 +92,11 @@ class Workspace:
 
             check_outside(self.cache_dir, self.path)  # the logdir is never written
 
-    def runs(self, *, run: str | None = None, worker: str | None = None) -> list[Run]:
-        """The runs under ``path`` (``run``: only the one of that name, relative to the logdir;
-        ``worker``: only runs that have it), with only the selected ranks' traces."""
+    def runs(self, *, run: str | Sequence[str] | None = None, worker: str | None = None,
+             ranks: bool = True) -> list[Run]:
+        """The runs under ``path`` (``run``: only the one of that name, relative to the logdir, or
+        those of these names, in this order; ``worker``: only runs that have it), with only the
+        selected ranks' traces (``ranks=False``: every trace, for ``select_ranks`` later)."""
         path = self.path
         if not io.is_url(path) and not os.path.lexists(path.removeprefix("file://")):
             raise FileNotFoundError(f"cannot read {path}: No such file or directory")
@@ -119,16 +109,18 @@ class Workspace:
         if not runs:
             raise ValueError(no_traces(path))
         if run is not None:
-            picked = [r for r in runs if r.name == run.strip("/")]
-            if not picked:
+            by_name = {r.name: r for r in runs}
+            wanted = [run] if isinstance(run, str) else list(run)
+            missing = [n for n in wanted if n.strip("/") not in by_name]
+            if missing:
                 names = ", ".join(r.name for r in runs[:_NAMES_LISTED]) + (", ..." if len(runs) > _NAMES_LISTED else "")
-                raise ValueError(f"no run named {run!r} under {path} (its runs: {names})")
-            runs = picked
+                raise ValueError(f"no run named {missing[0]!r} under {path} (its runs: {names})")
+            runs = [by_name[n.strip("/")] for n in wanted]
         if worker is not None:
             runs = [r for r in runs if worker in r.workers]
             if not runs:
                 raise ValueError(f"no worker named {worker!r} in the selected runs under {path}")
-        return self.select_ranks(runs)
+        return self.select_ranks(runs) if ranks else runs
 
     def select_ranks(self, runs: Sequence[Run]) -> list[Run]:
         """``runs`` with only the selected ranks' traces (a run left with none is dropped)."""
@@ -147,13 +139,19 @@ class Workspace:
                       max_trace_bytes=limits.max_trace_bytes, parse_timeout_s=limits.parse_timeout_s,
                       cache_bytes=limits.cache_bytes, keep_analyses=limits.keep_analyses, peaks=self.peaks)
 
-    def summaries(self, runs: Sequence[Run], *, worker: str | None = None) -> list[RunSummary]:
-        """Every run's summary (each limited to ``worker``), summarized as this workspace says."""
-        with open_executor(self.executor, self.warn or _log.warning) as pool:
-            return summarize_runs(runs, self._files, worker=worker, jobs=self.jobs, executor=pool,
-                                  progress=self.progress, warn=self.warn)
+    def summaries(self, runs: Sequence[Run], *, worker: str | None = None, metadata: Sequence[Meta] | None = None,
+                  schedule: Schedule | None = None) -> list[RunSummary]:
+        """Every run's summary (each limited to ``worker``) through the pipeline, on ``schedule``
+        (None: as this workspace says, ``fanout.Fanout``). ``metadata``: the runs', if the caller
+        has them (None: read here, and what was done to each said as a warning)."""
+        warn = self.warn or _log.warning
+        if schedule is not None:
+            return summarize_runs(self._files, runs, worker=worker, metadata=metadata, schedule=schedule, warn=warn)
+        with open_executor(self.executor, warn) as pool:
+            fanout = Fanout(self._files, jobs=self.jobs, executor=pool, progress=self.progress, warn=self.warn)
+            return summarize_runs(self._files, runs, worker=worker, metadata=metadata, schedule=fanout, warn=warn)
 
-    # -- per file, for a caller that schedules its own work (the tab's job lanes) ----------
+    # -- per file, for the tab's views, listing and background jobs ------------------------
     def cached(self, trace: TraceFile) -> Cached:
         """The file's summary from memory, or its remembered failure; neither: it needs a parse."""
         summary = self._files.cached_summary(trace)
@@ -172,14 +170,6 @@ class Workspace:
         """Caches a parse's analysis (``spare``: only where that evicts no other)."""
         self._files.keep_analysis(trace, analysis, spare=spare)
 
-    @property
-    def has_summary_cache(self) -> bool:
-        return self._files.disk is not None
-
-    def from_summary_cache(self, traces: list[TraceFile]) -> dict[TraceFile, WorkerSummary]:
-        """The summaries of ``traces`` the summary cache holds, read in one batch."""
-        return self._files.from_summary_cache(traces)
-
     def summaries_room(self, *, guess_bytes: int) -> int:
         """How many summaries the memory cache holds (``Loader.summaries_room``)."""
         return self._files.summaries_room(guess_bytes=guess_bytes)
@@ -195,7 +185,7 @@ class Workspace:
     def metadata(self, run: Run) -> RunMetadata:
         """The run's metadata file (``tb_attn_run.json``), as the analysis reads it, and what was
         done to it (``engine.metadata``: cut, or refused)."""
-        return self._files.metadata(run)
+        return read_metadata(run.metadata_path)
 
     def cached_event_stats(self, run: Run) -> dict[FileInfo, EventStats] | None:
         """The per-head statistics of the run's event files, if read already (no I/O)."""

@@ -22,6 +22,8 @@ from tensorboard.backend import http_util
 from tensorboard.plugins import base_plugin
 from werkzeug import wrappers
 
+from tb_attn_plugin.engine.limits import DEFAULT_MAX_TRACE_MB
+
 if TYPE_CHECKING:
     from tb_attn_plugin.engine.ranksel import RankSet
     from tb_attn_plugin.server.service import Service
@@ -30,7 +32,6 @@ __all__ = ["STATIC_DIR", "AttentionLoader", "AttentionPlugin"]
 
 PLUGIN_NAME = "tb_attn"
 DEFAULT_CACHE_MB = 1024
-DEFAULT_MAX_TRACE_MB = 4096
 DEFAULT_PARSE_WORKERS = 2
 DEFAULT_PARSE_TIMEOUT_S = 600
 #: Trace files parsed ahead for the runs list when --tb_attn_prefetch_files is not given; None:

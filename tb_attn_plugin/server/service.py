@@ -1,23 +1,19 @@
 """What the tab's routes do: background parsing, cached views, and each route's result.
 
-Routes (``plugin.py``) parse arguments and respond; everything else is here: the background
-jobs and each route's body (``types``, ``server.responses``). Which runs there are is the
-``Registry``'s; per-file caching and summarizing are the engine's (``engine.Workspace``, asked
-per file under the jobs' lanes). Errors are raised as TensorBoard's ``errors.NotFoundError`` /
+Routes (``plugin.py``) parse arguments and respond; everything else is here: each route's body
+(``types``, ``server.responses``). Which runs there are is the ``Registry``'s; per-file caching
+and summarizing are the engine's (``engine.Workspace``: its pipeline, run on the jobs' lanes,
+``server.lanes``). Errors are raised as TensorBoard's ``errors.NotFoundError`` /
 ``errors.InvalidArgumentError``, which carry their HTTP status; ``http_errors`` is the one place
 that turns the engine's errors into them.
 """
 
-# Not split (over 400 lines): one short method per route over the one load path; split by route,
-# each part would re-import the same state.
-
 from __future__ import annotations
 
-import functools
 import time
 from collections.abc import Callable
-from concurrent.futures import Future, wait
-from typing import TYPE_CHECKING, Any
+from concurrent.futures import Future
+from typing import TYPE_CHECKING
 
 import msgspec
 from tensorboard import errors
@@ -30,38 +26,32 @@ from tb_attn_plugin.analysis.ranks import DEFAULT_MARGIN, ranks
 from tb_attn_plugin.analysis.scaling import scaling
 from tb_attn_plugin.analysis.strategies import LOSS_TOL, REL_TOL, check_tolerance, strategies
 from tb_attn_plugin.engine.cache import LRUCache
-from tb_attn_plugin.engine.head_events import UNREADABLE, EventStats
+from tb_attn_plugin.engine.limits import DEFAULT_MAX_TRACE_BYTES, Limits
 from tb_attn_plugin.engine.ranksel import RankSet, file_ranks, select_ranks
-from tb_attn_plugin.engine.workspace import Limits, Parsed, Workspace
+from tb_attn_plugin.engine.workspace import Workspace
 from tb_attn_plugin.server.http_status import Loading, http_errors
 from tb_attn_plugin.server.jobs import Jobs
+from tb_attn_plugin.server.lanes import Lanes
 from tb_attn_plugin.server.prefetch import Prefetch, budget, cached_figures
 from tb_attn_plugin.server.profiler_link import profiler_link
 from tb_attn_plugin.server.registry import Registry
 from tb_attn_plugin.server.responses import MetadataResponse, RunEntry, RunsResponse, RunStatus, SpanEntry, WorkerEntry
 from tb_attn_plugin.trace import io
 from tb_attn_plugin.trace.discover import Run, TraceFile
-from tb_attn_plugin.trace.events import ReadError, TraceError
-from tb_attn_plugin.trace.io import FileInfo
 from tb_attn_plugin.trace.version import file_version
 from tb_attn_plugin.types.encoding import to_json
 from tb_attn_plugin.types.results import Comparison, RankView, ScalingFits
-from tb_attn_plugin.types.schema import RunSummary, WorkerSummary
+from tb_attn_plugin.types.schema import RunSummary
 from tb_attn_plugin.types.strategies import StrategyTable
 from tb_attn_plugin.vocab.names import encodable
 
 if TYPE_CHECKING:
     from tb_attn_plugin.engine.ranksel import RankSet
 
-_RunStats = dict[FileInfo, EventStats]  # a run's event files' statistics
-
 __all__ = ["Loading", "Service", "http_errors"]
 
 _RECENT_S = 60.0  # an incomplete trace modified this recently is still being written
 POLL_RUNS_MS = 1000  # how soon a client lists the runs again while their figures are parsed in the background
-#: A trace this large as stored is parsed in the jobs' slow lane from the start (``jobs``): at the
-#: decoder's tens of MB/s on a 2-core machine it takes seconds, and a gzip more.
-HEAVY_TRACE_BYTES = 64 << 20
 
 
 class Service:
@@ -81,23 +71,41 @@ class Service:
     """
 
     def __init__(self, logdir: str, *, scan_ttl_s: float = 5.0, relist_min_s: float = 1.0, keep_analyses: int = 256,
-                 cache_bytes: int = 1 << 30, max_trace_bytes: int | None = 4 << 30,
+                 cache_bytes: int = 1 << 30, max_trace_bytes: int | None = DEFAULT_MAX_TRACE_BYTES,
                  parse_workers: int = 2, wait_s: float = 0.5, parse_timeout_s: float | None = 600.0,
                  prefetch_files: int | None = 0, peaks: tuple[float | None, float | None] = (None, None),
                  cache_dir: str | None = None, cache_max_bytes: int | None = None) -> None:
         self.logdir = logdir
         self.registry = Registry(logdir, scan_ttl_s=scan_ttl_s, relist_min_s=relist_min_s)
-        self.wait_s = wait_s
-        self.engine = Workspace(logdir, cache_dir=cache_dir, cache_max_bytes=cache_max_bytes, peaks=peaks,
-                                limits=Limits(max_trace_bytes=max_trace_bytes, parse_timeout_s=parse_timeout_s,
-                                              cache_bytes=cache_bytes, keep_analyses=keep_analyses))
+        engine = Workspace(logdir, cache_dir=cache_dir, cache_max_bytes=cache_max_bytes, peaks=peaks,
+                           limits=Limits(max_trace_bytes=max_trace_bytes, parse_timeout_s=parse_timeout_s,
+                                         cache_bytes=cache_bytes, keep_analyses=keep_analyses))
         self.jobs = Jobs(parse_workers)
+        self.lanes = Lanes(engine, self.jobs, logdir, wait_s)
         self.prefetch_files = prefetch_files
         self._prefetch = Prefetch()
         # Views of one trace, encoded: small next to the analyses they come from (a timeline is at
         # most ``limit`` events), so a sixteenth of the cache, and a view's second request is free.
         self._views: LRUCache[bytes] = LRUCache(max_entries=512, max_bytes=max(cache_bytes // 16, 1 << 20),
                                                 sizeof=len)
+
+    @property
+    def engine(self) -> Workspace:
+        """The engine, which the routes and the background jobs (``lanes``) share."""
+        return self.lanes.engine
+
+    @engine.setter
+    def engine(self, engine: Workspace) -> None:
+        self.lanes.engine = engine
+
+    @property
+    def wait_s(self) -> float:
+        """How long a route waits for its jobs before it answers "loading"."""
+        return self.lanes.wait_s
+
+    @wait_s.setter
+    def wait_s(self, wait_s: float) -> None:
+        self.lanes.wait_s = wait_s
 
     def runs(self, *, refresh: bool = False) -> list[Run]:
         return self.registry.runs(refresh=refresh)
@@ -144,31 +152,6 @@ class Service:
             return "error", "; ".join(sorted({m for m in failures if m}))
         return "unloaded", None
 
-    # -- background parsing ---------------------------------------------------------------
-    def _parse(self, run: Run, trace: TraceFile, metadata: dict[str, object] | None, *,
-               background: bool = False, summary_only: bool = False) -> Future[Parsed]:
-        """The job that parses ``trace`` (started if need be): one per file, whoever needs its
-        summary or its analysis; the engine caches both. ``background``: a parse ahead of clicks,
-        in the jobs' background lane, which keeps the summary only (the runs list's figures), unless
-        a user asked for the file meanwhile: analyses held are those of runs users opened.
-        ``summary_only``: a summary from the summary cache will do (``--tb_attn_cache_dir``): then
-        the job parses nothing, and its result has no analysis. The job is the run's (``jobs``: a
-        slow run's jobs share a lane of their own), and a trace of ``HEAVY_TRACE_BYTES`` or more
-        starts in the slow lane."""
-        key = file_version(trace)
-
-        def job() -> Parsed:
-            self._confine(trace)
-            if not background:
-                return self.engine.parse(trace, metadata=metadata, summary_only=summary_only)
-            parsed = self.engine.parse(trace, metadata=metadata, keep=False, summary_only=summary_only)
-            if parsed.analysis is not None and not self.jobs.background(key):  # a user asked for it meanwhile
-                self.engine.keep(trace, parsed.analysis)
-            return parsed
-
-        return self.jobs.submit(key, job, background=background, group=run.path,
-                                heavy=trace.size >= HEAVY_TRACE_BYTES)
-
     def prefetch(self, runs: list[Run]) -> int:
         """Queues the parse of the newest runs' traces ahead of clicks, in the jobs' background
         lane (``prefetch.Prefetch``, which says which). Returns the files queued."""
@@ -176,98 +159,14 @@ class Service:
                                    done=lambda trace: self.jobs.running(file_version(trace))
                                    or self.engine.cached(trace) != (None, None))
         for run, trace in todo:
-            self._parse(run, trace, self.metadata(run), background=True, summary_only=True)
+            self.lanes.parse(run, trace, self.metadata(run), background=True, summary_only=True)
         return len(todo)
 
-    def _confine(self, trace: TraceFile) -> None:
-        """Refuses a listed file whose directory became a link out of the logdir since the
-        listing (the file itself is opened without following links)."""
-        if not io.inside(self.logdir, trace.path):
-            raise ReadError(f"cannot read {trace.name}: it is no longer inside the log directory")
-
-    def _await(self, futures: list[Future[Any]], runs: list[str], files: int) -> None:
-        if not futures:
-            return
-        wait(futures, timeout=self.wait_s)
-        pending = sum(not f.done() for f in futures)
-        if pending:
-            raise Loading(runs, pending, files)
-
-    def _summaries(self, wanted: list[tuple[Run, str | None]]) -> list[RunSummary]:
-        """The summaries of runs (each limited to a worker, or not): what the engine has, plus
-        background jobs for the rest, waited for together."""
-        metadata = [self.metadata(run) for run, _ in wanted]
-        known: dict[TraceFile, WorkerSummary | TraceError] = {}
-        jobs: dict[TraceFile, Future[Parsed]] = {}
-        misses: dict[TraceFile, dict[str, object] | None] = {}
-        owner: dict[TraceFile, Run] = {}
-        files = 0
-        for (run, worker), meta in zip(wanted, metadata, strict=True):
-            for trace in run.files:
-                if worker is not None and trace.worker != worker:
-                    continue
-                files += 1
-                cached = self.engine.cached(trace)
-                if cached.failure is not None:
-                    known[trace] = TraceError(cached.failure)
-                elif cached.summary is not None:
-                    known[trace] = cached.summary
-                else:
-                    misses[trace] = meta
-                    owner[trace] = run
-        names = [run.name for run, _ in wanted]
-        stats, reads = self._head_stats([run for run, _ in wanted])
-        files += sum(len(run.event_files) for run in {run.path: run for run, _ in wanted}.values())
-        known.update(self._from_summary_cache(misses, names, files))
-        for trace, meta in misses.items():
-            if trace not in known:
-                jobs[trace] = self._parse(owner[trace], trace, meta, summary_only=True)
-        self._await([*jobs.values(), *reads], names, files)
-        for trace, job in jobs.items():
-            failure = job.exception()
-            if failure is not None and not isinstance(failure, TraceError):
-                raise failure  # a bug: a 500
-            known[trace] = failure if failure is not None else job.result().summary
-        for read in reads:
-            stats.update(read.result())
-        return [self.engine.run_summary(run, worker=worker, metadata=meta, known=known, head_stats=stats)
-                for (run, worker), meta in zip(wanted, metadata, strict=True)]
-
-    def _head_stats(self, runs: list[Run]) -> tuple[dict[FileInfo, EventStats], list[Future[_RunStats]]]:
-        """The statistics of the runs' event files already read, and a job reading each other
-        run's: one per run version, shared like a trace's parse (``head_events.read_run``: the
-        run's bounds and time limit hold for its files together)."""
-        done: dict[FileInfo, EventStats] = {}
-        reads: list[Future[_RunStats]] = []
-        for run in {run.path: run for run in runs if run.event_files}.values():
-            got = self.engine.cached_event_stats(run)
-            if got is not None:
-                done.update(got)
-            else:
-                key = ("head-stats", run.path, *(file_version(f) for f in run.event_files))
-                reads.append(self.jobs.submit(key, functools.partial(self._read_events, run), group=run.path))
-        return done, reads
-
-    def _read_events(self, run: Run) -> dict[FileInfo, EventStats]:
-        inside = [info for info in run.event_files if io.inside(self.logdir, info.path)]
-        got = self.engine.event_stats(run, inside)
-        for info in run.event_files:  # its directory became a link out of the logdir
-            got.setdefault(info, EventStats({}, None, {UNREADABLE: 1}))
-        return got
-
-    def _from_summary_cache(self, misses: dict[TraceFile, dict[str, object] | None], runs: list[str],
-                            files: int) -> dict[TraceFile, WorkerSummary]:
-        """The summaries of ``misses`` in the summary cache, read in one batch (a job: a thousand
-        ranks' entries on S3 are one batch of requests, not a thousand parses). Files whose own job
-        already runs are left to it."""
-        fresh = [t for t in misses if not self.jobs.running(file_version(t))]
-        if not self.engine.has_summary_cache or not fresh:
-            return {}
-        key = ("summary-cache", *(file_version(t) for t in fresh))
-        batch: Future[dict[TraceFile, WorkerSummary]] = self.jobs.submit(
-            key, lambda: self.engine.from_summary_cache(fresh))
-        self._await([batch], runs, files)
-        return batch.result()
+    def _summaries(self, runs: list[Run], worker: str | None = None) -> list[RunSummary]:
+        """The summaries of ``runs`` (each limited to ``worker``): the engine's pipeline, on the
+        jobs' lanes (``lanes.Route``), answering "loading" while they run."""
+        return self.engine.summaries(runs, worker=worker, metadata=[self.metadata(run) for run in runs],
+                                     schedule=self.lanes.route(runs, worker))
 
     # -- routes ---------------------------------------------------------------------------
     def runs_response(self, *, refresh: bool) -> RunsResponse:
@@ -315,7 +214,7 @@ class Service:
         run = self.run(run_name)
         if worker is not None and worker not in run.workers:
             raise errors.NotFoundError(f"no worker {worker!r} in run {run_name!r}")
-        (summary,) = self._summaries([(run, worker)])
+        (summary,) = self._summaries([run], worker)
         if span is not None:
             summary = msgspec.structs.replace(summary, workers=[w for w in summary.workers if w.span == span])
             if not summary.workers and not summary.errors:
@@ -334,7 +233,7 @@ class Service:
             have = RankSet.of(file_ranks(run).values()).spec
             raise errors.NotFoundError(f"run {run_name!r} has no trace of ranks {selection.spec}"
                                        + (f" (its ranks are {have})" if have else " (it has no traces)"))
-        (summary,) = self._summaries([(picked, None)])
+        (summary,) = self._summaries([picked])
         view = ranks(summary, margin=DEFAULT_MARGIN if margin is None else margin)
         return msgspec.structs.replace(view, ranks_total=len(run.workers),
                                        ranks_selected=None if selection is None else selection.spec)
@@ -347,8 +246,8 @@ class Service:
             for _ in range(2):  # the second: the job joined read only the summary cache
                 if analysis is not None:
                     break
-                job = self._parse(run, trace, self.metadata(run))
-                self._await([job], [run.name], 1)
+                job = self.lanes.parse(run, trace, self.metadata(run))
+                self.lanes.wait([job], [run.name], 1)
                 analysis = job.result().analysis
         if analysis is None:
             raise Loading([run.name], 1, 1)
@@ -371,7 +270,7 @@ class Service:
             return body
 
         future: Future[bytes] = self.jobs.submit(key, job, group=run.path)
-        self._await([future], [run.name], 1)
+        self.lanes.wait([future], [run.name], 1)
         with http_errors():
             return future.result()
 
@@ -400,7 +299,7 @@ class Service:
             raise errors.InvalidArgumentError("pass runs=R1,R2,... (run names as /runs lists them)")
         if len(names) > 200:
             raise errors.InvalidArgumentError("at most 200 runs at once")
-        return self._summaries([(self.run(name), None) for name in names])
+        return self._summaries([self.run(name) for name in names])
 
     @http_errors()
     def compare(self, names: list[str], baseline: str | None) -> Comparison:
@@ -436,7 +335,7 @@ class Service:
         for f in run.files:
             if f.name == file:
                 with http_errors():
-                    self._confine(f)
+                    self.lanes.confine(f)
                 return f
         raise errors.NotFoundError(f"no trace file {file!r} in run {run_name!r}")
 

@@ -1,5 +1,6 @@
 """JSON for every door: the tab's responses, ``tb-attn ... --format json`` and the notebook API's
-``to_json``. One encoder, so that the three write the same values.
+``to_json``. One encoder, so that the three write the same values. And text for a terminal
+(``printable``), which the CLI and the notebook API both print names and messages through.
 
 msgspec's encoder, written in C: no Python recursion, and non-finite floats as null. It is bounded
 in depth by Python's recursion limit (about 1,000 levels less the caller's stack), and nothing it is
@@ -18,9 +19,30 @@ import msgspec
 from tb_attn_plugin.types.schema import SUMMARY_SCHEMA, RunSummary
 from tb_attn_plugin.vocab.names import encodable
 
-__all__ = ["summaries_json", "to_json"]
+__all__ = ["printable", "summaries_json", "to_json"]
 
 _NON_ASCII = re.compile("[^\x00-\x7f]")
+
+
+# C0 (tab and newline too: a cell is one line), DEL, C1 (U+009B is a CSI to some terminals), the
+# line and paragraph separators, the bidi embeddings, overrides and isolates ("Trojan Source"),
+# and lone surrogates, which every strict encoder refuses.
+_UNPRINTABLE = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
+
+
+def _visible(match: re.Match[str]) -> str:
+    """A character a terminal would act on, as the text of its escape."""
+    code = ord(match.group())
+    if 0xDC80 <= code <= 0xDCFF:  # an undecodable byte of a file name, as surrogateescape lists it
+        return f"\\x{code - 0xDC00:02x}"
+    return f"\\x{code:02x}" if code <= 0xFF else f"\\u{code:04x}"
+
+
+def printable(text: str) -> str:
+    """``text`` with every character a terminal would act on written as a visible escape
+    (``\\x1b``, ``\\u202e``; an undecodable byte ``\\xff``). Other text, non-ASCII included, is
+    unchanged, and so is a string already escaped."""
+    return _UNPRINTABLE.sub(_visible, text)
 
 
 def to_json(value: Any, *, pretty: bool = False) -> bytes:

@@ -1,6 +1,7 @@
-"""The CLI's shared many-file options and helpers (``cli/batch.py``): the flags and their parsers, the runs a
-path names, rank selection, the one-line errors, and ``summaries`` run in-process on tiny hand-written traces
-whose attention time per step is known. test_batch_flags.py checks the same flags through every command."""
+"""The CLI's shared many-file options and helpers (``cli/batch.py``): the flags and their parsers, the
+command's one ``workspace`` (the runs a path names, their ranks), the one-line errors, and summaries run
+in-process on tiny hand-written traces whose attention time per step is known. test_batch_flags.py checks
+the same flags through every command."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import pytest
 
 from tb_attn_plugin.cli import batch
 from tb_attn_plugin.types.results import RankView
+from tb_attn_plugin.types.schema import RunSummary
 
 
 @pytest.fixture(autouse=True)
@@ -112,13 +114,15 @@ def test_a_bad_rank_selection_is_a_usage_error(value: str, message: str, capsys:
     assert exc.value.code == 2 and message in capsys.readouterr().err
 
 
-# -- runs ----------------------------------------------------------------------------------------------
+# -- the command's workspace ---------------------------------------------------------------------------
 
 
-def test_listed_runs_names_every_run_or_the_one_asked_for(logdir: Path) -> None:
-    assert [(r.name, r.workers) for r in batch.listed_runs(str(logdir), None)] == [
-        ("a", ["host_rank0", "host_rank1"]), ("b", ["w"])]
-    assert [r.name for r in batch.listed_runs(str(logdir), "b/")] == ["b"]
+def test_the_workspace_names_every_run_or_the_one_asked_for(logdir: Path) -> None:
+    space = batch.workspace(_args(), str(logdir))
+    assert [(r.name, r.workers) for r in space.runs()] == [("a", ["host_rank0", "host_rank1"]), ("b", ["w"])]
+    assert [r.name for r in space.runs(run="b/")] == ["b"]
+    assert [r.name for r in space.runs(run=["b", "a"])] == ["b", "a"]  # --runs B,A: in that order
+    assert [r.name for r in space.runs(worker="w")] == ["b"]
 
 
 @pytest.mark.parametrize(("where", "run", "message"), [
@@ -127,27 +131,27 @@ def test_listed_runs_names_every_run_or_the_one_asked_for(logdir: Path) -> None:
                     "under {path}"),
     ("logdir", "nope", "no run named 'nope' under {path} (its runs: a, b)"),
 ])
-def test_listed_runs_raises_usage_with_the_reason(logdir: Path, tmp_path: Path, where: str, run: str | None,
+def test_the_workspace_says_why_there_are_no_runs(logdir: Path, tmp_path: Path, where: str, run: str | None,
                                                   message: str) -> None:
     path = {"missing": tmp_path / "missing", "empty": tmp_path / "empty", "logdir": logdir}[where]
     if where == "empty":
         path.mkdir()
-    with pytest.raises(batch.Usage) as exc:
-        batch.listed_runs(str(path), run)
+    with pytest.raises((OSError, ValueError)) as exc:
+        batch.workspace(_args(), str(path)).runs(run=run)
     assert str(exc.value).startswith(message.format(path=path))
 
 
-def test_select_keeps_only_the_ranks_asked_for(logdir: Path) -> None:
-    runs = batch.listed_runs(str(logdir), None)
-    assert batch.select(runs, _args(), str(logdir)) == runs  # no --ranks: every trace
+def test_the_runs_keep_only_the_ranks_asked_for(logdir: Path) -> None:
+    every = batch.workspace(_args(), str(logdir)).runs()
+    assert batch.workspace(_args("--ranks", "1"), str(logdir)).runs(ranks=False) == every
     # rank 1: run a keeps host_rank1; run b's one worker is rank 0 by position, so b is dropped
-    (a,) = batch.select(runs, _args("--ranks", "1"), str(logdir))
+    (a,) = batch.workspace(_args("--ranks", "1"), str(logdir)).runs()
     assert (a.name, a.workers, [f.name for f in a.files]) == ("a", ["host_rank1"], ["host_rank1.1.pt.trace.json"])
 
 
-def test_select_with_no_trace_left_is_an_error(logdir: Path) -> None:
+def test_runs_with_no_trace_of_the_ranks_left_is_an_error(logdir: Path) -> None:
     with pytest.raises(ValueError, match=r"^no trace of ranks 5-6 under .*logdir$"):
-        batch.select(batch.listed_runs(str(logdir), None), _args("--ranks", "5-6"), str(logdir))
+        batch.workspace(_args("--ranks", "5-6"), str(logdir)).runs()
 
 
 def _view() -> RankView:
@@ -166,9 +170,14 @@ def test_sampled_records_the_rank_count_and_the_selection() -> None:
 # -- summaries -----------------------------------------------------------------------------------------
 
 
+def _summaries(logdir: Path, *flags: str, run: str | None = None, worker: str | None = None,
+               **kwargs: Any) -> list[RunSummary]:
+    space = batch.workspace(_args(*flags), str(logdir), **kwargs)
+    return space.summaries(space.runs(run=run, worker=worker), worker=worker)
+
+
 def test_summaries_reads_every_run_in_order(logdir: Path) -> None:
-    runs = batch.listed_runs(str(logdir), None)
-    a, b = batch.summaries(_args("--jobs", "1"), runs, paths=[str(logdir)])
+    a, b = _summaries(logdir, "--jobs", "1")
     assert (a.run, [w.worker for w in a.workers], b.run, [w.worker for w in b.workers]) == (
         "a", ["host_rank0", "host_rank1"], "b", ["w"])
     # each worker's mean attention time per step: the block written in each of its steps
@@ -177,46 +186,44 @@ def test_summaries_reads_every_run_in_order(logdir: Path) -> None:
 
 
 def test_summaries_of_one_worker(logdir: Path) -> None:
-    (a,) = batch.summaries(_args(), batch.listed_runs(str(logdir), "a"), worker="host_rank1")
+    (a,) = _summaries(logdir, run="a", worker="host_rank1")
     assert [w.worker for w in a.workers] == ["host_rank1"]
 
 
 def test_loader_options_reach_the_loader(logdir: Path) -> None:
     """A trace over ``max_trace_bytes`` is that file's error, not the run's end."""
-    (b,) = batch.summaries(_args(), batch.listed_runs(str(logdir), "b"), max_trace_bytes=10)
+    (b,) = _summaries(logdir, run="b", max_trace_bytes=10)
     assert b.workers == [] and [e.file for e in b.errors] == ["w.1.pt.trace.json"]
 
 
 def test_the_users_peaks_replace_every_rooflines(logdir: Path) -> None:
-    (b,) = batch.summaries(_args(), batch.listed_runs(str(logdir), "b"), peaks=(2.5e12, 100e9))
+    (b,) = _summaries(logdir, run="b", peaks=(2.5e12, 100e9))
     (roofline,) = [w.roofline for w in b.workers]
     assert roofline is not None and roofline.source == "given by --peak-flops and --peak-bw"
     assert roofline.peak_flops["fp32"] == 2.5e12 and roofline.peak_bytes_per_s == 100e9
 
 
 def test_a_bad_executor_is_refused_before_anything_is_read(logdir: Path, decodes: list[str]) -> None:
-    with pytest.raises(ValueError, match=r"^unknown executor 'ray://h:1'"):
-        batch.summaries(_args("--executor", "ray://h:1"), batch.listed_runs(str(logdir), None))
+    with pytest.raises(batch.Usage, match=r"^unknown executor 'ray://h:1'"):
+        batch.workspace(_args("--executor", "ray://h:1"), str(logdir))
     assert decodes == []
 
 
-def test_a_cache_inside_a_named_path_is_refused(logdir: Path, tmp_path: Path) -> None:
-    runs = batch.listed_runs(str(logdir), None)
+def test_a_cache_inside_the_path_is_refused(logdir: Path) -> None:
     inside = logdir / "a" / "cache"
-    with pytest.raises(ValueError, match="is inside the log directory"):
-        batch.summaries(_args("--cache-dir", str(inside)), runs, paths=[str(tmp_path / "elsewhere"), str(logdir / "a")])
+    with pytest.raises(batch.Usage, match="is inside the log directory"):
+        batch.workspace(_args("--cache-dir", str(inside)), str(logdir / "a"))
     assert not inside.exists()
 
 
 def test_a_cache_bound_needs_a_cache(logdir: Path) -> None:
-    with pytest.raises(ValueError, match=r"^--cache-max-mb bounds --cache-dir: give both$"):
-        batch.summaries(_args("--cache-max-mb", "5"), batch.listed_runs(str(logdir), None))
+    with pytest.raises(batch.Usage, match=r"^--cache-max-mb bounds --cache-dir: give both$"):
+        batch.workspace(_args("--cache-max-mb", "5"), str(logdir))
 
 
 def test_a_cache_directory_is_filled_then_read(logdir: Path, tmp_path: Path, decodes: list[str]) -> None:
     cache = tmp_path / "cache"
-    runs = batch.listed_runs(str(logdir), None)
-    first = batch.summaries(_args("--cache-dir", str(cache), "--cache-max-mb", "1"), runs, paths=[str(logdir)])
+    first = _summaries(logdir, "--cache-dir", str(cache), "--cache-max-mb", "1")
     assert len(decodes) == 3 and len(list(cache.rglob("*.tba"))) == 3  # one summary per trace
-    again = batch.summaries(_args("--cache-dir", str(cache)), runs, paths=[str(logdir)])
+    again = _summaries(logdir, "--cache-dir", str(cache))
     assert again == first and len(decodes) == 3  # nothing parsed the second time

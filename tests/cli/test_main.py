@@ -16,7 +16,8 @@ import pytest
 from helpers import HAND_TRACES, SHARED_TRACES, accelerate_run
 
 from tb_attn_plugin.cli.main import main
-from tb_attn_plugin.cli.report import CSV_FIELDS, printable
+from tb_attn_plugin.cli.report import CSV_FIELDS
+from tb_attn_plugin.types.encoding import printable
 from tb_attn_plugin.vocab.scopes import PHASES
 
 
@@ -248,7 +249,7 @@ _BAD_INPUT: dict[str, dict[str, tuple[int, str] | tuple[int, str, int]]] = {
     "missing": {"summarize": (2, "No such file"), "compare": (2, "No such file"), "ranks": (2, "No such file"),
                 "gate": (2, "No such file"), "heads": (2, "No such file"), "strategies": (2, "No such file")},
     "empty": {"summarize": (2, "no torch.profiler traces"), "compare": (2, "no torch.profiler traces"),
-              "ranks": (2, "no torch.profiler traces"), "gate": (2, "holds 0 runs"),
+              "ranks": (2, "no torch.profiler traces"), "gate": (2, "no torch.profiler traces"),
               "heads": (2, "no torch.profiler traces"), "strategies": (2, "no torch.profiler traces")},
     # gate reads the FIFO as baseline and as candidate: two errors, each on its line.
     "fifo": {"summarize": (1, "not a regular file"), "compare": (1, "not a regular file"),

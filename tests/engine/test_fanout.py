@@ -19,10 +19,13 @@ from manyruns import write_ranked_run
 from tb_attn_plugin.cli import report
 from tb_attn_plugin.cli.main import main
 from tb_attn_plugin.engine import fanout
-from tb_attn_plugin.engine.fanout import Task, executor_address, summarize_runs
+from tb_attn_plugin.engine.fanout import Fanout, Task, executor_address
 from tb_attn_plugin.engine.loader import Loader, resolve_runs
+from tb_attn_plugin.engine.pipeline import summarize_runs
 from tb_attn_plugin.engine.progress import Progress
 from tb_attn_plugin.engine.ranksel import parse_ranks, select_ranks
+from tb_attn_plugin.trace.discover import Run
+from tb_attn_plugin.types.schema import RunSummary
 
 RANKS = 8
 
@@ -47,8 +50,14 @@ def logdir(builtin_logdir: Path, tmp_path_factory: pytest.TempPathFactory) -> Pa
     return root
 
 
+def _fanned(runs: list[Run], *, warn: Callable[[str], None] | None = None, **kwargs: Any) -> list[RunSummary]:
+    """The runs through the pipeline on a ``Fanout`` of ``kwargs`` (jobs, executor)."""
+    loader = Loader()
+    return summarize_runs(loader, runs, schedule=Fanout(loader, progress=False, warn=warn, **kwargs), warn=warn)
+
+
 def _json(runs_path: Path, **kwargs: Any) -> str:
-    return report.summary_json(summarize_runs(resolve_runs(str(runs_path)), Loader(), progress=False, **kwargs))
+    return report.summary_json(_fanned(resolve_runs(str(runs_path)), **kwargs))
 
 
 def test_a_pool_and_an_executor_give_the_serial_output_byte_for_byte(logdir: Path) -> None:
@@ -104,8 +113,7 @@ def test_a_dying_worker_loses_nothing(logdir: Path, monkeypatch: pytest.MonkeyPa
     warnings: list[str] = []
     # Forked: the workers see the patched task (a fork server would import the real one).
     with cf.ProcessPoolExecutor(2, mp_context=multiprocessing.get_context("fork")) as pool:
-        got = report.summary_json(summarize_runs(resolve_runs(str(run)), Loader(), executor=pool, progress=False,
-                                                 warn=warnings.append))
+        got = report.summary_json(_fanned(resolve_runs(str(run)), executor=pool, warn=warnings.append))
     assert got == serial
     assert warnings and all("summarizing them here" in w for w in warnings)
     assert any("BrokenProcessPool" in w for w in warnings)
@@ -113,8 +121,7 @@ def test_a_dying_worker_loses_nothing(logdir: Path, monkeypatch: pytest.MonkeyPa
 
 def test_an_executor_that_fails_every_task_falls_back_to_this_process(logdir: Path) -> None:
     warnings: list[str] = []
-    got = report.summary_json(summarize_runs(resolve_runs(str(logdir / "ranked")), Loader(), executor=_Failing(),
-                                             progress=False, warn=warnings.append))
+    got = report.summary_json(_fanned(resolve_runs(str(logdir / "ranked")), executor=_Failing(), warn=warnings.append))
     assert got == _json(logdir / "ranked", jobs=1)
     assert warnings == [f"{RANKS} files could not be summarized by the executor (RuntimeError: KilledWorker: worker "
                         "tcp://10.0.0.7:4242 died); summarizing them here"]

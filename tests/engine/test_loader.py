@@ -13,8 +13,7 @@ import pytest
 from helpers import SHARED_TRACES, accelerate_run
 from tracetools import trace_files
 
-from tb_attn_plugin.engine.loader import Loader, load_events, resolve_runs
-from tb_attn_plugin.trace import parallel
+from tb_attn_plugin.engine.loader import Loader, resolve_runs
 from tb_attn_plugin.trace.discover import find_runs
 from tb_attn_plugin.trace.events import TraceError
 from tb_attn_plugin.trace.io import FileInfo, list_tree, read_chunks
@@ -125,40 +124,12 @@ def test_a_logdir_of_json_that_is_no_trace_lists_no_run_at_once(tmp_path: Path) 
     assert time.monotonic() - started < 5
 
 
-def test_gzip_and_plain_decode_the_same(tmp_path: Path) -> None:
-    plain = tmp_path / "w.1.pt.trace.json"
-    plain.write_bytes(gzip.decompress(GOOD_GZ.read_bytes()))
-    a, b = load_events(str(GOOD_GZ)), load_events(str(plain))
-    assert len(a) == len(b) and a.names == b.names and (a.ts == b.ts).all()
-
-
 def test_multi_member_gzip(tmp_path: Path) -> None:
     raw = gzip.decompress(GOOD_GZ.read_bytes())
     half = len(raw) // 2
     path = tmp_path / "w.pt.trace.json.gz"
     path.write_bytes(gzip.compress(raw[:half]) + gzip.compress(raw[half:]))
     assert b"".join(read_chunks(str(path), chunk_bytes=4096)) == raw
-
-
-@pytest.mark.parametrize(
-    ("content", "message"),
-    [
-        (b"", "empty file"),
-        (b"   \n", "empty file"),
-        (b"hello world", "not JSON"),
-        (b'{"a": 1}', "no traceEvents"),
-        (b'{"traceEvents": []}', "no events"),
-        (b'{\n  "traceEvents": [\n  {\n    "ph": "X", "name": "a", "ts": 1, "dur": 2\n  },\n  {\n    "ph"',
-         "truncated"),
-        (b"\x1f\x8b\x08\x00garbage-not-deflate", "gzip"),
-        (gzip.compress(b'{"traceEvents": [{"ph": "X"}]}')[:-12], "truncated gzip"),
-    ],
-)
-def test_bad_files_raise_trace_error(tmp_path: Path, content: bytes, message: str) -> None:
-    path = tmp_path / "w.pt.trace.json"
-    path.write_bytes(content)
-    with pytest.raises(TraceError, match=message):
-        load_events(str(path))
 
 
 def test_a_bad_file_is_a_per_file_error_and_others_still_load(tmp_path: Path, builtin_logdir: Path) -> None:
@@ -171,11 +142,6 @@ def test_a_bad_file_is_a_per_file_error_and_others_still_load(tmp_path: Path, bu
     assert [e.file for e in summary.errors] == ["broken.1.pt.trace.json"]
     assert "truncated" in summary.errors[0].error
     assert summary.metadata is not None and summary.metadata["impl"] == "naive"
-
-
-def test_size_limit_refuses_big_traces(tmp_path: Path) -> None:
-    with pytest.raises(TraceError, match="larger than the limit"):
-        load_events(str(GOOD_GZ), max_bytes=1 << 20)
 
 
 def test_cache_is_keyed_by_path_size_and_mtime(tmp_path: Path, builtin_logdir: Path) -> None:
@@ -217,50 +183,6 @@ def test_fsspec_memory_filesystem(builtin_logdir: Path) -> None:
     assert run.name == "exp1/naive"
     summary = Loader().summarize_run(run)
     assert summary.workers[0].backend == "naive" and summary.metadata is not None
-
-
-def _same_events(a: object, b: object) -> bool:
-    import numpy as np
-
-    fields = ("name", "kind", "track", "ts", "dur", "ext", "corr", "seq", "shape", "mem_ts", "mem_track", "mem_bytes",
-              "mem_total", "mem_device_type", "mem_device_id")
-    return (a.names == b.names and a.tracks == b.tracks and a.shapes == b.shapes  # type: ignore[attr-defined]
-            and a.meta == b.meta and a.diagnostics == b.diagnostics  # type: ignore[attr-defined]
-            and all(np.array_equal(getattr(a, f), getattr(b, f)) for f in fields))
-
-
-@pytest.mark.parametrize("parts", [2, 3, 5])
-def test_decoding_in_parts_equals_one_process(builtin_logdir: Path, parts: int) -> None:
-    for run in ("naive", "sdpa-per-head"):
-        (path,) = trace_files(builtin_logdir / run)
-        size = path.stat().st_size
-        events = parallel.decode_in_parts(str(path), size, parts)
-        assert events is not None
-        assert _same_events(events, load_events(str(path), parallel=False))
-
-
-def test_how_many_processes_decode_a_trace() -> None:
-    assert parallel.part_count(parallel.PARALLEL_MIN_BYTES - 1, cpus=16) == 1
-    assert parallel.part_count(100 << 20, cpus=2) == 2
-    assert parallel.part_count(100 << 20, cpus=16) == 6  # parts of at least 16 MiB
-    assert parallel.part_count(4 << 30, cpus=16) == 8  # at most 8: the merge is this process's
-    assert parallel.part_count(4 << 30, cpus=1) == 1
-
-
-def test_a_trace_that_cannot_be_split_is_decoded_in_one_process(builtin_logdir: Path, tmp_path: Path,
-                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(parallel, "PARALLEL_MIN_BYTES", 0)
-    monkeypatch.setattr(parallel, "_MIN_PART_BYTES", 1)
-    # A broken last part falls back to one process, which reports the error.
-    (path,) = trace_files(builtin_logdir / "naive")
-    cut = tmp_path / "w.1.pt.trace.json"
-    cut.write_bytes(path.read_bytes()[:-300])
-    with pytest.raises(TraceError, match="truncated"):
-        load_events(str(cut))
-    # Other layouts are decoded whole.
-    minified = tmp_path / "m.1.pt.trace.json"
-    minified.write_text(json.dumps(json.loads(path.read_bytes())))
-    assert _same_events(load_events(str(minified)), load_events(str(path), parallel=False))
 
 
 def test_user_peaks_are_applied_to_what_is_handed_out_never_to_the_cached_summary() -> None:

@@ -148,7 +148,7 @@ def test_each_entry_is_read_once_per_miss(tmp_path: Path, builtin_logdir: Path,
                                           monkeypatch: pytest.MonkeyPatch) -> None:
     """A batch finds the misses; the parses that follow do not ask the cache again."""
     from tb_attn_plugin.engine import summary_cache
-    from tb_attn_plugin.engine.fanout import summarize_runs
+    from tb_attn_plugin.engine.pipeline import summarize_runs
 
     for run in ("naive", "sdpa"):
         shutil.copytree(builtin_logdir / run, tmp_path / "logdir" / run)
@@ -162,8 +162,8 @@ def test_each_entry_is_read_once_per_miss(tmp_path: Path, builtin_logdir: Path,
     monkeypatch.setattr(summary_cache, "_read_entry", counting)
     (tmp_path / "cache").mkdir()  # else nothing is read: there is no cache yet
     runs = resolve_runs(str(tmp_path / "logdir"))
-    summarize_runs(runs, Loader(cache_dir=str(tmp_path / "cache")), jobs=1, progress=False)
+    summarize_runs(Loader(cache_dir=str(tmp_path / "cache")), runs)
     assert len(asked) == 2 == len(set(asked))
     asked.clear()
-    summarize_runs(runs, Loader(cache_dir=str(tmp_path / "cache")), jobs=1, progress=False)
+    summarize_runs(Loader(cache_dir=str(tmp_path / "cache")), runs)
     assert len(asked) == 2  # the second time: both found, in the one batch

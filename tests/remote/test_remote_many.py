@@ -21,8 +21,9 @@ from webtools import BASE, get_json
 
 from tb_attn_plugin.cli import report
 from tb_attn_plugin.cli.main import main
-from tb_attn_plugin.engine.fanout import summarize_runs
+from tb_attn_plugin.engine.fanout import Fanout
 from tb_attn_plugin.engine.loader import Loader, resolve_runs
+from tb_attn_plugin.engine.pipeline import summarize_runs
 
 distributed = pytest.importorskip("distributed")
 
@@ -59,7 +60,7 @@ def no_cache(s3: LocalS3) -> Iterator[None]:
 
 
 def _serial(local: Path) -> str:
-    return report.summary_json(summarize_runs(resolve_runs(str(local)), Loader(), jobs=1, progress=False))
+    return report.summary_json(summarize_runs(Loader(), resolve_runs(str(local))))
 
 
 def test_a_dask_cluster_fills_the_shared_cache_and_the_tab_parses_nothing(
@@ -110,8 +111,10 @@ def test_a_worker_killed_mid_job_loses_nothing(s3: LocalS3, ranked: Path, cluste
         killer = threading.Thread(target=kill_one)
         killer.start()
         warnings: list[str] = []
-        got = summarize_runs(resolve_runs(JOB), Loader(), executor=client.get_executor(pure=False, retries=2),
-                             progress=False, warn=warnings.append)
+        loader = Loader()
+        fanout = Fanout(loader, executor=client.get_executor(pure=False, retries=2), progress=False,
+                        warn=warnings.append)
+        got = summarize_runs(loader, resolve_runs(JOB), schedule=fanout, warn=warnings.append)
         killer.join()
         assert started.is_set()
     finally:

@@ -24,7 +24,7 @@ from tb_attn_plugin.engine import head_events
 from tb_attn_plugin.engine import loader as loader_module
 from tb_attn_plugin.engine.head_events import RUN_BYTES, RUN_FULL, RUN_RECORDS, HeadStatsReader, parse_event_file
 from tb_attn_plugin.engine.loader import Loader, resolve_runs
-from tb_attn_plugin.server import service as service_module
+from tb_attn_plugin.server import lanes as lanes_module
 from tb_attn_plugin.server.http_status import Loading
 from tb_attn_plugin.server.service import Service
 from tb_attn_plugin.trace.version import file_version
@@ -170,7 +170,7 @@ def test_a_run_of_large_traces_does_not_delay_a_small_runs_summary(tmp_path: Pat
     small.mkdir()
     shutil.copy(HAND_TRACES / "steps.json", small / "w0.1.pt.trace.json")
     size = (big / "w0.1.pt.trace.json").stat().st_size
-    monkeypatch.setattr(service_module, "HEAVY_TRACE_BYTES", size)  # the large run's files are "large"
+    monkeypatch.setattr(lanes_module, "HEAVY_TRACE_BYTES", size)  # the large run's files are "large"
     service = Service(str(tmp_path), wait_s=0.05)
     with pytest.raises(Loading):
         service.summary("huge", None, None)

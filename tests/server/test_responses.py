@@ -18,8 +18,9 @@ from webtools import BASE, get, get_json, plugin_client
 from devtools.gen_types import TYPES_TS, render
 from tb_attn_plugin.analysis.compare import BaselineError
 from tb_attn_plugin.analysis.views import ViewError
+from tb_attn_plugin.engine.limits import Limits
 from tb_attn_plugin.engine.loader import resolve_runs
-from tb_attn_plugin.engine.workspace import Limits, Workspace
+from tb_attn_plugin.engine.workspace import Workspace
 from tb_attn_plugin.server import responses
 from tb_attn_plugin.server.plugin import STATIC_DIR
 from tb_attn_plugin.server.responses import ROUTES

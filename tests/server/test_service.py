@@ -17,8 +17,9 @@ import pytest
 from helpers import HAND_TRACES
 from tensorboard import errors
 
+from tb_attn_plugin.engine.limits import Limits
 from tb_attn_plugin.engine.loader import Loader
-from tb_attn_plugin.engine.workspace import Limits, Parsed, Workspace
+from tb_attn_plugin.engine.workspace import Parsed, Workspace
 from tb_attn_plugin.server.service import POLL_RUNS_MS, Loading, Service
 from tb_attn_plugin.trace.discover import TraceFile
 from tb_attn_plugin.vocab.names import METADATA_FILE
@@ -279,7 +280,7 @@ def test_the_service_reaches_the_engine_only_through_service_engine(logdir: Path
     service.metadata_body("mixed")
     assert "_files" not in vars(built)  # its Loader (a cached_property) was never built
     assert "_files" in vars(recorder.inner)
-    assert {"cached", "parse", "run_summary", "cached_analysis", "metadata"} <= set(recorder.asked)
+    assert {"cached", "parse", "summaries", "cached_analysis", "metadata"} <= set(recorder.asked)
     assert not [name for name in recorder.asked if name.startswith("_")]
 
 

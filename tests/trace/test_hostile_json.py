@@ -28,7 +28,8 @@ import msgspec
 import pytest
 
 from devtools.hostile_traces import write_long_lists
-from tb_attn_plugin.engine.loader import DEFAULT_MAX_TRACE_BYTES, Loader
+from tb_attn_plugin.engine.limits import DEFAULT_MAX_TRACE_BYTES
+from tb_attn_plugin.engine.loader import Loader
 from tb_attn_plugin.trace import decode as decode_module
 from tb_attn_plugin.trace.decode import decode_bytes
 from tb_attn_plugin.trace.discover import TraceFile
@@ -306,7 +307,7 @@ def peak_kib():
 #: Decodes one file and reports the outcome, facts about the events and the peak RSS.
 CHILD = PEAK + r"""
 import json, sys
-from tb_attn_plugin.engine.loader import load_events
+from tb_attn_plugin.engine.reading import load_events
 from tb_attn_plugin.trace.events import TraceError
 out = {}
 try:

@@ -1,11 +1,14 @@
-"""The one JSON encoder: the tab's compact bodies and the CLI's and notebook's pretty documents."""
+"""The one JSON encoder: the tab's compact bodies and the CLI's and notebook's pretty documents; and
+``printable``, the terminal escapes of every name and message the CLI and the notebook print."""
 
 from __future__ import annotations
 
 import json
 from typing import Any
 
-from tb_attn_plugin.types.encoding import summaries_json, to_json
+import pytest
+
+from tb_attn_plugin.types.encoding import printable, summaries_json, to_json
 from tb_attn_plugin.types.schema import SUMMARY_SCHEMA, FileError, RunSummary
 
 
@@ -69,3 +72,32 @@ def test_a_lone_surrogate_deep_in_nested_metadata_is_escaped() -> None:
         (got,) = got
         depth += 1
     assert (depth, got) == (900, "\\xff")
+
+
+# -- printable ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("raw", "shown"), [
+    ("\u2028", r"\u2028"),  # line separator: some terminals and editors break the line there
+    ("\u2029", r"\u2029"),  # paragraph separator
+    ("\x1f", r"\x1f"),  # the last C0 control
+    ("\x80", r"\x80"),  # the first C1 control
+    ("\u202a", r"\u202a"),  # the first bidi embedding
+    ("\u2066", r"\u2066"),  # the first bidi isolate
+    ("\udc80", r"\x80"),  # the first undecodable byte, as surrogateescape writes it
+    ("\udc7f", r"\udc7f"),  # a lone surrogate below that range: no byte it stands for
+    ("\ud800\udfff", r"\ud800\udfff"),  # a pair of lone surrogates, each escaped
+])
+def test_printable_escapes_the_separators_and_each_range_edge(raw: str, shown: str) -> None:
+    assert printable(raw) == shown
+
+
+@pytest.mark.parametrize("kept", [" ", "~", "\xa0", "\u2027", "\u202f", "\u2065", "\u206a", "\ue000", "\U0001f600"])
+def test_printable_keeps_the_characters_just_outside_each_range(kept: str) -> None:
+    # U+00A0 follows C1, U+2027/U+202F frame the separators and embeddings, U+2065/U+206A frame
+    # the isolates, U+E000 follows the surrogates: all are text a terminal only draws.
+    assert printable(kept) == kept
+
+
+def test_printable_of_an_empty_string_is_empty() -> None:
+    assert printable("") == ""
