@@ -1,5 +1,5 @@
 """How far two runs of one configuration drift apart on this machine: the bound that keeps a
-cross-run verdict honest (``tb_attn_plugin.analysis.spread.DRIFT_BOUND``).
+cross-run verdict honest (``tb_attn_plugin.analysis.common.spread.DRIFT_BOUND``).
 
 One configuration (the built-in model, ``--size small``, naive attention, 256 tokens, training: the
 issue's example) is profiled as separate runs, each its own ``tb-attn-run`` process, as a CI job

@@ -45,8 +45,8 @@ from torch.profiler import ProfilerActivity, profile
 from runner.config import ModelConfig
 from runner.generate import Generation, builtin_generation
 from runner.model import Transformer
-from tb_attn_plugin.analysis.compare import compare
-from tb_attn_plugin.analysis.scaling import scaling
+from tb_attn_plugin.analysis.cross_run.compare import compare
+from tb_attn_plugin.analysis.cross_run.scaling import scaling
 from tb_attn_plugin.engine.loader import Loader, resolve_runs
 
 #: (KV cache, grouped): each cache with MHA, and with a quarter of the heads as KV heads.

@@ -36,7 +36,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from tb_attn_plugin.analysis.analyze import analyze
+from tb_attn_plugin.analysis.attribution.analyze import analyze
 from tb_attn_plugin.analysis.summary import summarize_trace
 from tb_attn_plugin.engine.loader import load_events
 from tb_attn_plugin.types.schema import WorkerSummary

@@ -1,7 +1,7 @@
 """Where approximate attention starts to pay on this machine: measured crossover lengths.
 
 The runner writes one run per (implementation, length), in inference, of the built-in model;
-the engine's strategies view (``tb_attn_plugin.analysis.strategies``) fits each
+the engine's strategies view (``tb_attn_plugin.analysis.cross_run.strategies``) fits each
 implementation's attention time per step to a·Lᵏ and reports where each crosses the
 baseline's fit. Reported per implementation against the baseline (SDPA by default, fp32):
 
@@ -31,7 +31,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from tb_attn_plugin.analysis.strategies import strategies
+from tb_attn_plugin.analysis.cross_run.strategies import strategies
 from tb_attn_plugin.engine.loader import Loader, resolve_runs
 
 

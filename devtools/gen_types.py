@@ -27,7 +27,7 @@ from typing import Any
 
 import msgspec
 
-from tb_attn_plugin.analysis.clock import PARTIAL_DEVICE
+from tb_attn_plugin.analysis.common.clock import PARTIAL_DEVICE
 from tb_attn_plugin.vocab.scopes import UNSPLIT_PHASES, in_order
 
 __all__ = ["CONSTANTS", "TYPES_TS", "render"]

@@ -10,7 +10,7 @@ is higher (a copy reaches 80-90% of it on GPUs).
 ``gemm_flops(device, dtype)``: the FLOP/s of a square matrix multiply (``torch.mm``), best of a
 few, in float32 and bfloat16 (on a CPU, a smaller product where a large one would take long:
 ``gemm``): the compute roof of the roofline on a CPU, where no datasheet table
-applies (``tb_attn_plugin.analysis.peaks``). ``op_overhead_us``: the time of one eager op on a
+applies (``tb_attn_plugin.analysis.measures.peaks``). ``op_overhead_us``: the time of one eager op on a
 one-element tensor, the per-call floor of the latency-bound verdict.
 
 All of them together take well under a second on a CPU (``bench/probes.py`` measures them and

@@ -127,7 +127,7 @@ class Summaries:
         """One row per run × rank, for the runs with two or more workers: as ``tb-attn ranks``
         (``straggler``: attention in the rank's fastest step over the median of the ranks by more
         than ``margin``, 0.2 by default)."""
-        from tb_attn_plugin.analysis.ranks import DEFAULT_MARGIN, ranks
+        from tb_attn_plugin.analysis.cross_run.ranks import DEFAULT_MARGIN, ranks
 
         views = [ranks(r, margin=DEFAULT_MARGIN if margin is None else margin)
                  for r in self.runs if len({w.worker for w in r.workers}) > 1]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tb_attn_plugin.analysis.attribute import Attribution
+from tb_attn_plugin.analysis.attribution.attribute import Attribution
 from tb_attn_plugin.trace.events import Events
 from tb_attn_plugin.vocab.scopes import PHASES
 

@@ -21,15 +21,15 @@ from __future__ import annotations
 
 import msgspec
 
-from tb_attn_plugin.analysis.analyze import Analysis, analyze
-from tb_attn_plugin.analysis.configs import checked_metadata
-from tb_attn_plugin.analysis.findings import find
-from tb_attn_plugin.analysis.generation import generation, generation_steps, restrict_steps
-from tb_attn_plugin.analysis.overview import headline
-from tb_attn_plugin.analysis.peaks import Peaks, peaks_for, with_overrides
-from tb_attn_plugin.analysis.roofline import far_from_roof, peaks_of, with_roofline
-from tb_attn_plugin.analysis.sparsity import with_masks
-from tb_attn_plugin.analysis.summary_figures import measure
+from tb_attn_plugin.analysis.attribution.analyze import Analysis, analyze
+from tb_attn_plugin.analysis.common.configs import checked_metadata
+from tb_attn_plugin.analysis.findings.findings import find
+from tb_attn_plugin.analysis.measures.generation import generation, generation_steps, restrict_steps
+from tb_attn_plugin.analysis.measures.overview import headline
+from tb_attn_plugin.analysis.measures.peaks import Peaks, peaks_for, with_overrides
+from tb_attn_plugin.analysis.measures.roofline import far_from_roof, peaks_of, with_roofline
+from tb_attn_plugin.analysis.measures.sparsity import with_masks
+from tb_attn_plugin.analysis.measures.summary_figures import measure
 from tb_attn_plugin.trace.events import Events
 from tb_attn_plugin.types.schema import Finding, WorkerSummary, finding_order
 

@@ -26,7 +26,10 @@ def run_gate(args: argparse.Namespace) -> int:
     """``tb-attn gate``: the exit code (module docstring of ``cli``, and ``GATE_NOISY``)."""
     import msgspec
 
-    from tb_attn_plugin.analysis.gate import gate, parse_tolerance  # lazy: usage errors answer before the engine loads
+    from tb_attn_plugin.analysis.cross_run.gate import (  # lazy: usage errors answer before the engine loads
+        gate,
+        parse_tolerance,
+    )
 
     try:
         max_time = parse_tolerance(args.max_time_regression)

@@ -56,7 +56,7 @@ class _Parser(argparse.ArgumentParser):
 
 def _rate(text: str) -> float:
     """A peak rate (``analysis.peaks.parse_rate``: "312T", "2.0e12", "1.9 TB/s")."""
-    from tb_attn_plugin.analysis.peaks import (
+    from tb_attn_plugin.analysis.measures.peaks import (
         parse_rate,  # lazy: only this command needs it
     )
 
@@ -205,8 +205,8 @@ def _file_errors(summaries: Sequence[RunSummary]) -> int:
 
 
 def _compare(args: argparse.Namespace) -> int:
-    from tb_attn_plugin.analysis.compare import compare  # lazy: only this command needs it
-    from tb_attn_plugin.analysis.scaling import scaling  # lazy: only this command needs it
+    from tb_attn_plugin.analysis.cross_run.compare import compare  # lazy: only this command needs it
+    from tb_attn_plugin.analysis.cross_run.scaling import scaling  # lazy: only this command needs it
 
     try:
         space = batch.workspace(args, args.path, peaks=(args.peak_flops, args.peak_bw))
@@ -241,7 +241,7 @@ def _names(names: str | None) -> list[str] | None:
 
 
 def _strategies(args: argparse.Namespace) -> int:
-    from tb_attn_plugin.analysis.strategies import (  # lazy: only this command needs it
+    from tb_attn_plugin.analysis.cross_run.strategies import (  # lazy: only this command needs it
         LOSS_TOL,
         REL_TOL,
         check_tolerance,
@@ -300,7 +300,7 @@ def _heads(args: argparse.Namespace) -> int:
 
 
 def _ranks(args: argparse.Namespace) -> int:
-    from tb_attn_plugin.analysis.ranks import (
+    from tb_attn_plugin.analysis.cross_run.ranks import (
         ranks,  # lazy: only this command needs it
     )
 

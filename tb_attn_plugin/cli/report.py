@@ -16,7 +16,7 @@ import textwrap
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from tb_attn_plugin.analysis import wording
+from tb_attn_plugin.analysis.common import wording
 from tb_attn_plugin.cli.text import (
     findings_lines,
     json_text,
@@ -224,7 +224,7 @@ def _noisy_ms(us: float, spreads: dict[str, Spread], key: str) -> str:
 
 
 def summary_table(summaries: Sequence[RunSummary]) -> str:
-    from tb_attn_plugin.analysis.clock import PARTIAL_DEVICE, clock_of  # lazy: `--help` loads no analysis
+    from tb_attn_plugin.analysis.common.clock import PARTIAL_DEVICE, clock_of  # lazy: `--help` loads no analysis
     from tb_attn_plugin.cli.report_generation import (
         generation_lines,  # lazy: `--help` loads no analysis
     )

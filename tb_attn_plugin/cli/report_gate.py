@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from tb_attn_plugin.analysis import wording
-from tb_attn_plugin.analysis.gate import GateReport
+from tb_attn_plugin.analysis.common import wording
+from tb_attn_plugin.analysis.cross_run.gate import GateReport
 from tb_attn_plugin.cli.text import json_text, lines_text, ms_text, printable
 from tb_attn_plugin.vocab.names import display_name
 

@@ -8,7 +8,7 @@ import io as stdio
 import textwrap
 from collections.abc import Sequence
 
-from tb_attn_plugin.analysis.wording import duration, share, size
+from tb_attn_plugin.analysis.common.wording import duration, share, size
 from tb_attn_plugin.cli.text import num_text, ratio_text, si_text, table_cells
 from tb_attn_plugin.types.encoding import printable
 from tb_attn_plugin.types.results import Comparison

@@ -11,8 +11,8 @@ from collections.abc import Sequence
 
 import msgspec
 
-from tb_attn_plugin.analysis.heads import HeadRow, head_rows, with_attn_stats, with_window
-from tb_attn_plugin.analysis.wording import duration, pct
+from tb_attn_plugin.analysis.common.wording import duration, pct
+from tb_attn_plugin.analysis.measures.heads import HeadRow, head_rows, with_attn_stats, with_window
 from tb_attn_plugin.cli.text import lines_text, num_text, si_text, table_cells
 from tb_attn_plugin.types.encoding import printable
 from tb_attn_plugin.types.schema import AttnStats, Finding, RunSummary

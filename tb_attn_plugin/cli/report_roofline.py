@@ -4,7 +4,7 @@ roofline columns. Definitions: ``analysis/roofline.py`` and docs/summary.md ("Ro
 
 from __future__ import annotations
 
-from tb_attn_plugin.analysis.wording import share, size
+from tb_attn_plugin.analysis.common.wording import share, size
 from tb_attn_plugin.cli.text import num_text, printable, si_text, table_cells
 from tb_attn_plugin.types.results import CompareRun
 from tb_attn_plugin.types.schema import PhaseStats, Roof, Roofline, WorkerSummary

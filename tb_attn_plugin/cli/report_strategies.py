@@ -7,8 +7,8 @@ import csv
 import io as stdio
 from typing import TYPE_CHECKING
 
-from tb_attn_plugin.analysis import wording
-from tb_attn_plugin.analysis.strategies import APPROXIMATE_BACKENDS, accuracy_of
+from tb_attn_plugin.analysis.common import wording
+from tb_attn_plugin.analysis.cross_run.strategies import APPROXIMATE_BACKENDS, accuracy_of
 from tb_attn_plugin.cli.text import findings_lines, lines_text, mib_text, ms_text, si_text, table_cells
 from tb_attn_plugin.types.encoding import printable
 

@@ -7,7 +7,7 @@ import textwrap
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from tb_attn_plugin.analysis import wording
+from tb_attn_plugin.analysis.common import wording
 from tb_attn_plugin.types.encoding import printable, to_json
 
 if TYPE_CHECKING:

@@ -42,8 +42,8 @@ from typing import Any
 import msgspec
 import numpy as np
 
-from tb_attn_plugin.analysis.bounds import MAX_HEAD_ROWS, tally
-from tb_attn_plugin.analysis.heads import attn_stats, with_attn_stats
+from tb_attn_plugin.analysis.common.bounds import MAX_HEAD_ROWS, tally
+from tb_attn_plugin.analysis.measures.heads import attn_stats, with_attn_stats
 from tb_attn_plugin.engine.cache import LRUCache
 from tb_attn_plugin.trace import io, tfrecord
 from tb_attn_plugin.trace.events import TraceError

@@ -21,8 +21,8 @@ from typing import TYPE_CHECKING, Literal, NamedTuple
 
 import msgspec
 
-from tb_attn_plugin.analysis.analyze import analyze
-from tb_attn_plugin.analysis.bounds import out_of_bounds
+from tb_attn_plugin.analysis.attribution.analyze import analyze
+from tb_attn_plugin.analysis.common.bounds import out_of_bounds
 from tb_attn_plugin.analysis.summary import summarize_trace, with_peaks
 from tb_attn_plugin.engine.cache import LRUCache
 from tb_attn_plugin.engine.deadline import Expired, within
@@ -41,7 +41,7 @@ from tb_attn_plugin.types.schema import FileError, RunSummary, WorkerSummary
 from tb_attn_plugin.vocab.names import GZIP_SUFFIX, display_name, parse_candidate_name, parse_trace_name
 
 if TYPE_CHECKING:
-    from tb_attn_plugin.analysis.analyze import Analysis
+    from tb_attn_plugin.analysis.attribution.analyze import Analysis
     from tb_attn_plugin.engine.summary_cache import SummaryCache
 
 __all__ = ["Loader", "Parsed", "resolve_runs"]

@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterable
 
-from tb_attn_plugin.analysis.ranks import MAX_WORLD_SIZE, rank_of
+from tb_attn_plugin.analysis.cross_run.ranks import MAX_WORLD_SIZE, rank_of
 from tb_attn_plugin.trace.discover import Run
 
 __all__ = ["MAX_RANK_SPEC", "RankSet", "file_ranks", "parse_ranks", "select_ranks"]

@@ -46,7 +46,7 @@ from pathlib import Path
 import msgspec
 
 from tb_attn_plugin import __version__
-from tb_attn_plugin.analysis.bounds import MAX_SUMMARY_BYTES, out_of_bounds
+from tb_attn_plugin.analysis.common.bounds import MAX_SUMMARY_BYTES, out_of_bounds
 from tb_attn_plugin.trace import io
 from tb_attn_plugin.trace.discover import TraceFile
 from tb_attn_plugin.trace.events import ReadError

@@ -24,7 +24,7 @@ from functools import cached_property
 from types import EllipsisType
 from typing import NamedTuple
 
-from tb_attn_plugin.analysis.analyze import Analysis
+from tb_attn_plugin.analysis.attribution.analyze import Analysis
 from tb_attn_plugin.engine.fanout import Fanout, open_executor
 from tb_attn_plugin.engine.head_events import EventStats
 from tb_attn_plugin.engine.limits import Limits

@@ -8,8 +8,8 @@ from collections.abc import Iterator
 
 from tensorboard import errors
 
-from tb_attn_plugin.analysis import views
-from tb_attn_plugin.analysis.compare import BaselineError
+from tb_attn_plugin.analysis.cross_run.compare import BaselineError
+from tb_attn_plugin.analysis.views import views
 from tb_attn_plugin.server.responses import LoadingResponse
 from tb_attn_plugin.trace.events import TraceError
 

@@ -106,7 +106,7 @@ class AttentionLoader(base_plugin.TBLoader):
 
 def _peaks(flags: argparse.Namespace) -> tuple[float | None, float | None]:
     """(``--tb_attn_peak_flops``, ``--tb_attn_peak_bw``) as rates; FlagsError for a bad one."""
-    from tb_attn_plugin.analysis.peaks import (
+    from tb_attn_plugin.analysis.measures.peaks import (
         parse_rate,  # lazy: TensorBoard imports the plugin at launch; the engine loads on first use
     )
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 
-from tb_attn_plugin.analysis.figures import NO_ATTENTION, run_figures
+from tb_attn_plugin.analysis.cross_run.figures import NO_ATTENTION, run_figures
 from tb_attn_plugin.engine.workspace import Workspace
 from tb_attn_plugin.trace.discover import Run, TraceFile
 from tb_attn_plugin.trace.events import TraceError

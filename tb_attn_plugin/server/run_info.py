@@ -12,7 +12,7 @@ from collections.abc import Mapping
 
 import msgspec
 
-from tb_attn_plugin.analysis.ranks import MAX_WORLD_SIZE
+from tb_attn_plugin.analysis.cross_run.ranks import MAX_WORLD_SIZE
 from tb_attn_plugin.server.responses import RunInfo
 from tb_attn_plugin.vocab.scopes import MAX_CONTEXT
 

@@ -18,13 +18,13 @@ from typing import TYPE_CHECKING
 import msgspec
 from tensorboard import errors
 
-from tb_attn_plugin.analysis import views
-from tb_attn_plugin.analysis.analyze import Analysis
-from tb_attn_plugin.analysis.compare import compare
-from tb_attn_plugin.analysis.drilldown import drilldown as drilldown_view
-from tb_attn_plugin.analysis.ranks import DEFAULT_MARGIN, ranks
-from tb_attn_plugin.analysis.scaling import scaling
-from tb_attn_plugin.analysis.strategies import LOSS_TOL, REL_TOL, check_tolerance, strategies
+from tb_attn_plugin.analysis.attribution.analyze import Analysis
+from tb_attn_plugin.analysis.cross_run.compare import compare
+from tb_attn_plugin.analysis.cross_run.ranks import DEFAULT_MARGIN, ranks
+from tb_attn_plugin.analysis.cross_run.scaling import scaling
+from tb_attn_plugin.analysis.cross_run.strategies import LOSS_TOL, REL_TOL, check_tolerance, strategies
+from tb_attn_plugin.analysis.views import views
+from tb_attn_plugin.analysis.views.drilldown import drilldown as drilldown_view
 from tb_attn_plugin.engine.cache import LRUCache
 from tb_attn_plugin.engine.limits import DEFAULT_MAX_TRACE_BYTES, Limits
 from tb_attn_plugin.engine.ranksel import RankSet, file_ranks, select_ranks

@@ -16,7 +16,7 @@ import pytest
 from analysis_rows import Rows, attribution_rows
 from helpers import profile_run
 
-from tb_attn_plugin.analysis.attribute import attribute
+from tb_attn_plugin.analysis.attribution.attribute import attribute
 from tb_attn_plugin.trace.events import Events
 
 HERE = Path(__file__).parent

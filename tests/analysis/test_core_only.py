@@ -19,8 +19,8 @@ from helpers import bare_sdpa, profile_run, profile_script
 from torch import nn
 
 from devtools.corpus import TRACES as CORPUS
-from tb_attn_plugin.analysis.analyze import analyze
-from tb_attn_plugin.analysis.extent import MISSING_BEFORE, MISSING_BOTH
+from tb_attn_plugin.analysis.attribution.analyze import analyze
+from tb_attn_plugin.analysis.attribution.inference.extent import MISSING_BEFORE, MISSING_BOTH
 from tb_attn_plugin.analysis.summary import summarize, summarize_trace
 from tb_attn_plugin.cli.report import summary_csv, summary_table
 from tb_attn_plugin.engine.loader import load_events

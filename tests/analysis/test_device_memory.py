@@ -16,9 +16,9 @@ import msgspec
 import pytest
 from helpers import HAND_TRACES, SHARED_TRACES
 
-from tb_attn_plugin.analysis.analyze import analyze
-from tb_attn_plugin.analysis.bounds import MAX_LABEL_CHARS
-from tb_attn_plugin.analysis.figures import run_figures
+from tb_attn_plugin.analysis.attribution.analyze import analyze
+from tb_attn_plugin.analysis.common.bounds import MAX_LABEL_CHARS
+from tb_attn_plugin.analysis.cross_run.figures import run_figures
 from tb_attn_plugin.analysis.summary import summarize_trace
 from tb_attn_plugin.engine.loader import load_events
 from tb_attn_plugin.trace.decode import decode_bytes

@@ -21,11 +21,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from tracetools import trace_files
 
-from tb_attn_plugin.analysis.analyze import Analysis, analyze
-from tb_attn_plugin.analysis.compare import compare
-from tb_attn_plugin.analysis.heads import window_keeps
-from tb_attn_plugin.analysis.scaling import scaling
-from tb_attn_plugin.analysis.strategies import strategies
+from tb_attn_plugin.analysis.attribution.analyze import Analysis, analyze
+from tb_attn_plugin.analysis.cross_run.compare import compare
+from tb_attn_plugin.analysis.cross_run.scaling import scaling
+from tb_attn_plugin.analysis.cross_run.strategies import strategies
+from tb_attn_plugin.analysis.measures.heads import window_keeps
 from tb_attn_plugin.analysis.summary import summarize_trace
 from tb_attn_plugin.cli import main as cli
 from tb_attn_plugin.engine.loader import load_events

@@ -22,9 +22,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from devtools.hostile_traces import CORE, ITERATION, serving_events
-from tb_attn_plugin.analysis.analyze import analyze
-from tb_attn_plugin.analysis.batch import BAD_BATCH, Batch, _annotations, _enclosing, parse
-from tb_attn_plugin.analysis.flops import IMPLAUSIBLE
+from tb_attn_plugin.analysis.attribution.analyze import analyze
+from tb_attn_plugin.analysis.attribution.batch import BAD_BATCH, Batch, _annotations, _enclosing, parse
+from tb_attn_plugin.analysis.ops.flops import IMPLAUSIBLE
 from tb_attn_plugin.analysis.summary import summarize_trace
 from tb_attn_plugin.trace.decode import decode_bytes
 from tb_attn_plugin.trace.events import Events

@@ -39,7 +39,7 @@ import pytest
 import torch
 
 from runner.instrument import instrument
-from tb_attn_plugin.analysis.analyze import analyze
+from tb_attn_plugin.analysis.attribution.analyze import analyze
 from tb_attn_plugin.analysis.summary import summarize_trace
 from tb_attn_plugin.engine.loader import load_events
 from tb_attn_plugin.trace.kineto import LIGHTNING_MODULE_PREFIX

@@ -37,8 +37,8 @@ import msgspec
 import pytest
 from helpers import SHARED_TRACES
 
-from tb_attn_plugin.analysis.analyze import analyze
-from tb_attn_plugin.analysis.numbering import layer_models
+from tb_attn_plugin.analysis.attribution.analyze import analyze
+from tb_attn_plugin.analysis.attribution.inference.numbering import layer_models
 from tb_attn_plugin.analysis.summary import summarize_trace
 from tb_attn_plugin.engine.loader import load_events
 from tb_attn_plugin.trace.decode import decode_bytes

@@ -25,10 +25,10 @@ from typing import Any
 import pytest
 from helpers import SHARED_TRACES
 
-from tb_attn_plugin.analysis.analyze import analyze
-from tb_attn_plugin.analysis.backend import LIBRARY_BACKENDS, detect_backend
-from tb_attn_plugin.analysis.flops import UNCOUNTED, kept_pairs, library_flops, op_flops
-from tb_attn_plugin.analysis.roles import assign_roles
+from tb_attn_plugin.analysis.attribution.analyze import analyze
+from tb_attn_plugin.analysis.attribution.roles import assign_roles
+from tb_attn_plugin.analysis.ops.backend import LIBRARY_BACKENDS, detect_backend
+from tb_attn_plugin.analysis.ops.flops import UNCOUNTED, kept_pairs, library_flops, op_flops
 from tb_attn_plugin.analysis.summary import summarize_trace
 from tb_attn_plugin.engine.loader import load_events
 from tb_attn_plugin.trace.decode import decode_bytes

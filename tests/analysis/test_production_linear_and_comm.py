@@ -24,9 +24,9 @@ import pytest
 from analysis_rows import attribution_rows
 from msgspec.structs import replace
 
-from tb_attn_plugin.analysis.analyze import analyze
-from tb_attn_plugin.analysis.batch import batch_flops
-from tb_attn_plugin.analysis.ranks import ranks
+from tb_attn_plugin.analysis.attribution.analyze import analyze
+from tb_attn_plugin.analysis.attribution.batch import batch_flops
+from tb_attn_plugin.analysis.cross_run.ranks import ranks
 from tb_attn_plugin.analysis.summary import summarize_trace
 from tb_attn_plugin.trace.decode import decode_bytes
 from tb_attn_plugin.trace.events import Events

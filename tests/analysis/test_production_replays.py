@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from tb_attn_plugin.analysis.analyze import analyze
+from tb_attn_plugin.analysis.attribution.analyze import analyze
 from tb_attn_plugin.analysis.summary import summarize_trace
 from tb_attn_plugin.trace.decode import decode_bytes
 from tb_attn_plugin.types.schema import WorkerSummary

@@ -28,11 +28,11 @@ from typing import Any
 import pytest
 from helpers import SHARED_TRACES
 
-from tb_attn_plugin.analysis.analyze import analyze
-from tb_attn_plugin.analysis.backend import SERVING_BACKENDS, detect_backend
-from tb_attn_plugin.analysis.graphs import GRAPHS_OFF
-from tb_attn_plugin.analysis.opnames import canonical
-from tb_attn_plugin.analysis.roles import assign_roles
+from tb_attn_plugin.analysis.attribution.analyze import analyze
+from tb_attn_plugin.analysis.attribution.graphs import GRAPHS_OFF
+from tb_attn_plugin.analysis.attribution.roles import assign_roles
+from tb_attn_plugin.analysis.ops.backend import SERVING_BACKENDS, detect_backend
+from tb_attn_plugin.analysis.ops.opnames import canonical
 from tb_attn_plugin.analysis.summary import summarize_trace
 from tb_attn_plugin.cli.report import summary_csv
 from tb_attn_plugin.engine.loader import load_events

@@ -74,7 +74,7 @@ def test_switchtransformers_ten_naive_fp32_blocks() -> None:
 def test_device_time_per_layer_is_the_sum_of_its_kernels(name: str) -> None:
     import numpy as np
 
-    from tb_attn_plugin.analysis.analyze import analyze
+    from tb_attn_plugin.analysis.attribution.analyze import analyze
     from tb_attn_plugin.analysis.summary import summarize_analysis
     from tb_attn_plugin.trace.kineto import DEVICE_KINDS, Kind
 

@@ -7,14 +7,14 @@ from __future__ import annotations
 
 import msgspec
 
-from tb_attn_plugin.analysis.compare import compare
-from tb_attn_plugin.analysis.figures import run_figures
-from tb_attn_plugin.analysis.gate import gate
-from tb_attn_plugin.analysis.ranks import ranks
-from tb_attn_plugin.analysis.spread import representative_worker
-from tb_attn_plugin.analysis.strategies import strategies
-from tb_attn_plugin.analysis.why_slower import why_slower
-from tb_attn_plugin.analysis.wording import duration
+from tb_attn_plugin.analysis.common.spread import representative_worker
+from tb_attn_plugin.analysis.common.wording import duration
+from tb_attn_plugin.analysis.cross_run.compare import compare
+from tb_attn_plugin.analysis.cross_run.figures import run_figures
+from tb_attn_plugin.analysis.cross_run.gate import gate
+from tb_attn_plugin.analysis.cross_run.ranks import ranks
+from tb_attn_plugin.analysis.cross_run.strategies import strategies
+from tb_attn_plugin.analysis.cross_run.why_slower import why_slower
 from tb_attn_plugin.types.schema import Backward, LayerStats, RunSummary, StepStats, WorkerSummary
 
 FAST_STEPS = [9_000.0, 11_000.0]  # attention per step (CPU clock): mean 10 ms

@@ -10,8 +10,8 @@ import pytest
 from helpers import SPARSE, WINDOW
 from tracetools import trace_files
 
-from tb_attn_plugin.analysis.analyze import analyze
-from tb_attn_plugin.analysis.backend import detect_backend
+from tb_attn_plugin.analysis.attribution.analyze import analyze
+from tb_attn_plugin.analysis.ops.backend import detect_backend
 from tb_attn_plugin.analysis.summary import summarize_trace
 from tb_attn_plugin.engine.loader import load_events
 from tb_attn_plugin.types.schema import WorkerSummary

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from tb_attn_plugin.analysis.analyze import analyze
-from tb_attn_plugin.analysis.scaling import scaling
+from tb_attn_plugin.analysis.attribution.analyze import analyze
+from tb_attn_plugin.analysis.cross_run.scaling import scaling
 from tb_attn_plugin.analysis.summary import summarize_trace
 from tb_attn_plugin.engine.loader import Loader, load_events, resolve_runs
 from tb_attn_plugin.types.schema import WorkerSummary

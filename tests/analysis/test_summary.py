@@ -19,12 +19,12 @@ from typing import Any
 import msgspec
 import pytest
 
-from tb_attn_plugin.analysis.analyze import Analysis, analyze
-from tb_attn_plugin.analysis.findings import find
-from tb_attn_plugin.analysis.overview import headline
-from tb_attn_plugin.analysis.peaks import Peaks, peaks_for
-from tb_attn_plugin.analysis.roofline import far_from_roof, peaks_of, with_roofline
-from tb_attn_plugin.analysis.sparsity import with_masks
+from tb_attn_plugin.analysis.attribution.analyze import Analysis, analyze
+from tb_attn_plugin.analysis.findings.findings import find
+from tb_attn_plugin.analysis.measures.overview import headline
+from tb_attn_plugin.analysis.measures.peaks import Peaks, peaks_for
+from tb_attn_plugin.analysis.measures.roofline import far_from_roof, peaks_of, with_roofline
+from tb_attn_plugin.analysis.measures.sparsity import with_masks
 from tb_attn_plugin.analysis.summary import summarize, summarize_analysis, summarize_trace, under_peaks, with_peaks
 from tb_attn_plugin.engine.loader import load_events
 from tb_attn_plugin.trace.decode import decode_bytes

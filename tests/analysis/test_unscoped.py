@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from helpers import TINY, profile_run
 
-from tb_attn_plugin.analysis.analyze import analyze
+from tb_attn_plugin.analysis.attribution.analyze import analyze
 from tb_attn_plugin.analysis.summary import summarize_trace
 from tb_attn_plugin.engine.loader import load_events
 from tb_attn_plugin.types.schema import WorkerSummary

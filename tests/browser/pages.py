@@ -27,8 +27,8 @@ import pytest
 from playwright.sync_api import Frame, Locator, Page, expect
 
 from devtools.tbserver import TensorBoard
-from tb_attn_plugin.analysis.analyze import analyze
-from tb_attn_plugin.analysis.drilldown import drilldown
+from tb_attn_plugin.analysis.attribution.analyze import analyze
+from tb_attn_plugin.analysis.views.drilldown import drilldown
 from tb_attn_plugin.engine.loader import Loader, load_events, resolve_runs
 from tb_attn_plugin.types.schema import WorkerSummary
 from tb_attn_plugin.types.views import DrillTree

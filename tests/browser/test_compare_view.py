@@ -16,7 +16,7 @@ from playwright.sync_api import Page, expect
 
 def test_compare_view_with_ratios_and_scaling(tensorboard: Any, browser_logdir: Path, page: Page,
                                               artifacts: Path) -> None:
-    from tb_attn_plugin.analysis.compare import compare
+    from tb_attn_plugin.analysis.cross_run.compare import compare
     from tb_attn_plugin.engine.loader import Loader, resolve_runs
 
     frame = open_tab(page, tensorboard.url)

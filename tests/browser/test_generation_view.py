@@ -40,7 +40,7 @@ from pages import (
 from playwright.sync_api import Frame, Page, expect
 
 from devtools.tbserver import TensorBoard
-from tb_attn_plugin.analysis.compare import compare
+from tb_attn_plugin.analysis.cross_run.compare import compare
 from tb_attn_plugin.engine.loader import Loader, resolve_runs
 from tb_attn_plugin.types.schema import Generation
 
@@ -344,7 +344,7 @@ def test_compare_fits_decode_against_context(generation_ui: TensorBoard, logdir:
                                              artifacts: Path) -> None:
     """Three prompt lengths: one series against the context, fitted, its points at the decode
     steps' mean contexts."""
-    from tb_attn_plugin.analysis.scaling import scaling
+    from tb_attn_plugin.analysis.cross_run.scaling import scaling
 
     runs = tuple(f"builtin/sdpa/gen-p{p}-n6-dynamic" for p in (64, 128, 256))
     found = {r.name: r for r in resolve_runs(str(logdir))}

@@ -13,7 +13,7 @@ from pages import canvas_png, engine_summary, expect_ink, fmt_flops, open_run, o
 from playwright.sync_api import Page, expect
 from tracetools import trace_files
 
-from tb_attn_plugin.analysis.analyze import analyze
+from tb_attn_plugin.analysis.attribution.analyze import analyze
 from tb_attn_plugin.analysis.summary import summarize_trace
 from tb_attn_plugin.engine.loader import load_events
 

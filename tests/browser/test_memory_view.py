@@ -31,8 +31,8 @@ from pages import (
 )
 from playwright.sync_api import Frame, Page, expect
 
-from tb_attn_plugin.analysis.analyze import analyze
-from tb_attn_plugin.analysis.views import memory_curve
+from tb_attn_plugin.analysis.attribution.analyze import analyze
+from tb_attn_plugin.analysis.views.views import memory_curve
 from tb_attn_plugin.engine.loader import load_events
 from tb_attn_plugin.types.views import MemoryCurve, StepPeak
 from tb_attn_plugin.vocab.names import parse_trace_name

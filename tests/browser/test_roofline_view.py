@@ -38,7 +38,7 @@ from pages import (
 from playwright.sync_api import Frame, Page, expect
 
 from devtools.tbserver import TensorBoard
-from tb_attn_plugin.analysis.compare import compare
+from tb_attn_plugin.analysis.cross_run.compare import compare
 from tb_attn_plugin.engine.loader import Loader, resolve_runs
 from tb_attn_plugin.types.schema import Roof, WorkerSummary
 

@@ -99,7 +99,7 @@ def _row(frame: Frame, run: str) -> Any:
 
 def test_compare_ratios_within_groups_and_one_baseline_rule(stats_tensorboard: Any, stats_logdir: Path,
                                                             page: Page, artifacts: Path) -> None:
-    from tb_attn_plugin.analysis.compare import compare
+    from tb_attn_plugin.analysis.cross_run.compare import compare
     from tb_attn_plugin.engine.loader import Loader, resolve_runs
 
     runs = ("seq32/sdpa", "seq16/sdpa", "seq32/naive", "seq16/naive")  # picked in no particular order

@@ -17,7 +17,7 @@ from pages import chart_option, expect_ink, expect_still, fmt_us, open_tab, shot
 from playwright.sync_api import Frame, Page, expect
 
 from devtools.tbserver import TensorBoard
-from tb_attn_plugin.analysis.strategies import strategies
+from tb_attn_plugin.analysis.cross_run.strategies import strategies
 from tb_attn_plugin.engine.loader import Loader, resolve_runs
 from tb_attn_plugin.types.strategies import StrategyGroup, StrategyTable
 

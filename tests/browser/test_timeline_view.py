@@ -24,8 +24,8 @@ from pages import (
 )
 from playwright.sync_api import Frame, Page, expect
 
-from tb_attn_plugin.analysis.analyze import analyze
-from tb_attn_plugin.analysis.views import timeline
+from tb_attn_plugin.analysis.attribution.analyze import analyze
+from tb_attn_plugin.analysis.views.views import timeline
 from tb_attn_plugin.engine.loader import load_events
 from tb_attn_plugin.types.views import TimelineSlice
 from tb_attn_plugin.vocab.scopes import PHASES

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from tb_attn_plugin.analysis.gate import Check, GateReport
+from tb_attn_plugin.analysis.cross_run.gate import Check, GateReport
 from tb_attn_plugin.cli.report_gate import gate_json, gate_text
 from tb_attn_plugin.vocab.names import display_name
 

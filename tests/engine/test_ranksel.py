@@ -9,7 +9,7 @@ import re
 
 import pytest
 
-from tb_attn_plugin.analysis.ranks import MAX_WORLD_SIZE
+from tb_attn_plugin.analysis.cross_run.ranks import MAX_WORLD_SIZE
 from tb_attn_plugin.engine.ranksel import MAX_RANK_SPEC, RankSet, file_ranks, parse_ranks, select_ranks
 from tb_attn_plugin.trace.discover import Run, TraceFile
 from tb_attn_plugin.trace.io import FileInfo

@@ -24,7 +24,7 @@ from helpers import HAND_TRACES
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from tb_attn_plugin.analysis import bounds
+from tb_attn_plugin.analysis.common import bounds
 from tb_attn_plugin.engine.loader import Loader, resolve_runs
 from tb_attn_plugin.engine.summary_cache import SummaryCache
 from tb_attn_plugin.trace.discover import TraceFile

@@ -212,7 +212,7 @@ def test_two_processes_write_one_trace_per_rank(tmp_path: Path) -> None:
     assert meta["world_size"] == 2 and meta["config"]["parallel"] == "ddp"
     assert [r["worker"] for r in meta["ranks"]] == [f"{host}_rank0", f"{host}_rank1"]
     import tb_attn
-    from tb_attn_plugin.analysis.ranks import ranks
+    from tb_attn_plugin.analysis.cross_run.ranks import ranks
 
     (run,) = tb_attn.load(str(run_dir)).runs
     view = ranks(run)

@@ -13,7 +13,7 @@ import pytest
 from expected import EXPECTED
 
 from devtools.corpus import CORPUS, PLAIN, TRACES
-from tb_attn_plugin.analysis.analyze import Analysis
+from tb_attn_plugin.analysis.attribution.analyze import Analysis
 from tb_attn_plugin.engine.loader import Loader, resolve_runs
 from tb_attn_plugin.trace.kineto import Kind
 from tb_attn_plugin.types.schema import WorkerSummary
@@ -150,7 +150,7 @@ def test_corpus_traces_are_small() -> None:
 
 
 def _compare(a: str, b: str) -> list[str]:
-    from tb_attn_plugin.analysis.compare import compare
+    from tb_attn_plugin.analysis.cross_run.compare import compare
 
     loader = Loader()
     runs = [loader.summarize_run(r) for n in (a, b) for r in resolve_runs(str(TRACES / n))]
@@ -177,7 +177,7 @@ def test_compare_says_why_sdpa_is_slower_than_eager() -> None:
 def test_why_slower_on_inference_names_no_backward() -> None:
     """Llama in inference: eager is slower than SDPA's flash kernel. There is no backward, so the
     sentence has no "backward +0.0 µs" clause and the parts are forward alone."""
-    from tb_attn_plugin.analysis.why_slower import why_slower
+    from tb_attn_plugin.analysis.cross_run.why_slower import why_slower
 
     loader = Loader()
     eager, sdpa = (loader.summarize_run(r) for n in ("hf-llama-eager-infer", "hf-llama-sdpa-infer")
@@ -188,7 +188,7 @@ def test_why_slower_on_inference_names_no_backward() -> None:
     assert all(not line.startswith("Where (forward and backward)") for line in why)
     assert any(line.startswith("Where (forward): ") for line in why)
     # The figures: forward time per step in attention, summed over the layers (CPU clock).
-    from tb_attn_plugin.analysis.wording import duration
+    from tb_attn_plugin.analysis.common.wording import duration
 
     total = [sum(layer.cpu_us for w in r.workers for layer in w.layers) / len(r.workers) for r in (eager, sdpa)]
     assert why[0].startswith(f"{eager.run} spends {duration(total[0])} of CPU time per step in attention against "

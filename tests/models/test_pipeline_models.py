@@ -18,7 +18,7 @@ import torch
 from tiny import TIMED, Profiled, profile_step
 from torch import nn
 
-from tb_attn_plugin.analysis.numbering import layer_models
+from tb_attn_plugin.analysis.attribution.inference.numbering import layer_models
 
 transformers = pytest.importorskip("transformers")
 

@@ -25,7 +25,7 @@ import pytest
 import torch
 from tiny import TIMED, Profiled, profile_step
 
-from tb_attn_plugin.analysis.wording import size
+from tb_attn_plugin.analysis.common.wording import size
 
 transformers = pytest.importorskip("transformers")
 

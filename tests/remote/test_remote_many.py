@@ -141,7 +141,7 @@ def test_forged_entries_in_the_bucket_are_refused_and_rewritten(
 
     import msgspec
 
-    from tb_attn_plugin.analysis.bounds import MAX_HEAD_ROWS, MAX_SUMMARY_BYTES
+    from tb_attn_plugin.analysis.common.bounds import MAX_HEAD_ROWS, MAX_SUMMARY_BYTES
     from tb_attn_plugin.types.schema import WorkerSummary
 
     assert main(["summarize", JOB, "--format", "json", "--jobs", "1", "--cache-dir", CACHE]) == 0

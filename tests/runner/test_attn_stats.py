@@ -177,7 +177,7 @@ def test_a_model_of_built_heads_is_classified() -> None:
     """Local, sink and uniform heads, captured at the model's own SDPA calls (runner.attn_stats.
     capture) and judged by the analysis (analysis.heads.attn_stats)."""
     from runner.attn_stats import capture
-    from tb_attn_plugin.analysis.heads import attn_stats
+    from tb_attn_plugin.analysis.measures.heads import attn_stats
 
     seq = 512
     model = SyntheticModel(seq)

@@ -20,8 +20,8 @@ import pytest
 from tracetools import trace_files
 from webtools import BASE, get, get_json, plugin_client
 
-from tb_attn_plugin.analysis import analyze as analyze_module
-from tb_attn_plugin.analysis import views
+from tb_attn_plugin.analysis.attribution import analyze as analyze_module
+from tb_attn_plugin.analysis.views import views
 from tb_attn_plugin.engine import loader as loader_module
 from tb_attn_plugin.server.service import Service
 from tb_attn_plugin.trace import io

@@ -10,8 +10,8 @@ import msgspec
 import pytest
 from tensorboard import errors
 
-from tb_attn_plugin.analysis.compare import BaselineError
-from tb_attn_plugin.analysis.views import ViewError
+from tb_attn_plugin.analysis.cross_run.compare import BaselineError
+from tb_attn_plugin.analysis.views.views import ViewError
 from tb_attn_plugin.server.http_status import RETRY_AFTER_MS, Loading, http_errors
 from tb_attn_plugin.server.responses import LoadingResponse
 from tb_attn_plugin.trace.events import ReadError, TraceError

@@ -16,7 +16,7 @@ import pytest
 from tensorboard.plugins import base_plugin
 from webtools import BASE, get_json, plugin_client
 
-from tb_attn_plugin.analysis.figures import NO_ATTENTION
+from tb_attn_plugin.analysis.cross_run.figures import NO_ATTENTION
 from tb_attn_plugin.server import plugin as plugin_module
 from tb_attn_plugin.server.jobs import Jobs
 from tb_attn_plugin.server.plugin import AttentionLoader

@@ -9,8 +9,8 @@ import pytest
 from tracetools import as_ranks
 from webtools import BASE, get, get_json, plugin_client
 
-from tb_attn_plugin.analysis import wording
-from tb_attn_plugin.analysis.ranks import ranks
+from tb_attn_plugin.analysis.common import wording
+from tb_attn_plugin.analysis.cross_run.ranks import ranks
 from tb_attn_plugin.cli.main import main
 from tb_attn_plugin.engine.loader import Loader, resolve_runs
 

@@ -16,8 +16,8 @@ from tensorboard import errors
 from webtools import BASE, get, get_json, plugin_client
 
 from devtools.gen_types import TYPES_TS, render
-from tb_attn_plugin.analysis.compare import BaselineError
-from tb_attn_plugin.analysis.views import ViewError
+from tb_attn_plugin.analysis.cross_run.compare import BaselineError
+from tb_attn_plugin.analysis.views.views import ViewError
 from tb_attn_plugin.engine.limits import Limits
 from tb_attn_plugin.engine.loader import resolve_runs
 from tb_attn_plugin.engine.workspace import Workspace

@@ -11,7 +11,7 @@ from types import ModuleType
 
 import pytest
 
-from tb_attn_plugin.analysis.backend import detect_backend
+from tb_attn_plugin.analysis.ops.backend import detect_backend
 from tb_attn_plugin.vocab import aten, kernels, libraries, serving, shape_ops
 
 PACKAGE = Path(aten.__file__).parent.parent

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import msgspec
 
-from tb_attn_plugin.analysis import backend as detection
+from tb_attn_plugin.analysis.ops import backend as detection
 from tb_attn_plugin.vocab import backends, scopes
 from tb_attn_plugin.vocab.backends import Backend, Family
 from tb_attn_plugin.vocab.scopes import OTHER, PHASES, Phase
@@ -28,11 +28,11 @@ _BACKEND_NAMES = {b.value for b in Backend}
 ALLOWED: dict[tuple[str, frozenset[str]], str] = {
     # The state machine that infers phases from the order of ops: each tuple is a rule (which phase
     # may come after which), not a group that another module could share.
-    ("analysis/roles.py", frozenset({"av_matmul", "sdpa", "out_proj"})): "a rule of the phase inference",
-    ("analysis/roles.py", frozenset({"qkv_proj", "mask", "copy"})): "a rule of the phase inference",
-    ("analysis/roles.py", frozenset({"kv_expand", "rope"})): "a rule of the phase inference",
+    ("analysis/attribution/roles.py", frozenset({"av_matmul", "sdpa", "out_proj"})): "a rule of the phase inference",
+    ("analysis/attribution/roles.py", frozenset({"qkv_proj", "mask", "copy"})): "a rule of the phase inference",
+    ("analysis/attribution/roles.py", frozenset({"kv_expand", "rope"})): "a rule of the phase inference",
     # The wording of each fused phase in a sentence (its keys are FUSED_PHASES: checked below).
-    ("analysis/why_slower.py", frozenset({"sdpa", "flex", "compiled"})): "a sentence per fused phase",
+    ("analysis/cross_run/why_slower.py", frozenset({"sdpa", "flex", "compiled"})): "a sentence per fused phase",
 }
 
 
@@ -104,7 +104,7 @@ def test_no_module_spells_a_group_of_phases() -> None:
 
 
 def test_no_module_spells_a_group_of_backends() -> None:
-    assert _found({"vocab/backends.py", "analysis/backend.py"}, _backend) == {}
+    assert _found({"vocab/backends.py", "analysis/ops/backend.py"}, _backend) == {}
 
 
 def _backend_comparisons(tree: ast.AST) -> Iterator[tuple[int, str]]:
@@ -124,7 +124,7 @@ def _backend_comparisons(tree: ast.AST) -> Iterator[tuple[int, str]]:
 
 
 def test_no_module_compares_a_backend_with_a_string() -> None:
-    found = {_name(p): hits for p in _modules() if _name(p) not in {"vocab/backends.py", "analysis/backend.py"}
+    found = {_name(p): hits for p in _modules() if _name(p) not in {"vocab/backends.py", "analysis/ops/backend.py"}
              and (hits := list(_backend_comparisons(_tree(p))))}
     assert found == {}
 
@@ -176,7 +176,7 @@ def test_phase_groups_differ_only_where_documented() -> None:
     # Communication is no head's work either: a tensor-parallel rank's all-reduce sums every head at once.
     assert scopes.UNSPLIT_PHASES == scopes.PROJECTION_PHASES | {"comm", OTHER}
     assert scopes.in_order(scopes.UNSPLIT_PHASES) == ("qkv_proj", "out_proj", "comm", "other")
-    from tb_attn_plugin.analysis import why_slower
+    from tb_attn_plugin.analysis.cross_run import why_slower
 
     assert set(why_slower._FUSED_CALL) == scopes.FUSED_PHASES
 

@@ -1,0 +1,1 @@
+"""Attention found in traces without our scopes: modules, blocks, layer numbers, serving engines."""

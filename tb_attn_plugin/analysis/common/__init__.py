@@ -1,0 +1,1 @@
+"""The floor every room stands on: words, bounds, statistics, the clock, a run's configuration."""

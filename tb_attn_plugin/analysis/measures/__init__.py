@@ -1,0 +1,1 @@
+"""One trace's figures: traffic, generation, sparsity, peaks and roofline, heads, the headline."""
