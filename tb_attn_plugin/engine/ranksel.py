@@ -4,7 +4,7 @@ A job of a thousand ranks writes a thousand traces; to look at a few of them int
 CLI, the API and the Ranks view take a selection such as ``0-7,512``: ranks and inclusive
 ranges, comma-separated. It is applied to the listing, before anything is read, so a file's
 rank must come from its name: ``host_rank3`` (our runner), ``trace_rank-3.json`` (others),
-``profile_3.json`` (Hugging Face Accelerate's process index), as ``analysis.ranks.rank_of`` reads it
+``profile_3.json`` (Hugging Face Accelerate's process index), as ``vocab.ranks.rank_of`` reads it
 without the trace's ``distributedInfo``. Where a run's
 workers carry no rank in their names (``host_pid``, as ``tensorboard_trace_handler`` names
 them), a worker's rank is its position among the run's workers in sorted order. Pure: no I/O.
@@ -15,8 +15,8 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterable
 
-from tb_attn_plugin.analysis.cross_run.ranks import MAX_WORLD_SIZE, rank_of
 from tb_attn_plugin.trace.discover import Run
+from tb_attn_plugin.vocab.ranks import MAX_WORLD_SIZE, rank_of
 
 __all__ = ["MAX_RANK_SPEC", "RankSet", "file_ranks", "parse_ranks", "select_ranks"]
 

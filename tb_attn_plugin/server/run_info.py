@@ -12,8 +12,8 @@ from collections.abc import Mapping
 
 import msgspec
 
-from tb_attn_plugin.analysis.cross_run.ranks import MAX_WORLD_SIZE
 from tb_attn_plugin.server.responses import RunInfo
+from tb_attn_plugin.vocab.ranks import MAX_WORLD_SIZE
 from tb_attn_plugin.vocab.scopes import MAX_CONTEXT
 
 __all__ = ["ERROR_BYTES", "ERROR_CHARS", "INFO_BYTES", "INFO_CHARS", "run_info"]

@@ -9,10 +9,10 @@ import re
 
 import pytest
 
-from tb_attn_plugin.analysis.cross_run.ranks import MAX_WORLD_SIZE
 from tb_attn_plugin.engine.ranksel import MAX_RANK_SPEC, RankSet, file_ranks, parse_ranks, select_ranks
 from tb_attn_plugin.trace.discover import Run, TraceFile
 from tb_attn_plugin.trace.io import FileInfo
+from tb_attn_plugin.vocab.ranks import MAX_WORLD_SIZE
 
 
 def _run(*files: tuple[str, str], name: str = "r") -> Run:

@@ -27,11 +27,11 @@ from tb_attn_plugin.analysis.common.bounds import clip
 from tb_attn_plugin.analysis.ops.flops import elem_bytes
 from tb_attn_plugin.trace.events import Events
 from tb_attn_plugin.trace.kineto import DEVICE_KINDS, STEP_PREFIX, Kind
-from tb_attn_plugin.types.schema import Evidence, Finding, WorkerSummary
+from tb_attn_plugin.types.schema import WorkerSummary
 from tb_attn_plugin.vocab.aten import EMBEDDING_OP, FUSED_BLOCK_OPS, LINEAR_OP, SDPA_OPS
 from tb_attn_plugin.vocab.scopes import PHASES
 
-__all__ = ["HALF_DTYPES", "MAX_NAMES", "RuleQuery", "TraceQuery", "ancestors", "dtype_name", "new_finding"]
+__all__ = ["HALF_DTYPES", "MAX_NAMES", "RuleQuery", "TraceQuery", "ancestors", "dtype_name"]
 
 I64 = npt.NDArray[np.int64]
 B = npt.NDArray[np.bool_]
@@ -374,13 +374,3 @@ class RuleQuery(TraceQuery):
         linear = Counter(dtype_name(ty[0]) for i in mine(self.ops({LINEAR_OP})).tolist() if (ty := self.types(i)))
         return (linear.most_common(1)[0][0], "its projections") if linear else (None, "")
 
-
-def new_finding(fid: str, severity: str, title: str, explanation: str, suggestion: str, *, layers: list[int],
-                ops: list[str], kernels: list[str], time_us: float, nbytes: float = 0.0,
-                details: dict[str, float | int | str]) -> Finding:
-    """A finding with its evidence bounded (``MAX_NAMES`` names) and its figures rounded."""
-    rounded = {k: v if isinstance(v, str) else round(float(v), 4) if isinstance(v, float | np.floating) else int(v)
-               for k, v in details.items()}
-    return Finding(id=fid, severity=severity, title=title, explanation=explanation, suggestion=suggestion,
-                   evidence=Evidence(layers=layers, ops=ops[:MAX_NAMES], kernels=kernels[:MAX_NAMES],
-                                     time_us=round(time_us, 3), bytes=float(nbytes), details=rounded))

@@ -28,7 +28,7 @@ putting every rank's heads together gives the whole layer × head map; under dat
 every rank computes every head and the map shows their mean.
 
 Bounds: a rank is in [0, ``MAX_WORLD_SIZE``) and a world size in [1, ``MAX_WORLD_SIZE``]
-(``rank_of``, which each summary uses; others are ignored and counted under
+(``vocab.ranks.rank_of``, which each summary uses; others are ignored and counted under
 ``RANK_OUT_OF_RANGE`` in its diagnostics). The layer × head map lists at most
 ``MAX_MAP_HEADS`` cells, the first in (layer, head) order, with a warning naming how many more
 there were.
@@ -36,28 +36,22 @@ there were.
 
 from __future__ import annotations
 
-import re
 import statistics
 from collections import defaultdict
-from typing import Literal, TypeGuard
+from typing import Literal
 
 from tb_attn_plugin.analysis.common.spread import median_low, spread
 from tb_attn_plugin.types.results import GlobalHead, RankLayer, RankRow, RanksColumn, RanksLayer, RankView, Straggler
 from tb_attn_plugin.types.schema import CollectiveStats, LayerStats, RunSummary, WorkerSummary
 from tb_attn_plugin.vocab.scopes import Phase
 
-__all__ = [
-    "DEFAULT_MARGIN", "MAX_MAP_HEADS", "MAX_WORLD_SIZE", "MEDIAN_LABEL", "RANK_OUT_OF_RANGE", "heads_label",
-    "means_label", "median_over_ranks", "metric_label", "rank_of", "ranks",
-]
+__all__ = ["DEFAULT_MARGIN", "MAX_MAP_HEADS", "MEDIAN_LABEL", "heads_label", "means_label", "median_over_ranks",
+           "metric_label", "ranks"]
 
 DEFAULT_MARGIN = 0.2
 #: A rank ahead of the median by less than this is not called a straggler, whatever the ratio:
 #: below it, scheduling noise between processes dominates.
 MIN_GAP_US = 500.0
-#: More ranks than any job has run (about a million); larger ranks and world sizes are ignored.
-MAX_WORLD_SIZE = 1 << 20
-RANK_OUT_OF_RANGE = f"ranks or world sizes out of range (over {MAX_WORLD_SIZE}), ignored"
 #: Cells of the run's layer × head map: twice what a summary lists (``bounds.MAX_HEAD_ROWS``).
 MAX_MAP_HEADS = 1 << 14
 #: How the one median of the view is computed (``median_over_ranks``), in words.
@@ -65,52 +59,6 @@ MEDIAN_LABEL = ("over every rank, the rank itself included; with an even number 
                 "the lower of the two middle values")
 #: The table's columns over every rank, in order: the straggler metric first.
 COLUMNS = ("attention_best", "step", "attention", "collectives", "other")
-_RANK_RE = re.compile(r"(?:^|[^a-z0-9])rank[-_]?(\d+)(?:[^0-9]|$)", re.IGNORECASE)
-#: Hugging Face Accelerate's worker names (``profile_<process index>.json``): the whole name only, since
-#: digits after a host (``host_1234``, as ``tensorboard_trace_handler`` names workers) are a pid.
-_PROCESS_INDEX_RE = re.compile(r"profile_(\d+)")
-_RANK_DIGITS = len(str(MAX_WORLD_SIZE))
-
-
-def rank_of(info: dict[str, object] | None, worker: str, file: str, *,
-            diagnostics: dict[str, int] | None = None) -> tuple[int | None, int | None]:
-    """(rank, world size) of one trace: from its ``distributedInfo``, else from a name such as
-    ``host_rank3`` (our runner), ``trace_rank-3.json`` (others) or the worker ``profile_3``
-    (Accelerate's process index). Values out of bounds are None, and counted in
-    ``diagnostics``."""
-    rank = world = None
-    bad = 0
-    if info is not None:
-        r, w = info.get("rank"), info.get("world_size")
-        rank = r if _is_int(r) and 0 <= r < MAX_WORLD_SIZE else None
-        world = w if _is_int(w) and 0 < w <= MAX_WORLD_SIZE else None
-        bad = int(r is not None and rank is None) + int(w is not None and world is None)
-    if rank is None:
-        digits = _named_rank(worker, file)
-        if digits is not None:
-            if len(digits) <= _RANK_DIGITS and int(digits) < MAX_WORLD_SIZE:
-                rank = int(digits)
-            else:
-                bad += 1
-    if bad and diagnostics is not None:
-        diagnostics[RANK_OUT_OF_RANGE] = diagnostics.get(RANK_OUT_OF_RANGE, 0) + bad
-    return rank, world
-
-
-def _named_rank(worker: str, file: str) -> str | None:
-    """The digits of the rank a worker's or file's name gives, if any."""
-    m = _PROCESS_INDEX_RE.fullmatch(worker)
-    if m is not None:
-        return m.group(1)
-    for name in (worker, file):
-        m = _RANK_RE.search(name)
-        if m is not None:
-            return m.group(1)
-    return None
-
-
-def _is_int(value: object) -> TypeGuard[int]:
-    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _clock_words(clock: str) -> str:

@@ -21,9 +21,9 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from tb_attn_plugin.analysis.attribution.query import new_finding
 from tb_attn_plugin.analysis.common.clock import on_device
 from tb_attn_plugin.analysis.common.configs import APPROXIMATE_BACKENDS, LINEAR_BACKENDS, config, config_key, text
+from tb_attn_plugin.analysis.common.finding import new_finding
 from tb_attn_plugin.analysis.common.spread import fit_power, representative_worker
 from tb_attn_plugin.analysis.common.wording import duration, pct
 from tb_attn_plugin.analysis.cross_run.compare import time_verdict

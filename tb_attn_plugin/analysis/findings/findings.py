@@ -21,8 +21,9 @@ from collections.abc import Iterable
 import numpy as np
 
 from tb_attn_plugin.analysis.attribution.analyze import Analysis
-from tb_attn_plugin.analysis.attribution.query import MAX_NAMES, RuleQuery, new_finding
+from tb_attn_plugin.analysis.attribution.query import MAX_NAMES, RuleQuery
 from tb_attn_plugin.analysis.common.clock import attention_us
+from tb_attn_plugin.analysis.common.finding import new_finding
 from tb_attn_plugin.analysis.common.spread import median
 from tb_attn_plugin.analysis.common.wording import (
     attention,

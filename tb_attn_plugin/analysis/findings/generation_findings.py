@@ -9,7 +9,8 @@ launching small work.
 
 from __future__ import annotations
 
-from tb_attn_plugin.analysis.attribution.query import RuleQuery, new_finding
+from tb_attn_plugin.analysis.attribution.query import RuleQuery
+from tb_attn_plugin.analysis.common.finding import new_finding
 from tb_attn_plugin.analysis.common.spread import median
 from tb_attn_plugin.analysis.common.wording import count, duration, layer_list, pct, size
 from tb_attn_plugin.analysis.measures.peaks import cpu_op_floor

@@ -12,7 +12,8 @@ from collections import Counter
 
 import numpy as np
 
-from tb_attn_plugin.analysis.attribution.query import HALF_DTYPES, I64, RuleQuery, dtype_name, new_finding
+from tb_attn_plugin.analysis.attribution.query import HALF_DTYPES, I64, RuleQuery, dtype_name
+from tb_attn_plugin.analysis.common.finding import new_finding
 from tb_attn_plugin.analysis.common.wording import count, duration, layer_list, number, size
 from tb_attn_plugin.analysis.ops.sdpa_causes import Cause, SdpaCall, causes
 from tb_attn_plugin.trace.kineto import Kind

@@ -6,7 +6,8 @@ runs: they are in ``analysis.strategies``.
 
 from __future__ import annotations
 
-from tb_attn_plugin.analysis.attribution.query import RuleQuery, new_finding
+from tb_attn_plugin.analysis.attribution.query import RuleQuery
+from tb_attn_plugin.analysis.common.finding import new_finding
 from tb_attn_plugin.analysis.common.wording import duration, layer_list, pct
 from tb_attn_plugin.types.schema import Finding
 from tb_attn_plugin.vocab.scopes import QUANT_PHASES, in_order

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from tb_attn_plugin.analysis.attribution.query import RuleQuery, new_finding
+from tb_attn_plugin.analysis.attribution.query import RuleQuery
+from tb_attn_plugin.analysis.common.finding import new_finding
 from tb_attn_plugin.analysis.common.wording import count, duration, layer_list
 from tb_attn_plugin.types.schema import Finding
 from tb_attn_plugin.vocab.aten import SDPA_OP, SDPA_OPS

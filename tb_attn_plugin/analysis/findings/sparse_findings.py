@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from tb_attn_plugin.analysis.attribution.query import RuleQuery, new_finding
+from tb_attn_plugin.analysis.attribution.query import RuleQuery
+from tb_attn_plugin.analysis.common.finding import new_finding
 from tb_attn_plugin.analysis.common.spread import median
 from tb_attn_plugin.analysis.common.wording import count, duration, layer_list, pct
 from tb_attn_plugin.trace.kineto import Kind

@@ -19,8 +19,8 @@ from collections.abc import Mapping
 
 import msgspec
 
-from tb_attn_plugin.analysis.attribution.query import new_finding
 from tb_attn_plugin.analysis.common.configs import checked_metadata
+from tb_attn_plugin.analysis.common.finding import new_finding
 from tb_attn_plugin.analysis.common.wording import duration, pct
 from tb_attn_plugin.analysis.ops.flops import causal_fraction
 from tb_attn_plugin.types.schema import AttnStats, Finding, HeadAttention, RunSummary, WorkerSummary, finding_order

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import msgspec
 
 from tb_attn_plugin.analysis.attribution.batch import decode_roof
-from tb_attn_plugin.analysis.attribution.query import new_finding
+from tb_attn_plugin.analysis.common.finding import new_finding
 from tb_attn_plugin.analysis.common.wording import (
     attention,
     core_only_note,

@@ -25,7 +25,6 @@ from tb_attn_plugin.analysis.common.bounds import (
     fold_diagnostics,
     tally,
 )
-from tb_attn_plugin.analysis.cross_run.ranks import rank_of
 from tb_attn_plugin.analysis.measures.gpu import gpu_label
 from tb_attn_plugin.analysis.measures.summary_arrays import TraceArrays
 from tb_attn_plugin.analysis.measures.traffic import flop_dtype
@@ -35,6 +34,7 @@ from tb_attn_plugin.trace.events import Events
 from tb_attn_plugin.trace.kineto import Kind
 from tb_attn_plugin.types.schema import Backward, HeadStats, LayerStats, PhaseStats, StepStats, WorkerSummary
 from tb_attn_plugin.vocab.aten import SDPA_OPS, SOFTMAX_OPS
+from tb_attn_plugin.vocab.ranks import rank_of
 from tb_attn_plugin.vocab.scopes import MAX_HEADS, OTHER, PHASES, SCORE_PHASES, UNSPLIT_PHASES, in_order
 
 __all__ = ["measure"]

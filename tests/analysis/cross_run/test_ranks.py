@@ -12,7 +12,7 @@ from tracetools import as_ranks
 
 from tb_attn_plugin.analysis.attribution.analyze import analyze
 from tb_attn_plugin.analysis.attribution.collectives import collective_name
-from tb_attn_plugin.analysis.cross_run.ranks import MAX_WORLD_SIZE, RANK_OUT_OF_RANGE, rank_of, ranks
+from tb_attn_plugin.analysis.cross_run.ranks import ranks
 from tb_attn_plugin.analysis.summary import summarize_trace
 from tb_attn_plugin.engine.loader import Loader, resolve_runs
 from tb_attn_plugin.trace.decode import decode_bytes
@@ -34,28 +34,6 @@ OTHER = SHARED_TRACES / "other"
 ])
 def test_collective_names(name: str, expected: str | None) -> None:
     assert collective_name(name) == expected
-
-
-@pytest.mark.parametrize(("worker", "file", "rank"), [
-    ("host_rank3", "host_rank3.1.pt.trace.json", 3),  # our runner's
-    ("trace", "trace_rank-3.json", 3),  # others', from the file name
-    ("profile_3", "profile_3.json", 3),  # Accelerate's process index: the whole worker name
-    ("profile_12", "profile_12.json.gz", 12),
-    ("host_1234", "host_1234.1.pt.trace.json", None),  # tensorboard_trace_handler's host_<pid>: a pid
-    ("myprofile_3", "myprofile_3.json", None),
-    ("profile_3_final", "profile_3_final.json", None),
-    ("Profile_3", "Profile_3.json", None),
-])
-def test_a_rank_from_the_names(worker: str, file: str, rank: int | None) -> None:
-    assert rank_of(None, worker, file) == (rank, None)
-
-
-def test_a_named_rank_past_the_bound_is_ignored_and_counted() -> None:
-    diagnostics: dict[str, int] = {}
-    assert rank_of(None, f"profile_{MAX_WORLD_SIZE}", "x.json", diagnostics=diagnostics) == (None, None)
-    assert diagnostics == {RANK_OUT_OF_RANGE: 1}
-    # The trace's distributedInfo comes first.
-    assert rank_of({"rank": 5, "world_size": 8}, "profile_3", "profile_3.json") == (5, 8)
 
 
 def test_accelerates_traces_are_ranks_by_their_process_index(tmp_path: Path, builtin_logdir: Path) -> None:

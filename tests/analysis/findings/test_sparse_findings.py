@@ -18,7 +18,7 @@ from tb_attn_plugin.types.schema import Backward, Finding, LayerMask, LayerStats
 
 #: Each step is 1000 µs; layer 0's block runs 10-400 µs into it, layer 1's 500-900.
 STEPS = (0.0, 1000.0)
-ROUNDED = 1e-4  # a finding's figures are rounded to 4 decimals (query.new_finding)
+ROUNDED = 1e-4  # a finding's figures are rounded to 4 decimals (finding.new_finding)
 
 
 def _x(name: str, ts: float, dur: float, cat: str = "cpu_op") -> dict[str, Any]:

@@ -31,7 +31,7 @@ from tb_attn_plugin.types.schema import (
     WorkerSummary,
 )
 
-#: A finding's figures are rounded to 4 decimals (``query.new_finding``).
+#: A finding's figures are rounded to 4 decimals (``finding.new_finding``).
 ROUNDED = 1e-4
 
 
