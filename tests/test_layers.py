@@ -2,6 +2,11 @@
 
     vocab <- trace <- types <- analysis <- engine <- server, cli
 
+within analysis, its rooms import one way too (``ROOMS``: a module imports its own room and those
+below; a sub-room such as ``attribution/inference`` is part of its room),
+
+    common <- ops <- attribution <- measures <- findings <- views <- summary <- cross_run
+
 and no module imports another that imports it back, directly or around a circle. Read from the
 source, so an import inside a function counts as much as one at the top; only imports under
 ``if TYPE_CHECKING:`` are left out of the circles (they never run). A lazy import of ours names
@@ -22,6 +27,12 @@ PACKAGE = Path(tb_attn_plugin.__file__).parent
 ROOT = PACKAGE.parent
 #: The layers, lowest first; a module may import its own layer and those below.
 LAYERS = ["vocab", "trace", "types", "analysis", "engine", "server|cli"]
+#: The rooms of ``analysis``, lowest first, each a question: what every room stands on (words, bounds,
+#: statistics, the clock, a run's configuration, a finding's constructor), what an op's name and shapes
+#: say, who owns each event, one trace's figures, the rules on them, one trace's views, the summary
+#: that assembles them (``analysis/summary.py``), and what many summaries say side by side.
+ROOMS = ["common", "ops", "attribution", "measures", "findings", "views", "summary", "cross_run"]
+ANALYSIS = "tb_attn_plugin.analysis"
 #: The modules whose start-up time a lazy import of ours may save: the tab's entry point, which
 #: TensorBoard imports at launch, the CLI, whose `--help` and bad-flag answers must be quick, and
 #: the engine's reading of the summary cache.
@@ -125,6 +136,33 @@ def test_imports_run_down_the_layers(module: str) -> None:
     assert upward == [], f"{module} imports a higher layer (or its peer): {upward}"
 
 
+def _room(module: str) -> int:
+    """The room of a module of ``analysis`` (a room's package or one of its modules, at any depth)."""
+    room = module.split(".")[2]
+    if room not in ROOMS:
+        raise AssertionError(f"{module} is in no room of analysis: put it in one of {ROOMS}")
+    return ROOMS.index(room)
+
+
+ANALYSIS_MODULES = sorted(m for m in GRAPH if m.startswith(ANALYSIS + "."))
+
+
+def test_the_rooms_are_the_packages_of_analysis() -> None:
+    """Every room in ``ROOMS`` is there, and every package or module directly under ``analysis/`` is a
+    room, so that a new one must take its place in the order."""
+    there = {m.split(".")[2] for m in ANALYSIS_MODULES}
+    assert there == set(ROOMS), f"rooms not in ROOMS: {there - set(ROOMS)}; in ROOMS, not there: {set(ROOMS) - there}"
+    assert len(ANALYSIS_MODULES) > 50  # the rule reads the modules it is about
+
+
+@pytest.mark.parametrize("module", ANALYSIS_MODULES)
+def test_analysis_imports_run_down_the_rooms(module: str) -> None:
+    mine = _room(module)
+    upward = [f"{module} ({ROOMS[mine]}) -> {dst} ({ROOMS[_room(dst)]}), line {line}"
+              for dst, line, _, _ in GRAPH[module] if dst.startswith(ANALYSIS + ".") and _room(dst) > mine]
+    assert upward == [], f"imports pointing up the rooms {' <- '.join(ROOMS)}: {upward}"
+
+
 def test_no_module_imports_itself_around_a_circle() -> None:
     edges: dict[str, set[str]] = {}
     for src, dst, _ in _edges():
@@ -171,10 +209,10 @@ def test_a_lazy_import_says_why() -> None:
 
 
 def _sources(*subs: str) -> list[Path]:
-    return sorted(p for sub in subs for p in (PACKAGE / sub).glob("*.py")) if subs else sorted(PACKAGE.rglob("*.py"))
+    return sorted(p for sub in subs for p in (PACKAGE / sub).rglob("*.py")) if subs else sorted(PACKAGE.rglob("*.py"))
 
 
-@pytest.mark.parametrize("path", _sources("analysis"), ids=lambda p: p.name)
+@pytest.mark.parametrize("path", _sources("analysis"), ids=lambda p: str(p.relative_to(PACKAGE / "analysis")))
 def test_analysis_opens_no_file_and_reads_no_logdir(path: Path) -> None:
     """Pure functions over events: not even the trace layer's readers, nor any file module."""
     imports = {m for m, _, _, _ in GRAPH[_module(path)]}

@@ -1,10 +1,12 @@
 """The tests mirror the package: each module of ``tb_attn_plugin`` with logic (a function or a
 method) has ``tests/<package>/test_<module>.py``, or ``test_<package>_<module>.py`` where two
 packages hold modules of one name (pytest imports test files by their base name, so those are
-unique under ``tests/``). The runner's modules likewise: ``runner/<module>.py`` has
-``tests/runner/test_<module>.py`` or ``test_runner_<module>.py``. Modules that only declare (types,
-tables) may have one. Cross-cutting tests (real models, the browser, remote storage, the notebook
-API) live apart."""
+unique under ``tests/``). A module of a sub-package has its test in the same folders under
+``tests/`` (``analysis/attribution/inference/infer.py``:
+``tests/analysis/attribution/inference/test_infer.py``). The runner's modules likewise:
+``runner/<module>.py`` has ``tests/runner/test_<module>.py`` or ``test_runner_<module>.py``. Modules
+that only declare (types, tables) may have one. Cross-cutting tests (real models, the browser,
+remote storage, the notebook API) live apart."""
 
 from __future__ import annotations
 
@@ -25,26 +27,33 @@ def _has_logic(path: Path) -> bool:
     return any(isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) for node in ast.walk(tree))
 
 
+def _folder(module: Path) -> Path:
+    """The folder under ``tests/`` that holds ``module``'s test."""
+    return module.parent.relative_to(PACKAGE) if module.is_relative_to(PACKAGE) else Path(module.parent.name)
+
+
 def _modules() -> list[Path]:
-    """The plugin's modules (one package deep) and the runner's."""
-    paths = [*PACKAGE.glob("*/*.py"), *RUNNER.glob("*.py")]
+    """The plugin's modules (in its rooms at any depth) and the runner's."""
+    paths = [*PACKAGE.glob("*/**/*.py"), *RUNNER.glob("*.py")]
     return sorted(p for p in paths if p.stem not in {"__init__", "__main__"})
 
 
 def test_every_module_with_logic_has_its_test_module() -> None:
     missing = []
     for module in _modules():
-        package = module.parent.name
-        names = (f"test_{module.stem}.py", f"test_{package}_{module.stem}.py")
-        if _has_logic(module) and not any((TESTS / package / name).is_file() for name in names):
-            missing.append(f"{package}/{module.name} -> tests/{package}/{names[0]}")
+        folder = _folder(module)
+        names = (f"test_{module.stem}.py", f"test_{module.parent.name}_{module.stem}.py")
+        if _has_logic(module) and not any((TESTS / folder / name).is_file() for name in names):
+            missing.append(f"{folder.as_posix()}/{module.name} -> tests/{folder.as_posix()}/{names[0]}")
     assert not missing, "modules without their test module:\n" + "\n".join(missing)
 
 
 def test_the_rule_sees_the_modules_it_is_about() -> None:
-    """The walk finds every layer's modules and tells a declaring module from one with logic."""
-    packages = {m.parent.name for m in _modules()}
+    """The walk finds every layer's modules, those of the analysis' rooms at any depth, and the
+    runner's, and tells a declaring module from one with logic."""
+    packages = {_folder(m).parts[0] for m in _modules()}
     assert packages == {"vocab", "trace", "types", "analysis", "engine", "server", "cli", "runner"}
+    assert PACKAGE / "analysis" / "attribution" / "inference" / "infer.py" in _modules()
     assert _has_logic(PACKAGE / "analysis" / "summary.py")
     assert not _has_logic(PACKAGE / "types" / "results.py")  # dataclass declarations only
 
