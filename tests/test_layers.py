@@ -163,6 +163,14 @@ def test_analysis_imports_run_down_the_rooms(module: str) -> None:
     assert upward == [], f"imports pointing up the rooms {' <- '.join(ROOMS)}: {upward}"
 
 
+def test_the_architecture_names_every_room() -> None:
+    """``docs/architecture.md`` has a row per room, in the contract's order."""
+    text = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
+    section = text[text.index("## tb_attn_plugin/analysis/"):text.index("## tb_attn_plugin/types/")]
+    rows = [line.split("|")[1].strip() for line in section.splitlines() if line.startswith("| `")]
+    assert [r.strip("`").removesuffix("/").removesuffix(".py") for r in rows if "/inference" not in r] == ROOMS
+
+
 def test_no_module_imports_itself_around_a_circle() -> None:
     edges: dict[str, set[str]] = {}
     for src, dst, _ in _edges():
