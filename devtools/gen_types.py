@@ -45,8 +45,8 @@ _HEADER = """\
 CONSTANTS: dict[str, tuple[str, tuple[str, ...] | str]] = {
     "UNSPLIT_PHASES": ("The phases a derived head gets no share of (scopes.py `UNSPLIT_PHASES`): summary.py "
                        "`_heads` splits only the others.", in_order(UNSPLIT_PHASES)),
-    "PARTIAL_DEVICE": ("Why a run's device figures are partial (analysis/clock.py `PARTIAL_DEVICE`), in the words "
-                       "the CLI and the headline use.", PARTIAL_DEVICE),
+    "PARTIAL_DEVICE": ("Why a run's device figures are partial (analysis/common/clock.py `PARTIAL_DEVICE`), in the "
+                       "words the CLI and the headline use.", PARTIAL_DEVICE),
 }
 
 

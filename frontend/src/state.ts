@@ -156,7 +156,7 @@ function rankSelections(value: unknown): Record<string, string> {
 /** The time figure a view opens on until one is picked: device time where attention has some
  *  (a trace with kernels that ran in its layers), else CPU time, never a chart of zeros. */
 export function defaultTime(ws: WorkerSummary): "cpu_us" | "device_us" {
-  // A partial trace (some kernels captured into a graph, not run) is judged by CPU time (analysis/clock.py).
+  // A partial trace (some kernels captured into a graph, not run) is judged by CPU time (analysis/common/clock.py).
   const ran = ws.device !== "cpu" && !ws.device_partial && ws.layers.some((l) => l.device_us > 0 || l.backward.device_us > 0);
   return ran ? "device_us" : "cpu_us";
 }

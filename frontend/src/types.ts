@@ -89,7 +89,7 @@ export interface SpanEntry {
 /**
  * A parsed run's headline figures, per step, from its representative worker (of several, the
  * one at the lower median by attention time, the Ranks view's median row; with one worker, that
- * one): the same worker and figures as `/compare`'s. `analysis/figures.py` computes them.
+ * one): the same worker and figures as `/compare`'s. `analysis/cross_run/figures.py` computes them.
  */
 export interface RunFigures {
   /** "device" where the worker's attention launched kernels, else "cpu" */
@@ -129,7 +129,7 @@ export interface RunFigures {
   device_partial: boolean;
 }
 
-/** How far one per-step figure's steps were apart (analysis/spread.py, docs/summary.md). */
+/** How far one per-step figure's steps were apart (analysis/common/spread.py, docs/summary.md). */
 export interface Spread {
   /** of the per-step values (the figure itself is their mean) */
   median: number;
@@ -186,7 +186,7 @@ export interface WorkerSummary {
   per_step: StepStats[];
   diagnostics: Record<string, number>;
   notes: string[];
-  /** analysis/findings.py, docs/findings.md */
+  /** analysis/findings/findings.py, docs/findings.md */
   findings: Finding[];
   /** the trace's distributedInfo rank, else a rank in the worker name */
   rank: number | null;
@@ -194,19 +194,19 @@ export interface WorkerSummary {
   collectives: CollectiveStats[];
   /** step and attention time (SPREAD_KEYS), with two or more steps */
   spread: Record<string, Spread>;
-  /** where attention time goes and what the top finding saves at most (analysis/overview.py) */
+  /** where attention time goes, the most its top finding saves (analysis/measures/overview.py) */
   headline: string;
-  /** prefill and decode steps (analysis/generation.py), where the trace has them */
+  /** prefill and decode steps, if any (analysis/measures/generation.py) */
   generation: Generation | null;
-  /** the peaks and the run's point (analysis/roofline.py); null: no attention */
+  /** the peaks, the run's point; null: no attention (analysis/measures/roofline.py) */
   roofline: Roofline | null;
   /** device "cuda": the platform and the trace's device name, "ROCm · AMD Instinct MI300X" */
   gpu: string | null;
   /** the trace has memory events (profile_memory=True); false: memory figures read 0 */
   memory_recorded: boolean;
-  /** a serving engine's batches (analysis/batch.py), where annotated */
+  /** a serving engine's batches, where annotated (analysis/attribution/batch.py) */
   serving: ServingBatch | null;
-  /** attention kernels missing (graph capture): device time partial (analysis/clock.py) */
+  /** attention kernels missing (graphs): device time partial (analysis/common/clock.py) */
   device_partial: boolean;
 }
 
@@ -241,7 +241,7 @@ export interface LayerStats {
   backward: Backward;
   /** per time figure (SPREAD_KEYS), with two or more steps */
   spread: Record<string, Spread>;
-  /** with a mask in the run metadata (analysis/sparsity.py) */
+  /** with a mask in the run metadata (analysis/measures/sparsity.py) */
   mask: LayerMask | null;
   /** its phases' bytes moved */
   bytes: number;
@@ -285,7 +285,7 @@ export interface PhaseStats {
   backward: Backward;
   /** per time figure (SPREAD_KEYS), with two or more steps */
   spread: Record<string, Spread>;
-  /** the least bytes its forward ops move (analysis/traffic.py) */
+  /** the least bytes its forward ops move (analysis/measures/traffic.py) */
   bytes: number;
   /** ops per step that move data with no bytes formula (bytes: a lower bound) */
   unmodeled_ops: number;
@@ -307,7 +307,7 @@ export interface Backward {
 
 /**
  * Where a phase, a layer or a run's attention sits under the hardware's roofline
- * (analysis/roofline.py, docs/summary.md "Roofline"): forward work per step, on the clock of
+ * (analysis/measures/roofline.py, docs/summary.md "Roofline"): forward work per step, on the clock of
  * `Roofline.clock`. A roofline is an upper bound, not a prediction.
  */
 export interface Roof {
@@ -347,7 +347,7 @@ export interface HeadStats {
 }
 
 /**
- * A layer's attention mask and what it saved (analysis/sparsity.py): FLOPs per forward
+ * A layer's attention mask and what it saved (analysis/measures/sparsity.py): FLOPs per forward
  * call of the block, times per profiled step, the core's phases only.
  */
 export interface LayerMask {
@@ -379,7 +379,7 @@ export interface StepStats {
   device_us: number;
   attention_cpu_us: number;
   attention_device_us: number;
-  /** of attention_cpu_us: collectives inside attention (analysis/collectives.py) */
+  /** of attention_cpu_us: its collectives (analysis/attribution/collectives.py) */
   attention_comm_cpu_us: number;
   /** of attention_device_us: collective kernels attributed to attention */
   attention_comm_device_us: number;
@@ -412,7 +412,7 @@ export interface Evidence {
   details: Record<string, number | string>;
 }
 
-/** One kind of collective (analysis/collectives.py), means per step. */
+/** One kind of collective (analysis/attribution/collectives.py), means per step. */
 export interface CollectiveStats {
   /** "all_reduce", "all_gather", "broadcast", ... or "collective" */
   name: string;
@@ -490,7 +490,7 @@ export interface GenerationPhase {
 }
 
 /**
- * One step of a generation (analysis/generation.py): the prefill, or one decode token for
+ * One step of a generation (analysis/measures/generation.py): the prefill, or one decode token for
  * each sequence of the batch. Times on the step's own clock: device where there is one.
  */
 export interface TokenStats {
@@ -554,7 +554,7 @@ export interface Roofline {
 
 /**
  * What a serving engine batched, per profiled step, from its iteration annotations
- * (analysis/batch.py, docs/production.md): requests and tokens of each kind, and the KV cache.
+ * (analysis/attribution/batch.py, docs/production.md): requests and tokens of each kind, and the KV cache.
  */
 export interface ServingBatch {
   /** the first annotation's name: the evidence */
@@ -580,9 +580,9 @@ export interface ServingBatch {
   decode_kv_bytes: number | null;
   /** the cores' device time per step, where every iteration is decode only */
   decode_core_us: number | null;
-  /** decode_kv_bytes at the peak memory bandwidth (analysis/roofline.py) */
+  /** decode_kv_bytes at the peak memory bandwidth (analysis/measures/roofline.py) */
   decode_roof_us: number | null;
-  /** what the figures above say, for the CLI and the tab (analysis/batch.py) */
+  /** what the figures above say, for the CLI and the tab (analysis/attribution/batch.py) */
   sentences: string[];
 }
 
@@ -990,7 +990,7 @@ export interface CompareRun {
   decode: CompareDecode | null;
   /** the run's peaks and its attention's point (summary "roofline") */
   roofline: Roofline | null;
-  /** "device" or "cpu": the clock the run is judged by (analysis/clock.py) */
+  /** "device" or "cpu": the clock the run is judged by (analysis/common/clock.py) */
   clock: string;
   /** WorkerSummary.device_partial: judged by CPU time, its device time partial */
   device_partial: boolean;
@@ -1004,7 +1004,7 @@ export interface ComparePhase {
   calls: number;
   /** the least bytes its forward ops move, summed over layers */
   bytes: number;
-  /** the phase over all layers under the run's roofline (analysis/roofline.py) */
+  /** the phase over all layers under the run's roofline (analysis/measures/roofline.py) */
   roof: Roof | null;
 }
 
@@ -1169,7 +1169,7 @@ export interface StrategyRow {
   run: string;
   /** the implementation, with its options: "performer M=64", "sdpa int8 proj" */
   strategy: string;
-  /** what the trace shows ran (analysis/backend.py) */
+  /** what the trace shows ran (analysis/ops/backend.py) */
   backend: string;
   /** computes softmax attention exactly (not linear, random-feature or quantized) */
   exact: boolean;
@@ -1262,5 +1262,5 @@ export interface Routes {
 /** The phases a derived head gets no share of (scopes.py `UNSPLIT_PHASES`): summary.py `_heads` splits only the others. */
 export const UNSPLIT_PHASES = ["qkv_proj", "out_proj", "comm", "other"] as const;
 
-/** Why a run's device figures are partial (analysis/clock.py `PARTIAL_DEVICE`), in the words the CLI and the headline use. */
+/** Why a run's device figures are partial (analysis/common/clock.py `PARTIAL_DEVICE`), in the words the CLI and the headline use. */
 export const PARTIAL_DEVICE = "partial device time: some of attention's kernels were captured into a CUDA/HIP graph and did not run in this trace" as const;

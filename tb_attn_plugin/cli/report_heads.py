@@ -1,6 +1,6 @@
 """``tb-attn heads``: each head's cost next to its attention statistics, as a table, JSON or CSV
 (one row per run × worker × layer × head, the summary's conventions: times in µs, shares as
-fractions). Definitions: ``analysis/heads.py`` and docs/summary.md ("AttnStats")."""
+fractions). Definitions: ``analysis/measures/heads.py`` and docs/summary.md ("AttnStats")."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The roofline in the CLI: ``tb-attn summarize``'s roofline table (per layer × phase: bytes,
 intensity, achieved rates, ceiling, share and verdict), its CSV columns, and ``tb-attn compare``'s
-roofline columns. Definitions: ``analysis/roofline.py`` and docs/summary.md ("Roofline")."""
+roofline columns. Definitions: ``analysis/measures/roofline.py`` and docs/summary.md ("Roofline")."""
 
 from __future__ import annotations
 

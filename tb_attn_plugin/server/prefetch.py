@@ -1,7 +1,7 @@
 """Parsing ahead of clicks for the runs list: which traces, how many, and the figures it yields.
 
 Listing the runs (``/runs``) queues the parse of the newest runs' traces in the jobs'
-background lane, so that their figures (``analysis/figures.py``) fill in without anyone opening
+background lane, so that their figures (``analysis/cross_run/figures.py``) fill in without anyone opening
 each run. How many: three quarters of what the summary cache holds, so that parsing ahead never
 evicts what it parsed and leaves room for the runs users open; which: the newest runs, by their
 newest trace's modification time. A file version is queued ahead once: a summary the cache let

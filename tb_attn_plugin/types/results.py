@@ -24,7 +24,7 @@ class ComparePhase(msgspec.Struct, kw_only=True):
     flops: float
     calls: float
     bytes: float = 0.0  # the least bytes its forward ops move, summed over layers
-    roof: Roof | None = None  # the phase over all layers under the run's roofline (analysis/roofline.py)
+    roof: Roof | None = None  # the phase over all layers under the run's roofline (analysis/measures/roofline.py)
 
 
 class CompareRatio(msgspec.Struct, kw_only=True):
@@ -88,7 +88,7 @@ class CompareRun(msgspec.Struct, kw_only=True):
     peak_bytes: int | None
     sxs_bytes: float
     flops: float  # the forward pass's, per step
-    #: attention's FLOPs (forward and backward) over its time, of the same kernels (analysis/clock.py): on the
+    #: attention's FLOPs (forward and backward) over its time, of the same kernels (analysis/common/clock.py): on the
     #: device clock, a phase captured into a graph (no kernel ran) is left out; null without time or work
     flops_per_s: float | None
     ops_per_forward: float
@@ -108,7 +108,7 @@ class CompareRun(msgspec.Struct, kw_only=True):
     why_slower: list[str] = []  # same model and configuration as its baseline, another impl, slower: why
     decode: CompareDecode | None = None  # a generation's decode steps (summary "generation"), where it has them
     roofline: Roofline | None = None  # the run's peaks and its attention's point (summary "roofline")
-    clock: str = "cpu"  # "device" or "cpu": the clock the run is judged by (analysis/clock.py)
+    clock: str = "cpu"  # "device" or "cpu": the clock the run is judged by (analysis/common/clock.py)
     device_partial: bool = False  # WorkerSummary.device_partial: judged by CPU time, its device time partial
 
 

@@ -45,7 +45,7 @@ SUMMARY_SCHEMA = "tb-attn.summary/1"
 
 
 class Spread(msgspec.Struct, kw_only=True, frozen=True):
-    """How far one per-step figure's steps were apart (analysis/spread.py, docs/summary.md)."""
+    """How far one per-step figure's steps were apart (analysis/common/spread.py, docs/summary.md)."""
 
     median: float  # of the per-step values (the figure itself is their mean)
     lo: float  # the smallest step ("range") or the 25th percentile ("iqr")
@@ -72,7 +72,7 @@ class Backward(msgspec.Struct, kw_only=True, frozen=True):
 
 class Roof(msgspec.Struct, kw_only=True, frozen=True):
     """Where a phase, a layer or a run's attention sits under the hardware's roofline
-    (analysis/roofline.py, docs/summary.md "Roofline"): forward work per step, on the clock of
+    (analysis/measures/roofline.py, docs/summary.md "Roofline"): forward work per step, on the clock of
     ``Roofline.clock``. A roofline is an upper bound, not a prediction."""
 
     dtype: str | None  # the peak class its FLOPs ran in ("fp32", "bf16", ...), None: no FLOPs
@@ -123,7 +123,7 @@ class PhaseStats(msgspec.Struct, kw_only=True, frozen=True):
     sxs_mask_allocs: float = 0.0
     backward: Backward
     spread: dict[str, Spread] = {}  # per time figure (SPREAD_KEYS), with two or more steps
-    bytes: float = 0.0  # the least bytes its forward ops move (analysis/traffic.py)
+    bytes: float = 0.0  # the least bytes its forward ops move (analysis/measures/traffic.py)
     unmodeled_ops: float = 0.0  # ops per step that move data with no bytes formula (bytes: a lower bound)
     dtype: str | None = None  # the peak class of its FLOPs, None: no FLOPs
     roof: Roof | None = None  # null: no roofline (no time, or no FLOPs and no bytes)
@@ -142,7 +142,7 @@ class HeadStats(msgspec.Struct, kw_only=True, frozen=True):
 
 
 class LayerMask(msgspec.Struct, kw_only=True, frozen=True):
-    """A layer's attention mask and what it saved (analysis/sparsity.py): FLOPs per forward
+    """A layer's attention mask and what it saved (analysis/measures/sparsity.py): FLOPs per forward
     call of the block, times per profiled step, the core's phases only."""
 
     spec: str  # the mask (tb_attn_plugin.vocab.masks grammar), e.g. "sliding:256"
@@ -181,7 +181,7 @@ class LayerStats(msgspec.Struct, kw_only=True, frozen=True):
     heads: list[HeadStats]
     backward: Backward
     spread: dict[str, Spread] = {}  # per time figure (SPREAD_KEYS), with two or more steps
-    mask: LayerMask | None = None  # with a mask in the run metadata (analysis/sparsity.py)
+    mask: LayerMask | None = None  # with a mask in the run metadata (analysis/measures/sparsity.py)
     bytes: float = 0.0  # its phases' bytes moved
     roof: Roof | None = None
 
@@ -192,12 +192,12 @@ class StepStats(msgspec.Struct, kw_only=True, frozen=True):
     device_us: float
     attention_cpu_us: float
     attention_device_us: float
-    attention_comm_cpu_us: float = 0.0  # of attention_cpu_us: collectives inside attention (analysis/collectives.py)
+    attention_comm_cpu_us: float = 0.0  # of attention_cpu_us: its collectives (analysis/attribution/collectives.py)
     attention_comm_device_us: float = 0.0  # of attention_device_us: collective kernels attributed to attention
 
 
 class CollectiveStats(msgspec.Struct, kw_only=True, frozen=True):
-    """One kind of collective (analysis/collectives.py), means per step."""
+    """One kind of collective (analysis/attribution/collectives.py), means per step."""
 
     name: str  # "all_reduce", "all_gather", "broadcast", ... or "collective"
     calls: float
@@ -215,7 +215,7 @@ class Fit(msgspec.Struct, kw_only=True, frozen=True):
 
 
 class TokenStats(msgspec.Struct, kw_only=True, frozen=True):
-    """One step of a generation (analysis/generation.py): the prefill, or one decode token for
+    """One step of a generation (analysis/measures/generation.py): the prefill, or one decode token for
     each sequence of the batch. Times on the step's own clock: device where there is one."""
 
     step: int
@@ -309,7 +309,7 @@ def finding_order(f: Finding) -> tuple[int, float, str, list[int]]:
 
 class ServingBatch(msgspec.Struct, kw_only=True, frozen=True):
     """What a serving engine batched, per profiled step, from its iteration annotations
-    (analysis/batch.py, docs/production.md): requests and tokens of each kind, and the KV cache."""
+    (analysis/attribution/batch.py, docs/production.md): requests and tokens of each kind, and the KV cache."""
 
     annotation: str  # the first annotation's name: the evidence
     iterations: float  # engine iterations
@@ -324,8 +324,8 @@ class ServingBatch(msgspec.Struct, kw_only=True, frozen=True):
     kv_dtype: str | None  # the cache's element type, from the KV write op
     decode_kv_bytes: float | None  # the KV cache decode reads, all layers: decode_keys x layers x kv_bytes_per_token
     decode_core_us: float | None = None  # the cores' device time per step, where every iteration is decode only
-    decode_roof_us: float | None = None  # decode_kv_bytes at the peak memory bandwidth (analysis/roofline.py)
-    sentences: list[str] = []  # what the figures above say, for the CLI and the tab (analysis/batch.py)
+    decode_roof_us: float | None = None  # decode_kv_bytes at the peak memory bandwidth (analysis/measures/roofline.py)
+    sentences: list[str] = []  # what the figures above say, for the CLI and the tab (analysis/attribution/batch.py)
 
 
 class WorkerSummary(msgspec.Struct, kw_only=True, frozen=True):
@@ -348,18 +348,18 @@ class WorkerSummary(msgspec.Struct, kw_only=True, frozen=True):
     per_step: list[StepStats]
     diagnostics: dict[str, int]
     notes: list[str]
-    findings: list[Finding] = msgspec.field(default_factory=list)  # analysis/findings.py, docs/findings.md
+    findings: list[Finding] = msgspec.field(default_factory=list)  # analysis/findings/findings.py, docs/findings.md
     rank: int | None = None  # the trace's distributedInfo rank, else a rank in the worker name
     world_size: int | None = None
     collectives: list[CollectiveStats] = msgspec.field(default_factory=list)
     spread: dict[str, Spread] = {}  # step and attention time (SPREAD_KEYS), with two or more steps
-    headline: str = ""  # where attention time goes and what the top finding saves at most (analysis/overview.py)
-    generation: Generation | None = None  # prefill and decode steps (analysis/generation.py), where the trace has them
-    roofline: Roofline | None = None  # the peaks and the run's point (analysis/roofline.py); null: no attention
+    headline: str = ""  # where attention time goes, the most its top finding saves (analysis/measures/overview.py)
+    generation: Generation | None = None  # prefill and decode steps, if any (analysis/measures/generation.py)
+    roofline: Roofline | None = None  # the peaks, the run's point; null: no attention (analysis/measures/roofline.py)
     gpu: str | None = None  # device "cuda": the platform and the trace's device name, "ROCm · AMD Instinct MI300X"
     memory_recorded: bool = True  # the trace has memory events (profile_memory=True); false: memory figures read 0
-    serving: ServingBatch | None = None  # a serving engine's batches (analysis/batch.py), where annotated
-    device_partial: bool = False  # attention kernels missing (graph capture): device time partial (analysis/clock.py)
+    serving: ServingBatch | None = None  # a serving engine's batches, where annotated (analysis/attribution/batch.py)
+    device_partial: bool = False  # attention kernels missing (graphs): device time partial (analysis/common/clock.py)
 
 
 class FileError(msgspec.Struct, kw_only=True, frozen=True):

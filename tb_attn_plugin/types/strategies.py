@@ -36,7 +36,7 @@ class StrategyRow(msgspec.Struct, kw_only=True):
 
     run: str
     strategy: str  # the implementation, with its options: "performer M=64", "sdpa int8 proj"
-    backend: str  # what the trace shows ran (analysis/backend.py)
+    backend: str  # what the trace shows ran (analysis/ops/backend.py)
     exact: bool  # computes softmax attention exactly (not linear, random-feature or quantized)
     seq: int
     time_us: float  # attention per step, forward and backward, on the group's clock

@@ -15,7 +15,7 @@ from tb_attn_plugin.types.schema import Spread
 class RunFigures(msgspec.Struct, kw_only=True):
     """A parsed run's headline figures, per step, from its representative worker (of several, the
     one at the lower median by attention time, the Ranks view's median row; with one worker, that
-    one): the same worker and figures as ``/compare``'s. ``analysis/figures.py`` computes them."""
+    one): the same worker and figures as ``/compare``'s. ``analysis/cross_run/figures.py`` computes them."""
 
     clock: Literal["cpu", "device"]  # "device" where the worker's attention launched kernels, else "cpu"
     attention_us: float  # attention time per step, forward + backward, mean over the profiled steps, on ``clock``

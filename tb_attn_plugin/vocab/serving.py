@@ -94,7 +94,7 @@ SERVING_KV_WRITE_OPS = frozenset({
     "vllm::unified_kv_cache_update", "vllm::unified_mla_kv_cache_update", "_C_cache_ops::reshape_and_cache",
     "_C_cache_ops::reshape_and_cache_flash", "_C_cache_ops::concat_and_cache_mla", "sglang::store_cache",
     "sglang_profiler::memory_pool__set_kv_buffer_impl"})
-#: A serving engine's ops whose shapes are read: its core's q (heads and head size, analysis/batch.py),
+#: A serving engine's ops whose shapes are read: its core's q (heads and head size, analysis/attribution/batch.py),
 #: its KV write's k, v and cache (the cache's bytes per token). SGLang's are matched without their
 #: counter (``SGLANG_PROFILER_COUNTER``).
 SERVING_SHAPE_OPS = SERVING_CORE_OPS | SERVING_KV_WRITE_OPS

@@ -109,7 +109,7 @@ def test_the_issues_trace_gives_every_core_its_iterations_work() -> None:
     analysis = analyze(ev)
     cores = np.flatnonzero(analysis.events.name == analysis.events.names.index(CORE))
     assert cores.size == n
-    pairs = 22 + 60  # the iteration's (tests/analysis/test_batch.py works them out)
+    pairs = 22 + 60  # the iteration's (tests/analysis/attribution/test_batch.py works them out)
     assert (analysis.attr.flops[cores] == 4 * 8 * 64 * pairs).all()
     summary = summarize_trace(analysis, file="t.pt.trace.json", worker="w", span=None, metadata=None)
     assert summary.serving is not None and summary.serving.iterations == n

@@ -21,7 +21,7 @@ What was read by hand in ``tracelens_xdit_sd3.5_mi300_diffusion.json.gz`` (xDiT,
   kernel splits text from image, then the image's output projection, a Triton kernel with the
   image's residual and norm, and the text's output projection (not in the last block, whose text
   stream ends there: ``context_pre_only``). Inductor's kernel names say what they fused, so each
-  block is read whole (``analysis/inductor.py``);
+  block is read whole (``analysis/ops/inductor.py``);
 - the VAE decoder's ``Attention_0`` (diffusers), once, SDPA;
 - 8042 kernels, 712.01 ms; ``attn_fwd`` 241 of them, 208.72 ms (29.3%), of which the 152
   launched inside the compiled regions take 204.57 ms.

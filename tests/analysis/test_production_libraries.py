@@ -299,7 +299,7 @@ def test_the_sglang_prefill_trace_names_its_backend(sglang: WorkerSummary) -> No
     assert all("aiter" in layer.backend and layer.backend_evidence for layer in sglang.layers)
     assert "aiter" in sglang.backend
     # Paged and varlen: the shapes do not give the FLOPs, but the engine's batch annotation does
-    # (tests/analysis/test_serving_batch.py), so no call is left uncounted.
+    # (tests/analysis/attribution/test_serving_batch.py), so no call is left uncounted.
     assert UNCOUNTED not in sglang.diagnostics
     assert all({p.phase: p.flops for p in layer.phases}["sdpa"] > 0 for layer in sglang.layers)
 

@@ -170,7 +170,7 @@ def test_sglang_prefill_blocks_have_every_phase(prefill: WorkerSummary) -> None:
         assert [p.phase for p in layer.phases if p.calls] == BLOCK
         assert not layer.core_only
         # Paged and varlen: the shapes do not give the work, the engine's batch annotation does
-        # (tests/analysis/test_serving_batch.py: 15 requests of 1024 tokens, causal).
+        # (tests/analysis/attribution/test_serving_batch.py: 15 requests of 1024 tokens, causal).
         assert _phases(layer)["sdpa"].flops == 4 * 32 * 128 * (15 * 1024 * 1025 // 2)
 
 

@@ -157,7 +157,8 @@ def test_table_charts_and_findings_match_the_engine(strategies_ui: TensorBoard, 
 
     # The group's findings, as the run overview shows findings.
     # below-crossover rests only on speed-ups the runs can tell from drift (one run each here: none may be
-    # decided), so the tab shows exactly the engine's; tests/analysis/test_strategies.py makes one from repeats.
+    # decided), so the tab shows exactly the engine's; tests/analysis/cross_run/test_strategies.py makes one
+    # from repeats.
     below = [f for f in group.findings if f.id == "below-crossover"]
     expect(section.locator("[data-finding=below-crossover]")).to_have_count(len(below))
     for f in below:

@@ -1,4 +1,4 @@
-"""Backward work belongs to the forward op that created its autograd node (``analysis/autograd.py``),
+"""Backward work belongs to the forward op that created its autograd node (``analysis/attribution/autograd.py``),
 on real training steps of models that run a no-op ``aten::to`` just before their SDPA call, scoped
 (``instrument()``) and plain.
 

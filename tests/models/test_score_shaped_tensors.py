@@ -1,4 +1,4 @@
-"""Tensors of the scores' size that are not scores (``analysis/scores.py``), on models whose key
+"""Tensors of the scores' size that are not scores (``analysis/attribution/scores.py``), on models whose key
 length equals their head size (16 tokens, 4 heads of 16), under SDPA, scoped and plain.
 
 What was read in the traces (torch 2.13, transformers 5.25; B batch, H heads, S tokens):

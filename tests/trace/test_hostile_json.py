@@ -501,7 +501,7 @@ def test_gzip_over_the_limit_is_refused_naming_the_limit(tmp_path: Path) -> None
 def test_too_many_layers_or_steps_are_refused(layers: int, steps: int, refused: str | None) -> None:
     """The summary's cost grows with layers (and steps) times events: past 4096 steps, a trace
     is refused in milliseconds instead of being analyzed for minutes (layers past 4096 are not
-    scopes: tests/analysis/test_bounds.py)."""
+    scopes: tests/analysis/common/test_bounds.py)."""
     from tb_attn_plugin.analysis.summary import summarize
 
     events: list[dict[str, Any]] = []

@@ -12,11 +12,11 @@ def test_the_decoder_keeps_the_shapes_the_analysis_reads() -> None:
             | {aten.LINEAR_OP} | set(aten.INT_MATMUL_ARGS)
             | aten.COPY_OPS | aten.DTYPE_CONVERT_OPS | {aten.FLASH_FORWARD_OP, aten.EFFICIENT_FORWARD_OP}
             | aten.SOFTMAX_OPS | aten.MASKED_FILL_OPS | aten.KERNEL_BACKWARD_OPS | aten.FUSED_BLOCK_OPS
-            | aten.KV_EXPAND_OPS  # the KV cache's K and V before grouped-query expansion (analysis/generation.py)
-            | aten.ELEMENTWISE_OPS | aten.NORM_OPS | {aten.NATIVE_DROPOUT_OP}  # bytes moved (analysis/traffic.py)
-            | {aten.EMBEDDING_OP}  # a relative position bias's (Sq, Sk) bucket index (analysis/op_findings.py)
-            | libraries.LIBRARY_SHAPE_OPS  # attention libraries' cores: their FLOPs (analysis/flops.py library_flops)
-            | serving.SERVING_SHAPE_OPS)  # serving cores' q and KV writes' cache (analysis/batch.py)
+            | aten.KV_EXPAND_OPS  # K and V before grouped-query expansion (analysis/measures/generation.py)
+            | aten.ELEMENTWISE_OPS | aten.NORM_OPS | {aten.NATIVE_DROPOUT_OP}  # bytes (analysis/measures/traffic.py)
+            | {aten.EMBEDDING_OP}  # a relative position bias's (Sq, Sk) bucket index (analysis/findings/op_findings.py)
+            | libraries.LIBRARY_SHAPE_OPS  # libraries' cores: FLOPs (analysis/ops/flops.py library_flops)
+            | serving.SERVING_SHAPE_OPS)  # serving cores' q and KV writes' cache (analysis/attribution/batch.py)
     assert read == SHAPE_OPS
     # Element-wise ops whose bytes the roofline needs are kept (their cost: bench/README.md, "Bytes
     # model"); other frequent ops stay out: allocations, activations, reductions.

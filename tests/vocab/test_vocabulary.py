@@ -130,7 +130,7 @@ def test_no_module_compares_a_backend_with_a_string() -> None:
 
 
 def test_the_detection_rules_name_backends() -> None:
-    """analysis/backend.py may spell needles, but every backend its rules give is a ``Backend``."""
+    """analysis/ops/backend.py may spell needles, but every backend its rules give is a ``Backend``."""
     tables = {n: v for n, v in vars(detection).items() if n.endswith("_RULES")}
     assert len(tables) >= 6
     assert [n for n, rules in tables.items() if not all(isinstance(b, Backend) for b, _ in rules)] == []

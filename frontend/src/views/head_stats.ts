@@ -1,5 +1,5 @@
 // The run's attention statistics per head (RunSummary.attn_stats, from its event files; the
-// verdicts are analysis/heads.py's) where the Layers × heads view shows them: each statistic's
+// verdicts are analysis/measures/heads.py's) where the Layers × heads view shows them: each statistic's
 // name, format and colour range, the banner that says where they come from (and that random
 // weights say nothing), each head's tooltip lines and marks, and the scatter of each head's cost
 // against its mass within the local window: which heads are expensive and local.
@@ -112,7 +112,7 @@ export function statsBanner(stats: AttnStats): HTMLElement {
 /** The legend of the heatmap's marks. */
 export function marksLegend(stats: AttnStats): HTMLElement[] {
   return [
-    h("span", { class: "legend-item", title: "analysis/heads.py's local verdict" }, h("span", "mark-badge", "L"),
+    h("span", { class: "legend-item", title: "analysis/measures/heads.py's local verdict" }, h("span", "mark-badge", "L"),
       `local: ${localRule(stats)}`),
     h("span", "legend-item", h("span", "mark-badge", "S"), `sink: at least ${fmtMass(stats.sink_mass)} on the first 4 tokens`),
   ];
@@ -137,7 +137,7 @@ export function statLines(a: HeadAttention, stats: AttnStats, current: string | 
   return lines;
 }
 
-/** The worker's clock for per-head time: device time where it has kernels (analysis/heads.py). */
+/** The worker's clock for per-head time: device time where it has kernels (analysis/measures/heads.py). */
 export function headClock(ws: WorkerSummary): "device" | "cpu" {
   return ws.device !== "cpu" ? "device" : "cpu";
 }

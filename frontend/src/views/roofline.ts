@@ -1,5 +1,5 @@
 // The Roofline tab: where each phase of each layer, and the run's attention as a whole, sits under
-// the hardware's roofs (the summary's "roofline", analysis/roofline.py): the peaks, the chart (a
+// the hardware's roofs (the summary's "roofline", analysis/measures/roofline.py): the peaks, the chart (a
 // click on a point opens its layer and phase in the drill-down), and every layer × phase's
 // figures, memory-only phases included (their share is of the bandwidth roof). Also the cells the
 // layer table and Compare show a roof with ("% of roof", "bound").

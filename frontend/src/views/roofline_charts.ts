@@ -3,7 +3,7 @@
 // classes the points use (P: the class's peak FLOP/s, W: the peak bandwidth), with the main class's
 // ridge I = P/W dashed. Only work with FLOPs and bytes has a place on these axes: phases that move
 // memory only (scale, mask, softmax...) are left to the tables. The figures are the engine's
-// (analysis/roofline.py); nothing here computes a roof's share or verdict.
+// (analysis/measures/roofline.py); nothing here computes a roof's share or verdict.
 
 import { logAxis } from "../axes";
 import { esc, swatch, TOOLTIP_BASE, type EChart } from "../charts";

@@ -37,7 +37,7 @@ export function currentWorker(s: State): WorkerSummary | null {
   return ws.find((w) => w.worker === s.worker && (s.span === null || w.span === s.span)) ?? ws[0] ?? null;
 }
 
-/** How the engine begins its note on inferred attention (analysis/analyze.py). */
+/** How the engine begins its note on inferred attention (analysis/attribution/analyze.py). */
 const INFERRED_NOTE = "no tb-attn scopes in this trace";
 
 export class RunView {

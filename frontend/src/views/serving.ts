@@ -1,4 +1,4 @@
-// A serving engine's batches (WorkerSummary.serving, analysis/batch.py): the requests and tokens
+// A serving engine's batches (WorkerSummary.serving, analysis/attribution/batch.py): the requests and tokens
 // each engine iteration ran, the (query, key) pairs they attend and the KV cache, in the sentences
 // the CLI prints too.
 

@@ -1,5 +1,5 @@
 // Masks in the tab: the run's mask and density in the overview, the layer table's "sparsity
-// saved" column, and local/global layer labels for models that mix them (analysis/sparsity.py).
+// saved" column, and local/global layer labels for models that mix them (analysis/measures/sparsity.py).
 
 import { h } from "../dom";
 import { fmtFlops, fmtUs } from "../format";

@@ -3,8 +3,8 @@
 A serving core's recorded shapes are token-packed: q is ``(tokens, heads, head_dim)`` and k, v are
 the new tokens or the whole paged cache, so the shapes never say how many keys each query attended
 (those lengths are tensor values). vLLM annotates each engine iteration with its batch
-(``ops.SERVING_BATCH_PATTERN``: prefill and decode requests and their scheduled tokens), and a
-detailed form (``ops.SERVING_BATCH_DETAILED_PATTERN``) adds, per kind, the sums over requests of
+(``serving.SERVING_BATCH_PATTERN``: prefill and decode requests and their scheduled tokens), and a
+detailed form (``serving.SERVING_BATCH_DETAILED_PATTERN``) adds, per kind, the sums over requests of
 the query lengths ``sq``, key lengths ``sk``, ``sq²`` and ``sq·sk``. With those sums the core's
 work is exact: a causal request of ``sq`` queries over ``sk`` keys (its cached prefix and itself)
 attends ``sq·sk - sq·(sq-1)/2`` (query, key) pairs, so the iteration attends

@@ -6,8 +6,8 @@ around ``record_param_comms`` (an op carrying the collective's arguments) around
 ``nccl:all_reduce`` / ``gloo:all_reduce`` annotation that the process group records; on the
 device, one kernel per call, ``ncclKernel_AllReduce_RING_LL_Sum_float`` (``ncclDevKernel_...``
 in newer NCCL, ``ncclSymkDevKernel_...`` for symmetric memory). A serving engine calls its own ops
-(vLLM's ``vllm::all_reduce``, ``ops.SERVING_COLLECTIVE_OPS``) and may run kernels of its own
-(vLLM's custom all-reduce, ``ops.COLLECTIVE_KERNELS``). Gloo runs the work on its own thread,
+(vLLM's ``vllm::all_reduce``, ``kernels.SERVING_COLLECTIVE_OPS``) and may run kernels of its own
+(vLLM's custom all-reduce, ``kernels.COLLECTIVE_KERNELS``). Gloo runs the work on its own thread,
 under a ``gloo:all_reduce`` annotation, while the calling thread's ``c10d::allreduce_`` only
 enqueues it. A call counts once: the
 outermost of the nested events on the calling thread, named after the most specific one inside
@@ -60,7 +60,7 @@ _ALIASES = {
 def collective_name(name: str) -> str | None:
     """The collective an event name stands for ("all_reduce", "broadcast"...), None if none: c10d's
     ops and annotations, NCCL's and RCCL's kernels, and a serving engine's own collective ops and
-    kernels (``ops.SERVING_COLLECTIVE_OPS``, ``ops.COLLECTIVE_KERNELS``: vLLM's custom all-reduce)."""
+    kernels (``kernels.SERVING_COLLECTIVE_OPS``, ``kernels.COLLECTIVE_KERNELS``: vLLM's custom all-reduce)."""
     if name == "record_param_comms":
         return GENERIC
     if name in SERVING_COLLECTIVE_OPS:

@@ -2,9 +2,9 @@
 
 Serving engines (vLLM, SGLang) and diffusion pipelines capture their forward passes into graphs and
 replay them. A trace recorded while a graph was captured shows the launches made between
-``*StreamBeginCapture`` and ``*StreamEndCapture`` (``ops.GRAPH_CAPTURE_BEGIN``, ``GRAPH_CAPTURE_END``) on
+``*StreamBeginCapture`` and ``*StreamEndCapture`` (``kernels.GRAPH_CAPTURE_BEGIN``, ``GRAPH_CAPTURE_END``) on
 their thread, but not their kernels: those were recorded into the graph, not run. A trace of replays
-shows one ``*GraphLaunch`` (``ops.GRAPH_LAUNCH``) per replay, whose kernels ``analysis.replays`` gives
+shows one ``*GraphLaunch`` (``kernels.GRAPH_LAUNCH``) per replay, whose kernels ``analysis.replays`` gives
 back to the layers that launched them while the graph was captured. ``graph_use`` says which layers
 were captured, which phases the trace holds no kernels of (captured, and no replay in the trace ran
 them), and whether attention's device share can be given: it is withheld only where kernels it needs

@@ -1,13 +1,13 @@
 """Kernels that CUDA/HIP graph replays ran, placed in the layers whose ops launched them.
 
-A graph replay (one ``cudaGraphLaunch`` or ``hipGraphLaunch``, ``ops.GRAPH_LAUNCH``) runs the kernels,
+A graph replay (one ``cudaGraphLaunch`` or ``hipGraphLaunch``, ``kernels.GRAPH_LAUNCH``) runs the kernels,
 copies and sets recorded into the graph when it was captured, each with the launch's correlation id:
 the ops that launched them ran at the capture, not now. A replayed kernel belongs to the layer that
 launched it while the graph was captured, and never to a layer of another model:
 
 - **The capture is in the trace.** A capture is what its thread ran from ``*StreamBeginCapture`` to
-  ``*StreamEndCapture`` (``ops.GRAPH_CAPTURE_BEGIN``, ``GRAPH_CAPTURE_END``). Each call in it that adds a
-  node to the graph (``ops.GRAPH_NODE_CALLS``: a kernel launch, an asynchronous copy or set) is one
+  ``*StreamEndCapture`` (``kernels.GRAPH_CAPTURE_BEGIN``, ``GRAPH_CAPTURE_END``). Each call in it that adds a
+  node to the graph (``kernels.GRAPH_NODE_CALLS``: a kernel launch, an asynchronous copy or set) is one
   kernel, memcpy or memset of every replay, in the capture's order. A replay whose device work matches
   a capture's calls one for one (as many, each of the kind its call makes) is that capture's: its k-th
   kernel in device order takes the layer, phase and head of the k-th call. Replays of one graph carry
@@ -18,7 +18,7 @@ launched it while the graph was captured, and never to a layer of another model:
   (below) gives its layers in order.
 - **It is not.** The kernels are read by name: a run of consecutive attention kernels
   (``backend.is_attention_kernel``: a split-KV kernel and its combine are one run) is one layer's core,
-  and the KV-cache write, RoPE and quantization kernels just before it (``ops.REPLAY_KV_WRITE_KERNELS``,
+  and the KV-cache write, RoPE and quantization kernels just before it (``kernels.REPLAY_KV_WRITE_KERNELS``,
   ``REPLAY_ROPE_KERNELS``, ``LIBRARY_QUANT_KERNELS``) are its ``kv_cache``, ``rope`` and ``quantize``; the
   k-th run is the replayed model's k-th layer. They are layers found by their ops only where the model
   is the same: as many consecutive such layers, each with attention kernels of its own of the run's

@@ -15,18 +15,18 @@ every op whose phase is known, scoped or assigned:
   before the core, ``out_proj`` after;
 - rotary embeddings: ``neg``/``cos``/``sin`` (and the complex form) before the core, and, in a
   block that has them, the ``mul``/``add`` around them and the ``cat`` right after a ``neg``; on
-  interleaved pairs (``ops.ROTATION_OPS``: ``mul mul sub``, no ``neg``), the ``mul``/``sub``/``add``
-  and the ``cat`` that joins the halves (``ops.ROTATION_JOIN`` before it);
+  interleaved pairs (``aten.ROTATION_OPS``: ``mul mul sub``, no ``neg``), the ``mul``/``sub``/``add``
+  and the ``cat`` that joins the halves (``aten.ROTATION_JOIN`` before it);
 - the KV cache: any other ``cat`` (or ``index_copy_``) before the core, a copy right after one (a
-  static cache's), and a serving engine's write into its paged cache (``ops.SERVING_KV_WRITE_OPS``);
+  static cache's), and a serving engine's write into its paged cache (``serving.SERVING_KV_WRITE_OPS``);
 - layout copies of q, k and v before the core (``copy_``, ``clone``: MLA's key assembled from its
   parts, and the views they write into): ``copy``;
-- a serving engine's attention op (``ops.SERVING_CORE_OPS``): ``sdpa``, the fused core, and its
+- a serving engine's attention op (``serving.SERVING_CORE_OPS``): ``sdpa``, the fused core, and its
   RoPE op: ``rope``; names read through ``serving.canonical`` (SGLang's profiler counters dropped,
   a serving GEMM wrapper read as the ``linear`` it wraps);
-- an attention library's op (``ops.ATTENTION_CORE_OPS``: FlashAttention, aiter, xformers,
-  SageAttention, Transformer Engine): ``sdpa``; its KV-cache write (``ops.LIBRARY_KV_WRITE_OPS``):
-  ``kv_cache``; its rotary op (``ops.LIBRARY_ROPE_OPS``): ``rope``;
+- an attention library's op (``libraries.ATTENTION_CORE_OPS``: FlashAttention, aiter, xformers,
+  SageAttention, Transformer Engine): ``sdpa``; its KV-cache write (``libraries.LIBRARY_KV_WRITE_OPS``):
+  ``kv_cache``; its rotary op (``libraries.LIBRARY_ROPE_OPS``): ``rope``;
 - ``expand``/``repeat_interleave`` before the core: ``kv_expand``;
 - building a mask (``bitwise_not``, ``tril``, ``arange``, ``zeros_like``...) before the core,
   and applying one (``add``, ``where``, ``masked_fill``) on the scores: ``mask``;

@@ -30,13 +30,13 @@ decomposition moves and an out-of-place mask counts its clone; a composite op co
 formula only where none of its ops has one (a trace that recorded it alone). Other ops count at
 the outermost op of a nest with a formula (``linear``, not the ``addmm`` inside it).
 
-Views, allocations, bookkeeping and mask building (``ops.NO_TRAFFIC_OPS``) move nothing here.
+Views, allocations, bookkeeping and mask building (``aten.NO_TRAFFIC_OPS``) move nothing here.
 Any other top-level op that moves data but has no formula (``cat``, ``index_copy_``, a rotary
 ``neg``, a compiled region in a ``compiled`` phase) is counted as *unmodeled*: the phase's bytes are then a lower bound,
 which the summary says (``PhaseStats.unmodeled_ops``).
 
 To model a new implementation, give its ops a formula in ``_FORMULAS`` (or its composite op a
-place in ``ops.COMPOSITE_OPS``): the phases, layers and roofline pick it up.
+place in ``aten.COMPOSITE_OPS``): the phases, layers and roofline pick it up.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ Inside a compiled region there are no module events and few ATen ops: the GEMMs 
 (``aten::mm``, ``aten::addmm``) and the SDPA call stays an op, but what lies between them (a
 projection's bias, a QK-norm, rotary embeddings, the head split, joint attention's concatenation
 of text and image) runs as Triton kernels that Inductor generated. Their names say what they were
-generated from (``ops.INDUCTOR_KERNEL_PREFIX``): ``triton_per_fused__to_copy_add_addmm_mean_mul_
+generated from (``kernels.INDUCTOR_KERNEL_PREFIX``): ``triton_per_fused__to_copy_add_addmm_mean_mul_
 pow_rsqrt_transpose_view_8`` is a bias add and an RMSNorm; ``triton_poi_fused__scaled_dot_product_
 flash_attention_cat_transpose_view_10`` joins and lays out the SDPA call's inputs.
 
@@ -13,11 +13,11 @@ where an origin is not one this module knows (an activation, a softmax, a custom
 ``moe_forward``): such a kernel is the model's other work, and a block's walk stops at it.
 
 - a template kernel over a GEMM: ``aten::linear`` (a projection, its epilogue fused);
-- a norm (whole, or ``mean`` with ``rsqrt``): ``ops.INDUCTOR_NORM_OP``;
+- a norm (whole, or ``mean`` with ``rsqrt``): ``kernels.INDUCTOR_NORM_OP``;
 - rotary embeddings (``neg``, ``cos``, ``sin``...): ``aten::neg``;
 - only layout, copies and conversions (with the SDPA op they feed or drain):
-  ``ops.INDUCTOR_LAYOUT_OP``, a layout op;
-- element-wise arithmetic besides: ``ops.INDUCTOR_EPILOGUE_OP``, a projection's prologue or
+  ``kernels.INDUCTOR_LAYOUT_OP``, a layout op;
+- element-wise arithmetic besides: ``kernels.INDUCTOR_EPILOGUE_OP``, a projection's prologue or
   epilogue (bias, scale, residual).
 """
 

@@ -2,7 +2,7 @@
 
 SGLang's kernel-shape profiler names its ranges ``sglang_profiler::<module>_<function>_<n>`` with a
 counter ``n`` that changes from run to run; serving engines wrap their GEMMs in ops of their own
-(``ops.SERVING_GEMM_OPS``); torch.compile's Triton kernels are named by what they were generated
+(``serving.SERVING_GEMM_OPS``); torch.compile's Triton kernels are named by what they were generated
 from (``analysis.inductor``). ``canonical`` drops the counter, reads a GEMM wrapper as the
 ``aten::linear`` it wraps and an Inductor kernel as the op it stands for, so that roles, the block's
 extent, the backend rules and the FLOPs match names, not run-dependent spellings.
@@ -40,7 +40,7 @@ def canonical(name: str) -> str:
 
 
 def is_serving_core(name: str) -> bool:
-    """Whether op ``name`` is a serving engine's attention core (``ops.SERVING_CORE_OPS``)."""
+    """Whether op ``name`` is a serving engine's attention core (``serving.SERVING_CORE_OPS``)."""
     return canonical(name) in SERVING_CORE_OPS
 
 

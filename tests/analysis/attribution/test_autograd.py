@@ -1,4 +1,4 @@
-"""Backward work and the forward op that created its autograd node (``analysis/autograd.py``).
+"""Backward work and the forward op that created its autograd node (``analysis/attribution/autograd.py``).
 
 A hand-written training step of one block, as torch 2.13 writes it (read in ModernBERT's and
 Falcon's traces, ``tests/models/test_backward_owner.py``): ops that create no autograd node carry

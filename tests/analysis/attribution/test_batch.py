@@ -1,6 +1,7 @@
 """``analysis.batch`` reads a serving engine's iteration annotations into batches, gives their cores the FLOPs and bytes
 the annotated lengths imply, and says per step what was batched; the tests call its functions on hand-built traces and
-summaries, every figure worked by hand (``tests/analysis/test_serving_batch.py`` covers the whole pipeline)."""
+summaries, every figure worked by hand (``tests/analysis/attribution/test_serving_batch.py`` covers the whole
+pipeline)."""
 
 from __future__ import annotations
 

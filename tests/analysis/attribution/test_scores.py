@@ -1,4 +1,4 @@
-"""Materialized S×S scores (analysis/scores.py): the sizes a layer's score tensor can have, worked
+"""Materialized S×S scores (analysis/attribution/scores.py): the sizes a layer's score tensor can have, worked
 from its ops' shapes by hand (B·H·Sq·Sk elements times the element size, and the mask sizes beside
 them), CUDA's allocator rounding, and which allocations of a tiny hand-written trace are scores,
 masks or neither by the ops they are made under. ``test_score_sizes.py`` checks the summary's

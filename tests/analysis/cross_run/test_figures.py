@@ -1,4 +1,4 @@
-"""The runs list's figures (``analysis/figures.py``) on hand-made summaries, checked by hand."""
+"""The runs list's figures (``analysis/cross_run/figures.py``) on hand-made summaries, checked by hand."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""Multi-rank runs: ranks, collectives, stragglers and global heads (analysis/ranks.py,
-analysis/collectives.py), on public multi-rank traces and on runner traces made into ranks."""
+"""Multi-rank runs: ranks, collectives, stragglers and global heads (analysis/cross_run/ranks.py,
+analysis/attribution/collectives.py), on public multi-rank traces and on runner traces made into ranks."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The ranks view's one metric and one median (analysis/ranks.py), on hand-made rank summaries
+"""The ranks view's one metric and one median (analysis/cross_run/ranks.py), on hand-made rank summaries
 whose figures are worked out by hand below."""
 
 from __future__ import annotations

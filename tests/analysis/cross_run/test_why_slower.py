@@ -1,4 +1,4 @@
-"""Why a run is slower than its like-for-like baseline (analysis/why_slower.py): which runs compare
+"""Why a run is slower than its like-for-like baseline (analysis/cross_run/why_slower.py): which runs compare
 (``same_but_impl``), and each sentence of ``why_slower`` on hand-built run summaries whose per-phase
 times are chosen so that the totals, ratios, grown parts, noise and dispatch counts can be worked by
 hand."""

@@ -497,8 +497,9 @@ UNSEEN: dict[str, str] = {
     "graph-break": "the runner's compiled models compile whole",
     "local-heads": "needs the runner's --attn-stats event files, which no session logdir here writes "
                    "(test_local_heads_quote_the_head_table gives a runner trace statistics)",
-    "per-sequence-attention": "no trace here loops over its sequences (tests/analysis/test_serving_findings.py "
-                              "builds one and checks its figures with this rule)",
+    "per-sequence-attention": "no trace here loops over its sequences "
+                              "(tests/analysis/findings/test_serving_findings.py builds one and checks its figures "
+                              "with this rule)",
 }
 
 
@@ -510,7 +511,7 @@ CPU_WORK = ("block-mask-rebuilt", "recompiles", "graph-break")
 def _within_attention(f: Finding, w: WorkerSummary) -> Check:
     """``time_us`` is per profiled step on the headline's clock, within attention's time there: the
     headline quotes it as "in X per step (Y% of attention)"."""
-    attention = attention_us(w)  # the clock the trace is judged by (analysis/clock.py)
+    attention = attention_us(w)  # the clock the trace is judged by (analysis/common/clock.py)
     return ("time_us, at most attention's on the headline's clock", f.evidence.time_us,
             min(f.evidence.time_us, attention))
 
@@ -708,7 +709,8 @@ def test_strategies_findings_quote_the_table(strategies_logdir: Path) -> None:
     by_run = {r.run: r for r in runs}
     # The finding stands where, and only where, a linear row is slower than the fastest exact row at
     # its length with neither side noisy and the two runs' difference beyond their drift. Which rows
-    # those are depends on this machine's load; the rule itself is pinned by tests/analysis/test_strategies.py.
+    # those are depends on this machine's load; the rule itself is pinned by
+    # tests/analysis/cross_run/test_strategies.py.
     premise = False
     for g in view.groups:
         for seq in {x.seq for x in g.rows}:

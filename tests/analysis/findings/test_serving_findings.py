@@ -62,7 +62,7 @@ def test_a_loop_over_the_batch_is_found() -> None:
     assert f.evidence.time_us == pytest.approx(sdpa.cpu_us) and sdpa.cpu_us >= 4 * 50
     assert "runs its attention core 4 times or more, every call on a batch of 1" in f.explanation
     assert f.evidence.ops == ["aten::scaled_dot_product_attention"]
-    assert problems(f, s) == []  # its figures are the summary's (tests/analysis/test_finding_figures.py)
+    assert problems(f, s) == []  # its figures are the summary's (tests/analysis/findings/test_finding_figures.py)
 
 
 @pytest.mark.parametrize(("batches", "calls"), [

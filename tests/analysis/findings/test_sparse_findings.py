@@ -1,4 +1,4 @@
-"""The rules on sparse and compiled attention (analysis/sparse_findings.py): each of ``SPARSE_RULES``
+"""The rules on sparse and compiled attention (analysis/findings/sparse_findings.py): each of ``SPARSE_RULES``
 run on a tiny hand-written two-step trace beside a hand-built summary whose layer masks are chosen so
 that the rule's share, per-step time and counts can be worked by hand, at and past each threshold,
 and silent where there is nothing to say."""

@@ -1,4 +1,4 @@
-"""Generation in the analysis (analysis/generation.py, generation_findings.py): roles per step, the
+"""Generation in the analysis (analysis/measures/generation.py, generation_findings.py): roles per step, the
 KV cache's bytes against 2·B·H_kv·L·D·elem, decode FLOPs against 4·B·H·L·D, the memory check, the
 fit, the four findings, compare's decode column and scaling series, and the CLI's output."""
 

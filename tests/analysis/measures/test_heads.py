@@ -1,4 +1,4 @@
-"""Per-head attention statistics next to their cost (analysis/heads.py): the local and sink verdicts,
+"""Per-head attention statistics next to their cost (analysis/measures/heads.py): the local and sink verdicts,
 the window chosen, the join with a worker's head costs, the share of S² pairs a sliding window keeps
 and the local-heads finding's saving, each worked by hand on small hand-built summaries, and
 ``with_attn_stats``/``with_window`` returning new structs that leave the given ones unchanged."""

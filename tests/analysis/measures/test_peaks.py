@@ -1,7 +1,7 @@
-"""The peaks a roofline is drawn under (analysis/peaks.py): the datasheet table's dense figures
+"""The peaks a roofline is drawn under (analysis/measures/peaks.py): the datasheet table's dense figures
 (sparsity figures halved), the device-name matching, the runner's probes from metadata, the user's
 rates and overrides; each figure is checked against the datasheet number worked by hand, and hostile
-metadata or names give no peak with a reason, never an error. ``tests/analysis/test_roofline.py``
+metadata or names give no peak with a reason, never an error. ``tests/analysis/measures/test_roofline.py``
 covers the public traces' devices; this module covers the rest of the module's functions."""
 
 from __future__ import annotations

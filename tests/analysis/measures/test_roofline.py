@@ -1,4 +1,4 @@
-"""The roofline (analysis/peaks.py, analysis/roofline.py): peaks from the public GPU traces'
+"""The roofline (analysis/measures/peaks.py, analysis/measures/roofline.py): peaks from the public GPU traces'
 deviceProperties and the table, the CPU's probes from the runner's metadata, each roof's figures
 against a hand computation, the verdicts, golden values on ``../shared/traces/gpu/``, and the
 far-from-roof finding."""

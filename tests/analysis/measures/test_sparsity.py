@@ -1,4 +1,4 @@
-"""A run's attention mask per layer (analysis/sparsity.py): the entries read from run metadata (kept
+"""A run's attention mask per layer (analysis/measures/sparsity.py): the entries read from run metadata (kept
 shares given or counted from the spec, per-layer overrides, notes for unusable entries), and
 ``with_masks``'s ``LayerMask`` on hand-built summaries: the docstring's FLOP formulas
 (dense 2·B·H·S²·(D + Dv), mask = dense × kept, compiled flex's kernel work and bytes) worked by hand,

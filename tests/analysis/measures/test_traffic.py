@@ -1,4 +1,4 @@
-"""The bytes model (analysis/traffic.py) against hand computations: one op at a time on small
+"""The bytes model (analysis/measures/traffic.py) against hand computations: one op at a time on small
 shapes, then every phase of the built-in transformer's implementations as our runner traces them."""
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ Three sources, best first:
 2. Otherwise, every top-level SDPA call is a block (a backend's own SDPA op, such as
    ``_scaled_dot_product_flash_attention``, when no ``scaled_dot_product_attention`` encloses
    it, as torch.compile calls it), and so is every serving engine's attention op
-   (``ops.SERVING_CORE_OPS``: vLLM's ``unified_attention_with_output``, SGLang's profiler ranges),
+   (``serving.SERVING_CORE_OPS``: vLLM's ``unified_attention_with_output``, SGLang's profiler ranges),
    from the KV-cache write just before it (``serving.serving_cores``).
 3. Otherwise, ``matmul -> softmax -> matmul`` on one thread is a block. The first matmul may be
    integer (``_int_mm``: int8 attention's q·kᵀ, one call per head), and then the block starts

@@ -1,6 +1,6 @@
 """Serving engines' cores in a trace with no module events.
 
-vLLM and SGLang run attention as ops of their own (``ops.SERVING_CORE_OPS``, the KV-cache write,
+vLLM and SGLang run attention as ops of their own (``serving.SERVING_CORE_OPS``, the KV-cache write,
 RoPE), read through ``opnames.canonical``. ``serving_cores`` finds each core op in a trace with no
 module events (vLLM's), from the KV-cache write the engine runs just before it.
 """
@@ -26,7 +26,7 @@ _BETWEEN_WRITE_AND_CORE = TENSOR_NEW_OPS | LAYOUT_OPS | SERVING_BOOKKEEPING_OPS
 
 
 def serving_cores(events: Events, parent: np.ndarray, cpu: np.ndarray) -> list[tuple[int, int]]:
-    """Each outermost serving-engine attention op (``ops.SERVING_CORE_OPS``), from the KV-cache
+    """Each outermost serving-engine attention op (``serving.SERVING_CORE_OPS``), from the KV-cache
     write just before it where there is one: vLLM calls ``unified_kv_cache_update`` and then
     ``unified_attention_with_output`` as siblings, the write being the layer's own (its cache)."""
     names, name = events.names, events.name

@@ -1,6 +1,6 @@
-"""Serving engines' attention cores found without modules (analysis/serving.py): ``serving_cores`` on
-tiny hand-written traces of vLLM and SGLang ops, each core paired with the KV-cache write the engine
-runs just before it where there is one, and the walk back stopped by anything that is not the
+"""Serving engines' attention cores found without modules (analysis/attribution/inference/serving.py):
+``serving_cores`` on tiny hand-written traces of vLLM and SGLang ops, each core paired with the KV-cache write
+the engine runs just before it where there is one, and the walk back stopped by anything that is not the
 core's own (another op, an annotation, another thread, a core nested in a core)."""
 
 from __future__ import annotations
