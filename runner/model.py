@@ -1,7 +1,7 @@
 """The built-in transformer: a small pre-LayerNorm decoder with pluggable attention.
 
-Attention comes in several implementations (see ``runner.config.IMPLS``). Every phase of every
-block runs inside a scope from ``tb_attn_plugin.vocab.scopes``, so traces show where attention spends
+Attention comes in several implementations (``tb_attn_plugin.vocab.impls.IMPLS``). Every phase of
+every block runs inside a scope from ``tb_attn_plugin.vocab.scopes``, so traces show where attention spends
 time and memory. Shapes in comments: B batch, T sequence, C d_model, H heads, Hkv kv heads,
 D head dim; under tensor parallelism H and Hkv are this rank's heads (heads / world size).
 
