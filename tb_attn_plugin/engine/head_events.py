@@ -29,6 +29,9 @@ statistic's token count (``sink_N``, ``window_N``, ``top_N``) and a distance bel
 What is not read is counted by reason (``EventStats.dropped``) and said in the statistics' note.
 """
 
+# Not split (over 400 lines): parsing one file, the run's bounds and the merge into its heads apply
+# one set of limits and count what they drop in one place.
+
 from __future__ import annotations
 
 import logging

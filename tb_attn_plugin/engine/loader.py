@@ -7,6 +7,9 @@ files'. Each trace file is summarized on its own: a broken file becomes a ``File
 run and leaves other files and runs alone.
 """
 
+# Not split (over 400 lines): the Loader's caches (summaries, analyses, failures) and the steps
+# that fill and read them share one memory budget (``cache_bytes``).
+
 from __future__ import annotations
 
 import contextlib
